@@ -1,0 +1,215 @@
+"""Per-kind column lists -> typed polars tables.
+
+Every time is int64 nanoseconds, parsed from the number's text (`ts_ns`, `dur_ns`,
+`end_ns`). Loose values are made uniform here: string pids/tids ("25738", "stream 7"), ids as
+strings or beyond int64 (null, counted), numbers where text belongs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+
+I64 = pl.Int64
+_DIGITS = re.compile(r"-?\d+")
+
+
+def to_int(values: list[Any]) -> pl.Series:
+    """Int64 column; strings holding a number ("25738", "stream 7") give that number."""
+    try:
+        return pl.Series(values, dtype=I64)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    out = []
+    for v in values:
+        if type(v) is int:
+            out.append(v if -(2**63) <= v < 2**63 else None)
+        elif isinstance(v, str):
+            m = _DIGITS.search(v)
+            out.append(int(m.group()) if m and len(m.group()) < 19 else None)
+        elif isinstance(v, float) and v == v and abs(v) < 2**63:
+            out.append(int(v))
+        else:
+            out.append(None)
+    return pl.Series(out, dtype=I64)
+
+
+def to_float(values: list[Any]) -> pl.Series:
+    return pl.Series(values, dtype=pl.Float64, strict=False)
+
+
+def to_str(values: list[Any]) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.String)
+    except (TypeError, pl.exceptions.PolarsError):
+        return pl.Series([v if isinstance(v, str) or v is None else str(v) for v in values], dtype=pl.String)
+
+
+def raw_text(values: list[bytes]) -> pl.Series:
+    """Raw JSON text of a value (b"" when absent) -> String, null when absent."""
+    s = pl.Series(values, dtype=pl.Binary)
+    return s.cast(pl.String, strict=False).replace("", None)
+
+
+def text_to_ns(col: pl.Expr) -> pl.Expr:
+    """JSON number text in microseconds -> int64 nanoseconds, exact to the nanosecond.
+
+    Handles integers, decimals (any number of digits; digits past the nanosecond are rounded
+    half up), a sign, quoted numbers, and exponents (through float64, the only lossy path).
+    Anything else (null, "N/A", true) is null.
+    """
+    text = col.cast(pl.String, strict=False).str.strip_chars().str.strip_chars('"')
+    ok = text.str.contains(r"^-?\d+(\.\d*)?$")
+    neg = text.str.starts_with("-")
+    body = text.str.strip_prefix("-")
+    parts = body.str.split_exact(".", 1)
+    whole = parts.struct.field("field_0").cast(I64, strict=False)
+    frac = parts.struct.field("field_1").fill_null("").str.pad_end(4, "0")
+    frac3 = frac.str.slice(0, 3).cast(I64, strict=False)
+    round_up = (frac.str.slice(3, 1).cast(I64, strict=False) >= 5).cast(I64)
+    magnitude = whole * 1000 + frac3 + round_up
+    exact = pl.when(neg).then(-magnitude).otherwise(magnitude)
+    via_float = (text.cast(pl.Float64, strict=False) * 1000).round(0)
+    fallback = pl.when(via_float.is_finite() & (via_float.abs() < 9.2e18)).then(via_float).cast(I64, strict=False)
+    return pl.when(ok).then(exact).otherwise(fallback)
+
+
+def timed_frame(cols: dict[str, list], extra: dict[str, pl.Series]) -> pl.DataFrame:
+    """The columns every timed table has, plus `extra`."""
+    df = pl.DataFrame(
+        {
+            "name": to_str(cols["name"]),
+            "cat": to_str(cols["cat"]),
+            "pid": to_int(cols["pid"]),
+            "tid": to_int(cols["tid"]),
+            "ts_raw": pl.Series(cols["ts"], dtype=pl.Binary),
+            "dur_raw": pl.Series(cols["dur"], dtype=pl.Binary),
+            **extra,
+        }
+    )
+    return df.with_columns(
+        ts_ns=text_to_ns(pl.col("ts_raw")),
+        dur_ns=text_to_ns(pl.col("dur_raw")),
+    ).drop("ts_raw", "dur_raw")
+
+
+def op_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(
+        c,
+        {
+            "external_id": to_int(c["external_id"]),
+            "sequence_number": to_int(c["sequence_number"]),
+            "fwd_thread_id": to_int(c["fwd_thread_id"]),
+            "input_dims": raw_text(c["input_dims"]),
+            "input_type": raw_text(c["input_type"]),
+            "call_stack": to_str(c["call_stack"]),
+        },
+    )
+
+
+def python_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(
+        c, {"python_id": to_int(c["python_id"]), "python_parent_id": to_int(c["python_parent_id"])}
+    )
+
+
+def runtime_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(
+        c,
+        {
+            "correlation": to_int(c["correlation"]),
+            "external_id": to_int(c["external_id"]),
+            "cbid": to_int(c["cbid"]),
+        },
+    )
+
+
+def gpu_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(
+        c,
+        {
+            "device": to_int(c["device"]),
+            "stream": to_int(c["stream"]),
+            "correlation": to_int(c["correlation"]),
+            "external_id": to_int(c["external_id"]),
+            "bytes": to_int(c["bytes"]),
+            "bandwidth_gbps": to_float(c["bandwidth"]),
+            "grid": raw_text(c["grid"]),
+            "block": raw_text(c["block"]),
+            "graph_id": to_int(c["graph_id"]),
+        },
+    )
+
+
+def sync_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(
+        c,
+        {
+            "device": to_int(c["device"]),
+            "stream": to_int(c["stream"]),
+            "correlation": to_int(c["correlation"]),
+            "wait_on_stream": to_int(c["wait_on_stream"]),
+            "wait_on_event": to_int(c["wait_on_event"]),
+            "sync_kind": to_str(c["sync_kind"]),
+        },
+    )
+
+
+def annotation_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(c, {"device": to_int(c["device"]), "external_id": to_int(c["external_id"])})
+
+
+def memory_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(
+        c,
+        {
+            "device_type": to_int(c["device_type"]),
+            "device_id": to_int(c["device_id"]),
+            "addr": to_int(c["addr"]),
+            "bytes": to_int(c["bytes"]),
+            "total_allocated": to_int(c["total_allocated"]),
+            "total_reserved": to_int(c["total_reserved"]),
+        },
+    )
+
+
+def flow_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(c, {"ph": to_str(c["ph"]), "id": to_int(c["id"])})
+
+
+def meta_frame(c: dict[str, list]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "name": to_str(c["name"]),
+            "pid": to_int(c["pid"]),
+            "tid": to_int(c["tid"]),
+            "value": to_str(c["value"]),
+            "sort_index": to_int(c["sort_index"]),
+        }
+    )
+
+
+def other_frame(c: dict[str, list]) -> pl.DataFrame:
+    return timed_frame(c, {"ph": to_str(c["ph"])})
+
+
+FRAME_BUILDERS = {
+    "op": op_frame,
+    "python": python_frame,
+    "runtime": runtime_frame,
+    "gpu": gpu_frame,
+    "sync": sync_frame,
+    "gpu_annotation": annotation_frame,
+    "memory": memory_frame,
+    "flow": flow_frame,
+    "meta": meta_frame,
+    "other": other_frame,
+}
+
+
+def empty_frame(kind: str) -> pl.DataFrame:
+    from traceanalyzer.load.decode import COLUMN_BUILDERS
+
+    return FRAME_BUILDERS[kind](COLUMN_BUILDERS[kind]([]))

@@ -1,0 +1,288 @@
+"""The one data model: typed tables of a trace, its metadata, and the links between them.
+
+All times are int64 nanoseconds on the trace's own clock (`*_ns`); `Trace.origin_ns` is the
+trace start, and analyses report microseconds relative to it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.links import innermost_containing, nest
+
+# Frames of the framework, the standard library and the interpreter: a gap's "Python line" is
+# the innermost frame that is none of these, i.e. the user's own code.
+LIBRARY_FRAME = re.compile(
+    r"^<|^nn\.Module:|^torch/|/torch/|site-packages/|dist-packages/|/lib/python3[.\d]*/|"
+    r"^(threading|contextlib|functools|typing|logging/__init__|selectors|queue|multiprocessing/\S+)\.py|"
+    r"^(logging|multiprocessing|concurrent|asyncio|importlib|json|collections)/"
+)
+LIBRARY_FRAME_PATTERN = LIBRARY_FRAME.pattern
+
+STEP_NAME = r"^ProfilerStep#(\d+)$"
+GPU_KINDS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy", "Memcpy": "memcpy", "gpu_memset": "memset", "Memset": "memset"}
+
+
+@dataclass(frozen=True)
+class Device:
+    id: int
+    name: str
+    total_memory_bytes: int | None
+    sm_count: int | None
+    compute_capability: str | None
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    path: str
+    schema_version: Any
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    origin_ns: int  # trace start: the earliest timed event
+    end_ns: int
+    devices: tuple[Device, ...]
+    with_stack: bool  # python_function events or 2021 `Call stack` args present
+    profile_memory: bool
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)  # may hold secrets: never echo
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """Tables (all polars):
+
+    - `ops`: CPU ops and record_function ranges (cat cpu_op / Operator / user_annotation):
+      op_id, kind, name, pid, tid, ts_ns, dur_ns, end_ns, depth, parent_id, external_id,
+      sequence_number, fwd_thread_id, input_dims, input_type, python_frame (user code line).
+    - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, end_ns, depth,
+      parent_id, python_id, python_parent_id, is_user.
+    - `runtime`: CUDA/HIP runtime and driver calls: runtime_id, api (runtime|driver), name, pid,
+      tid, ts_ns, end_ns, correlation, op_id (the innermost op around the call).
+    - `gpu`: GPU activities: gpu_id, kind (kernel|memcpy|memset), name, device, stream, ts_ns,
+      end_ns, correlation, bytes, grid, block, graph_id, runtime_id, op_id, launch_ts_ns, tid.
+    - `sync_markers`: `cuda_sync` events (Stream/Event/Context Sync, Stream Wait Event): not work.
+    - `gpu_annotations`, `memory` ([memory] allocator events), `flows`, `thread_names`.
+    - `steps`: step, name, pid, tid, cpu_start_ns, cpu_end_ns, start_ns, end_ns (GPU-extended).
+    """
+
+    meta: TraceMeta
+    ops: pl.DataFrame
+    python: pl.DataFrame
+    runtime: pl.DataFrame
+    gpu: pl.DataFrame
+    sync_markers: pl.DataFrame
+    gpu_annotations: pl.DataFrame
+    memory: pl.DataFrame
+    flows: pl.DataFrame
+    thread_names: pl.DataFrame
+    steps: pl.DataFrame
+    event_counts: dict[tuple[Any, Any], int]
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return self.meta.path
+
+    @property
+    def has_gpu_work(self) -> bool:
+        return self.gpu.height > 0
+
+    def rel_us(self, ns: int | None) -> float | None:
+        """A trace timestamp as microseconds from the trace start."""
+        return None if ns is None else (ns - self.meta.origin_ns) / 1000.0
+
+
+def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
+    """Drop events without a usable ts; clamp missing or negative dur to zero."""
+    bad_ts = df.filter(pl.col("ts_ns").is_null()).height
+    if bad_ts:
+        warnings.append(f"{bad_ts:,} {what} events without a readable ts were ignored")
+    neg = df.filter(pl.col("dur_ns") < 0).height
+    if neg:
+        warnings.append(f"{neg:,} {what} events with a negative dur were given zero duration")
+    return df.filter(pl.col("ts_ns").is_not_null()).with_columns(
+        dur_ns=pl.col("dur_ns").fill_null(0).clip(0)
+    ).with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+
+
+def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
+    props = metadata.get("deviceProperties") or metadata.get("computeProperties") or []
+    out = []
+    for i, p in enumerate(props if isinstance(props, list) else []):
+        if not isinstance(p, dict):
+            continue
+        major, minor = p.get("computeMajor"), p.get("computeMinor")
+        sm = p.get("numSms", p.get("multiProcessorCount"))
+        mem = p.get("totalGlobalMem")
+        out.append(
+            Device(
+                id=p["id"] if isinstance(p.get("id"), int) else i,
+                name=str(p.get("name", "unknown")),
+                total_memory_bytes=mem if isinstance(mem, int) else None,
+                sm_count=sm if isinstance(sm, int) else None,
+                compute_capability=f"{major}.{minor}" if major is not None else None,
+            )
+        )
+    return tuple(out)
+
+
+def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    py = _timed(py, warnings, "python_function").with_row_index("frame_id").with_columns(
+        pl.col("frame_id").cast(pl.Int64),
+        is_user=~pl.col("name").fill_null("<").str.contains(LIBRARY_FRAME_PATTERN),
+    )
+    return nest(py, "frame_id")
+
+
+def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    ops = _timed(ops, warnings, "CPU op")
+    ops = ops.with_columns(
+        kind=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op"))
+    ).with_row_index("op_id").with_columns(pl.col("op_id").cast(pl.Int64))
+    ops = nest(ops, "op_id")
+    if python.height:
+        user = python.filter(pl.col("is_user")).drop("depth", "parent_id")
+        user = nest(user, "frame_id")
+        ops = innermost_containing(ops, user, "frame_id", "_frame", point_end="ts_ns")
+        names = user.select(pl.col("frame_id").alias("_frame"), pl.col("name").alias("python_frame"))
+        ops = ops.join(names, on="_frame", how="left").drop("_frame")
+    else:
+        # 2021 traces: the stack is an arg, innermost frame first.
+        first_user = (
+            pl.col("call_stack")
+            .str.split(";")
+            .list.eval(pl.element().str.strip_chars().filter(~pl.element().str.strip_chars().str.contains(LIBRARY_FRAME_PATTERN) & (pl.element().str.strip_chars() != "")))
+            .list.first()
+        )
+        ops = ops.with_columns(python_frame=first_user)
+    # An op whose own python frame is unknown inherits its parent's (frames are per call site).
+    return ops.sort("op_id")
+
+
+def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    rt = _timed(rt, warnings, "runtime").with_row_index("runtime_id").with_columns(
+        pl.col("runtime_id").cast(pl.Int64),
+        api=pl.when(pl.col("cat") == "cuda_driver").then(pl.lit("driver")).otherwise(pl.lit("runtime")),
+    )
+    return innermost_containing(rt, ops, "op_id", "op_id").sort("runtime_id")
+
+
+def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    gpu = _timed(gpu, warnings, "GPU").with_row_index("gpu_id").with_columns(
+        pl.col("gpu_id").cast(pl.Int64),
+        kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"),
+        device=pl.coalesce("device", "pid"),
+        stream=pl.coalesce("stream", "tid"),
+    )
+    launch = (
+        rt.filter(pl.col("correlation").is_not_null() & (pl.col("correlation") != 0))
+        .unique("correlation", keep="first")
+        .select(
+            "correlation",
+            "runtime_id",
+            "op_id",
+            pl.col("ts_ns").alias("launch_ts_ns"),
+            pl.col("end_ns").alias("launch_end_ns"),
+            pl.col("name").alias("launch_api"),
+            pl.col("pid").alias("launch_pid"),
+            pl.col("tid").alias("launch_tid"),
+        )
+    )
+    return gpu.join(launch, on="correlation", how="left").sort("gpu_id")
+
+
+def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """ProfilerStep ranges, extended to the GPU side as the TensorBoard plugin defines them: a
+    step runs from the later of its start and the previous step's end to the later of its end
+    and the end of the last GPU activity whose runtime call started inside it."""
+    steps = (
+        ops.filter(pl.col("name").str.contains(STEP_NAME))
+        .select(
+            step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
+            name="name",
+            pid="pid",
+            tid="tid",
+            cpu_start_ns="ts_ns",
+            cpu_end_ns="end_ns",
+            op_id="op_id",
+        )
+        .sort("cpu_start_ns")
+    )
+    if steps.is_empty():
+        return steps.with_columns(start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"), gpu_end_ns=pl.col("cpu_end_ns"))
+    launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select("launch_ts_ns", "end_ns").sort("launch_ts_ns")
+    # The step a launch belongs to: the latest step starting at or before it, if it is inside.
+    last_end = (
+        launched.join_asof(steps.select("step", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns"),
+                           left_on="launch_ts_ns", right_on="cpu_start_ns", strategy="backward")
+        .filter(pl.col("launch_ts_ns") < pl.col("cpu_end_ns"))
+        .group_by("step")
+        .agg(gpu_end_ns=pl.col("end_ns").max())
+    )
+    steps = steps.join(last_end, on="step", how="left").with_columns(
+        end_ns=pl.max_horizontal("cpu_end_ns", "gpu_end_ns")
+    )
+    prev_end = pl.col("end_ns").shift(1)
+    return steps.with_columns(
+        start_ns=pl.when(prev_end.is_not_null() & (prev_end > pl.col("cpu_start_ns"))).then(prev_end).otherwise(pl.col("cpu_start_ns"))
+    ).select("step", "name", "pid", "tid", "op_id", "cpu_start_ns", "cpu_end_ns", "start_ns", "end_ns", "gpu_end_ns")
+
+
+def build_trace(
+    path: str,
+    tables: dict[str, pl.DataFrame],
+    metadata: dict[str, Any],
+    counts: Counter,
+    warnings: list[str],
+) -> Trace:
+    warnings = list(warnings)
+    python = _python_frames(tables["python"], warnings)
+    ops = _ops(tables["op"], python, warnings)
+    runtime = _runtime(tables["runtime"], ops, warnings)
+    gpu = _gpu(tables["gpu"], runtime, warnings)
+    syncs = _timed(tables["sync"], warnings, "cuda_sync")
+    annotations = _timed(tables["gpu_annotation"], warnings, "gpu_user_annotation")
+    memory = tables["memory"].filter(pl.col("ts_ns").is_not_null())
+    flows = tables["flow"]
+    meta_ev = tables["meta"]
+    thread_names = meta_ev.filter(pl.col("name") == "thread_name").select("pid", "tid", pl.col("value").alias("thread_name")).unique(["pid", "tid"], keep="last")
+    steps = _steps(ops, runtime, gpu)
+
+    starts = [t["ts_ns"].min() for t in (ops, runtime, gpu, syncs, python) if t.height]
+    ends = [t["end_ns"].max() for t in (ops, runtime, gpu, syncs, python) if t.height]
+    origin = min(starts) if starts else 0
+    end = max(ends) if ends else origin
+    dist = metadata.get("distributedInfo") if isinstance(metadata.get("distributedInfo"), dict) else {}
+    meta = TraceMeta(
+        path=path,
+        schema_version=metadata.get("schemaVersion"),
+        rank=dist.get("rank") if isinstance(dist.get("rank"), int) else None,
+        world_size=dist.get("world_size") if isinstance(dist.get("world_size"), int) else None,
+        backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
+        origin_ns=origin,
+        end_ns=end,
+        devices=_devices(metadata),
+        with_stack=python.height > 0 or ops.filter(pl.col("call_stack").is_not_null()).height > 0,
+        profile_memory=memory.height > 0,
+        raw=metadata,
+    )
+    return Trace(
+        meta=meta,
+        ops=ops,
+        python=python,
+        runtime=runtime,
+        gpu=gpu,
+        sync_markers=syncs,
+        gpu_annotations=annotations,
+        memory=memory,
+        flows=flows,
+        thread_names=thread_names,
+        steps=steps,
+        event_counts=dict(counts),
+        warnings=tuple(warnings),
+    )
