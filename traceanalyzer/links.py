@@ -21,7 +21,13 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
     if df.is_empty():
         return df.with_columns(depth=pl.lit(0, pl.Int32), parent_id=pl.lit(None, df.schema[id_col]))
     ordered = df.sort([*group, "ts_ns", "end_ns", id_col], descending=[False] * len(group) + [False, True, False])
-    ordered = ordered.with_columns(_k=pl.int_range(pl.len()).over(group))
+    # Zero-length intervals at a start instant sort last there and count as "ended" by it;
+    # `_zfix` removes those not ordered before the row (itself included).
+    zero = (pl.col("end_ns") == pl.col("ts_ns")).cast(pl.Int64)
+    ordered = ordered.with_columns(
+        _k=pl.int_range(pl.len()).over(group),
+        _zfix=(zero.sum() - (zero.cum_sum() - zero)).over([*group, "ts_ns"]),
+    )
     ends = (
         ordered.select([*group, "end_ns"])
         .sort("end_ns")
@@ -34,8 +40,8 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
     with_depth = (
         ordered.sort("ts_ns")
         .join_asof(ends, left_on="ts_ns", right_on="end_ns", by=group, strategy="backward", suffix="_e", check_sortedness=False)
-        .with_columns(depth=(pl.col("_k") - pl.col("_ended").fill_null(0)).clip(0).cast(pl.Int32))
-        .drop("_ended", "end_ns_e", "_k")
+        .with_columns(depth=(pl.col("_k") - pl.col("_ended").fill_null(0) + pl.col("_zfix")).clip(0).cast(pl.Int32))
+        .drop("_ended", "end_ns_e", "_k", "_zfix")
     )
     parents = with_depth.select(
         *group, "ts_ns", pl.col("depth").alias("_pdepth"), pl.col(id_col).alias("parent_id")

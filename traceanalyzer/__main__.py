@@ -1,0 +1,3 @@
+from traceanalyzer.cli import run
+
+run()

@@ -1,0 +1,89 @@
+"""GPU busy time and analysis windows, shared by every analysis that speaks of idle time.
+
+Work is the union over all streams of a device of kernels, memcpys and memsets; `cuda_sync`
+markers are not work. The window is the profiled steps (GPU-extended ProfilerStep ranges) or,
+when there are none, the span from the first to the last GPU activity.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.trace import Trace
+
+WINDOW_SCHEMA = {"device": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+def devices(trace: Trace) -> list[int]:
+    return sorted(trace.gpu["device"].drop_nulls().unique().to_list())
+
+
+def busy_intervals(trace: Trace) -> pl.DataFrame:
+    """Disjoint busy intervals per device: device, start_ns, end_ns."""
+    return merge(trace.gpu.filter(pl.col("device").is_not_null()), ["device"])
+
+
+def windows(trace: Trace) -> pl.DataFrame:
+    """Analysis windows per device: device, step (null without steps), start_ns, end_ns."""
+    devs = pl.DataFrame({"device": devices(trace)}, schema={"device": pl.Int64})
+    if trace.steps.height:
+        return devs.join(trace.steps.select("step", "start_ns", "end_ns"), how="cross").select(list(WINDOW_SCHEMA))
+    span = trace.gpu.group_by("device").agg(start_ns=pl.col("ts_ns").min(), end_ns=pl.col("end_ns").max())
+    return span.with_columns(step=pl.lit(None, pl.Int64)).select(list(WINDOW_SCHEMA)).cast(WINDOW_SCHEMA).sort("device")
+
+
+def clip_to_windows(intervals: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
+    """Intersect intervals (device, start_ns, end_ns, ...) with windows; adds `step`,
+    `w_start_ns`, `w_end_ns` and clips start/end. An interval crossing a window boundary is
+    split, one piece per window."""
+    w = wins.rename({"start_ns": "w_start_ns", "end_ns": "w_end_ns", "device": "w_device"})
+    if intervals.is_empty() or w.is_empty():
+        return intervals.with_columns(
+            step=pl.lit(None, pl.Int64), w_start_ns=pl.lit(None, pl.Int64), w_end_ns=pl.lit(None, pl.Int64)
+        ).clear()
+    j = intervals.join_where(
+        w,
+        pl.col("start_ns") < pl.col("w_end_ns"),
+        pl.col("end_ns") > pl.col("w_start_ns"),
+    ).filter(pl.col("device") == pl.col("w_device"))
+    return j.with_columns(
+        start_ns=pl.max_horizontal("start_ns", "w_start_ns"), end_ns=pl.min_horizontal("end_ns", "w_end_ns")
+    ).drop("w_device")
+
+
+def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
+    """Complement of `busy` inside the windows: device, start_ns, end_ns (before clipping),
+    prev_end_ns / next_start_ns (the busy edges around it, null at a window edge with no work)."""
+    lo = wins.group_by("device").agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
+    b = busy.sort(["device", "start_ns"])
+    between = b.with_columns(
+        gap_start=pl.col("end_ns"), gap_end=pl.col("start_ns").shift(-1).over("device")
+    ).filter(pl.col("gap_end").is_not_null())
+    first = b.group_by("device").agg(first=pl.col("start_ns").min(), last=pl.col("end_ns").max())
+    edges = lo.join(first, on="device", how="left")
+    lead = edges.select("device", gap_start=pl.col("lo"), gap_end=pl.coalesce("first", "hi"))
+    trail = edges.filter(pl.col("last").is_not_null()).select("device", gap_start=pl.col("last"), gap_end=pl.col("hi"))
+    gaps = pl.concat(
+        [
+            between.select("device", "gap_start", "gap_end"),
+            lead.filter(pl.col("gap_end") > pl.col("gap_start")),
+            trail.filter(pl.col("gap_end") > pl.col("gap_start")),
+        ]
+    )
+    return gaps.select(
+        "device", start_ns=pl.col("gap_start"), end_ns=pl.col("gap_end"),
+        prev_end_ns=pl.col("gap_start"), next_start_ns=pl.col("gap_end"),
+    ).unique().sort(["device", "start_ns"])
+
+
+def busy_by_window(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
+    """device, step, window_ns, busy_ns."""
+    clipped = clip_to_windows(busy, wins)
+    per = clipped.group_by("device", "step").agg(busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+    return (
+        wins.with_columns(window_ns=pl.col("end_ns") - pl.col("start_ns"))
+        .join(per, on=["device", "step"], how="left", nulls_equal=True)
+        .with_columns(pl.col("busy_ns").fill_null(0))
+        .select("device", "step", "start_ns", "end_ns", "window_ns", "busy_ns")
+    )

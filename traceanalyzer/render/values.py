@@ -1,0 +1,27 @@
+"""Cell formatting shared by the text and Markdown renderers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def cell(value: Any, column: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if column.endswith("share") or column.endswith("fraction") or column.startswith("share"):
+            return f"{value * 100:.1f}%"
+        if abs(value) >= 100 or value == int(value):
+            return f"{value:,.0f}"
+        return f"{value:,.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}" if abs(value) >= 10000 else str(value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}={cell(v, k)}" for k, v in value.items() if v is not None) or "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(cell(v) for v in value)
+    return str(value)
+
+
+def header(column: str) -> str:
+    return column
