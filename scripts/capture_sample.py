@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -72,20 +73,22 @@ class SyntheticImages(Dataset):
         return self.n
 
     def __getitem__(self, idx: int):
+        # Python's RNG for scalar choices: torch scalars would add CPU-side aten::item calls.
+        rng = random.Random(self.seed * 1_000_003 + idx)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + idx)
         img = torch.rand(3, self.size, self.size, generator=g)
         # random crop
-        top, left = (int(v) for v in torch.randint(0, self.size - self.crop + 1, (2,), generator=g))
+        top, left = rng.randrange(self.size - self.crop + 1), rng.randrange(self.size - self.crop + 1)
         img = img[:, top : top + self.crop, left : left + self.crop]
         # random horizontal flip
-        if torch.rand((), generator=g) < 0.5:
+        if rng.random() < 0.5:
             img = img.flip(-1)
         # a few blur passes and a colour jitter: deliberate CPU work per sample
         for _ in range(3):
             img = F.conv2d(img.unsqueeze(0), self.blur, padding=2, groups=3).squeeze(0)
         img = img * (0.8 + 0.4 * torch.rand(3, 1, 1, generator=g))
         img = (img - self.mean) / self.std
-        label = int(torch.randint(0, self.classes, (), generator=g))
+        label = rng.randrange(self.classes)
         return img.contiguous(), label
 
 

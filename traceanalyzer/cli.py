@@ -11,7 +11,7 @@ import click
 
 from traceanalyzer import __version__
 from traceanalyzer.commands import COMMAND_MODULES
-from traceanalyzer.errors import TraceAnalyzerError
+from traceanalyzer.errors import RegressionDetected, TraceAnalyzerError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -27,6 +27,9 @@ for _name in COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="traceanalyzer", standalone_mode=False)
+    except RegressionDetected as exc:  # a requested check failed: exit 1, not an error
+        click.echo(f"traceanalyzer: {exc}", err=True)
+        return exc.exit_code
     except TraceAnalyzerError as exc:
         click.echo(f"traceanalyzer: error: {exc}", err=True)
         return exc.exit_code

@@ -29,3 +29,10 @@ class DecompressionLimitError(TraceAnalyzerError):
 
 class UsageError(TraceAnalyzerError):
     """Options that cannot work together, or a bad option file."""
+
+
+class RegressionDetected(TraceAnalyzerError):
+    """A check the user asked for failed (`diff --fail-if-slower`): not an error of the tool,
+    so the message carries no 'error:' prefix."""
+
+    exit_code = 1

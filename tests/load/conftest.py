@@ -11,12 +11,12 @@ from typing import Any, Callable
 
 import pytest
 
-import traceanalyzer.load
+from traceanalyzer.load.loader import load
 
 
 @functools.lru_cache(maxsize=None)
 def _load(path: str):
-    return traceanalyzer.load.load(path)
+    return load(path)
 
 
 def read_json(path: Path | str, **json_kwargs: Any) -> Any:

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from traceanalyzer.load.loader import read_tables
+from traceanalyzer.load.loader import RawTables, read_tables
 from traceanalyzer.load.source import ByteSource
 
 WORKERS0 = "v100_resnet50_dataloader_workers0.pt.trace.json.gz"
@@ -36,9 +36,25 @@ def ns(us) -> int:
     return int((Decimal(str(us)) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
 
 
+# Columns kept as the raw JSON text of a value: compared by value, since white space inside
+# them follows the file's layout (indented or minified).
+RAW_JSON_COLUMNS = ("input_dims", "input_type", "grid", "block")
+
+
+def _canonical(df: pl.DataFrame) -> pl.DataFrame:
+    def canon(text: str | None) -> str | None:
+        return None if text is None else json.dumps(json.loads(text), separators=(",", ":"))
+
+    df = df.with_columns(
+        pl.col(c).map_elements(canon, return_dtype=pl.String) for c in RAW_JSON_COLUMNS if c in df.columns
+    )
+    # thread_names comes out of a unique(): its row order carries no meaning
+    return df.sort(df.columns, nulls_last=True) if "thread_name" in df.columns else df
+
+
 def assert_same_frame(got: pl.DataFrame, want: pl.DataFrame, what: str) -> None:
     try:
-        assert_frame_equal(got, want, check_exact=True)
+        assert_frame_equal(_canonical(got), _canonical(want), check_exact=True)
     except AssertionError as exc:
         raise AssertionError(f"table {what}: {exc}") from None
 
@@ -87,9 +103,13 @@ def test_2021_runtime_gpu_correlation_links_all_kernels(workers0_raw, workers0):
 
 
 def test_2021_lower_case_external_id_is_read(workers0_raw, workers0):
-    for table, cats in (("ops", {"Operator"}), ("runtime", {"Runtime"}), ("gpu", {"Kernel", "Memcpy", "Memset"})):
-        want = sorted(e["args"]["external id"] for e in workers0_raw
-                      if e.get("cat") in cats and "external id" in e.get("args", {}))
+    # 2021 ops write `External id`; their runtime calls and GPU activities `external id`
+    for table, cats, key in (
+        ("ops", {"Operator"}, "External id"),
+        ("runtime", {"Runtime"}, "external id"),
+        ("gpu", {"Kernel", "Memcpy", "Memset"}, "external id"),
+    ):
+        want = sorted(e["args"][key] for e in workers0_raw if e.get("cat") in cats and key in e.get("args", {}))
         assert want, table
         got = getattr(workers0, table)["external_id"].drop_nulls().sort().to_list()
         assert got == want, table
@@ -256,24 +276,68 @@ def test_gzip_and_plain_copies_load_identically(SHARED_TRACES, load_trace, tmp_p
     assert a.gpu.height > 0 and a.ops.height > 0
 
 
+def _read_tables_counting_chunks(path, monkeypatch, **kwargs):
+    """read_tables(...) plus how many chunks the decoder accepted."""
+    accepted = []
+    original = RawTables.add_chunk
+
+    def add_chunk(self, data):
+        ok = original(self, data)
+        accepted.append(ok)
+        return ok
+
+    with monkeypatch.context() as m:
+        m.setattr(RawTables, "add_chunk", add_chunk)
+        with ByteSource(path) as src:
+            result = read_tables(src, **kwargs)
+    return result, sum(accepted)
+
+
+def _tricky_trace(path) -> None:
+    """Events whose insides look like event boundaries: `}, {` in strings, lists of objects."""
+    events = []
+    for i in range(60):
+        events.append({
+            "ph": "X", "cat": "cpu_op", "name": f"op}}, {{{i}" if i % 3 == 0 else f"op{i}", "pid": 1, "tid": 1,
+            "ts": 1000 + 10 * i, "dur": 5 + i % 4,
+            "args": {"External id": i, "Input Dims": [[i, 2], []], "Input type": ["float", "}, {"],
+                     "list of objects": [{"a": i}, {"b": "}, {"}, {}]},
+        })
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 2000 + 10 * i,
+                       "dur": 3, "args": {"correlation": i, "stream": 7, "device": 0, "grid": [i, 1, 1],
+                                          "block": [128, 1, 1]}})
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "tricky"}, indent=1))
+
+
 @pytest.mark.parametrize(
     ("name", "chunk_bytes"),
-    [(ROCM, 64), (ROCM, 700), (ROCM, 4096), (LEGACY, 300), (DLRM0, 8192), ("minified", 100), ("minified", 999)],
+    [(ROCM, 64), (ROCM, 4096), (LEGACY, 3000), (DLRM0, 65536), ("minified", 300), ("tricky", 32), ("tricky", 500)],
 )
-def test_tiny_chunks_give_the_same_tables(SHARED_TRACES, tmp_path, name, chunk_bytes):
+def test_tiny_chunks_give_the_same_tables(SHARED_TRACES, tmp_path, monkeypatch, name, chunk_bytes):
     if name == "minified":  # everything on one line: cuts between `},{` with no white space
         with gzip.open(SHARED_TRACES / ROCM, "rb") as fh:
             doc = json.loads(fh.read())
         path = tmp_path / "minified.json"
         path.write_text(json.dumps(doc, separators=(",", ":")))
+    elif name == "tricky":
+        path = tmp_path / "tricky.json"
+        _tricky_trace(path)
     else:
-        path = SHARED_TRACES / name
-    with ByteSource(path) as src:
-        ref_tables, ref_meta, ref_counts, ref_warn = read_tables(src)
-    with ByteSource(path) as src:
-        tables, meta, counts, warn = read_tables(src, chunk_bytes=chunk_bytes)
+        # a plain copy: ByteSource inflates gzip in blocks of compressed input, so chunk_bytes
+        # only governs the cuts on uncompressed input
+        path = tmp_path / "plain.json"
+        with open(SHARED_TRACES / name, "rb") as fh:
+            data = fh.read()
+        path.write_bytes(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    (ref_tables, ref_meta, ref_counts, ref_warn), ref_chunks = _read_tables_counting_chunks(path, monkeypatch)
+    (tables, meta, counts, warn), chunks = _read_tables_counting_chunks(path, monkeypatch, chunk_bytes=chunk_bytes)
+    assert ref_chunks == 1  # the default reads these small files in one chunk...
+    assert chunks > 5  # ...and the tiny size really cuts them into many
     assert (meta, counts, warn) == (ref_meta, ref_counts, ref_warn)
     assert tables.keys() == ref_tables.keys()
     for kind in tables:
         assert_same_frame(tables[kind], ref_tables[kind], kind)
     assert sum(ref_counts.values()) == sum(t.height for t in ref_tables.values()) > 0
+    if name == "tricky":
+        assert ref_tables["op"].height == ref_tables["gpu"].height == 60
+        assert ref_meta["traceName"] == "tricky"

@@ -51,8 +51,10 @@ class CpuActivity:
     def of(cls, trace: Trace, data_pattern: str) -> "CpuActivity":
         blocking = blocking_calls(trace)
         data = data_loading_ranges(trace, data_pattern)
+        # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
+        real_ops = trace.ops.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
         anything = pl.concat(
-            [trace.ops.select(*THREAD, "ts_ns", "end_ns"), trace.runtime.select(*THREAD, "ts_ns", "end_ns")]
+            [t.select(*THREAD, "ts_ns", "end_ns") for t in (real_ops, trace.runtime, data)]
         )
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD),

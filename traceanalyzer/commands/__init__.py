@@ -1,4 +1,4 @@
 """One module per subcommand: parse options, call the library, hand a Report to a renderer.
 Each module exposes a click command named `command`; cli.py registers them."""
 
-COMMAND_MODULES = ["gaps"]
+COMMAND_MODULES = ["gaps", "memory", "diff"]

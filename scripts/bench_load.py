@@ -1,0 +1,214 @@
+"""Benchmark `traceanalyzer.load` against the plain way of reading a trace.
+
+Methods, each run in a fresh subprocess so that peak RSS belongs to one method alone, repeated
+N times and interleaved (ours, baseline, ours, baseline, ...) so that machine noise hits both:
+
+  ours      `traceanalyzer.load(path)`: streamed, typed decoding into polars tables, with the
+            nesting and launch links built on top.
+  ours_tables  for context: only the loader's decoding stage (`read_tables`), the typed tables
+            before any linking, i.e. the same work the baseline does.
+  baseline  stdlib gzip + `json.load` of the whole file, then polars DataFrames of the ops,
+            runtime and GPU events (name, pid, tid, ts, dur and the main args) from the dicts.
+
+Reported per method: median wall time and CPU time (user + sys, all threads) of the load
+itself, peak RSS of the child process (interpreter and imports included) and the RSS the
+imports alone took. Ratios are baseline / ours (above 1: ours is faster or smaller).
+
+    python scripts/bench_load.py [TRACE] [-n 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "v100_memory_events.json.gz"
+METHODS = ("ours", "baseline", "ours_tables")
+
+# What the baseline builds: the same three tables as the loader, from the same categories.
+OPS_CATS = {"cpu_op", "Operator", "user_annotation"}
+RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver"}
+GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+ARGS = {
+    "ops": ("External id", "Sequence number", "Fwd thread id"),
+    "runtime": ("correlation", "External id", "cbid"),
+    "gpu": ("device", "stream", "correlation", "External id", "bytes"),
+}
+
+
+# -- child side ---------------------------------------------------------------------------------
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _maxrss_mb() -> float:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
+
+
+def _run_ours(path: str) -> dict[str, int]:
+    import traceanalyzer
+
+    trace = traceanalyzer.load(path)
+    return {"ops": trace.ops.height, "runtime": trace.runtime.height, "gpu": trace.gpu.height}
+
+
+def _run_ours_tables(path: str) -> dict[str, int]:
+    from traceanalyzer.load.loader import read_tables
+    from traceanalyzer.load.source import ByteSource
+
+    with ByteSource(path) as src:
+        tables = read_tables(src)[0]
+    return {"ops": tables["op"].height, "runtime": tables["runtime"].height, "gpu": tables["gpu"].height}
+
+
+def _run_baseline(path: str) -> dict[str, int]:
+    import gzip
+
+    import polars as pl
+
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
+        doc = json.load(fh)
+    rows: dict[str, list[dict]] = {"ops": [], "runtime": [], "gpu": []}
+    for e in doc["traceEvents"]:
+        cat = e.get("cat")
+        table = "ops" if cat in OPS_CATS else "runtime" if cat in RUNTIME_CATS else "gpu" if cat in GPU_CATS else None
+        if table is not None:
+            rows[table].append(e)
+    frames = {}
+    for table, events in rows.items():
+        cols: dict[str, list] = {
+            "name": [e.get("name") for e in events],
+            "pid": [e.get("pid") for e in events],
+            "tid": [e.get("tid") for e in events],
+            "ts": [e.get("ts") for e in events],
+            "dur": [e.get("dur") for e in events],
+        }
+        for key in ARGS[table]:
+            cols[key] = [(e.get("args") or {}).get(key) for e in events]
+        df = pl.DataFrame(cols, strict=False)
+        frames[table] = df.with_columns(
+            ts_ns=(pl.col("ts").cast(pl.Float64) * 1000).round(0).cast(pl.Int64),
+            dur_ns=(pl.col("dur").cast(pl.Float64) * 1000).round(0).cast(pl.Int64),
+        )
+    return {table: df.height for table, df in frames.items()}
+
+
+def child(method: str, path: str) -> None:
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    # Imports are not part of the timed load, but they are in the peak RSS; report them apart.
+    if method in ("ours", "ours_tables"):
+        import traceanalyzer  # noqa: F401
+    else:
+        import gzip  # noqa: F401
+
+        import polars  # noqa: F401
+    rss_imports = _maxrss_mb()
+    cpu0, t0 = _cpu_s(), time.perf_counter()
+    rows = {"ours": _run_ours, "ours_tables": _run_ours_tables, "baseline": _run_baseline}[method](path)
+    wall = time.perf_counter() - t0
+    cpu = _cpu_s() - cpu0
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _maxrss_mb(),
+                      "imports_rss_mb": rss_imports, "rows": rows}))
+
+
+# -- parent side --------------------------------------------------------------------------------
+def run_once(method: str, path: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", method, str(path)],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{method} run failed:\n{proc.stderr.strip()}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench(path: Path, repeat: int) -> dict:
+    runs: dict[str, list[dict]] = {m: [] for m in METHODS}
+    for _ in range(repeat):
+        for method in METHODS:
+            runs[method].append(run_once(method, path))
+    summary = {}
+    for method, rs in runs.items():
+        summary[method] = {
+            key: statistics.median(r[key] for r in rs)
+            for key in ("wall_s", "cpu_s", "peak_rss_mb", "imports_rss_mb")
+        } | {"rows": rs[0]["rows"], "runs": rs}
+    ours, base, tables = summary["ours"], summary["baseline"], summary["ours_tables"]
+    ratios = {
+        "wall": base["wall_s"] / ours["wall_s"],
+        "cpu": base["cpu_s"] / ours["cpu_s"],
+        "peak_rss": base["peak_rss_mb"] / ours["peak_rss_mb"],
+        # what the load itself added on top of the imports
+        "load_rss": (base["peak_rss_mb"] - base["imports_rss_mb"]) / max(1e-9, ours["peak_rss_mb"] - ours["imports_rss_mb"]),
+        # the like-for-like comparison: decoding into tables, no links
+        "tables_wall": base["wall_s"] / tables["wall_s"],
+        "tables_cpu": base["cpu_s"] / tables["cpu_s"],
+        "tables_peak_rss": base["peak_rss_mb"] / tables["peak_rss_mb"],
+    }
+    return {
+        "trace": str(path),
+        "file_mb": path.stat().st_size / 2**20,
+        "repeat": repeat,
+        "cpus": os.cpu_count(),
+        "methods": summary,
+        "ratios_baseline_over_ours": ratios,
+    }
+
+
+def render(result: dict) -> str:
+    lines = [
+        f"trace: {result['trace']} ({result['file_mb']:.1f} MiB on disk), "
+        f"{result['repeat']} runs per method, interleaved, {result['cpus']} CPUs; medians",
+        "",
+        f"{'method':<10} {'wall s':>8} {'cpu s':>8} {'peak RSS MiB':>13} {'imports MiB':>12} {'load MiB':>9}  rows (ops/runtime/gpu)",
+    ]
+    for method, m in result["methods"].items():
+        rows = "/".join(f"{m['rows'][t]:,}" for t in ("ops", "runtime", "gpu"))
+        lines.append(
+            f"{method:<10} {m['wall_s']:>8.2f} {m['cpu_s']:>8.2f} {m['peak_rss_mb']:>13.0f} "
+            f"{m['imports_rss_mb']:>12.0f} {m['peak_rss_mb'] - m['imports_rss_mb']:>9.0f}  {rows}"
+        )
+    r = result["ratios_baseline_over_ours"]
+    lines += [
+        "",
+        f"baseline / ours: wall {r['wall']:.2f}x, cpu {r['cpu']:.2f}x, peak RSS {r['peak_rss']:.2f}x, "
+        f"RSS added by the load {r['load_rss']:.2f}x",
+        f"baseline / ours_tables: wall {r['tables_wall']:.2f}x, cpu {r['tables_cpu']:.2f}x, "
+        f"peak RSS {r['tables_peak_rss']:.2f}x",
+        "(ours also builds op nesting, runtime->op and GPU->launch links, steps; the baseline does not,"
+        " and keeps ts as float64)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("-n", "--repeat", type=int, default=3, help="runs per method (default 3)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--child", choices=METHODS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, str(args.trace))
+        return
+    if not args.trace.is_file():
+        parser.error(f"no such trace: {args.trace}")
+    result = bench(args.trace, args.repeat)
+    print(json.dumps(result, indent=2) if args.json else render(result))
+
+
+if __name__ == "__main__":
+    main()

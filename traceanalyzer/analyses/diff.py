@@ -1,0 +1,268 @@
+"""Compare two traces of the same program: before and after one change.
+
+Everything is put per step so that traces with different step counts compare: a step is the
+GPU-extended ProfilerStep range (`Trace.steps`); a trace without ProfilerStep counts as one
+step spanning its GPU work (its whole span when there is none). Ops and kernels are matched by
+name, so traces from different GPUs or schema versions compare.
+
+Noise: the spread of a trace's step times is their median absolute deviation scaled by 1.4826
+(a robust standard deviation). A change in median step time is real only when it exceeds the
+larger of the two spreads and `min_change_pct` of the before median; otherwise it is "within
+noise".
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.gaps import CAUSES, analyse_gaps
+from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.options import SYNC_API_PATTERN, DiffOptions, GapOptions
+from traceanalyzer.trace import Trace
+
+MAD_TO_SD = 1.4826
+STEP_RE = r"^ProfilerStep#\d+$"
+
+
+@dataclass(frozen=True)
+class TraceProfile:
+    """One trace reduced to per-step numbers."""
+
+    path: str
+    step_count: int
+    steps_kind: str  # "steps" or "span" (no ProfilerStep: the whole trace counts as one step)
+    step_times_us: tuple[float, ...]
+    metrics: dict[str, float | None]  # metric name -> value (per step unless said otherwise)
+    ops: pl.DataFrame  # name, count_per_step, self_us_per_step
+    kernels: pl.DataFrame  # name, count_per_step, us_per_step
+    findings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    before: TraceProfile
+    after: TraceProfile
+    options: DiffOptions
+    median_before_us: float | None
+    median_after_us: float | None
+    change_pct: float | None  # growth of the median step time, percent (negative = faster)
+    noise_us: float
+    verdict: str  # faster | slower | within noise | not comparable
+    summary: pl.DataFrame  # metric, before, after, delta, change_pct
+    ops: pl.DataFrame  # name, before/after per step, delta_us
+    kernels: pl.DataFrame
+    kernels_appeared: pl.DataFrame
+    kernels_vanished: pl.DataFrame
+    findings_appeared: tuple[str, ...]
+    findings_resolved: tuple[str, ...]
+    stages_source: str  # which module defined stage times ("stages", "data-loading ranges")
+
+
+def _windows(trace: Trace) -> pl.DataFrame:
+    """step, start_ns, end_ns: the steps, or one window over the GPU work (else all events)."""
+    if trace.steps.height:
+        return trace.steps.select("step", "start_ns", "end_ns")
+    if trace.gpu.height:
+        lo, hi = trace.gpu["ts_ns"].min(), trace.gpu["end_ns"].max()
+    else:
+        lo, hi = trace.meta.origin_ns, trace.meta.end_ns
+    return pl.DataFrame({"step": [None], "start_ns": [lo], "end_ns": [hi]}, schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+
+
+def _clip(df: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
+    """Rows of df (ts_ns, end_ns) intersected with the windows, clipped to them."""
+    if df.is_empty():
+        return df.with_columns(step=pl.lit(None, pl.Int64))
+    w = wins.rename({"start_ns": "_ws", "end_ns": "_we"})
+    return df.join_where(w, pl.col("ts_ns") < pl.col("_we"), pl.col("end_ns") > pl.col("_ws")).with_columns(
+        ts_ns=pl.max_horizontal("ts_ns", "_ws"), end_ns=pl.min_horizontal("end_ns", "_we")
+    ).drop("_ws", "_we")
+
+
+def _starting_in(df: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
+    """Rows of df whose start falls inside a window (counted once)."""
+    if df.is_empty():
+        return df
+    w = wins.rename({"start_ns": "_ws", "end_ns": "_we"})
+    return df.join_where(w, pl.col("ts_ns") >= pl.col("_ws"), pl.col("ts_ns") < pl.col("_we")).drop("_ws", "_we")
+
+
+def _op_table(trace: Trace, wins: pl.DataFrame, n: int) -> pl.DataFrame:
+    """Self CPU time of ops by name, per step (ProfilerStep ranges left out)."""
+    ops = trace.ops
+    if ops.is_empty():
+        return pl.DataFrame(schema={"name": pl.String, "count_per_step": pl.Float64, "self_us_per_step": pl.Float64})
+    child = ops.filter(pl.col("parent_id").is_not_null()).group_by("parent_id").agg(_child=pl.col("dur_ns").sum())
+    ops = ops.join(child, left_on="op_id", right_on="parent_id", how="left").with_columns(
+        _self=(pl.col("dur_ns") - pl.col("_child").fill_null(0)).clip(0)
+    )
+    ops = _starting_in(ops.filter(~pl.col("name").str.contains(STEP_RE)), wins)
+    return ops.group_by("name").agg(count_per_step=pl.len() / n, self_us_per_step=pl.col("_self").sum() / 1000.0 / n)
+
+
+def _kernel_table(trace: Trace, wins: pl.DataFrame, n: int) -> pl.DataFrame:
+    k = _clip(trace.gpu.filter(pl.col("kind") == "kernel").select("name", "ts_ns", "end_ns"), wins)
+    if k.is_empty():
+        return pl.DataFrame(schema={"name": pl.String, "count_per_step": pl.Float64, "us_per_step": pl.Float64})
+    return k.group_by("name").agg(count_per_step=pl.len() / n, us_per_step=(pl.col("end_ns") - pl.col("ts_ns")).sum() / 1000.0 / n)
+
+
+def _stages(trace: Trace, wins: pl.DataFrame, n: int, opts: DiffOptions) -> tuple[dict[str, float], str]:
+    """Stage times per step (µs): from the `stages` analysis when it is installed, else the
+    data-loading ranges' coverage of the steps."""
+    if importlib.util.find_spec("traceanalyzer.analyses.stages") is not None:
+        try:
+            return _stages_from_module(trace, opts), "stages"
+        except Exception:  # noqa: BLE001 - fall back while the stages analysis changes
+            pass
+    data = trace.ops.filter(pl.col("name").str.contains(opts.data_loading_pattern))
+    cov = merge(_clip(data.select("pid", "tid", "ts_ns", "end_ns"), wins), ["pid", "tid"])
+    us = (cov["end_ns"] - cov["start_ns"]).sum() / 1000.0 / n if cov.height else 0.0
+    return {"data_loading": us}, "data-loading ranges"
+
+
+def _stages_from_module(trace: Trace, opts: DiffOptions) -> dict[str, float]:
+    from traceanalyzer.analyses.stages import analyse_stages
+    from traceanalyzer.options import StageOptions
+
+    return dict(analyse_stages(trace, StageOptions(data_loading_pattern=opts.data_loading_pattern)).average)
+
+
+def _copies(trace: Trace, wins: pl.DataFrame, n: int) -> tuple[dict[str, float], str]:
+    """Copies per step: from the `copies` analysis when installed, else a count of memcpys."""
+    if importlib.util.find_spec("traceanalyzer.analyses.copies") is not None:
+        try:
+            from traceanalyzer.analyses.copies import analyse_copies
+
+            per = analyse_copies(trace).per_step
+            if trace.steps.height and "step" in per.columns:
+                per = per.filter(pl.col("step").is_not_null())
+            out = {"copies_per_step": float(per["copies"].sum()) / n if per.height else 0.0,
+                   "copy_mb_per_step": float(per["bytes"].fill_null(0).sum()) / 2**20 / n if per.height else 0.0}
+            for col in ("exposed_us", "blocked_us"):
+                if col in per.columns:
+                    out[f"copy_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
+            return out, "copies"
+        except Exception:  # noqa: BLE001 - fall back while the copies analysis changes
+            pass
+    copies = _starting_in(trace.gpu.filter(pl.col("kind").is_in(["memcpy", "memset"])).select("ts_ns", "end_ns", "bytes"), wins)
+    return {"copies_per_step": copies.height / n,
+            "copy_mb_per_step": (copies["bytes"].fill_null(0).sum() / 2**20 / n) if copies.height else 0.0}, "gpu memcpy/memset count"
+
+
+def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
+    opts = options or DiffOptions()
+    wins = _windows(trace)
+    n = max(wins.height, 1)
+    times = tuple(((wins["end_ns"] - wins["start_ns"]) / 1000.0).to_list())
+    gaps = analyse_gaps(trace, GapOptions(data_loading_pattern=opts.data_loading_pattern))
+    metrics: dict[str, float | None] = {}
+    if gaps.has_gpu_work:
+        d = gaps.devices
+        metrics["gpu_busy_pct"] = 100.0 * d["busy_us"].sum() / d["window_us"].sum() if d["window_us"].sum() else None
+        idle = {r["cause"]: r["idle_us"] for r in gaps.idle_by_cause.iter_rows(named=True)}
+        metrics["idle_us_per_step"] = d["idle_us"].sum() / n
+        for c in CAUSES:
+            metrics[f"idle_{c}_us_per_step"] = idle.get(c, 0.0) / n
+    else:
+        metrics["gpu_busy_pct"] = None
+    stages, source = _stages(trace, wins, n, opts)
+    for k, v in stages.items():
+        metrics[f"stage_{k}_us_per_step"] = v
+    metrics["_stages_source"] = source  # type: ignore[assignment]
+    copies, _ = _copies(trace, wins, n)
+    metrics.update(copies)
+    syncs = _starting_in(trace.runtime.filter(pl.col("name").str.contains(SYNC_API_PATTERN)).select("ts_ns", "end_ns"), wins)
+    metrics["syncs_per_step"] = syncs.height / n
+    kernels = _kernel_table(trace, wins, n)
+    metrics["kernels_per_step"] = kernels["count_per_step"].sum() if kernels.height else 0.0
+    metrics["kernel_us_per_step"] = kernels["us_per_step"].sum() if kernels.height else 0.0
+    findings = tuple(
+        f"GPU idle from {c} ({metrics[f'idle_{c}_us_per_step'] / 1000:,.1f} ms per step)"
+        for c in CAUSES
+        if gaps.has_gpu_work and times and metrics[f"idle_{c}_us_per_step"] >= opts.finding_share * (sum(times) / len(times))
+    )
+    return TraceProfile(
+        path=trace.path,
+        step_count=trace.steps.height,
+        steps_kind="steps" if trace.steps.height else "span",
+        step_times_us=times,
+        metrics=metrics,
+        ops=_op_table(trace, wins, n),
+        kernels=kernels,
+        findings=findings,
+    )
+
+
+def spread_us(times: tuple[float, ...]) -> float:
+    """Median absolute deviation of step times × 1.4826 (0 with fewer than two steps)."""
+    if len(times) < 2:
+        return 0.0
+    s = pl.Series(times)
+    return float((s - s.median()).abs().median() * MAD_TO_SD)
+
+
+def _matched(before: pl.DataFrame, after: pl.DataFrame, value: str) -> pl.DataFrame:
+    j = before.join(after, on="name", how="full", coalesce=True, suffix="_after").rename(
+        {value: f"{value}_before", "count_per_step": "count_per_step_before"}
+    )
+    return j.with_columns(
+        pl.col(f"{value}_before").fill_null(0.0), pl.col(f"{value}_after").fill_null(0.0),
+        pl.col("count_per_step_before").fill_null(0.0), pl.col("count_per_step_after").fill_null(0.0),
+    ).with_columns(
+        delta_us=pl.col(f"{value}_after") - pl.col(f"{value}_before"),
+    ).sort(pl.col("delta_us").abs(), descending=True)
+
+
+def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | None = None) -> DiffResult:
+    opts = options or DiffOptions()
+    med_b = float(pl.Series(before.step_times_us).median()) if before.step_times_us else None
+    med_a = float(pl.Series(after.step_times_us).median()) if after.step_times_us else None
+    noise = max(spread_us(before.step_times_us), spread_us(after.step_times_us))
+    if not med_b or med_a is None:
+        change, verdict = None, "not comparable"
+    else:
+        change = (med_a - med_b) / med_b * 100.0
+        threshold = max(noise, med_b * opts.min_change_pct / 100.0)
+        verdict = "within noise" if abs(med_a - med_b) <= threshold else ("slower" if med_a > med_b else "faster")
+
+    rows: list[tuple[str, float | None, float | None]] = [
+        ("step_count", float(len(before.step_times_us)), float(len(after.step_times_us))),
+        ("step_median_us", med_b, med_a),
+        ("step_spread_us", spread_us(before.step_times_us), spread_us(after.step_times_us)),
+    ]
+    keys = [k for k in dict.fromkeys([*before.metrics, *after.metrics]) if not k.startswith("_")]
+    rows += [(k, before.metrics.get(k), after.metrics.get(k)) for k in keys]
+    summary = pl.DataFrame(rows, schema={"metric": pl.String, "before": pl.Float64, "after": pl.Float64}, orient="row").with_columns(
+        delta=pl.col("after") - pl.col("before"),
+        change_pct=pl.when(pl.col("before") != 0).then((pl.col("after") - pl.col("before")) / pl.col("before").abs() * 100.0),
+    )
+    kernels = _matched(before.kernels, after.kernels, "us_per_step")
+    ops = _matched(before.ops, after.ops, "self_us_per_step")
+    appeared = kernels.filter(pl.col("count_per_step_before") == 0).sort("us_per_step_after", descending=True)
+    vanished = kernels.filter(pl.col("count_per_step_after") == 0).sort("us_per_step_before", descending=True)
+    source = str(after.metrics.get("_stages_source") or before.metrics.get("_stages_source") or "")
+    return DiffResult(
+        before=before, after=after, options=opts,
+        median_before_us=med_b, median_after_us=med_a, change_pct=change, noise_us=noise, verdict=verdict,
+        summary=summary, ops=ops, kernels=kernels,
+        kernels_appeared=appeared.select("name", count_per_step="count_per_step_after", us_per_step="us_per_step_after"),
+        kernels_vanished=vanished.select("name", count_per_step="count_per_step_before", us_per_step="us_per_step_before"),
+        findings_appeared=tuple(f for f in after.findings if _kind(f) not in {_kind(g) for g in before.findings}),
+        findings_resolved=tuple(f for f in before.findings if _kind(f) not in {_kind(g) for g in after.findings}),
+        stages_source=source,
+    )
+
+
+def _kind(finding: str) -> str:
+    """A finding without its numbers: what makes two findings the same."""
+    return finding.split(" (")[0]
+
+
+def analyse_diff(before: Trace, after: Trace, options: DiffOptions | None = None) -> DiffResult:
+    opts = options or DiffOptions()
+    return compare(profile(before, opts), profile(after, opts), opts)

@@ -1,0 +1,392 @@
+"""Device memory from the allocator's `[memory]` events (traces captured with profile_memory).
+
+Each event is one allocation (`bytes` > 0) or free (`bytes` < 0) on a device (`device_type`
+0 = CPU, 1 = CUDA; `device_id`), with the allocator's totals after it (`total_allocated`,
+`total_reserved`). The peak of a device is the event with the largest `total_allocated`.
+
+An allocation is paired with its free by address: the next event on the same (device, addr).
+It is alive at the peak when it came at or before the peak event and its free (if any) after.
+An allocation belongs to the innermost op containing it in time on the allocating thread; the
+op a user would name (`op`, e.g. `aten::conv2d` rather than its inner `aten::empty`) and the
+record_function range around it come from `attribution.op_context`.
+
+2021 traces carry neither addresses nor totals: allocated memory is then the running sum of
+`bytes` from the trace start (memory allocated before the trace is unknown) and allocations
+cannot be paired with frees, so live allocations and never-freed ones are not reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.attribution import NAMESPACED_OP, op_context
+from traceanalyzer.links import innermost_containing
+from traceanalyzer.options import MemoryOptions
+from traceanalyzer.trace import Trace
+
+MB = 1024 * 1024
+_MAX_DEPTH = 256
+NO_MEMORY_NOTE = (
+    "no [memory] events in this trace: capture it with torch.profiler.profile(profile_memory=True) "
+    "to see allocations, the peak and who made it"
+)
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    trace_path: str
+    options: MemoryOptions
+    has_memory: bool
+    has_totals: bool  # False for 2021 traces: allocated is relative to the trace start
+    devices: pl.DataFrame  # one row per device, see _device_summary
+    live_at_peak: pl.DataFrame  # allocations alive at each device's peak, largest first
+    live_by_op: pl.DataFrame  # the same grouped by op
+    top_ops: pl.DataFrame  # allocating ops: count, self/total bytes, freed bytes
+    never_freed: pl.DataFrame  # allocations with no free inside the trace, largest first
+    steps: pl.DataFrame  # allocated/reserved at each step boundary, per device
+    timeline: pl.DataFrame  # device, t_us, allocated_bytes, reserved_bytes (max per bucket)
+    findings: tuple[str, ...] = ()
+    note: str | None = None
+
+
+def device_label(device_type: pl.Expr, device_id: pl.Expr) -> pl.Expr:
+    return (
+        pl.when(device_type == 1).then(pl.lit("cuda:") + device_id.cast(pl.String))
+        .when(device_type == 0).then(pl.lit("cpu"))
+        .otherwise(pl.lit("type") + device_type.cast(pl.String) + pl.lit(":") + device_id.cast(pl.String))
+    )
+
+
+def _events(trace: Trace) -> pl.DataFrame:
+    """Memory events in allocator order, with a per-device position and the allocated total."""
+    m = (
+        trace.memory.filter(pl.col("bytes").is_not_null())
+        .with_row_index("event_id")
+        .with_columns(pl.col("event_id").cast(pl.Int64), pl.col("device_type").fill_null(-1), pl.col("device_id").fill_null(-1))
+        .sort("ts_ns", "event_id")
+        .with_columns(device=device_label(pl.col("device_type"), pl.col("device_id")))
+        .with_columns(pos=pl.int_range(pl.len()).over("device"))
+    )
+    # Without totals (2021 schema) allocated memory is the running sum since the trace start.
+    return m.with_columns(
+        allocated=pl.coalesce(pl.col("total_allocated"), pl.col("bytes").cum_sum().over("device", order_by="pos")),
+    )
+
+
+def _attribute(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
+    """Add `alloc_op_id` (innermost op around the event on its thread) and, per op id, the op a
+    user would name (`op`, `op_id` of it for input shapes), the range and the Python line."""
+    ev = innermost_containing(ev, trace.ops, "op_id", "alloc_op_id", point_end="ts_ns")
+    ids = ev["alloc_op_id"]
+    ctx = op_context(trace, ids).rename({"op_id": "alloc_op_id"})
+    named = _named_op_id(trace, ids)
+    shapes = trace.ops.select(
+        pl.col("op_id").alias("named_op_id"),
+        input_dims=pl.col("input_dims").str.replace_all(r"\s+", ""),
+    )
+    inner = trace.ops.select(pl.col("op_id").alias("alloc_op_id"), pl.col("name").alias("inner_op"))
+    return (
+        ev.join(ctx, on="alloc_op_id", how="left")
+        .join(named, on="alloc_op_id", how="left")
+        .join(shapes, on="named_op_id", how="left")
+        .join(inner, on="alloc_op_id", how="left")
+    )
+
+
+def _named_op_id(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
+    """For each op id, the id of the op `op_context` names: the outermost namespaced op of its
+    chain, else the op itself."""
+    ids = pl.DataFrame({"alloc_op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique()
+    ops = trace.ops.select("op_id", "parent_id", ns=pl.col("name").str.contains(NAMESPACED_OP))
+    if ids.is_empty() or ops.is_empty():
+        return pl.DataFrame(schema={"alloc_op_id": pl.Int64, "named_op_id": pl.Int64})
+    cur = ids.join(ops.rename({"op_id": "alloc_op_id"}), on="alloc_op_id", how="left").select(
+        "alloc_op_id",
+        named_op_id=pl.when(pl.col("ns")).then(pl.col("alloc_op_id")),
+        _up=pl.col("parent_id"),
+    )
+    up = ops.select(pl.col("op_id").alias("_up"), pl.col("parent_id").alias("_pp"), pl.col("ns").alias("_pns"))
+    for _ in range(_MAX_DEPTH):
+        if cur.filter(pl.col("_up").is_not_null()).is_empty():
+            break
+        cur = cur.join(up, on="_up", how="left").with_columns(
+            named_op_id=pl.when(pl.col("_pns").fill_null(False)).then(pl.col("_up")).otherwise(pl.col("named_op_id")),
+            _up=pl.col("_pp"),
+        ).drop("_pp", "_pns")
+    return cur.select("alloc_op_id", named_op_id=pl.coalesce("named_op_id", "alloc_op_id"))
+
+
+def _pair(ev: pl.DataFrame) -> pl.DataFrame:
+    """Allocations with their free: the next event on the same (device, addr) when it frees."""
+    nxt = ev.sort("device", "addr", "pos").with_columns(
+        _nb=pl.col("bytes").shift(-1).over("device", "addr"),
+        _npos=pl.col("pos").shift(-1).over("device", "addr"),
+        _nts=pl.col("ts_ns").shift(-1).over("device", "addr"),
+    )
+    return nxt.filter(pl.col("bytes") > 0).with_columns(
+        free_pos=pl.when(pl.col("_nb") < 0).then(pl.col("_npos")),
+        free_ts_ns=pl.when(pl.col("_nb") < 0).then(pl.col("_nts")),
+    ).drop("_nb", "_npos", "_nts")
+
+
+def _ancestor_names(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
+    """op_id -> every distinct name on its chain (itself included): for inclusive totals."""
+    ids = pl.DataFrame({"op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique()
+    ops = trace.ops.select("op_id", "name", "parent_id")
+    cur = ids.join(ops, on="op_id", how="left").select("op_id", _at=pl.col("op_id"), name="name", _up=pl.col("parent_id"))
+    out = [cur.select("op_id", "name")]
+    up = ops.select(pl.col("op_id").alias("_up"), pl.col("name").alias("_pname"), pl.col("parent_id").alias("_pp"))
+    for _ in range(_MAX_DEPTH):
+        cur = cur.filter(pl.col("_up").is_not_null())
+        if cur.is_empty():
+            break
+        cur = cur.join(up, on="_up", how="left").select("op_id", name=pl.col("_pname"), _up=pl.col("_pp"))
+        out.append(cur.select("op_id", "name"))
+    return pl.concat(out).drop_nulls().unique()
+
+
+def _top_ops(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
+    """Per op name: allocations made directly in it (self) and in it or its children (total),
+    and the bytes freed directly in it."""
+    allocs = ev.filter(pl.col("bytes") > 0)
+    frees = ev.filter(pl.col("bytes") < 0)
+    self_alloc = allocs.group_by("device", "inner_op").agg(
+        self_allocs=pl.len(), self_alloc_bytes=pl.col("bytes").sum()
+    ).rename({"inner_op": "name"})
+    self_free = frees.group_by("device", "inner_op").agg(
+        self_frees=pl.len(), self_freed_bytes=-pl.col("bytes").sum()
+    ).rename({"inner_op": "name"})
+    chain = _ancestor_names(trace, pl.concat([allocs["alloc_op_id"], frees["alloc_op_id"]]))
+    total = (
+        ev.filter(pl.col("alloc_op_id").is_not_null())
+        .select("device", "bytes", op_id="alloc_op_id")
+        .join(chain, on="op_id", how="inner")
+        .group_by("device", "name")
+        .agg(
+            total_allocs=(pl.col("bytes") > 0).sum(),
+            total_alloc_bytes=pl.col("bytes").clip(lower_bound=0).sum(),
+            total_freed_bytes=-pl.col("bytes").clip(upper_bound=0).sum(),
+        )
+    )
+    out = (
+        total.join(self_alloc, on=["device", "name"], how="full", coalesce=True)
+        .join(self_free, on=["device", "name"], how="full", coalesce=True)
+        .filter(pl.col("name").is_not_null() & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
+        .fill_null(0)
+    )
+    return out.select(
+        "device", op="name", allocs=pl.col("total_allocs"),
+        total_alloc_mb=pl.col("total_alloc_bytes") / MB, self_alloc_mb=pl.col("self_alloc_bytes") / MB,
+        total_freed_mb=pl.col("total_freed_bytes") / MB, self_freed_mb=pl.col("self_freed_bytes") / MB,
+    ).filter(pl.col("total_alloc_mb") + pl.col("total_freed_mb") > 0).sort("total_alloc_mb", "self_alloc_mb", descending=True)
+
+
+def _step_boundaries(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
+    """Allocated and reserved memory at each step's start and end: the totals after the last
+    event before that instant (the first event's state before it, when none came earlier)."""
+    if trace.steps.is_empty() or ev.is_empty():
+        return pl.DataFrame(schema={"device": pl.String, "step": pl.Int64})
+    state = ev.select(
+        "device", "ts_ns", "pos",
+        _alloc=pl.col("allocated"),
+        _res=pl.col("total_reserved"),
+        _before=pl.col("allocated") - pl.col("bytes"),
+    ).sort("ts_ns", "pos")
+    first = state.group_by("device").agg(pl.all().sort_by("pos").first()).select("device", "_before")
+    st = trace.steps.select("step", "start_ns", "end_ns")
+    devs = ev.select("device").unique()
+    q = devs.join(st, how="cross")
+
+    def at(col: str, out: str) -> pl.DataFrame:
+        j = q.sort(col).join_asof(state, left_on=col, right_on="ts_ns", by="device", strategy="backward", check_sortedness=False)
+        j = j.join(first, on="device", how="left", suffix="_first")
+        return j.select("device", "step", pl.coalesce("_alloc", "_before_first").alias(f"{out}_alloc"), pl.col("_res").alias(f"{out}_res"))
+
+    s = at("start_ns", "start").join(at("end_ns", "end"), on=["device", "step"])
+    in_step = (
+        ev.join_where(st, pl.col("ts_ns") >= pl.col("start_ns"), pl.col("ts_ns") < pl.col("end_ns"))
+        .group_by("device", "step")
+        .agg(peak_alloc=pl.col("allocated").max(), allocs=(pl.col("bytes") > 0).sum(), alloc_bytes=pl.col("bytes").clip(lower_bound=0).sum())
+    )
+    return (
+        s.join(in_step, on=["device", "step"], how="left")
+        .sort("device", "step")
+        .select(
+            "device", "step",
+            allocated_at_start_mb=pl.col("start_alloc") / MB,
+            allocated_at_end_mb=pl.col("end_alloc") / MB,
+            growth_mb=(pl.col("end_alloc") - pl.col("start_alloc")) / MB,
+            peak_in_step_mb=pl.col("peak_alloc") / MB,
+            reserved_at_end_mb=pl.col("end_res") / MB,
+            allocs=pl.col("allocs").fill_null(0),
+            alloc_mb=pl.col("alloc_bytes").fill_null(0) / MB,
+        )
+    )
+
+
+def _timeline(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
+    if ev.is_empty():
+        return pl.DataFrame(schema={"device": pl.String, "t_us": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64})
+    lo, hi = ev["ts_ns"].min(), ev["ts_ns"].max()
+    width = max((hi - lo) // max(points, 1) + 1, 1)
+    return (
+        ev.with_columns(_b=(pl.col("ts_ns") - lo) // width)
+        .group_by("device", "_b")
+        .agg(allocated_mb=pl.col("allocated").max() / MB, reserved_mb=pl.col("total_reserved").max() / MB)
+        .sort("device", "_b")
+        .select("device", t_us=((pl.col("_b") * width + lo - trace.meta.origin_ns) / 1000.0), allocated_mb="allocated_mb", reserved_mb="reserved_mb")
+    )
+
+
+def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> MemoryResult:
+    opts = options or MemoryOptions()
+    ev = _events(trace)
+    if ev.is_empty():
+        empty = pl.DataFrame()
+        return MemoryResult(trace.path, opts, False, False, empty, empty, empty, empty, empty, empty, empty, note=NO_MEMORY_NOTE)
+    has_totals = ev["total_allocated"].null_count() < ev.height
+    has_addr = ev["addr"].null_count() < ev.height
+    ev = _attribute(trace, ev)
+    origin = trace.meta.origin_ns
+
+    # The peak of each device: its first event with the largest allocated total.
+    peak = (
+        ev.sort("pos")
+        .group_by("device")
+        .agg(pl.all().sort_by("allocated", "pos", descending=[True, False]).first())
+        .select(
+            "device", "device_type", "device_id",
+            peak_pos=pl.col("pos"), peak_ts_ns=pl.col("ts_ns"), peak_bytes=pl.col("allocated"),
+            reserved_at_peak=pl.col("total_reserved"),
+        )
+    )
+    per_dev = ev.group_by("device").agg(
+        events=pl.len(), allocs=(pl.col("bytes") > 0).sum(), frees=(pl.col("bytes") < 0).sum(),
+        alloc_bytes=pl.col("bytes").clip(lower_bound=0).sum(), freed_bytes=-pl.col("bytes").clip(upper_bound=0).sum(),
+        max_reserved=pl.col("total_reserved").max(),
+        first_ts=pl.col("ts_ns").min(),
+        start_alloc=pl.col("allocated").sort_by("pos").first() - pl.col("bytes").sort_by("pos").first(),
+        end_alloc=pl.col("allocated").sort_by("pos").last(),
+    )
+    capacity = pl.DataFrame(
+        {"device_id": [d.id for d in trace.meta.devices], "capacity": [d.total_memory_bytes for d in trace.meta.devices]},
+        schema={"device_id": pl.Int64, "capacity": pl.Int64},
+    )
+    step_of_peak = pl.lit(None, pl.Int64)
+    steps_df = trace.steps.select("step", "start_ns", "end_ns")
+
+    if has_addr:
+        pairs = _pair(ev)
+        live = pairs.join(peak.select("device", "peak_pos"), on="device").filter(
+            (pl.col("pos") <= pl.col("peak_pos")) & (pl.col("free_pos").is_null() | (pl.col("free_pos") > pl.col("peak_pos")))
+        )
+        never = pairs.filter(pl.col("free_pos").is_null())
+    else:
+        live = never = ev.clear().with_columns(free_ts_ns=pl.lit(None, pl.Int64))
+    live_sum = live.group_by("device").agg(live_in_trace_bytes=pl.col("bytes").sum(), live_allocs=pl.len())
+    never_sum = never.group_by("device").agg(never_freed_bytes=pl.col("bytes").sum(), never_freed=pl.len())
+
+    devices = (
+        peak.join(per_dev, on="device")
+        .join(live_sum, on="device", how="left")
+        .join(never_sum, on="device", how="left")
+        .with_columns(_cap_id=pl.when(pl.col("device_type") == 1).then(pl.col("device_id")))
+        .join(capacity.rename({"device_id": "_cap_id"}), on="_cap_id", how="left")
+    )
+    if steps_df.height:
+        devices = devices.sort("peak_ts_ns").join_asof(
+            steps_df.sort("start_ns").rename({"end_ns": "_step_end"}), left_on="peak_ts_ns", right_on="start_ns", strategy="backward", check_sortedness=False
+        ).with_columns(step=pl.when(pl.col("peak_ts_ns") < pl.col("_step_end")).then(pl.col("step")))
+    else:
+        devices = devices.with_columns(step=step_of_peak)
+    devices = devices.sort("device_type", "device_id", descending=[True, False]).select(
+        "device",
+        peak_allocated_mb=pl.col("peak_bytes") / MB,
+        peak_at_us=(pl.col("peak_ts_ns") - origin) / 1000.0,
+        peak_step=pl.col("step"),
+        reserved_at_peak_mb=pl.col("reserved_at_peak") / MB,
+        # CPU allocations have no caching allocator: no reserved memory, no cache.
+        cache_at_peak_mb=pl.when(pl.col("device_type") != 0).then((pl.col("reserved_at_peak") - pl.col("peak_bytes")) / MB),
+        max_reserved_mb=pl.col("max_reserved") / MB,
+        capacity_mb=pl.col("capacity") / MB,
+        share_of_capacity=pl.col("peak_bytes") / pl.col("capacity"),
+        reserved_share_of_capacity=pl.col("max_reserved") / pl.col("capacity"),
+        live_in_trace_mb=pl.col("live_in_trace_bytes") / MB,
+        before_trace_mb=(pl.col("peak_bytes") - pl.col("live_in_trace_bytes")) / MB,
+        allocated_at_start_mb=pl.col("start_alloc") / MB,
+        allocated_at_end_mb=pl.col("end_alloc") / MB,
+        allocs="allocs",
+        frees="frees",
+        alloc_mb=pl.col("alloc_bytes") / MB,
+        freed_mb=pl.col("freed_bytes") / MB,
+        never_freed=pl.col("never_freed").fill_null(0) if has_addr else pl.col("never_freed"),
+        never_freed_mb=(pl.col("never_freed_bytes").fill_null(0) if has_addr else pl.col("never_freed_bytes")) / MB,
+    )
+
+    def listing(df: pl.DataFrame) -> pl.DataFrame:
+        return df.sort("bytes", "pos", descending=[True, False]).select(
+            "device",
+            mb=pl.col("bytes") / MB,
+            bytes="bytes",
+            at_us=(pl.col("ts_ns") - origin) / 1000.0,
+            freed_at_us=(pl.col("free_ts_ns") - origin) / 1000.0,
+            op="op",
+            inner_op="inner_op",
+            input_dims="input_dims",
+            range="range",
+            python_frame="python_frame",
+            tid="tid",
+        )
+
+    live_list = listing(live)
+    live_by_op = (
+        live.group_by("device", "op", "range").agg(allocs=pl.len(), mb=pl.col("bytes").sum() / MB)
+        .join(live_sum, on="device")
+        .with_columns(share_of_live=pl.col("mb") * MB / pl.col("live_in_trace_bytes"))
+        .drop("live_in_trace_bytes", "live_allocs")
+        .sort("mb", descending=True)
+    )
+    result = MemoryResult(
+        trace.path, opts, True, has_totals,
+        devices=devices,
+        live_at_peak=live_list,
+        live_by_op=live_by_op,
+        top_ops=_top_ops(trace, ev),
+        never_freed=listing(never),
+        steps=_step_boundaries(trace, ev),
+        timeline=_timeline(trace, ev, opts.timeline_points),
+        note=None if has_totals else "this trace (2021 schema) has no allocator totals or addresses: allocated memory is counted from the trace start and allocations are not paired with frees",
+    )
+    return _with_findings(result, has_addr)
+
+
+def _with_findings(r: MemoryResult, has_addr: bool) -> MemoryResult:
+    o = r.options
+    found: list[str] = []
+    for d in r.devices.iter_rows(named=True):
+        share = d["reserved_share_of_capacity"] if d["reserved_share_of_capacity"] is not None else d["share_of_capacity"]
+        if share is not None and share >= o.near_capacity_share:
+            found.append(
+                f"{d['device']}: memory near the device's capacity: {d['max_reserved_mb'] or d['peak_allocated_mb']:,.0f} MB reserved "
+                f"of {d['capacity_mb']:,.0f} MB ({share:.0%}); an out-of-memory error is close"
+            )
+    if r.steps.height:
+        per = r.steps.group_by("device").agg(
+            n=pl.len(), rising=(pl.col("growth_mb") > 0).all(), growth=pl.col("growth_mb").sum(), mean=pl.col("growth_mb").mean()
+        )
+        for g in per.filter((pl.col("n") >= o.min_growth_steps) & (pl.col("growth") >= o.min_finding_mb) & pl.col("rising") & (pl.col("mean") >= o.growth_mb_per_step)).iter_rows(named=True):
+            found.append(
+                f"{g['device']}: allocated memory rose in every one of {g['n']} steps ({g['mean']:,.1f} MB per step, "
+                f"{g['growth']:,.1f} MB in all): a leak suspect (tensors kept across steps, e.g. a loss summed without .item())"
+            )
+    if has_addr and r.live_by_op.height:
+        top = r.live_by_op.sort("mb", descending=True).unique("device", keep="first")
+        big = (pl.col("share_of_live") >= o.dominant_op_share) & (pl.col("mb") >= o.min_finding_mb)
+        for t in top.filter(big).iter_rows(named=True):
+            found.append(
+                f"{t['device']}: {t['op'] or '(outside any op)'}{' in ' + t['range'] if t['range'] else ''} holds {t['share_of_live']:.0%} "
+                f"of the memory allocated in the trace and alive at the peak ({t['mb']:,.1f} MB)"
+            )
+    return MemoryResult(**{**r.__dict__, "findings": tuple(found)})

@@ -1,0 +1,107 @@
+"""What `prof.key_averages()` shows, from the trace alone: per op name, calls, self and total
+CPU time, self and total GPU time.
+
+- total CPU: the sum of the op's durations (like key_averages, a recursive op counts at every
+  level);
+- self CPU: duration minus the durations of its direct child ops (runtime calls stay in self);
+- self GPU: GPU work (kernels, memcpys, memsets) launched by runtime or driver calls whose
+  innermost enclosing op is this one; under CUDA graphs every kernel a `cudaGraphLaunch`
+  replays counts for the op around that launch;
+- total GPU: self GPU of the op and of every op nested inside it.
+
+Ops are CPU ops and record_function ranges (ProfilerStep included), all threads.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.errors import UsageError
+from traceanalyzer.options import OpsOptions
+from traceanalyzer.trace import Trace
+
+GROUPINGS = ("name", "shapes", "module")
+OP_COLUMNS = ["calls", "self_cpu_us", "total_cpu_us", "self_gpu_us", "total_gpu_us", "self_gpu_activities", "total_gpu_activities"]
+_MAX_DEPTH = 512
+
+
+def _per_op(trace: Trace) -> pl.DataFrame:
+    """One row per op: op_id, name, input_dims, dur_ns, self_cpu_ns, self_gpu_ns, self_gpu_n,
+    total_gpu_ns, total_gpu_n."""
+    ops = trace.ops.select("op_id", "name", "input_dims", "dur_ns", "parent_id")
+    children = ops.filter(pl.col("parent_id").is_not_null()).group_by("parent_id").agg(child_ns=pl.col("dur_ns").sum())
+    gpu = (
+        trace.gpu.filter(pl.col("op_id").is_not_null())
+        .group_by("op_id")
+        .agg(self_gpu_ns=pl.col("dur_ns").sum(), self_gpu_n=pl.len().cast(pl.Int64))
+    )
+    ops = (
+        ops.join(children, left_on="op_id", right_on="parent_id", how="left")
+        .join(gpu, on="op_id", how="left")
+        .with_columns(
+            self_cpu_ns=(pl.col("dur_ns") - pl.col("child_ns").fill_null(0)).clip(0),
+            self_gpu_ns=pl.col("self_gpu_ns").fill_null(0),
+            self_gpu_n=pl.col("self_gpu_n").fill_null(0),
+        )
+    )
+    # Total GPU: push each launching op's self GPU up through all its ancestors.
+    parent_of = ops.select(pl.col("op_id").alias("_at"), pl.col("parent_id").alias("_up"))
+    cur = ops.filter(pl.col("self_gpu_n") > 0).select(pl.col("op_id").alias("_at"), "self_gpu_ns", "self_gpu_n")
+    pieces = []
+    for _ in range(_MAX_DEPTH):
+        if cur.is_empty():
+            break
+        pieces.append(cur)
+        cur = cur.join(parent_of, on="_at", how="inner").filter(pl.col("_up").is_not_null()).select(pl.col("_up").alias("_at"), "self_gpu_ns", "self_gpu_n")
+    if pieces:
+        totals = pl.concat(pieces).group_by("_at").agg(total_gpu_ns=pl.col("self_gpu_ns").sum(), total_gpu_n=pl.col("self_gpu_n").sum())
+    else:
+        totals = pl.DataFrame(schema={"_at": pl.Int64, "total_gpu_ns": pl.Int64, "total_gpu_n": pl.Int64})
+    return ops.join(totals, left_on="op_id", right_on="_at", how="left").with_columns(
+        pl.col("total_gpu_ns").fill_null(0), pl.col("total_gpu_n").fill_null(0)
+    )
+
+
+def _module_of(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
+    """op_id -> the innermost `nn.Module:` range around (or at) the op."""
+    ctx = op_context(trace, op_ids)
+    return ctx.select(
+        "op_id",
+        module=pl.col("op_chain").fill_null("").str.split(" > ")
+        .list.eval(pl.element().filter(pl.element().str.starts_with("nn.Module:")))
+        .list.last()
+        .fill_null("(no module)"),
+    )
+
+
+def analyse_ops(trace: Trace, options: OpsOptions | None = None) -> pl.DataFrame:
+    """Per group (name; name + input_dims; module + name): OP_COLUMNS, sorted by total GPU then
+    total CPU time, descending."""
+    opts = options or OpsOptions()
+    if opts.group_by not in GROUPINGS:
+        raise UsageError(None, f"unknown grouping {opts.group_by!r}: use one of {', '.join(GROUPINGS)}")
+    per = _per_op(trace)
+    keys = ["name"]
+    if opts.group_by == "shapes":
+        keys = ["name", "input_dims"]
+    elif opts.group_by == "module":
+        per = per.join(_module_of(trace, per["op_id"]), on="op_id", how="left")
+        keys = ["module", "name"]
+    out = per.group_by(keys).agg(
+        calls=pl.len().cast(pl.Int64),
+        self_cpu_us=pl.col("self_cpu_ns").sum() / 1000.0,
+        total_cpu_us=pl.col("dur_ns").sum() / 1000.0,
+        self_gpu_us=pl.col("self_gpu_ns").sum() / 1000.0,
+        total_gpu_us=pl.col("total_gpu_ns").sum() / 1000.0,
+        self_gpu_activities=pl.col("self_gpu_n").sum().cast(pl.Int64),
+        total_gpu_activities=pl.col("total_gpu_n").sum().cast(pl.Int64),
+    )
+    return out.sort(["total_gpu_us", "total_cpu_us", *keys], descending=[True, True] + [False] * len(keys)).select(*keys, *OP_COLUMNS)
+
+
+def sort_table(df: pl.DataFrame, column: str) -> pl.DataFrame:
+    """Sort descending by a numeric column (or ascending by a text one)."""
+    if column not in df.columns:
+        raise UsageError(None, f"cannot sort by {column!r}: columns are {', '.join(df.columns)}")
+    return df.sort(column, descending=df.schema[column].is_numeric(), nulls_last=True, maintain_order=True)

@@ -1,0 +1,239 @@
+"""Where each step's time went: every moment of a step given to exactly one stage, by priority.
+
+The "pipeline" view (default), in priority order:
+
+- `data_loading`: CPU inside a data-loading range (DataLoader `__next__`...), or GPU work
+  launched from one;
+- `h2d`: a host-to-device copy running on the GPU;
+- `forward`, `backward`, `optimizer`: GPU work launched by an op of that phase (the phase
+  comes from the op's chain: `autograd::engine::evaluate_function` / `*Backward*` ranges are
+  backward, `Optimizer.step#…` / `Optimizer.zero_grad#…` optimizer, the rest forward);
+- `d2h`: a device-to-host copy running on the GPU;
+- `sync_wait`: a CPU thread blocked in a synchronising call (cudaStreamSynchronize, a
+  pageable-memory copy, …) while the GPU ran none of the above;
+- then the CPU side of the phases, while the GPU ran nothing: `forward` (namespaced ops such as
+  `aten::*` and `nn.Module` ranges outside backward and optimizer), `backward`, `optimizer`;
+- `other_cpu`: any other traced CPU op, range or runtime call (ProfilerStep ranges excluded);
+- `gpu_idle`: the rest: the GPU idle and nothing traced on the CPU.
+
+A mapping file (`--stages FILE`, TOML, `[stages]` table of stage = regular expression, in
+priority order) replaces the phases: a stage takes GPU work launched by ops whose chain matches
+and, after `sync_wait`, CPU time in such ops; then `other_gpu`, `other_cpu`, `gpu_idle`.
+
+The "tensorboard" view reproduces the TensorBoard profiler plugin's step breakdown: Kernel >
+Memcpy > Memset > Runtime > DataLoader (ops named `enumerate(DataLoader)#…__next__`) > CPU Exec
+(every other CPU op or annotation, ProfilerStep ranges excluded); Other is the rest.
+
+Windows are the GPU-extended profiler steps (`Trace.steps`); without ProfilerStep, one window
+spanning the whole trace (step null). GPU work of all devices shares one timeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.cpu_activity import blocking_calls
+from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.errors import UsageError
+from traceanalyzer.options import TB_DATALOADER_PATTERN, StageOptions
+from traceanalyzer.trace import STEP_NAME, Trace
+
+PIPELINE_STAGES = ("data_loading", "h2d", "forward", "backward", "optimizer", "d2h", "sync_wait", "other_cpu", "gpu_idle")
+TENSORBOARD_STAGES = ("Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other")
+RESERVED = {"sync_wait", "other_gpu", "other_cpu", "gpu_idle"}
+MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
+_IV = {"start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+@dataclass(frozen=True)
+class StagesResult:
+    view: str  # pipeline | tensorboard | mapping
+    stages: tuple[str, ...]  # in priority order; the last one is the remainder
+    times: pl.DataFrame  # step, stage, time_us (long form, every step × stage)
+    table: pl.DataFrame  # step, duration_us, then one column per stage (µs)
+    average: dict[str, float]  # stage -> mean µs per step
+    average_step_us: float
+    window_kind: str  # steps | trace
+
+
+def read_mapping(path: str) -> list[tuple[str, str]]:
+    """Stage rules from a TOML file: `[stages]` with `name = "regex"`, in priority order."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(path, f"cannot read the stage mapping: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(path, f"not valid TOML: {exc}") from exc
+    table = data.get("stages")
+    if not isinstance(table, dict) or not table:
+        raise UsageError(path, 'expected a [stages] table of stage = "regular expression"')
+    rules = []
+    for name, pattern in table.items():
+        if not isinstance(pattern, str):
+            raise UsageError(path, f"stage {name!r}: the pattern must be a string")
+        if name in RESERVED:
+            raise UsageError(path, f"stage name {name!r} is reserved")
+        try:
+            pl.select(pl.lit("").str.contains(pattern))
+        except Exception as exc:  # polars raises ComputeError for a bad regex
+            raise UsageError(path, f"stage {name!r}: bad regular expression {pattern!r}: {exc}") from exc
+        rules.append((str(name), pattern))
+    return rules
+
+
+def _windows(trace: Trace) -> tuple[pl.DataFrame, str]:
+    if trace.steps.height:
+        return trace.steps.select("step", "start_ns", "end_ns").sort("start_ns"), "steps"
+    return pl.DataFrame({"step": [None], "start_ns": [trace.meta.origin_ns], "end_ns": [trace.meta.end_ns]}, schema={"step": pl.Int64, **_IV}), "trace"
+
+
+def _iv(df: pl.DataFrame) -> pl.DataFrame:
+    return df.select(start_ns=pl.col("ts_ns"), end_ns=pl.col("end_ns")).filter(pl.col("end_ns") > pl.col("start_ns")).cast(_IV)
+
+
+def _covered(union: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
+    """step, ns: time of the disjoint `union` inside each window."""
+    if union.is_empty():
+        return wins.select("step", ns=pl.lit(0, pl.Int64))
+    w = wins.rename({"start_ns": "w_s", "end_ns": "w_e"})
+    j = union.join_where(w, pl.col("start_ns") < pl.col("w_e"), pl.col("end_ns") > pl.col("w_s"))
+    per = j.group_by("step").agg(ns=(pl.min_horizontal("end_ns", "w_e") - pl.max_horizontal("start_ns", "w_s")).sum())
+    return wins.select("step").join(per, on="step", how="left", nulls_equal=True).with_columns(pl.col("ns").fill_null(0))
+
+
+def priority_breakdown(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFrame, remainder: str) -> pl.DataFrame:
+    """Give each moment of each window to the first layer (in list order) covering it; several
+    layers may share a stage name. Returns step, stage, ns (remainder = uncovered time)."""
+    union = pl.DataFrame(schema=_IV)
+    prev = wins.select("step", prev=pl.lit(0, pl.Int64))
+    rows = []
+    for stage, iv in layers:
+        both = pl.concat([union, iv.select(list(_IV)).cast(_IV)]).with_columns(_g=pl.lit(0))
+        union = merge(both, ["_g"], start="start_ns", end="end_ns").drop("_g")
+        cov = _covered(union, wins)
+        step_cov = cov.join(prev, on="step", nulls_equal=True)
+        rows.append(step_cov.select("step", stage=pl.lit(stage), ns=pl.col("ns") - pl.col("prev")))
+        prev = cov.select("step", prev="ns")
+    rest = wins.join(prev, on="step", nulls_equal=True).select("step", stage=pl.lit(remainder), ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("prev"))
+    rows.append(rest)
+    return pl.concat(rows).group_by("step", "stage", maintain_order=True).agg(pl.col("ns").sum())
+
+
+def _chains(trace: Trace) -> pl.DataFrame:
+    """op_id -> op_chain for every op (names from outermost to innermost, ' > ' joined)."""
+    return op_context(trace, trace.ops["op_id"]).select("op_id", pl.col("op_chain").fill_null(""))
+
+
+def _label(rules: list[tuple[str, str]], fallback: pl.Expr) -> pl.Expr:
+    chain = pl.col("op_chain").fill_null("")
+    expr = None
+    for name, pattern in rules:
+        cond = chain.str.contains(pattern)
+        expr = pl.when(cond).then(pl.lit(name)) if expr is None else expr.when(cond).then(pl.lit(name))
+    return fallback if expr is None else expr.otherwise(fallback)
+
+
+def _labelled(trace: Trace, rules: list[tuple[str, str]], cpu_fallback: pl.Expr, gpu_fallback: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(cpu intervals, gpu intervals), each with `label`."""
+    chains = _chains(trace)
+    not_step = ~trace.ops["name"].str.contains(STEP_NAME)
+    ops = trace.ops.filter(not_step).select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
+    rt = trace.runtime.select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
+    cpu = pl.concat([ops, rt]).with_columns(label=_label(rules, cpu_fallback))
+    gpu = trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns").join(chains, on="op_id", how="left").with_columns(
+        label=_label(rules, pl.lit(gpu_fallback))
+    )
+    return cpu, gpu
+
+
+def _pipeline_layers(trace: Trace, opts: StageOptions) -> list[tuple[str, pl.DataFrame]]:
+    rules = [("data_loading", opts.data_loading_pattern), ("backward", opts.backward_pattern), ("optimizer", opts.optimizer_pattern)]
+    cpu_fallback = pl.when(pl.col("op_chain").fill_null("").str.contains(MODEL_CPU)).then(pl.lit("forward")).otherwise(pl.lit("other_cpu"))
+    cpu, gpu = _labelled(trace, rules, cpu_fallback, "forward")
+    h2d = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(r"HtoD|Host -> Device")
+    d2h = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(r"DtoH|Device -> Host")
+    copy_free = gpu.filter(~h2d & ~d2h)
+    blocked = blocking_calls(trace)
+
+    def g(label: str) -> pl.DataFrame:
+        return _iv(copy_free.filter(pl.col("label") == label))
+
+    def c(label: str) -> pl.DataFrame:
+        return _iv(cpu.filter(pl.col("label") == label))
+
+    return [
+        ("data_loading", pl.concat([c("data_loading"), _iv(gpu.filter(pl.col("label") == "data_loading"))])),
+        ("h2d", _iv(gpu.filter(h2d))),
+        ("forward", g("forward")),
+        ("backward", g("backward")),
+        ("optimizer", g("optimizer")),
+        ("d2h", _iv(gpu.filter(d2h))),
+        ("sync_wait", _iv(blocked)),
+        ("forward", c("forward")),
+        ("backward", c("backward")),
+        ("optimizer", c("optimizer")),
+        ("other_cpu", c("other_cpu")),
+    ]
+
+
+def _mapping_layers(trace: Trace, rules: list[tuple[str, str]]) -> list[tuple[str, pl.DataFrame]]:
+    cpu, gpu = _labelled(trace, rules, pl.lit("other_cpu"), "other_gpu")
+    layers = [(name, _iv(gpu.filter(pl.col("label") == name))) for name, _ in rules]
+    layers.append(("sync_wait", _iv(blocking_calls(trace))))
+    layers += [(name, _iv(cpu.filter(pl.col("label") == name))) for name, _ in rules]
+    layers += [("other_gpu", _iv(gpu.filter(pl.col("label") == "other_gpu"))), ("other_cpu", _iv(cpu.filter(pl.col("label") == "other_cpu")))]
+    return layers
+
+
+def _tensorboard_layers(trace: Trace) -> list[tuple[str, pl.DataFrame]]:
+    ops = trace.ops.filter(~pl.col("name").str.contains(STEP_NAME))
+    loader = pl.col("name").str.contains(TB_DATALOADER_PATTERN)
+    return [
+        ("Kernel", _iv(trace.gpu.filter(pl.col("kind") == "kernel"))),
+        ("Memcpy", _iv(trace.gpu.filter(pl.col("kind") == "memcpy"))),
+        ("Memset", _iv(trace.gpu.filter(pl.col("kind") == "memset"))),
+        ("Runtime", _iv(trace.runtime)),
+        ("DataLoader", _iv(ops.filter(loader))),
+        ("CPU Exec", _iv(ops.filter(~loader))),
+    ]
+
+
+def analyse_stages(
+    trace: Trace,
+    options: StageOptions | None = None,
+    view: str = "pipeline",
+    mapping: list[tuple[str, str]] | None = None,
+) -> StagesResult:
+    opts = options or StageOptions()
+    if view == "tensorboard":
+        layers, remainder, view_name = _tensorboard_layers(trace), "Other", "tensorboard"
+        stages = TENSORBOARD_STAGES
+    elif mapping:
+        layers, remainder, view_name = _mapping_layers(trace, mapping), "gpu_idle", "mapping"
+        stages = tuple(n for n, _ in mapping) + ("sync_wait", "other_gpu", "other_cpu", "gpu_idle")
+    elif view == "pipeline":
+        layers, remainder, view_name = _pipeline_layers(trace, opts), "gpu_idle", "pipeline"
+        stages = PIPELINE_STAGES
+    else:
+        raise UsageError(None, f"unknown view {view!r}: use pipeline or tensorboard")
+    wins, window_kind = _windows(trace)
+    long = priority_breakdown(layers, wins, remainder)
+    times = (
+        wins.select("step", "start_ns").join(pl.DataFrame({"stage": list(stages)}), how="cross")
+        .join(long, on=["step", "stage"], how="left", nulls_equal=True)
+        .select("step", "stage", time_us=pl.col("ns").fill_null(0) / 1000.0)
+    )
+    durations = wins.select("step", duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0)
+    wide = times.pivot(on="stage", index="step", values="time_us", maintain_order=True) if times.height else pl.DataFrame()
+    table = durations.join(wide, on="step", how="left", nulls_equal=True) if wide.height else durations
+    table = table.select("step", "duration_us", *[s for s in stages if s in table.columns])
+    average = {s: float(table[s].mean()) for s in stages if s in table.columns}
+    return StagesResult(view_name, stages, times, table, average, float(durations["duration_us"].mean()), window_kind)

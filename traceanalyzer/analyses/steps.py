@@ -1,0 +1,141 @@
+"""Profiled steps: duration, GPU busy share, outliers, and caveats about how the trace was
+captured.
+
+A step is a `ProfilerStep#N` range extended to the GPU side (see `Trace.steps`): it runs from
+the later of its start and the previous step's end to the later of its end and the end of the
+last GPU activity launched inside it. Busy share is the union of GPU work (kernels, memcpys,
+memsets; all streams) inside the step over the step's duration, per device, summed over the
+devices that did work; `kernel_share` counts kernels only (the TensorBoard plugin's "GPU
+utilization").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses import gpu_time
+from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.options import DATA_LOADING_PATTERN, StepOptions
+from traceanalyzer.trace import Trace
+
+STEP_COLUMNS = {
+    "step": pl.Int64,
+    "start_us": pl.Float64,
+    "duration_us": pl.Float64,
+    "cpu_duration_us": pl.Float64,
+    "gpu_busy_us": pl.Float64,
+    "busy_share": pl.Float64,
+    "kernel_share": pl.Float64,
+    "outlier": pl.Boolean,
+}
+
+
+@dataclass(frozen=True)
+class Caveat:
+    kind: str  # first_step_warmup | too_few_steps | no_steps | data_loading_outside_steps
+    message: str
+    evidence: dict
+
+
+@dataclass(frozen=True)
+class StepsResult:
+    options: StepOptions
+    table: pl.DataFrame  # STEP_COLUMNS, one row per step in time order
+    median_us: float | None
+    mean_us: float | None
+    caveats: tuple[Caveat, ...]
+
+    @property
+    def count(self) -> int:
+        return self.table.height
+
+
+def _busy_per_step(trace: Trace, kinds: list[str]) -> pl.DataFrame:
+    """step, busy_ns (summed over devices), device_window_ns (window × devices with work)."""
+    gpu = trace.gpu.filter(pl.col("kind").is_in(kinds) & pl.col("device").is_not_null())
+    wins = gpu_time.windows(trace)
+    busy = merge(gpu, ["device"])
+    per = gpu_time.busy_by_window(busy, wins)
+    return per.group_by("step").agg(busy_ns=pl.col("busy_ns").sum(), device_window_ns=pl.col("window_ns").sum())
+
+
+def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
+    steps = trace.steps.sort("start_ns")
+    if steps.is_empty():
+        return pl.DataFrame(schema=STEP_COLUMNS)
+    origin = trace.meta.origin_ns
+    t = steps.select(
+        "step",
+        start_us=(pl.col("start_ns") - origin) / 1000.0,
+        duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0,
+        cpu_duration_us=(pl.col("cpu_end_ns") - pl.col("cpu_start_ns")) / 1000.0,
+    )
+    if trace.has_gpu_work:
+        work = _busy_per_step(trace, ["kernel", "memcpy", "memset"])
+        kern = _busy_per_step(trace, ["kernel"]).select("step", kernel_ns="busy_ns")
+        t = t.join(work, on="step", how="left").join(kern, on="step", how="left")
+        t = t.with_columns(
+            gpu_busy_us=pl.col("busy_ns") / 1000.0,
+            busy_share=pl.col("busy_ns") / pl.col("device_window_ns"),
+            kernel_share=pl.col("kernel_ns") / pl.col("device_window_ns"),
+        )
+    else:
+        t = t.with_columns(gpu_busy_us=pl.lit(0.0), busy_share=pl.lit(None, pl.Float64), kernel_share=pl.lit(None, pl.Float64))
+    median = t["duration_us"].median()
+    return t.with_columns(outlier=pl.col("duration_us") > opts.outlier_factor * median).select(list(STEP_COLUMNS)).cast(STEP_COLUMNS)
+
+
+def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions) -> list[Caveat]:
+    out: list[Caveat] = []
+    if table.is_empty():
+        out.append(Caveat(
+            "no_steps",
+            "no ProfilerStep in this trace: per-step numbers are over the whole trace; profile with "
+            "torch.profiler.schedule(...) and call prof.step() every iteration",
+            {"steps": 0},
+        ))
+    else:
+        if table.height < opts.min_steps:
+            out.append(Caveat(
+                "too_few_steps",
+                f"only {table.height} profiled step(s): too few to trust averages (want at least {opts.min_steps})",
+                {"steps": table.height, "min_steps": opts.min_steps},
+            ))
+        if table.height >= 2:
+            first = table.row(0, named=True)
+            rest_median = table["duration_us"].slice(1).median()
+            if rest_median and first["duration_us"] > opts.outlier_factor * rest_median:
+                out.append(Caveat(
+                    "first_step_warmup",
+                    f"the first step (#{first['step']}) took {first['duration_us'] / rest_median:.1f}× the median of the others: "
+                    "it includes warm-up (allocator, cuDNN autotuning, compilation); raise `warmup` in the profiler schedule",
+                    {"step": first["step"], "duration_us": first["duration_us"], "median_others_us": rest_median},
+                ))
+    # Data loading outside every step window: time the loop spent that no step accounts for.
+    data = trace.ops.filter(pl.col("name").str.contains(DATA_LOADING_PATTERN))
+    if data.height and trace.steps.height:
+        inside = (
+            data.select("op_id", "ts_ns", "end_ns")
+            .join_where(trace.steps.select(s="start_ns", e="end_ns"), pl.col("ts_ns") < pl.col("e"), pl.col("end_ns") > pl.col("s"))
+            .select("op_id")
+            .unique()
+        )
+        outside = data.join(inside, on="op_id", how="anti")
+        if outside.height:
+            out.append(Caveat(
+                "data_loading_outside_steps",
+                f"{outside.height} data-loading range(s) ({outside['dur_ns'].sum() / 1000:,.0f} µs) lie outside every ProfilerStep: "
+                "call prof.step() after fetching the batch so loading counts in a step",
+                {"ranges": outside.height, "duration_us": outside["dur_ns"].sum() / 1000.0},
+            ))
+    return out
+
+
+def analyse_steps(trace: Trace, options: StepOptions | None = None) -> StepsResult:
+    opts = options or StepOptions()
+    table = _step_table(trace, opts)
+    median = table["duration_us"].median() if table.height else None
+    mean = table["duration_us"].mean() if table.height else None
+    return StepsResult(opts, table, median, mean, tuple(_caveats(trace, table, opts)))

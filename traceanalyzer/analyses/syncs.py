@@ -1,0 +1,246 @@
+"""Every point where the CPU waited for the GPU, and the GPU idle bubble that followed.
+
+A sync is one runtime call that holds the CPU thread until the GPU catches up (see
+`cpu_activity.blocking_calls`): cudaStreamSynchronize / cudaDeviceSynchronize /
+cudaEventSynchronize and their hip and driver equivalents, a synchronous cudaMemcpy /
+hipMemcpyWithStream, and a cudaMemcpyAsync that involves pageable host memory. Its `kind`:
+
+- `implicit`: the call was issued inside a namespaced op (`aten::item`,
+  `aten::_local_scalar_dense`, `aten::to` / `.cpu()`, `aten::nonzero`, ...): user code asked for a
+  value and the op synchronised on its behalf. An op of those names that contains no such call
+  (`.item()` on a CPU tensor) is not a sync.
+- `explicit`: no op around the call (torch.cuda.synchronize(), stream / event .synchronize()).
+- `gpu_wait`: cudaStreamWaitEvent / hipStreamWaitEvent, a wait on the GPU side that does not hold
+  the CPU; listed apart, with no blocked time or bubble.
+
+Per sync: `blocked_us` is the call's duration; `waited_for` the GPU activity on its device that
+finished last while the call was in progress; `bubble_us` the GPU idle time charged to it, defined
+exactly as `gaps` defines its gaps and names a gap's sync call: the device's idle intervals
+(complement of all kernels, memcpys and memsets, clipped to the step windows), each judged from
+the thread that launched the work ending it, over [gap start, that launch]; the gap is charged to
+the blocking call on that thread overlapping that span longest. So a gap that `gaps` gives the
+cause `sync` is this sync's bubble, whole; a sync can also be charged a gap whose larger part the
+CPU then spent elsewhere (`gaps` calls those cpu_bound), since the GPU had nothing to do from the
+moment the sync let go until the next launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses import gpu_time
+from traceanalyzer.analyses.attribution import NAMESPACED_OP, op_context
+from traceanalyzer.analyses.copies import step_of
+from traceanalyzer.analyses.cpu_activity import blocking_calls
+from traceanalyzer.analyses.gaps import _largest_overlap, _main_thread, _next_activity, _step_threads
+from traceanalyzer.options import SyncOptions
+from traceanalyzer.trace import Trace
+
+GPU_WAIT_API = r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent$"
+SYNC_COLUMNS = [
+    "sync_id", "kind", "api", "start_us", "blocked_us", "bubble_us", "waited_for", "waited_for_stream",
+    "op", "range", "python_frame", "op_chain", "step", "tid", "device",
+]
+
+
+@dataclass(frozen=True)
+class SyncsResult:
+    trace_path: str
+    options: SyncOptions
+    syncs: pl.DataFrame  # every sync (all kinds), SYNC_COLUMNS, longest blocked first
+    summary: pl.DataFrame  # by site (kind, op, range, python_frame)
+    per_step: pl.DataFrame  # step, step_us, syncs, blocked_us, bubble_us, shares
+    findings: tuple[dict, ...]
+    steps: int  # steps the per-step figures divide by (1 without ProfilerStep)
+    note: str | None = None
+
+
+def charged_gaps(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
+    """GPU idle pieces as `gaps` builds them, each with the blocking call charged with it:
+    device, step, start_ns, end_ns, runtime_id (null when no blocking call overlapped)."""
+    schema = {"device": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "runtime_id": pl.Int64}
+    if not trace.has_gpu_work or blocking.is_empty():
+        return pl.DataFrame(schema=schema)
+    busy = gpu_time.busy_intervals(trace)
+    wins = gpu_time.windows(trace)
+    idle = gpu_time.idle_intervals(busy, wins)
+    pieces = (
+        gpu_time.clip_to_windows(idle, wins)
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+        .join(_next_activity(trace), on=["device", "next_start_ns"], how="left")
+        .sort("device", "start_ns")
+        .with_row_index("gap_id")
+    )
+    if trace.steps.height:
+        pieces = pieces.join(_step_threads(trace), on="step", how="left")
+    else:
+        main_pid, main_tid = _main_thread(trace)
+        pieces = pieces.with_columns(step_pid=pl.lit(main_pid, pl.Int64), step_tid=pl.lit(main_tid, pl.Int64))
+    # The same thread and CPU span as gaps._classify: from the gap's start to the next launch.
+    pieces = pieces.with_columns(
+        pid=pl.coalesce("launch_pid", "step_pid"),
+        tid=pl.coalesce("launch_tid", "step_tid"),
+        cpu_a=pl.col("start_ns"),
+        cpu_b=pl.min_horizontal(pl.coalesce("launch_ts_ns", "end_ns"), "end_ns").clip(lower_bound=pl.col("start_ns")),
+    )
+    charged = _largest_overlap(pieces, blocking, "runtime_id", "runtime_id", True)
+    return (
+        pieces.join(charged.select("gap_id", "runtime_id"), on="gap_id", how="left")
+        .select(list(schema))
+        .cast(schema)
+    )
+
+
+def _device_of_calls(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
+    """Add `device`: that of the call's own GPU activity (a memcpy), else of the latest work the
+    same thread launched before it, else the trace's only (or first) device."""
+    own = trace.gpu.filter(pl.col("runtime_id").is_not_null()).unique("runtime_id", keep="first").select("runtime_id", _own="device")
+    launched = (
+        trace.gpu.filter(pl.col("launch_ts_ns").is_not_null())
+        .select(pid="launch_pid", tid="launch_tid", _lts="launch_ts_ns", _ldev="device")
+        .sort("_lts")
+    )
+    devs = gpu_time.devices(trace)
+    calls = calls.join(own, on="runtime_id", how="left").sort("ts_ns")
+    if launched.height:
+        calls = calls.join_asof(launched, left_on="ts_ns", right_on="_lts", by=["pid", "tid"], strategy="backward", check_sortedness=False).drop("_lts")
+    else:
+        calls = calls.with_columns(_ldev=pl.lit(None, pl.Int64))
+    return calls.with_columns(device=pl.coalesce("_own", "_ldev", pl.lit(devs[0] if devs else None, pl.Int64))).drop("_own", "_ldev")
+
+
+def _waited_for(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
+    """Add `waited_for` / `waited_for_stream`: the GPU activity on the call's device that ended
+    last while the call was in progress."""
+    gpu = trace.gpu.filter(pl.col("device").is_not_null()).select(
+        "device", _gend="end_ns", waited_for="name", waited_for_stream="stream"
+    ).sort("_gend")
+    if gpu.is_empty() or calls.is_empty():
+        return calls.with_columns(waited_for=pl.lit(None, pl.String), waited_for_stream=pl.lit(None, pl.Int64))
+    j = calls.sort("end_ns").join_asof(gpu, left_on="end_ns", right_on="_gend", by="device", strategy="backward", check_sortedness=False)
+    inside = pl.col("_gend") >= pl.col("ts_ns")
+    return j.with_columns(
+        waited_for=pl.when(inside).then(pl.col("waited_for")),
+        waited_for_stream=pl.when(inside).then(pl.col("waited_for_stream")),
+    ).drop("_gend")
+
+
+def _step_windows(trace: Trace) -> tuple[pl.DataFrame, int]:
+    """Step durations (GPU-extended), or the traced span as one window without steps."""
+    if trace.steps.height:
+        return trace.steps.select("step", step_ns=pl.col("end_ns") - pl.col("start_ns")), trace.steps.height
+    return pl.DataFrame({"step": [None], "step_ns": [trace.meta.end_ns - trace.meta.origin_ns]}, schema={"step": pl.Int64, "step_ns": pl.Int64}), 1
+
+
+def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResult:
+    opts = options or SyncOptions()
+    blocking = blocking_calls(trace)
+    waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
+    calls = pl.concat([blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))], how="diagonal_relaxed")
+    step_table, n_steps = _step_windows(trace)
+    if calls.is_empty():
+        empty = pl.DataFrame(schema={c: pl.Null for c in SYNC_COLUMNS})
+        return SyncsResult(trace.path, opts, empty, pl.DataFrame(), pl.DataFrame(), (), n_steps,
+                           note="no synchronising runtime call in this trace")
+    gaps = charged_gaps(trace, blocking)
+    bubble = gaps.filter(pl.col("runtime_id").is_not_null()).group_by("runtime_id").agg(
+        bubble_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(), bubble_gaps=pl.len()
+    )
+    calls = _device_of_calls(trace, calls)
+    calls = _waited_for(trace, calls)
+    calls = step_of(calls, trace.steps, "ts_ns", "cpu_start_ns", "cpu_end_ns")
+    ctx = op_context(trace, calls["op_id"])
+    calls = calls.join(ctx, on="op_id", how="left").join(bubble, on="runtime_id", how="left")
+    kind = (
+        pl.when(~pl.col("_blocking")).then(pl.lit("gpu_wait"))
+        .when(pl.col("op").fill_null("").str.contains(NAMESPACED_OP)).then(pl.lit("implicit"))
+        .otherwise(pl.lit("explicit"))
+    )
+    origin = trace.meta.origin_ns
+    blocked = pl.when(pl.col("_blocking")).then(pl.col("dur_ns") / 1000.0).otherwise(0.0)
+    table = calls.with_columns(kind=kind).select(
+        sync_id=pl.col("runtime_id"),
+        kind="kind",
+        api=pl.col("name"),
+        start_us=(pl.col("ts_ns") - origin) / 1000.0,
+        blocked_us=blocked,
+        bubble_us=pl.when(pl.col("_blocking")).then(pl.col("bubble_ns").fill_null(0) / 1000.0),
+        waited_for=pl.when(pl.col("_blocking")).then(pl.col("waited_for")),
+        waited_for_stream=pl.when(pl.col("_blocking")).then(pl.col("waited_for_stream")),
+        op="op",
+        range="range",
+        python_frame="python_frame",
+        op_chain="op_chain",
+        step="step",
+        tid="tid",
+        device="device",
+        _op_id=pl.col("op_id"),
+    )
+    # One sync point per op instance: aten::to's cudaMemcpyAsync and the cudaStreamSynchronize
+    # after it are two calls but one place where user code waited.
+    point = pl.when(pl.col("kind") == "implicit").then(pl.lit("o") + pl.col("_op_id").cast(pl.String)).otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
+    table = table.with_columns(_point=point)
+    total_ns = int(step_table["step_ns"].sum() or 0)
+    per_step_den = total_ns / n_steps if n_steps else 0
+    stalls = table.filter(pl.col("kind") != "gpu_wait")
+    summary = (
+        stalls.group_by("kind", "op", "range", "python_frame")
+        .agg(
+            calls=pl.len(),
+            sync_points=pl.col("_point").n_unique(),
+            apis=pl.col("api").unique().sort().str.join(", "),
+            blocked_us=pl.col("blocked_us").sum(),
+            bubble_us=pl.col("bubble_us").sum(),
+        )
+        .with_columns(
+            points_per_step=pl.col("sync_points") / n_steps,
+            blocked_us_per_step=pl.col("blocked_us") / n_steps,
+            bubble_us_per_step=pl.col("bubble_us") / n_steps,
+            blocked_share=pl.col("blocked_us") * 1000 / total_ns if total_ns else pl.lit(None, pl.Float64),
+            bubble_share=pl.col("bubble_us") * 1000 / total_ns if total_ns else pl.lit(None, pl.Float64),
+        )
+        .sort("bubble_us", "blocked_us", descending=True)
+        .select("kind", "op", "range", "python_frame", "apis", "calls", "sync_points", "points_per_step",
+                "blocked_us", "bubble_us", "blocked_us_per_step", "bubble_us_per_step", "blocked_share", "bubble_share")
+    )
+    per_step = pl.DataFrame()
+    if trace.steps.height:
+        agg = stalls.filter(pl.col("step").is_not_null()).group_by("step").agg(
+            syncs=pl.len(), sync_points=pl.col("_point").n_unique(),
+            blocked_us=pl.col("blocked_us").sum(), bubble_us=pl.col("bubble_us").sum(),
+        )
+        per_step = (
+            step_table.join(agg, on="step", how="left")
+            .with_columns(pl.col("syncs", "sync_points").fill_null(0), pl.col("blocked_us", "bubble_us").fill_null(0.0))
+            .select(
+                "step", step_us=pl.col("step_ns") / 1000.0, syncs="syncs", sync_points="sync_points",
+                blocked_us="blocked_us", bubble_us="bubble_us",
+                blocked_share=pl.col("blocked_us") * 1000 / pl.col("step_ns"),
+                bubble_share=pl.col("bubble_us") * 1000 / pl.col("step_ns"),
+            )
+            .sort("step")
+        )
+    findings = []
+    unit = "step" if trace.steps.height else "trace"
+    for r in summary.iter_rows(named=True):
+        cost = r["blocked_us_per_step"] + r["bubble_us_per_step"]
+        if cost < opts.min_finding_us:
+            continue
+        where = (r["op"] or "a call outside any op") + (f" in {r['range']}" if r["range"] else "") + (f" at {r['python_frame']}" if r["python_frame"] else "")
+        findings.append({
+            "finding": f"{r['kind']}_sync",
+            "site": where,
+            "apis": r["apis"],
+            "sync_points_per_step": r["points_per_step"],
+            "blocked_us_per_step": r["blocked_us_per_step"],
+            "bubble_us_per_step": r["bubble_us_per_step"],
+            "bubble_share": r["bubble_share"],
+            "message": f"{r['points_per_step']:,.1f} {r['kind']} syncs per {unit} from {where} ({r['apis']}), holding the CPU "
+            f"{r['blocked_us_per_step'] / 1000:,.2f} ms and leaving the GPU idle {r['bubble_us_per_step'] / 1000:,.2f} ms per {unit} "
+            f"({(r['bubble_share'] or 0):.1%} of {unit} time)",
+        })
+    listed = table.filter((pl.col("kind") == "gpu_wait") | (pl.col("blocked_us") >= opts.min_blocked_us))
+    listed = listed.sort("blocked_us", "sync_id", descending=[True, False]).select(SYNC_COLUMNS)
+    return SyncsResult(trace.path, opts, listed, summary, per_step, tuple(findings), n_steps)

@@ -1,0 +1,96 @@
+"""Compare two traces (before and after one change): step time with a noise-aware verdict, GPU
+busy, idle by cause, stage times, copies and syncs per step, ops and kernels matched by name.
+
+Everything is per step. A change in median step time smaller than the step-to-step spread
+(median absolute deviation × 1.4826, the larger of the two traces') or than --min-change percent
+is reported as within noise. --fail-if-slower PCT exits 1 when the median step time grew by more
+than PCT percent, for CI.
+"""
+
+from __future__ import annotations
+
+import click
+import polars as pl
+
+from traceanalyzer.analyses.diff import DiffResult, analyse_diff
+from traceanalyzer.cli_options import build, dataclass_options, output_options
+from traceanalyzer.commands.common import emit, head, load_trace
+from traceanalyzer.options import DiffOptions, thresholds
+from traceanalyzer.report import Report, Section
+
+try:  # another command may define the CI failure error; reuse it when present
+    from traceanalyzer.errors import FindingsFailed as _CiFailure  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on what errors.py holds
+    from traceanalyzer.errors import RegressionDetected as _CiFailure  # type: ignore[attr-defined]
+
+
+def headline(r: DiffResult) -> str:
+    if r.verdict == "not comparable":
+        return "not comparable: the before trace has no step time"
+    ms_b, ms_a = r.median_before_us / 1000, r.median_after_us / 1000
+    return (
+        f"{r.verdict}: median step {ms_b:,.1f} ms -> {ms_a:,.1f} ms ({r.change_pct:+.1f}%); "
+        f"noise (step-to-step spread) ±{r.noise_us / 1000:,.1f} ms, min change {r.options.min_change_pct:g}%"
+    )
+
+
+def diff_report(r: DiffResult, top: int, before_path: str, after_path: str, extra_thresholds: dict, warnings: tuple[str, ...] = ()) -> Report:
+    th = {**thresholds(r.options), **extra_thresholds}
+    findings = [f"appeared: {f}" for f in r.findings_appeared] + [f"resolved: {f}" for f in r.findings_resolved]
+    ops_cols = ["name", "self_us_per_step_before", "self_us_per_step_after", "delta_us", "count_per_step_before", "count_per_step_after"]
+    k_cols = ["name", "us_per_step_before", "us_per_step_after", "delta_us", "count_per_step_before", "count_per_step_after"]
+    sections = (
+        Section("Summary (per step unless named otherwise)", r.summary, main=True,
+                text=f"before: {before_path} ({r.before.step_count or 'no'} steps)\nafter:  {after_path} ({r.after.step_count or 'no'} steps)"
+                + (f"\nstage times from: {r.stages_source}" if r.stages_source else "")),
+        Section("Findings", text="\n".join(f"- {f}" for f in findings) or "(no finding appeared or was resolved)"),
+        Section("Kernels matched by name, largest change first (µs per step)", head(r.kernels.select(k_cols), top)),
+        Section("Ops matched by name, largest change in self CPU time first (µs per step)", head(r.ops.select(ops_cols), top)),
+        Section("Kernels that appeared", head(r.kernels_appeared, top)),
+        Section("Kernels that vanished", head(r.kernels_vanished, top)),
+    )
+    payload = {
+        "before": before_path,
+        "after": after_path,
+        "verdict": r.verdict,
+        "summary": {
+            "median_step_before_us": r.median_before_us,
+            "median_step_after_us": r.median_after_us,
+            "change_pct": r.change_pct,
+            "noise_us": r.noise_us,
+            "step_times_before_us": list(r.before.step_times_us),
+            "step_times_after_us": list(r.after.step_times_us),
+            "stages_source": r.stages_source,
+            "metrics": r.summary,
+        },
+        "findings_appeared": list(r.findings_appeared),
+        "findings_resolved": list(r.findings_resolved),
+        "kernels": head(r.kernels, top),
+        "ops": head(r.ops, top),
+        "kernels_appeared": head(r.kernels_appeared, top),
+        "kernels_vanished": head(r.kernels_vanished, top),
+    }
+    return Report("diff", f"{before_path} -> {after_path}", th, sections, payload, headline=headline(r), warnings=warnings)
+
+
+@click.command("diff")
+@click.argument("before", type=click.Path())
+@click.argument("after", type=click.Path())
+@dataclass_options(DiffOptions)
+@click.option("--fail-if-slower", "fail_if_slower_pct", type=click.FloatRange(min=0), default=None,
+              help="exit 1 when the median step time grew by more than this many percent (for CI)")
+@output_options
+def command(before: str, after: str, fmt: str | None, top: int, output: str | None, fail_if_slower_pct: float | None, **kwargs) -> None:
+    """Compare two traces (before and after one change): step time with a noise-aware verdict,
+    GPU busy, idle by cause, stage times, copies and syncs per step, ops and kernels by name."""
+    options = build(DiffOptions, kwargs)
+    tb = load_trace(before)
+    ta = load_trace(after)
+    result = analyse_diff(tb, ta, options)
+    emit(diff_report(result, top, before, after, {"fail_if_slower_pct": fail_if_slower_pct}, tb.warnings + ta.warnings), fmt, output)
+    if fail_if_slower_pct is not None and result.change_pct is not None and result.change_pct > fail_if_slower_pct:
+        raise _CiFailure(
+            None, f"median step time grew by {result.change_pct:.1f}% (more than --fail-if-slower {fail_if_slower_pct:g}%)"
+        )
+
+
