@@ -34,7 +34,7 @@ Usage:
     python scripts/capture_scenarios.py --device cpu           # the CPU-capable ones on the CPU
     python scripts/capture_scenarios.py --only sync_bound --only launch_bound --out-dir /tmp/t
 
-All scenarios together take a few minutes on a GPU machine and about a minute on 2 CPU cores.
+All scenarios together take a few minutes on a GPU machine and under a minute on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -190,9 +190,10 @@ def build_dataloader_bound(device: torch.device) -> Step:
 
 
 def build_sync_bound(device: torch.device) -> Step:
-    width = 2048 if device.type == "cuda" else 512
-    batch = 512 if device.type == "cuda" else 128
-    model = mlp(width, 3, 10, device)
+    # Small enough that the GPU finishes each chunk of work quickly, so the time after each
+    # host read (the queue drained, the CPU re-filling it) is a large part of the step.
+    width, depth, batch = (2048, 6, 1024) if device.type == "cuda" else (512, 6, 128)
+    model = mlp(width, depth, 10, device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
     x = torch.randn(batch, width, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
@@ -354,20 +355,21 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "sync_bound", build_sync_bound, False,
-            "MLP training step followed by loss.item(), one grad-norm .item() per parameter and a "
-            "max-logit .item(): about 10 host reads of device values per step",
+            "MLP training step (6 hidden layers) followed by loss.item(), one grad-norm .item() "
+            "per parameter and a max-logit .item(): 16 host reads of device values per step",
             "sync", ("sync_stalls", "low_gpu_utilization"), ("capture_caveats",),
             "each .item() is a DtoH copy plus cudaStreamSynchronize that drains the queue; the GPU "
-            "then idles until the CPU launches again",
+            "then idles until the CPU launches again, so every gap follows a synchronising call",
         ),
         Scenario(
             "pageable_h2d", build_pageable_h2d, True,
             "two blocking 256 MiB host-to-device copies from pageable memory per step, each "
             "followed by one 4096x4096 GEMM",
-            "sync", ("pageable_copies", "sync_stalls", "low_gpu_utilization"), (),
-            "pageable .to(device) is cudaMemcpyAsync from a staging buffer followed by "
-            "cudaStreamSynchronize: the CPU is blocked for the whole copy and no kernel runs; if "
-            "copies count as busy time, the remaining gaps follow those synchronisations",
+            "none", ("pageable_copies", "sync_stalls"), (),
+            "the copies themselves keep the device busy (memcpy counts as busy time), so little "
+            "idle time is left to rank; the problem is the copy: Memcpy HtoD (Pageable -> Device) at "
+            "pageable bandwidth, unoverlapped, with the CPU thread blocked in cudaMemcpyAsync and "
+            "the cudaStreamSynchronize torch issues after each blocking copy",
         ),
         Scenario(
             "launch_bound", build_launch_bound, False,
@@ -381,9 +383,10 @@ SCENARIOS: dict[str, Scenario] = {
             "cuda_graphs", build_cuda_graphs, True,
             "the launch_bound loop captured once in a torch.cuda.CUDAGraph and replayed twice per "
             "step (one cudaGraphLaunch = 2,000 kernels)",
-            "none", ("capture_caveats",), (),
-            "the launch overhead is gone; kernels replayed from a graph share the cudaGraphLaunch "
-            "correlation id, so they cannot be attributed to individual ops (a capture caveat)",
+            "none", (), (),
+            "the control for launch_bound: the launch overhead is gone and the kernels run back to "
+            "back; what idle is left is the sub-microsecond spacing between graph nodes. The "
+            "replayed kernels all carry their cudaGraphLaunch's correlation id",
         ),
         Scenario(
             "overlap_ok", build_overlap_ok, True,

@@ -8,8 +8,10 @@ that launched the work which ended the gap (the "next" activity):
   `launch_latency` when it started within `launch_latency_us` of its launch call returning,
   else `gpu_wait` (the GPU waited on another stream, an event, a collective's peers or a
   dependency inside a CUDA graph replay);
-- launched during the gap: `launch_latency` when the call came within `launch_latency_us` of
-  the gap's start; otherwise what the thread did for the largest part of the time between the
+- launched during the gap: `data_loading` when a data-loading range fills over half the time
+  before the launch; `sync` when the thread was blocked in a synchronising call at the
+  instant the GPU went idle (the sync drained the queue; the gap is its bubble);
+  `launch_latency` when the call came within `launch_latency_us` of the gap's start; otherwise what the thread did for the largest part of the time between the
   gap's start and the launch: `sync` (blocked in a synchronising call), `data_loading`,
   `cpu_bound` (in ops that launched nothing) or `untraced` (no event at all).
 A gap with no next activity (idle until the window ends) is judged from the step's thread.
@@ -117,6 +119,7 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, opts: GapOptions) -> pl.Data
         cpu_a=pl.col("start_ns"),
         cpu_b=pl.min_horizontal(pl.coalesce("launch_ts_ns", "end_ns"), "end_ns").clip(lower_bound=pl.col("start_ns")),
     )
+    gaps = covered(gaps.with_columns(_gs1=pl.col("start_ns") + 1), act.blocked, THREAD, "start_ns", "_gs1", "_blocked_at_start").drop("_gs1")
     gaps = covered(gaps, act.blocked, THREAD, "cpu_a", "cpu_b", "t_sync")
     gaps = covered(gaps, act.data, THREAD, "cpu_a", "cpu_b", "t_data")
     gaps = covered(gaps, act.busy, THREAD, "cpu_a", "cpu_b", "t_busy")
@@ -135,6 +138,11 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, opts: GapOptions) -> pl.Data
     cause = (
         pl.when(queued & ((pl.col("end_ns") - pl.max_horizontal("launch_end_ns", "start_ns")) <= L)).then(pl.lit("launch_latency"))
         .when(queued).then(pl.lit("gpu_wait"))
+        # Data loading that fills most of the gap is the cause even right after a sync.
+        .when(~queued & (t_data > span / 2)).then(pl.lit("data_loading"))
+        # The thread was blocked in a sync when the GPU ran dry: the sync drained the queue,
+        # and the gap is its bubble (the time to launch new work after it returned).
+        .when(pl.col("_blocked_at_start") > 0).then(pl.lit("sync"))
         .when(pl.col("launch_ts_ns").is_not_null() & ((pl.col("launch_ts_ns") - pl.col("start_ns")) <= L)).then(pl.lit("launch_latency"))
         .otherwise(by_cpu)
     )
@@ -161,7 +169,7 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     g = gaps.filter(pl.col("cause") == "cpu_bound").select("gap_id", "pid", "tid", "cpu_a", "cpu_b")
     if g.is_empty():
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "cpu_op_id": pl.Int64})
-    ops = trace.ops.select("op_id", "parent_id", pl.col("pid").alias("_pid"), pl.col("tid").alias("_tid"), pl.col("ts_ns").alias("_s"), pl.col("end_ns").alias("_e"))
+    ops = trace.ops.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$")).select("op_id", "parent_id", pl.col("pid").alias("_pid"), pl.col("tid").alias("_tid"), pl.col("ts_ns").alias("_s"), pl.col("end_ns").alias("_e"))
     j = g.join_where(ops, pl.col("_s") < pl.col("cpu_b"), pl.col("_e") > pl.col("cpu_a")).filter(
         (pl.col("_tid") == pl.col("tid")) & (pl.col("_pid") == pl.col("pid"))
     )
@@ -198,6 +206,25 @@ def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     return j.with_columns(
         stream_wait=pl.when(pl.col("_mts") >= pl.col("launch_ts_ns").fill_null(0)).then(pl.col("wait_on_stream"))
     ).drop("_mts", "wait_on_stream")
+
+
+def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
+    """Where no op names a Python line, the innermost user-code frame the thread was in at the
+    middle of the CPU interval (traces captured with with_stack)."""
+    user = trace.python.filter(pl.col("is_user"))
+    if user.is_empty():
+        return gaps
+    from traceanalyzer.links import innermost_containing, nest
+
+    user = nest(user.drop("depth", "parent_id"), "frame_id")
+    need = gaps.filter(pl.col("python_frame").is_null() & pl.col("pid").is_not_null()).select(
+        "gap_id", "pid", "tid", ts_ns=((pl.col("cpu_a") + pl.col("cpu_b")) // 2)
+    )
+    found = innermost_containing(need, user, "frame_id", "_frame", point_end="ts_ns")
+    names = found.join(user.select(pl.col("frame_id").alias("_frame"), pl.col("name").alias("_line")), on="_frame", how="left")
+    return gaps.join(names.select("gap_id", "_line"), on="gap_id", how="left").with_columns(
+        python_frame=pl.coalesce("python_frame", "_line")
+    ).drop("_line")
 
 
 def analyse_gaps(trace: Trace, options: GapOptions | None = None) -> GapsResult:
@@ -251,6 +278,7 @@ def analyse_gaps(trace: Trace, options: GapOptions | None = None) -> GapsResult:
     pieces = pieces.with_columns(culprit_op_id=culprit_op)
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})
     pieces = pieces.join(ctx, on="culprit_op_id", how="left")
+    pieces = _python_line_fallback(trace, pieces)
     # Any other thread of the process sitting in a blocking call during the gap.
     # The launching thread is left out (its state is the cause); with no known launch, none is.
     span = pieces.select(
