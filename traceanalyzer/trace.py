@@ -116,7 +116,8 @@ def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
     for i, p in enumerate(props if isinstance(props, list) else []):
         if not isinstance(p, dict):
             continue
-        major, minor = p.get("computeMajor"), p.get("computeMinor")
+        # computeProperties (old traces) says major/minor and multiProcessorCount.
+        major, minor = p.get("computeMajor", p.get("major")), p.get("computeMinor", p.get("minor"))
         sm = p.get("numSms", p.get("multiProcessorCount"))
         mem = p.get("totalGlobalMem")
         out.append(

@@ -139,11 +139,6 @@ def test_legacy_compute_properties_devices(SHARED_TRACES, raw_json, load_trace):
     assert len(want) == 4 and all(sm == 80 for *_, sm in want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="trace._devices reads only computeMajor/computeMinor; computeProperties (legacy) "
-    "names them major/minor, so compute_capability is None instead of '7.0'",
-)
 def test_legacy_compute_properties_compute_capability(SHARED_TRACES, raw_json, load_trace):
     props = raw_json(SHARED_TRACES / LEGACY)["computeProperties"]
     trace = load_trace(SHARED_TRACES / LEGACY)

@@ -7,32 +7,55 @@ strings or beyond int64 (null, counted), numbers where text belongs.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections import Counter
+from contextvars import ContextVar
 from typing import Any
 
 import polars as pl
 
 I64 = pl.Int64
 _DIGITS = re.compile(r"-?\d+")
+# Where the loader collects counts of loose values it made uniform (see loader.RawTables);
+# None outside a load, so the functions stay pure for other callers.
+STATS: ContextVar[Counter | None] = ContextVar("traceanalyzer_normalize_stats", default=None)
+STRING_IDS = "pid/tid given as strings"
+BIG_IDS = "ids beyond int64"
 
 
-def to_int(values: list[Any]) -> pl.Series:
-    """Int64 column; strings holding a number ("25738", "stream 7") give that number."""
+def to_int(values: list[Any], what: str | None = None) -> pl.Series:
+    """Int64 column; strings holding a number ("25738", "stream 7") give that number.
+
+    `what` names the column for the load's counts: "pid/tid" counts strings, any name counts
+    integers beyond int64 (left null)."""
     try:
         return pl.Series(values, dtype=I64)
     except (TypeError, OverflowError, pl.exceptions.PolarsError):
         pass
     out = []
+    strings = big = 0
     for v in values:
         if type(v) is int:
-            out.append(v if -(2**63) <= v < 2**63 else None)
+            if -(2**63) <= v < 2**63:
+                out.append(v)
+            else:
+                out.append(None)
+                big += 1
         elif isinstance(v, str):
+            strings += 1
             m = _DIGITS.search(v)
             out.append(int(m.group()) if m and len(m.group()) < 19 else None)
         elif isinstance(v, float) and v == v and abs(v) < 2**63:
             out.append(int(v))
         else:
             out.append(None)
+    stats = STATS.get()
+    if stats is not None and what is not None:
+        if big:
+            stats[BIG_IDS] += big
+        if strings and what == "pid/tid":
+            stats[STRING_IDS] += strings
     return pl.Series(out, dtype=I64)
 
 
@@ -73,7 +96,15 @@ def text_to_ns(col: pl.Expr) -> pl.Expr:
     exact = pl.when(neg).then(-magnitude).otherwise(magnitude)
     via_float = (text.cast(pl.Float64, strict=False) * 1000).round(0)
     fallback = pl.when(via_float.is_finite() & (via_float.abs() < 9.2e18)).then(via_float).cast(I64, strict=False)
-    return pl.when(ok).then(exact).otherwise(fallback)
+    fits = whole < 9_223_372_036_854_774  # whole * 1000 + 999 must not wrap int64
+    return pl.when(ok & fits).then(exact).when(ok).then(None).otherwise(fallback)
+
+
+def checked_ns(col: pl.Expr) -> pl.Expr:
+    """`text_to_ns`, but null where the value does not fit int64 nanoseconds (the exact path
+    would wrap around): judged on the float64 estimate, which is ample for a magnitude."""
+    estimate = col.cast(pl.String, strict=False).str.strip_chars().str.strip_chars('"').cast(pl.Float64, strict=False) * 1000
+    return pl.when(estimate.abs() < 9.2e18).then(text_to_ns(col))
 
 
 def timed_frame(cols: dict[str, list], extra: dict[str, pl.Series]) -> pl.DataFrame:
@@ -82,16 +113,16 @@ def timed_frame(cols: dict[str, list], extra: dict[str, pl.Series]) -> pl.DataFr
         {
             "name": to_str(cols["name"]),
             "cat": to_str(cols["cat"]),
-            "pid": to_int(cols["pid"]),
-            "tid": to_int(cols["tid"]),
+            "pid": to_int(cols["pid"], "pid/tid"),
+            "tid": to_int(cols["tid"], "pid/tid"),
             "ts_raw": pl.Series(cols["ts"], dtype=pl.Binary),
             "dur_raw": pl.Series(cols["dur"], dtype=pl.Binary),
             **extra,
         }
     )
     return df.with_columns(
-        ts_ns=text_to_ns(pl.col("ts_raw")),
-        dur_ns=text_to_ns(pl.col("dur_raw")),
+        ts_ns=checked_ns(pl.col("ts_raw")),
+        dur_ns=checked_ns(pl.col("dur_raw")),
     ).drop("ts_raw", "dur_raw")
 
 
@@ -99,8 +130,8 @@ def op_frame(c: dict[str, list]) -> pl.DataFrame:
     return timed_frame(
         c,
         {
-            "external_id": to_int(c["external_id"]),
-            "sequence_number": to_int(c["sequence_number"]),
+            "external_id": to_int(c["external_id"], "id"),
+            "sequence_number": to_int(c["sequence_number"], "id"),
             "fwd_thread_id": to_int(c["fwd_thread_id"]),
             "input_dims": raw_text(c["input_dims"]),
             "input_type": raw_text(c["input_type"]),
@@ -111,7 +142,7 @@ def op_frame(c: dict[str, list]) -> pl.DataFrame:
 
 def python_frame(c: dict[str, list]) -> pl.DataFrame:
     return timed_frame(
-        c, {"python_id": to_int(c["python_id"]), "python_parent_id": to_int(c["python_parent_id"])}
+        c, {"python_id": to_int(c["python_id"], "id"), "python_parent_id": to_int(c["python_parent_id"], "id")}
     )
 
 
@@ -119,8 +150,8 @@ def runtime_frame(c: dict[str, list]) -> pl.DataFrame:
     return timed_frame(
         c,
         {
-            "correlation": to_int(c["correlation"]),
-            "external_id": to_int(c["external_id"]),
+            "correlation": to_int(c["correlation"], "id"),
+            "external_id": to_int(c["external_id"], "id"),
             "cbid": to_int(c["cbid"]),
         },
     )
@@ -132,8 +163,8 @@ def gpu_frame(c: dict[str, list]) -> pl.DataFrame:
         {
             "device": to_int(c["device"]),
             "stream": to_int(c["stream"]),
-            "correlation": to_int(c["correlation"]),
-            "external_id": to_int(c["external_id"]),
+            "correlation": to_int(c["correlation"], "id"),
+            "external_id": to_int(c["external_id"], "id"),
             "bytes": to_int(c["bytes"]),
             "bandwidth_gbps": to_float(c["bandwidth"]),
             "grid": raw_text(c["grid"]),
@@ -149,7 +180,7 @@ def sync_frame(c: dict[str, list]) -> pl.DataFrame:
         {
             "device": to_int(c["device"]),
             "stream": to_int(c["stream"]),
-            "correlation": to_int(c["correlation"]),
+            "correlation": to_int(c["correlation"], "id"),
             "wait_on_stream": to_int(c["wait_on_stream"]),
             "wait_on_event": to_int(c["wait_on_event"]),
             "sync_kind": to_str(c["sync_kind"]),
@@ -158,7 +189,7 @@ def sync_frame(c: dict[str, list]) -> pl.DataFrame:
 
 
 def annotation_frame(c: dict[str, list]) -> pl.DataFrame:
-    return timed_frame(c, {"device": to_int(c["device"]), "external_id": to_int(c["external_id"])})
+    return timed_frame(c, {"device": to_int(c["device"]), "external_id": to_int(c["external_id"], "id")})
 
 
 def memory_frame(c: dict[str, list]) -> pl.DataFrame:
@@ -167,7 +198,7 @@ def memory_frame(c: dict[str, list]) -> pl.DataFrame:
         {
             "device_type": to_int(c["device_type"]),
             "device_id": to_int(c["device_id"]),
-            "addr": to_int(c["addr"]),
+            "addr": to_int(c["addr"], "id"),
             "bytes": to_int(c["bytes"]),
             "total_allocated": to_int(c["total_allocated"]),
             "total_reserved": to_int(c["total_reserved"]),
@@ -176,7 +207,7 @@ def memory_frame(c: dict[str, list]) -> pl.DataFrame:
 
 
 def flow_frame(c: dict[str, list]) -> pl.DataFrame:
-    return timed_frame(c, {"ph": to_str(c["ph"]), "id": to_int(c["id"])})
+    return timed_frame(c, {"ph": to_str(c["ph"]), "id": to_int(c["id"], "id")})
 
 
 def meta_frame(c: dict[str, list]) -> pl.DataFrame:
@@ -209,7 +240,9 @@ FRAME_BUILDERS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def empty_frame(kind: str) -> pl.DataFrame:
+    """The typed empty table of a kind (cached: frames are immutable to their users)."""
     from traceanalyzer.load.decode import COLUMN_BUILDERS
 
     return FRAME_BUILDERS[kind](COLUMN_BUILDERS[kind]([]))
