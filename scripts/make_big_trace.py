@@ -118,11 +118,12 @@ def _encode_keys(keys: dict) -> bytes:
     return b"".join(b"  " + enc.encode(k) + b": " + enc.encode(v) + b",\n" for k, v in keys.items())
 
 
-def write_big_trace(source: Path, out: BinaryIO, size_bytes: int) -> dict:
-    """Write a trace of at least `size_bytes` of JSON (whole copies) to `out`; returns stats."""
+def write_big_trace(source: Path, out: BinaryIO, size_bytes: int = 0, copies: int | None = None) -> dict:
+    """Write a trace of at least `size_bytes` of JSON (whole copies), or of `copies` copies, to
+    `out`; returns stats."""
     t = Template(_read(source))
     per_copy = len(t.body) + 4
-    copies = max(1, -(-size_bytes // per_copy))
+    copies = copies or max(1, -(-size_bytes // per_copy))
     enc = msgspec.json.Encoder(decimal_format="number")
     written = 0
 

@@ -14,10 +14,30 @@ from traceanalyzer.commands import COMMAND_MODULES
 from traceanalyzer.errors import RegressionDetected, TraceAnalyzerError
 
 
+def _size(text: str) -> int:
+    """A byte count: 123, 512M, 64G (binary units)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    num, unit = (t[:-1], t[-1]) if t[-1:] in units else (t, "")
+    try:
+        value = int(float(num) * units[unit])
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a size (e.g. 512M, 64G)") from None
+    if value <= 0:
+        raise click.BadParameter("must be positive")
+    return value
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="traceanalyzer")
-def cli() -> None:
+@click.option(
+    "--max-decompressed", type=str, default=None, metavar="SIZE",
+    help="stop with an error when a gzip trace inflates past SIZE (e.g. 512M, 64G) [default: 64G]",
+)
+@click.pass_context
+def cli(ctx: click.Context, max_decompressed: str | None) -> None:
     """Offline post-mortem analysis of PyTorch profiler (Kineto) traces: why the GPU sat idle."""
+    ctx.ensure_object(dict)["max_decompressed"] = _size(max_decompressed) if max_decompressed else None
 
 
 for _name in COMMAND_MODULES:

@@ -14,6 +14,9 @@ class TraceAnalyzerError(Exception):
         self.problem = problem
         super().__init__(f"{path}: {problem}" if path else problem)
 
+    def __reduce__(self):  # picklable, so an error raised in a worker process reaches cli.main
+        return (type(self), (self.path, self.problem))
+
 
 class TraceReadError(TraceAnalyzerError):
     """The input cannot be read at all: missing, unreadable, not JSON, not gzip."""

@@ -80,9 +80,10 @@ class KernelOptions:
 @dataclass(frozen=True)
 class FindingOptions:
     data_loading_share: float = opt(0.10, "data_loading fires when data loading takes at least this share of step time")
-    sync_stall_share: float = opt(0.05, "sync_stalls fires when GPU idle caused by sync calls is at least this share of the window")
+    sync_stall_share: float = opt(0.05, "sync_stalls fires when the GPU sits idle while a CPU thread waits in a synchronising call for at least this share of the window")
     pageable_copy_bytes: int = opt(1 << 20, "pageable_copies fires when copies to/from pageable host memory move at least this many bytes")
     launch_bound_short_share: float = opt(0.5, "launch_bound fires when at least this share of (non-graph) kernels are short and GPU busy is below low_gpu_utilization")
+    launch_latency_share: float = opt(0.05, "launch_bound also needs GPU idle from launch latency (see gaps) of at least this share of the window")
     no_tensor_cores_share: float = opt(0.2, "no_tensor_cores fires when matmul/conv kernels without Tensor Cores take at least this share of kernel time")
     single_tensor_min: int = opt(1, "single_tensor_optimizer fires at this many `_single_tensor_` events (ops, frames, kernels)")
     low_gpu_utilization: float = opt(0.6, "low_gpu_utilization fires when GPU busy share over the steps is below this")
@@ -123,7 +124,7 @@ class DiffOptions:
 
 @dataclass(frozen=True)
 class CopyOptions:
-    small_copy_bytes: int = opt(65536, "a copy of fewer bytes than this counts as small (for the 'many small copies' finding)")
+    small_copy_bytes: int = opt(65536, "a host-device copy of fewer bytes than this counts as small (for the 'many small copies' finding)")
     many_small_per_step: int = opt(
         20, "report 'many small copies' when a step issues at least this many small copies", flag="--many-small"
     )

@@ -231,7 +231,8 @@ def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFra
     prev_end = pl.col("end_ns").shift(1)
     return steps.with_columns(
         start_ns=pl.when(prev_end.is_not_null() & (prev_end > pl.col("cpu_start_ns"))).then(prev_end).otherwise(pl.col("cpu_start_ns"))
-    ).select("step", "name", "pid", "tid", "op_id", "cpu_start_ns", "cpu_end_ns", "start_ns", "end_ns", "gpu_end_ns")
+    ).with_columns(end_ns=pl.max_horizontal("end_ns", "start_ns")).select(  # overlapping steps: empty, not negative
+        "step", "name", "pid", "tid", "op_id", "cpu_start_ns", "cpu_end_ns", "start_ns", "end_ns", "gpu_end_ns")
 
 
 def build_trace(

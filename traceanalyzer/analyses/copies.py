@@ -42,7 +42,7 @@ class CopiesResult:
     trace_path: str
     options: CopyOptions
     copies: pl.DataFrame  # one row per memcpy/memset, COPY_COLUMNS
-    summary: pl.DataFrame  # by (direction, host_memory, op, python_frame)
+    summary: pl.DataFrame  # by (direction, host_memory, op, range, python_frame)
     per_step: pl.DataFrame  # step, copies, bytes, duration_us, exposed_us, blocked_us
     findings: tuple[dict, ...]
     note: str | None = None
@@ -103,10 +103,11 @@ def copy_table(trace: Trace) -> pl.DataFrame:
     return gpu.join(ctx, on="op_id", how="left")
 
 
-def _findings(copies: pl.DataFrame, per_step: pl.DataFrame, n_steps: int, opts: CopyOptions, trace: Trace) -> list[dict]:
+def _findings(copies: pl.DataFrame, n_steps: int, opts: CopyOptions, trace: Trace) -> list[dict]:
     out: list[dict] = []
     floor = opts.min_finding_us
-    site = lambda r: f"{r['op'] or 'an unknown op'}" + (f" in {r['range']}" if r.get("range") else "") + (f" at {r['python_frame']}" if r.get("python_frame") else "")  # noqa: E731
+    def site(r: dict) -> str:
+        return (r["op"] or "an unknown op") + (f" in {r['range']}" if r.get("range") else "") + (f" at {r['python_frame']}" if r.get("python_frame") else "")
 
     def top_site(df: pl.DataFrame, by: str) -> dict:
         return df.group_by("op", "range", "python_frame").agg(pl.col(by).sum()).sort(by, descending=True).row(0, named=True)
@@ -211,7 +212,7 @@ def analyse_copies(trace: Trace, options: CopyOptions | None = None) -> CopiesRe
         name="name",
     )
     summary = (
-        copies.group_by("direction", "host_memory", "op", "python_frame")
+        copies.group_by("direction", "host_memory", "op", "range", "python_frame")
         .agg(
             copies=pl.len(),
             bytes=pl.col("bytes").sum(),
@@ -234,5 +235,5 @@ def analyse_copies(trace: Trace, options: CopyOptions | None = None) -> CopiesRe
         )
         .sort("step")
     )
-    findings = _findings(copies, per_step, trace.steps.height, opts, trace)
+    findings = _findings(copies, trace.steps.height, opts, trace)
     return CopiesResult(trace.path, opts, copies, summary, per_step, tuple(findings))

@@ -154,6 +154,39 @@ def _copies(trace: Trace, wins: pl.DataFrame, n: int) -> tuple[dict[str, float],
             "copy_mb_per_step": (copies["bytes"].fill_null(0).sum() / 2**20 / n) if copies.height else 0.0}, "gpu memcpy/memset count"
 
 
+def _syncs(trace: Trace, wins: pl.DataFrame, n: int) -> dict[str, float]:
+    """Syncs per step: from the `syncs` analysis when installed, else a count of the
+    synchronising runtime calls."""
+    if importlib.util.find_spec("traceanalyzer.analyses.syncs") is not None:
+        try:
+            from traceanalyzer.analyses.syncs import analyse_syncs
+
+            per = analyse_syncs(trace).per_step
+            if trace.steps.height and "step" in per.columns:
+                per = per.filter(pl.col("step").is_not_null())
+            out = {"syncs_per_step": float(per["syncs"].sum()) / n if per.height else 0.0}
+            for col in ("blocked_us", "bubble_us"):
+                if col in per.columns:
+                    out[f"sync_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
+            return out
+        except Exception:  # noqa: BLE001 - fall back while the syncs analysis changes
+            pass
+    syncs = _starting_in(trace.runtime.filter(pl.col("name").str.contains(SYNC_API_PATTERN)).select("ts_ns", "end_ns"), wins)
+    return {"syncs_per_step": syncs.height / n}
+
+
+def _findings(trace: Trace) -> tuple[str, ...] | None:
+    """`rule: message` for each finding of the `findings` analysis (None when not installed)."""
+    if importlib.util.find_spec("traceanalyzer.analyses.findings") is None:
+        return None
+    try:
+        from traceanalyzer.analyses.findings import analyse_findings
+
+        return tuple(f"{f.rule}: {f.message}" for f in analyse_findings(trace))
+    except Exception:  # noqa: BLE001 - fall back while the findings analysis changes
+        return None
+
+
 def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
     opts = options or DiffOptions()
     wins = _windows(trace)
@@ -176,16 +209,17 @@ def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
     metrics["_stages_source"] = source  # type: ignore[assignment]
     copies, _ = _copies(trace, wins, n)
     metrics.update(copies)
-    syncs = _starting_in(trace.runtime.filter(pl.col("name").str.contains(SYNC_API_PATTERN)).select("ts_ns", "end_ns"), wins)
-    metrics["syncs_per_step"] = syncs.height / n
+    metrics.update(_syncs(trace, wins, n))
     kernels = _kernel_table(trace, wins, n)
     metrics["kernels_per_step"] = kernels["count_per_step"].sum() if kernels.height else 0.0
     metrics["kernel_us_per_step"] = kernels["us_per_step"].sum() if kernels.height else 0.0
-    findings = tuple(
-        f"GPU idle from {c} ({metrics[f'idle_{c}_us_per_step'] / 1000:,.1f} ms per step)"
-        for c in CAUSES
-        if gaps.has_gpu_work and times and metrics[f"idle_{c}_us_per_step"] >= opts.finding_share * (sum(times) / len(times))
-    )
+    findings = _findings(trace)
+    if findings is None:  # no findings analysis installed: the dominant idle causes
+        findings = tuple(
+            f"idle_{c}: GPU idle from {c} ({metrics[f'idle_{c}_us_per_step'] / 1000:,.1f} ms per step)"
+            for c in CAUSES
+            if gaps.has_gpu_work and times and metrics[f"idle_{c}_us_per_step"] >= opts.finding_share * (sum(times) / len(times))
+        )
     return TraceProfile(
         path=trace.path,
         step_count=trace.steps.height,
@@ -223,7 +257,7 @@ def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | No
     med_b = float(pl.Series(before.step_times_us).median()) if before.step_times_us else None
     med_a = float(pl.Series(after.step_times_us).median()) if after.step_times_us else None
     noise = max(spread_us(before.step_times_us), spread_us(after.step_times_us))
-    if not med_b or med_a is None:
+    if not med_b or not med_a:
         change, verdict = None, "not comparable"
     else:
         change = (med_a - med_b) / med_b * 100.0
@@ -259,8 +293,8 @@ def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | No
 
 
 def _kind(finding: str) -> str:
-    """A finding without its numbers: what makes two findings the same."""
-    return finding.split(" (")[0]
+    """What makes two findings the same: the rule before the first colon."""
+    return finding.split(":")[0]
 
 
 def analyse_diff(before: Trace, after: Trace, options: DiffOptions | None = None) -> DiffResult:

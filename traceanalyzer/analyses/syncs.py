@@ -14,14 +14,17 @@ hipMemcpyWithStream, and a cudaMemcpyAsync that involves pageable host memory. I
   the CPU; listed apart, with no blocked time or bubble.
 
 Per sync: `blocked_us` is the call's duration; `waited_for` the GPU activity on its device that
-finished last while the call was in progress; `bubble_us` the GPU idle time charged to it, defined
-exactly as `gaps` defines its gaps and names a gap's sync call: the device's idle intervals
-(complement of all kernels, memcpys and memsets, clipped to the step windows), each judged from
-the thread that launched the work ending it, over [gap start, that launch]; the gap is charged to
-the blocking call on that thread overlapping that span longest. So a gap that `gaps` gives the
-cause `sync` is this sync's bubble, whole; a sync can also be charged a gap whose larger part the
-CPU then spent elsewhere (`gaps` calls those cpu_bound), since the GPU had nothing to do from the
-moment the sync let go until the next launch.
+finished last while the call was in progress. GPU idle time is charged to a sync exactly where
+`gaps` (with its default thresholds) gives a gap the cause `sync` and names that call: the
+device's idle intervals (complement of all kernels, memcpys and memsets, clipped to the step
+windows), judged from the thread that launched the work ending each; a gap is a sync's when that
+thread sat in a blocking call as the GPU ran dry (the wait drained the queue) or spent most of the
+gap blocked, unless the work was queued already or data loading filled most of the gap. Each gap is
+charged to one call at most. `bubble_us` is the charged gap the call returned into (GPU idle
+until the next GPU work started), so it equals that gap; `idle_while_blocked_us` sums charged
+gaps that closed while the call still held the CPU (a pageable copy staged in chunks leaves such
+gaps). A sync's bubble plus idle while blocked, summed over all syncs, is the `sync` idle time of
+`gaps`.
 """
 
 from __future__ import annotations
@@ -33,14 +36,16 @@ import polars as pl
 from traceanalyzer.analyses import gpu_time
 from traceanalyzer.analyses.attribution import NAMESPACED_OP, op_context
 from traceanalyzer.analyses.copies import step_of
-from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.gaps import _largest_overlap, _main_thread, _next_activity, _step_threads
-from traceanalyzer.options import SyncOptions
+from traceanalyzer.analyses.cpu_activity import CpuActivity, blocking_calls
+# The gap pieces, their classification and the sync a gap is blamed on come from gaps itself, so
+# that a sync's bubble is by construction the gap `gaps` blames on it.
+from traceanalyzer.analyses.gaps import _classify, _largest_overlap, _main_thread, _next_activity, _step_threads
+from traceanalyzer.options import GapOptions, SyncOptions
 from traceanalyzer.trace import Trace
 
 GPU_WAIT_API = r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent$"
 SYNC_COLUMNS = [
-    "sync_id", "kind", "api", "start_us", "blocked_us", "bubble_us", "waited_for", "waited_for_stream",
+    "sync_id", "kind", "api", "start_us", "blocked_us", "bubble_us", "idle_while_blocked_us", "waited_for", "waited_for_stream",
     "op", "range", "python_frame", "op_chain", "step", "tid", "device",
 ]
 
@@ -51,18 +56,21 @@ class SyncsResult:
     options: SyncOptions
     syncs: pl.DataFrame  # every sync (all kinds), SYNC_COLUMNS, longest blocked first
     summary: pl.DataFrame  # by site (kind, op, range, python_frame)
+    by_api: pl.DataFrame  # every call, whatever min_blocked_us: kind, api, calls, blocked_us, bubble_us
     per_step: pl.DataFrame  # step, step_us, syncs, blocked_us, bubble_us, shares
     findings: tuple[dict, ...]
     steps: int  # steps the per-step figures divide by (1 without ProfilerStep)
     note: str | None = None
 
 
-def charged_gaps(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
-    """GPU idle pieces as `gaps` builds them, each with the blocking call charged with it:
-    device, step, start_ns, end_ns, runtime_id (null when no blocking call overlapped)."""
+def charged_gaps(trace: Trace, gap_options: GapOptions | None = None) -> pl.DataFrame:
+    """GPU idle pieces exactly as `gaps` builds and classifies them, each gap whose cause is
+    `sync` with the blocking call `gaps` names for it: device, step, start_ns, end_ns, runtime_id
+    (null for the gaps of other causes)."""
     schema = {"device": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "runtime_id": pl.Int64}
-    if not trace.has_gpu_work or blocking.is_empty():
+    if not trace.has_gpu_work:
         return pl.DataFrame(schema=schema)
+    opts = gap_options or GapOptions()
     busy = gpu_time.busy_intervals(trace)
     wins = gpu_time.windows(trace)
     idle = gpu_time.idle_intervals(busy, wins)
@@ -78,14 +86,10 @@ def charged_gaps(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
     else:
         main_pid, main_tid = _main_thread(trace)
         pieces = pieces.with_columns(step_pid=pl.lit(main_pid, pl.Int64), step_tid=pl.lit(main_tid, pl.Int64))
-    # The same thread and CPU span as gaps._classify: from the gap's start to the next launch.
-    pieces = pieces.with_columns(
-        pid=pl.coalesce("launch_pid", "step_pid"),
-        tid=pl.coalesce("launch_tid", "step_tid"),
-        cpu_a=pl.col("start_ns"),
-        cpu_b=pl.min_horizontal(pl.coalesce("launch_ts_ns", "end_ns"), "end_ns").clip(lower_bound=pl.col("start_ns")),
-    )
-    charged = _largest_overlap(pieces, blocking, "runtime_id", "runtime_id", True)
+    pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
+    act = CpuActivity.of(trace, opts.data_loading_pattern)
+    pieces = _classify(pieces, act, opts)
+    charged = _largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "runtime_id", True)
     return (
         pieces.join(charged.select("gap_id", "runtime_id"), on="gap_id", how="left")
         .select(list(schema))
@@ -142,11 +146,18 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
     step_table, n_steps = _step_windows(trace)
     if calls.is_empty():
         empty = pl.DataFrame(schema={c: pl.Null for c in SYNC_COLUMNS})
-        return SyncsResult(trace.path, opts, empty, pl.DataFrame(), pl.DataFrame(), (), n_steps,
+        return SyncsResult(trace.path, opts, empty, pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), (), n_steps,
                            note="no synchronising runtime call in this trace")
-    gaps = charged_gaps(trace, blocking)
-    bubble = gaps.filter(pl.col("runtime_id").is_not_null()).group_by("runtime_id").agg(
-        bubble_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(), bubble_gaps=pl.len()
+    gaps = charged_gaps(trace)
+    # The gap the call returned into is its bubble; gaps that opened and closed while it still
+    # held the CPU (a pageable copy staged in chunks, say) are idle time while blocked.
+    ends = blocking.select("runtime_id", _call_end="end_ns")
+    bubble = (
+        gaps.filter(pl.col("runtime_id").is_not_null())
+        .join(ends, on="runtime_id", how="left")
+        .with_columns(_len=pl.col("end_ns") - pl.col("start_ns"), _after=pl.col("end_ns") >= pl.col("_call_end"))
+        .group_by("runtime_id")
+        .agg(bubble_ns=pl.col("_len").filter(pl.col("_after")).sum(), idle_while_blocked_ns=pl.col("_len").filter(~pl.col("_after")).sum())
     )
     calls = _device_of_calls(trace, calls)
     calls = _waited_for(trace, calls)
@@ -167,6 +178,7 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
         start_us=(pl.col("ts_ns") - origin) / 1000.0,
         blocked_us=blocked,
         bubble_us=pl.when(pl.col("_blocking")).then(pl.col("bubble_ns").fill_null(0) / 1000.0),
+        idle_while_blocked_us=pl.when(pl.col("_blocking")).then(pl.col("idle_while_blocked_ns").fill_null(0) / 1000.0),
         waited_for=pl.when(pl.col("_blocking")).then(pl.col("waited_for")),
         waited_for_stream=pl.when(pl.col("_blocking")).then(pl.col("waited_for_stream")),
         op="op",
@@ -193,6 +205,7 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
             apis=pl.col("api").unique().sort().str.join(", "),
             blocked_us=pl.col("blocked_us").sum(),
             bubble_us=pl.col("bubble_us").sum(),
+            idle_while_blocked_us=pl.col("idle_while_blocked_us").sum(),
         )
         .with_columns(
             points_per_step=pl.col("sync_points") / n_steps,
@@ -203,7 +216,7 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
         )
         .sort("bubble_us", "blocked_us", descending=True)
         .select("kind", "op", "range", "python_frame", "apis", "calls", "sync_points", "points_per_step",
-                "blocked_us", "bubble_us", "blocked_us_per_step", "bubble_us_per_step", "blocked_share", "bubble_share")
+                "blocked_us", "bubble_us", "idle_while_blocked_us", "blocked_us_per_step", "bubble_us_per_step", "blocked_share", "bubble_share")
     )
     per_step = pl.DataFrame()
     if trace.steps.height:
@@ -238,9 +251,14 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
             "bubble_us_per_step": r["bubble_us_per_step"],
             "bubble_share": r["bubble_share"],
             "message": f"{r['points_per_step']:,.1f} {r['kind']} syncs per {unit} from {where} ({r['apis']}), holding the CPU "
-            f"{r['blocked_us_per_step'] / 1000:,.2f} ms and leaving the GPU idle {r['bubble_us_per_step'] / 1000:,.2f} ms per {unit} "
-            f"({(r['bubble_share'] or 0):.1%} of {unit} time)",
+            f"{r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}, followed by {r['bubble_us_per_step'] / 1000:,.2f} ms of GPU idle "
+            f"per {unit} ({(r['bubble_share'] or 0):.1%} of {unit} time)",
         })
+    by_api = (
+        table.group_by("kind", "api")
+        .agg(calls=pl.len(), blocked_us=pl.col("blocked_us").sum(), bubble_us=pl.col("bubble_us").sum())
+        .sort("calls", descending=True)
+    )
     listed = table.filter((pl.col("kind") == "gpu_wait") | (pl.col("blocked_us") >= opts.min_blocked_us))
     listed = listed.sort("blocked_us", "sync_id", descending=[True, False]).select(SYNC_COLUMNS)
-    return SyncsResult(trace.path, opts, listed, summary, per_step, tuple(findings), n_steps)
+    return SyncsResult(trace.path, opts, listed, summary, by_api, per_step, tuple(findings), n_steps)

@@ -15,6 +15,10 @@ from traceanalyzer.trace import Trace
 
 
 def load_trace(path: str, max_decompressed: int | None = None) -> Trace:
+    if max_decompressed is None:  # the group's --max-decompressed (cli.py)
+        ctx = click.get_current_context(silent=True)
+        obj = ctx.find_root().obj if ctx is not None else None
+        max_decompressed = obj.get("max_decompressed") if isinstance(obj, dict) else None
     kwargs = {"max_decompressed": max_decompressed} if max_decompressed else {}
     trace = load(path, progress=progress_printer(), **kwargs)
     for w in trace.warnings:

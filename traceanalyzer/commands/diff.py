@@ -10,7 +10,6 @@ than PCT percent, for CI.
 from __future__ import annotations
 
 import click
-import polars as pl
 
 from traceanalyzer.analyses.diff import DiffResult, analyse_diff
 from traceanalyzer.cli_options import build, dataclass_options, output_options
@@ -26,7 +25,7 @@ except ImportError:  # pragma: no cover - depends on what errors.py holds
 
 def headline(r: DiffResult) -> str:
     if r.verdict == "not comparable":
-        return "not comparable: the before trace has no step time"
+        return "not comparable: a trace without timed events has no step time"
     ms_b, ms_a = r.median_before_us / 1000, r.median_after_us / 1000
     return (
         f"{r.verdict}: median step {ms_b:,.1f} ms -> {ms_a:,.1f} ms ({r.change_pct:+.1f}%); "

@@ -64,6 +64,11 @@ def gaps_report(result: GapsResult, top: int, warnings: tuple[str, ...] = ()) ->
 def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str | None, **kwargs) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
     options = build(GapOptions, kwargs)
+    from traceanalyzer.commands import ranks  # a directory of per-rank files: cross-rank report
+
+    if ranks.is_rank_dir(trace):
+        emit(ranks.dir_report("gaps", trace, options, top), fmt, output)
+        return
     t = load_trace(trace)
     result = analyse_gaps(t, options)
     emit(gaps_report(result, top, t.warnings), fmt, output)

@@ -2,27 +2,45 @@
 
 A chunk is cut at the last `}` `,` `{` (white space allowed) in the buffer. Such a cut can
 fall inside an event only where an event holds a list of objects or a string holding those
-characters; the decoder then rejects the chunk (its braces or quotes do not balance) and the
-next earlier cut is tried, so a chunk that decodes is always made of whole events.
+characters; a prefix of valid JSON then fails to decode only as *incomplete* (the error sits at
+the closing bracket we added), and the next earlier cut is tried, so a chunk that decodes is
+always made of whole events.
+
+A chunk that fails *before* its end is damaged there. Then (1) the whole chunk is tried again
+after `repair.repair_fast`; if it still fails, (2) the events before the damaged one are decoded
+as one chunk, the damaged event (up to the next cut) is repaired with `repair.repair_exact` or,
+failing that, skipped and counted, and reading goes on after it with a small window that grows
+back as chunks decode. So one bad event costs that event only, never the rest of the file.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import msgspec
 
 from traceanalyzer.errors import NotATraceError, TraceReadError
+from traceanalyzer.load.repair import fix_utf8, repair_exact, repair_fast
 from traceanalyzer.load.source import ByteSource
 
 CHUNK_BYTES = 16 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
+_ANY_END = re.compile(rb"\]")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _HEADER_LIMIT = 256 << 20  # metadata before traceEvents is never this large in a real trace
 _MAX_RETRIES = 64
+_MAX_EXTEND = 16  # cuts a damaged-then-repaired event may span (lists of objects inside it)
+_SMALL_WINDOW = 64 << 10  # bytes per chunk right after damage; doubles on each clean chunk
+_WS = b"\xef\xbb\xbf \t\r\n"
+
+# try_decode(b"[...]") -> accepted?; error() -> byte position of the last failure in what
+# try_decode was given, or None when the text was only incomplete (truncated at its end).
+TryDecode = Callable[[bytes], bool]
+ErrorPos = Callable[[], "int | None"]
 
 
 @dataclass
@@ -31,28 +49,39 @@ class Split:
 
     metadata: dict[str, Any] = field(default_factory=dict)
     truncated: str | None = None  # where and why the events stopped early
+    truncated_at: int | None = None  # byte offset (decompressed) of the first unread byte
     skipped_bytes: int = 0  # bytes after the last complete event that could not be read
+    repairs: Counter = field(default_factory=Counter)  # fix -> count (see repair.py)
+    damaged: list[tuple[int, int]] = field(default_factory=list)  # (offset, length) skipped mid-file
 
 
 def _loads_object(text: bytes) -> dict[str, Any] | None:
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    for attempt in (text, None):
+        if attempt is None:
+            attempt = repair_exact(fix_utf8(text), Counter())
+        try:
+            value = msgspec.json.decode(attempt)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            continue
+        return value if isinstance(value, dict) else None
+    return None
 
 
 class EventSplitter:
-    """Iterate over byte chunks, each `[ev, ev, ...]` ready for the decoder.
+    """Iterate over byte chunks, each `[ev, ev, ...]` handed to `try_decode`.
 
-    `try_decode(chunk) -> bool` is called by the consumer; the splitter uses the same decoder
-    to validate cuts, so each chunk is decoded exactly once on the happy path.
+    The splitter uses the consumer's decoder to validate cuts, so each chunk is decoded exactly
+    once on the happy path.
     """
 
     def __init__(self, source: ByteSource, chunk_bytes: int = CHUNK_BYTES) -> None:
         self.source = source
         self.chunk_bytes = chunk_bytes
         self.split = Split()
+        self._window = chunk_bytes
+        self._base = 0  # decompressed offset of the current buffer's first byte
+        self._decode: TryDecode = lambda b: False
+        self._error: ErrorPos = lambda: None
 
     # -- header -----------------------------------------------------------------------------
     def _read_header(self) -> bytes:
@@ -60,27 +89,29 @@ class EventSplitter:
         while True:
             data = self.source.read(self.chunk_bytes)
             buf += data
-            stripped = buf.lstrip(b"\xef\xbb\xbf \t\r\n")
+            stripped = buf.lstrip(_WS)
             if stripped[:1] == b"[":  # a bare Chrome-trace array
+                self._base = len(buf) - len(stripped) + 1
                 return stripped[1:]
             m = _KEY.search(buf)
             if m:
-                head = buf[: m.start()].lstrip(b"\xef\xbb\xbf \t\r\n").rstrip()
+                head = buf[: m.start()].lstrip(_WS).rstrip()
                 if head.endswith(b","):
                     head = head[:-1]
                 meta = _loads_object(head + b"}") if head.startswith(b"{") else None
                 if meta is None:
                     raise NotATraceError(self.source.name, "the JSON before traceEvents is malformed")
                 self.split.metadata.update(meta)
+                self._base = m.end()
                 return buf[m.end():]
             if not data or len(buf) > _HEADER_LIMIT:
                 self._no_events(buf)
                 return b""
 
     def _no_events(self, buf: bytes) -> None:
-        body = buf.lstrip(b"\xef\xbb\xbf \t\r\n")
+        body = buf.lstrip(_WS)
         if not body:
-            raise TraceReadError(self.source.name, "file is empty")
+            raise TraceReadError(self.source.name, "file is empty" if not buf else "file holds only white space")
         if body[:1] not in (b"{", b"["):
             raise TraceReadError(self.source.name, "not JSON (does not start with '{' or '[')")
         meta = _loads_object(body)
@@ -88,13 +119,29 @@ class EventSplitter:
             raise TraceReadError(self.source.name, "not valid JSON and has no traceEvents array")
         raise NotATraceError(self.source.name, "JSON without a traceEvents array: not a Chrome/Kineto trace")
 
+    # -- decoding helpers -------------------------------------------------------------------
+    def _try(self, body: bytes) -> tuple[bool, int | None]:
+        """(accepted, damage position in body); position None means incomplete at the end."""
+        if self._decode(b"[" + body + b"]"):
+            return True, None
+        p = self._error()
+        if p is None or p - 1 >= len(body):
+            return False, None
+        return False, max(p - 1, 0)
+
+    def _grow(self) -> None:
+        self._window = min(self.chunk_bytes, self._window * 2)
+
     # -- events -----------------------------------------------------------------------------
-    def chunks(self, try_decode: Callable[[bytes], bool]) -> Iterator[None]:
+    def chunks(self, try_decode: TryDecode, error: ErrorPos | None = None) -> Iterator[None]:
         """Drive the decoding: for every accepted chunk `try_decode` has already consumed it."""
-        buf = self._read_header().lstrip()
-        if buf.startswith(b"{") or not buf:
-            pass
-        elif buf.startswith(b"]"):
+        self._decode = try_decode
+        self._error = error or (lambda: None)
+        buf = self._read_header()
+        n = len(buf)
+        buf = buf.lstrip()
+        self._base += n - len(buf)
+        if buf.startswith(b"]"):
             self._tail(buf[1:])
             return
         eof = False
@@ -106,59 +153,161 @@ class EventSplitter:
                     continue
                 eof = True
             if eof:
-                yield from self._finish(buf, try_decode)
+                yield from self._finish(buf)
                 return
-            cut = self._cut(buf, try_decode)
-            if cut is None:  # one event larger than the buffer: read more
+            cut = self._cut(buf, eof=False)
+            if not cut:  # one event larger than the buffer: read more
                 data = self.source.read(self.chunk_bytes)
                 if not data:
                     eof = True
                 buf += data
                 continue
             buf = buf[cut:]
+            self._base += cut
             yield None
 
-    def _cut(self, buf: bytes, try_decode: Callable[[bytes], bool]) -> int | None:
-        """Decode the longest prefix of whole events; return where the rest starts."""
-        end = len(buf)
-        for _ in range(_MAX_RETRIES):
-            window_start = max(0, end - (1 << 20))
+    def _last_boundary(self, buf: bytes, lo: int, hi: int) -> re.Match | None:
+        """The last `},{` starting in [lo, hi), searched backwards in 1 MiB windows."""
+        while hi > lo:
+            start = max(lo, hi - (1 << 20))
             last = None
-            for last in _BOUNDARY.finditer(buf, window_start, end):
+            for last in _BOUNDARY.finditer(buf, start, hi):
                 pass
-            if last is None:
-                if window_start == 0:
-                    return None
-                end = window_start + 16
-                continue
-            if try_decode(b"[" + buf[: last.start() + 1] + b"]"):
-                return last.end() - 1
-            end = last.start()
+            if last is not None:
+                return last
+            if start == lo:
+                return None
+            hi = start + 16
         return None
 
-    def _finish(self, buf: bytes, try_decode: Callable[[bytes], bool]) -> Iterator[None]:
+    def _cut(self, buf: bytes, eof: bool) -> int | None:
+        """Decode the longest prefix of whole events (within the window); return where the rest
+        starts, or None/0 when no whole event can be taken yet."""
+        end = min(len(buf), self._window)
+        for _ in range(_MAX_RETRIES):
+            last = self._last_boundary(buf, 0, end)
+            if last is None:
+                if end < len(buf) and self._window < len(buf):  # window too small: widen
+                    self._window = len(buf)
+                    end = len(buf)
+                    continue
+                return None
+            body = buf[: last.start() + 1]
+            ok, p = self._try(body)
+            if ok:
+                self._grow()
+                return last.end() - 1
+            if p is None:
+                end = last.start()
+                continue
+            repairs: Counter = Counter()
+            fixed = repair_fast(body, repairs)
+            if fixed != body and self._try(fixed)[0]:
+                self.split.repairs.update(repairs)
+                return last.end() - 1
+            return self._damaged(buf, p, eof)
+        return None
+
+    def _damaged(self, buf: bytes, p: int, eof: bool) -> int | None:
+        """Take the events before the damage at p, then the damaged event (repaired or skipped)."""
+        self._window = _SMALL_WINDOW
+        head = 0
+        hi = p
+        for _ in range(_MAX_RETRIES):
+            m = self._last_boundary(buf, 0, hi)
+            if m is None:
+                break
+            ok, _q = self._try(buf[: m.start() + 1])
+            if ok:
+                head = m.end() - 1
+                break
+            hi = m.start()
+        e = _BOUNDARY.search(buf, p)
+        if e is None:
+            # The damaged event is the last one in the buffer: read on, or let _finish judge it.
+            return head or None
+        for _ in range(_MAX_EXTEND):
+            repairs: Counter = Counter()
+            ok, q = self._try(repair_exact(buf[head : e.start() + 1], repairs))
+            if ok:
+                self.split.repairs.update(repairs)
+                return e.end() - 1
+            nxt = _BOUNDARY.search(buf, e.end() - 1) if q is None else None
+            if nxt is None:
+                break
+            e = nxt
+        e = _BOUNDARY.search(buf, p)
+        assert e is not None
+        self.split.damaged.append((self._base + head, e.start() + 1 - head))
+        return e.end() - 1
+
+    def _finish(self, buf: bytes) -> Iterator[None]:
+        # Happy path: everything up to the array's end in one chunk.
         for m in _ARRAY_END.finditer(buf):
-            if try_decode(b"[" + buf[: m.start() + 1] + b"]"):
+            ok, p = self._try(buf[: m.start() + 1])
+            if ok:
                 self._tail(buf[m.end():])
                 yield None
                 return
-        # No closing bracket after whole events: the trace was cut short. Keep every whole event.
-        stripped = buf.rstrip()
-        if stripped.endswith(b"}") and try_decode(b"[" + stripped + b"]"):
-            self._mark_truncated(b"", "the events array is not closed")
+            if p is not None:
+                break  # damage before the end: go event by event
+        while True:
+            cut = self._cut(buf, eof=True)
+            if not cut:
+                break
+            buf = buf[cut:]
+            self._base += cut
             yield None
-            return
-        cut = self._cut(buf, try_decode)
-        if cut is not None:
-            yield None
-            self._mark_truncated(buf[cut:], "the trace ends in the middle of an event")
-        else:
-            self._mark_truncated(buf, "the trace ends in the middle of an event")
+        yield from self._last_piece(buf)
 
-    def _mark_truncated(self, rest: bytes, why: str) -> None:
+    def _last_piece(self, buf: bytes) -> Iterator[None]:
+        """What follows the last cut: the last event, the array's end and the tail, or damage."""
+        stripped = buf.strip().rstrip(b",").rstrip()
+        if not stripped:
+            self._mark_truncated(b"", "the events array is not closed")
+            return
+        for m in _ANY_END.finditer(buf):
+            body = buf[: m.start()].rstrip()
+            if not body:
+                self._tail(buf[m.end():])
+                return
+            repairs: Counter = Counter()
+            for text in (body, None):
+                if text is None:
+                    text = repair_exact(body, repairs)
+                ok, p = self._try(text)
+                if ok:
+                    self.split.repairs.update(repairs)
+                    self._tail(buf[m.end():])
+                    yield None
+                    return
+        if stripped.endswith(b"}"):
+            repairs = Counter()
+            for text in (stripped, repair_exact(stripped, repairs)):
+                if self._try(text)[0]:
+                    if text is not stripped:
+                        self.split.repairs.update(repairs)
+                    self._mark_truncated(b"", "the events array is not closed", at=self._base + len(buf))
+                    yield None
+                    return
+        # A damaged last event before a proper end of the array and document?
+        for m in reversed(list(_ARRAY_END.finditer(buf))):
+            if self._tail_ok(buf[m.end():]):
+                self.split.damaged.append((self._base, m.start() + 1))
+                self._tail(buf[m.end():])
+                return
+        self._mark_truncated(buf, "the trace ends in the middle of an event", at=self._base)
+
+    def _mark_truncated(self, rest: bytes, why: str, at: int | None = None) -> None:
         cause = self.source.truncated
         self.split.truncated = f"{why}{f' ({cause})' if cause else ''}"
+        self.split.truncated_at = at
         self.split.skipped_bytes = len(rest.strip())
+
+    @staticmethod
+    def _tail_ok(rest: bytes) -> bool:
+        rest = rest.strip()
+        return rest == b"}" or (rest.startswith(b",") and _loads_object(b"{" + rest[1:]) is not None)
 
     def _tail(self, rest: bytes) -> None:
         """Top-level keys after the events array (traceName, baseTimeNanoseconds, ...)."""

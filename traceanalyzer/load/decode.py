@@ -223,6 +223,14 @@ COLUMN_BUILDERS = {
 DECODER = msgspec.json.Decoder(list[Event])
 
 
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
+
+
 def kind_of(e: Event) -> str:
     kind = KIND_OF_CAT.get(e.cat)
     if kind is not None:
@@ -238,7 +246,13 @@ def bucket(events: list[Event], counts: Counter) -> dict[str, list[Event]]:
     """Group a chunk's events by table, counting (cat, ph) as they pass."""
     buckets: dict[str, list[Event]] = {}
     for e in events:
-        kind = KIND_OF_CAT.get(e.cat) or kind_of(e)
+        try:
+            kind = KIND_OF_CAT.get(e.cat) or kind_of(e)
+            hash(e.ph)
+        except TypeError:  # an object or array where cat / ph belongs: treat it as absent
+            e.cat = e.cat if _hashable(e.cat) else None
+            e.ph = e.ph if _hashable(e.ph) else None
+            kind = KIND_OF_CAT.get(e.cat) or kind_of(e)
         b = buckets.get(kind)
         if b is None:
             b = buckets[kind] = []

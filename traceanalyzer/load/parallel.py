@@ -3,11 +3,16 @@
 The main process reads (and inflates) the bytes and cuts the `traceEvents` array into chunks
 with the same `EventSplitter` as the serial path, but without decoding them itself: each chunk
 goes to a worker, which decodes it into the same per-kind polars tables as the serial loader
-(`RawTables.add_chunk`) and sends them back (polars pickles a frame as Arrow IPC). Results are
-put back in file order, so the tables are identical to the serial path's.
+(`RawTables.add_chunk`) and sends them back pickled (polars pickles a frame as Arrow IPC).
+Results are taken back in file order, so the tables equal the serial path's.
 
-Memory stays bounded: at most `2 x workers` chunks are in flight; the main process waits for the
-oldest before reading on.
+Workers are plain subprocesses (`python -m traceanalyzer.load.parallel`) talking over pipes
+with length-prefixed messages: unlike a multiprocessing spawn pool they never re-import the
+caller's `__main__` (a script without an `if __name__ == "__main__"` guard stays safe), and
+unlike fork they never inherit a polars thread pool in a half-copied state.
+
+Memory stays bounded: each worker holds at most one chunk; the main process collects a worker's
+result before giving it the next chunk.
 
 A chunk is not validated before it is sent, so a cut that falls inside an event (possible
 where a string holds `},{`), or a trace that is malformed or cut short, makes a worker reject
@@ -17,11 +22,13 @@ and salvages broken traces; that costs a second read, only on such files.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from collections import Counter, deque
-from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any
+import pickle
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -70,78 +77,161 @@ def should_use(source: ByteSource) -> bool:
     return cpu_count() > 1 and estimated_json_bytes(source) > MIN_PARALLEL_BYTES
 
 
-def _decode_chunk(data: bytes) -> tuple[bool, dict[str, pl.DataFrame], Counter, int]:
-    """Worker: one chunk `[ev, ...]` -> (ok, non-empty tables by kind, (cat, ph) counts, events)."""
+def _decode_chunk(data: bytes) -> tuple[bool, dict[str, pl.DataFrame], Counter, int, Counter]:
+    """One chunk `[ev, ...]` -> (ok, non-empty tables by kind, (cat, ph) counts, events, fixes)."""
     from traceanalyzer.load.loader import RawTables
 
     raw = RawTables()
     if not raw.add_chunk(data):
-        return False, {}, Counter(), 0
-    return True, {k: p[0] for k, p in raw.parts.items() if p}, raw.counts, raw.events
+        return False, {}, Counter(), 0, Counter()
+    return True, {k: p[0] for k, p in raw.parts.items() if p}, raw.counts, raw.events, getattr(raw, "fixes", Counter())
+
+
+def _send(fh: BinaryIO, payload: bytes) -> None:
+    fh.write(len(payload).to_bytes(8, "little"))
+    fh.write(payload)
+    fh.flush()
+
+
+def _receive(fh: BinaryIO) -> bytes | None:
+    head = fh.read(8)
+    if len(head) < 8:
+        return None
+    n = int.from_bytes(head, "little")
+    data = fh.read(n)
+    return data if len(data) == n else None
+
+
+def _worker_main() -> None:
+    """A worker: read chunks from stdin until it closes, answer each with its pickled tables."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed by a library goes to stderr, never into the answers
+    inp = sys.stdin.buffer
+    while (data := _receive(inp)) is not None:
+        _send(out, pickle.dumps(_decode_chunk(data), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class _Rejected(Exception):
-    """A worker could not decode a chunk: read the file serially instead."""
+    """A worker could not decode a chunk (or died): read the file serially instead."""
+
+
+class _Workers:
+    """`n` worker processes used round robin, one chunk in flight per worker."""
+
+    def __init__(self, n: int) -> None:
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # importable even when not installed
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "traceanalyzer.load.parallel"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            )
+            for _ in range(n)
+        ]
+        self.busy = [False] * n
+        self.next = 0
+
+    def submit(self, data: bytes) -> Any | None:
+        """Give `data` to the next worker; returns that worker's previous result, if any."""
+        i = self.next
+        self.next = (i + 1) % len(self.procs)
+        previous = self._collect(i) if self.busy[i] else None
+        try:
+            _send(self.procs[i].stdin, data)
+        except (BrokenPipeError, OSError):
+            raise _Rejected() from None
+        self.busy[i] = True
+        return previous
+
+    def drain(self):
+        """The remaining results, in submission order."""
+        n = len(self.procs)
+        for k in range(n):
+            i = (self.next + k) % n
+            if self.busy[i]:
+                yield self._collect(i)
+
+    def _collect(self, i: int) -> Any:
+        self.busy[i] = False
+        data = _receive(self.procs[i].stdout)
+        if data is None:
+            raise _Rejected()
+        return pickle.loads(data)
+
+    def close(self) -> None:
+        for p in self.procs:
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            p.stdout.close()
 
 
 def read_tables(source: ByteSource, chunk_bytes: int | None = None) -> tuple[dict[str, pl.DataFrame], dict, Counter, list[str]]:
-    """Same contract as `loader.read_tables`, decoding in worker processes."""
-    from traceanalyzer.load.loader import read_tables as serial_read_tables
-    from traceanalyzer.load.normalize import FRAME_BUILDERS, empty_frame
+    """Same contract as `loader.read_tables`, decoding in worker processes. The per-chunk
+    results are put into the serial loader's own `RawTables`, so its tables and warnings are
+    built by the very same code."""
+    from traceanalyzer.load import loader
 
     chunk = min(chunk_bytes or PARALLEL_CHUNK_BYTES, PARALLEL_CHUNK_BYTES)
-    workers = cpu_count()
-    parts: dict[str, list[pl.DataFrame]] = {k: [] for k in FRAME_BUILDERS}
-    counts: Counter = Counter()
-    events = 0
-    pending: deque[Future] = deque()
+    raw = loader.RawTables()
 
-    def collect(f: Future) -> None:
-        nonlocal events
-        ok, tables, c, n = f.result()
+    def collect(result: Any) -> None:
+        if result is None:
+            return
+        ok, tables, counts, n, fixes = result
         if not ok:
             raise _Rejected()
         for kind, df in tables.items():
-            parts[kind].append(df)
-        counts.update(c)
-        events += n
+            raw.parts[kind].append(df)
+        raw.counts.update(counts)
+        raw.events += n
+        if hasattr(raw, "fixes"):
+            raw.fixes.update(fixes)
+
+    def submit(data: bytes) -> bool:
+        collect(workers.submit(data))
+        return True
 
     splitter = EventSplitter(source, chunk)
+    workers = _Workers(cpu_count())
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-
-            def submit(data: bytes) -> bool:
-                while len(pending) >= 2 * workers:
-                    collect(pending.popleft())
-                pending.append(pool.submit(_decode_chunk, data))
-                return True
-
-            try:
-                for _ in splitter.chunks(submit):
-                    pass
-                while pending:
-                    collect(pending.popleft())
-            except _Rejected:
-                for f in pending:
-                    f.cancel()
-                raise
+        for _ in splitter.chunks(submit):
+            pass
+        for result in workers.drain():
+            collect(result)
     except _Rejected:
-        return _serial_again(source, serial_read_tables)
+        workers.close()
+        return _serial_again(source, loader.read_tables)
+    except BaseException:
+        for p in workers.procs:
+            p.kill()
+        workers.close()
+        raise
+    workers.close()
 
-    warnings = []
     split = splitter.split
-    if split.truncated:  # the serial path words and salvages this; let it
-        return _serial_again(source, serial_read_tables)
-    tables = {
-        kind: pl.concat(p, how="vertical_relaxed", rechunk=True) if p else empty_frame(kind)
-        for kind, p in parts.items()
-    }
-    del parts
-    return tables, split.metadata, counts, warnings
+    if split.truncated or getattr(split, "damaged", None) or getattr(split, "repairs", None):
+        # the serial path validates every cut, salvages what it can and words the warnings
+        return _serial_again(source, loader.read_tables)
+    warnings = loader._warnings(split, raw, source) if hasattr(loader, "_warnings") else []
+    return raw.tables(), split.metadata, raw.counts, warnings
 
 
 def _serial_again(source: ByteSource, serial_read_tables: Any):
-    fresh = ByteSource(source.name, max_decompressed=source.max_decompressed, progress=source.progress)
+    path = getattr(getattr(source, "_fh", None), "name", source.name)  # full path (a Path's .name is its basename)
+    fresh = ByteSource(path, max_decompressed=source.max_decompressed, progress=source.progress)
     fresh._serial_only = True  # type: ignore[attr-defined]
     with fresh:
         return serial_read_tables(fresh)
+
+
+if __name__ == "__main__":
+    _worker_main()

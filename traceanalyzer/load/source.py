@@ -59,7 +59,15 @@ class ByteSource:
         except PermissionError:
             raise TraceReadError(str(path), "permission denied") from None
         if stat.S_ISDIR(st.st_mode):
-            raise TraceReadError(str(path), "is a directory, not a trace file")
+            try:
+                names = [n for n in os.listdir(path) if n.endswith((".json", ".json.gz", ".trace.json", ".pt.trace.json.gz"))]
+            except OSError:
+                names = []
+            if not names:
+                raise TraceReadError(str(path), "is a directory with no trace files (*.json, *.json.gz) in it")
+            raise TraceReadError(str(path), f"is a directory ({len(names)} trace files in it): give one trace file")
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISFIFO(st.st_mode) and not stat.S_ISCHR(st.st_mode):
+            raise TraceReadError(str(path), "is not a regular file")
         try:
             return open(path, "rb")
         except PermissionError:

@@ -1,0 +1,41 @@
+"""Write the original trace plus a "traceanalyzer" process whose tracks mark every GPU idle
+gap (named by cause), sync stall and exposed copy, for Perfetto or chrome://tracing.
+
+Every original event is kept byte for byte; secrets in the trace's metadata (environment
+variables, tokens) are redacted. The output is gzip-compressed when its name ends in .gz.
+"""
+
+from __future__ import annotations
+
+import click
+
+from traceanalyzer.analyses.gaps import analyse_gaps
+from traceanalyzer.cli_options import build, dataclass_options
+from traceanalyzer.commands.common import load_trace
+from traceanalyzer.options import GapOptions
+
+
+@click.command("annotate")
+@click.argument("trace", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="the annotated trace (.json or .json.gz)")
+@dataclass_options(GapOptions)
+def command(trace: str, output: str, **kwargs) -> None:
+    """Write the trace plus tracks marking gaps, sync stalls and exposed copies (for Perfetto)."""
+    from traceanalyzer.render.annotate import annotated_document, build_annotations, compress, read_document
+    from traceanalyzer.render.output import write_atomic
+
+    options = build(GapOptions, kwargs)
+    t = load_trace(trace)
+    copies = None
+    try:
+        from traceanalyzer.analyses.copies import analyse_copies
+
+        copies = analyse_copies(t).copies
+    except ImportError:  # the copies analysis is optional: no exposed-copy track without it
+        pass
+    ann = build_annotations(t, analyse_gaps(t, options), copies)
+    top, events = read_document(trace)
+    data = annotated_document(top, events, ann.events)
+    write_atomic(output, compress(data) if output.endswith(".gz") else data)
+    what = ", ".join(f"{n:,} {k}" for k, n in ann.counts.items()) or "nothing to mark"
+    click.echo(f"wrote {output}: {len(events):,} original events + {what}", err=True)

@@ -1,0 +1,62 @@
+"""Every GPU memcpy and memset: direction, pageable or pinned host memory, bytes, GB/s, how much
+was hidden under compute, how long the issuing call held the CPU, and which op and Python line
+issued it. Findings: pageable host memory, many small copies, device-to-host copies inside the
+step loop, copies a side stream could hide.
+"""
+
+from __future__ import annotations
+
+import click
+
+from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
+from traceanalyzer.cli_options import build, dataclass_options, output_options
+from traceanalyzer.commands.common import emit, head, load_trace
+from traceanalyzer.options import CopyOptions, thresholds
+from traceanalyzer.report import Report, Section
+
+TABLE_COLUMNS = ["direction", "host_memory", "bytes", "duration_us", "gbps", "overlap_fraction", "exposed_us", "blocked_us", "api", "op", "range", "python_frame", "step"]
+JSON_COLUMNS = ["copy_id", "kind", "direction", "host_memory", "bytes", "start_us", "duration_us", "gbps", "overlap_fraction", "exposed_us", "blocked_us", "device", "stream", "api", "op", "range", "python_frame", "op_chain", "step", "name"]
+
+
+def copies_report(result: CopiesResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
+    th = thresholds(result.options)
+    if result.note:
+        return Report("copies", result.trace_path, th, (), {"summary": None, "copies": [], "findings": [], "note": result.note}, headline=result.note, warnings=warnings)
+    c = result.copies
+    blocked = c["blocked_us"].fill_null(0).sum()
+    headline = (
+        f"{c.height:,} copies and memsets, {int(c['bytes'].fill_null(0).sum()):,} bytes, {c['duration_us'].sum() / 1000:,.1f} ms on the GPU "
+        f"({c['exposed_us'].sum() / 1000:,.1f} ms not hidden under compute); their calls held the CPU {blocked / 1000:,.1f} ms"
+    )
+    findings = "\n".join(f"- {f['message']}" for f in result.findings) or "(none)"
+    sections = (
+        Section("Findings", text=findings),
+        Section("By direction, host memory, op and Python frame", head(result.summary, top)),
+        Section(f"Copies, longest CPU block first ({c.height} in all)", head(c.select(TABLE_COLUMNS), top), main=True),
+        Section("Per step", result.per_step),
+    )
+    payload = {
+        "summary": {
+            "copies": c.height,
+            "bytes": int(c["bytes"].fill_null(0).sum()),
+            "duration_us": c["duration_us"].sum(),
+            "exposed_us": c["exposed_us"].sum(),
+            "blocked_us": blocked,
+            "groups": head(result.summary, top),
+            "per_step": result.per_step,
+        },
+        "findings": [{k: v for k, v in f.items()} for f in result.findings],
+        "copies": head(c.select(JSON_COLUMNS), top),
+    }
+    return Report("copies", result.trace_path, th, sections, payload, headline=headline, warnings=warnings)
+
+
+@click.command("copies")
+@click.argument("trace", type=click.Path())
+@dataclass_options(CopyOptions)
+@output_options
+def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
+    """Every GPU memcpy and memset, the op and Python line that issued it, and what it cost."""
+    options = build(CopyOptions, kwargs)
+    t = load_trace(trace)
+    emit(copies_report(analyse_copies(t, options), top, t.warnings), fmt, output)

@@ -1,0 +1,35 @@
+"""Per op: calls, self and total CPU time, self and total GPU time (GPU work attributed to the
+op that launched it, CUDA-graph replays included), like `prof.key_averages()` from the trace
+alone. Group by name, by name and input shapes, or by module; sort by any column.
+"""
+
+from __future__ import annotations
+
+import click
+
+from traceanalyzer.analyses.ops import analyse_ops, sort_table
+from traceanalyzer.cli_options import build, dataclass_options, output_options
+from traceanalyzer.commands.common import emit, head, load_trace
+from traceanalyzer.options import OpsOptions, thresholds
+from traceanalyzer.report import Report, Section
+
+
+@click.command("ops")
+@click.argument("trace", type=click.Path())
+@dataclass_options(OpsOptions)
+@click.option("--sort", "sort", default="total_gpu_us", show_default=True,
+              help="column to sort by, largest first (calls, self_cpu_us, total_cpu_us, self_gpu_us, total_gpu_us, ...)")
+@output_options
+def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
+    """Per op name: calls, self/total CPU time and self/total GPU time (key_averages from the trace)."""
+    options = build(OpsOptions, kwargs)
+    t = load_trace(trace)
+    table = sort_table(analyse_ops(t, options), sort)
+    shown = head(table, top)
+    headline = f"{table.height:,} op groups (by {options.group_by}), sorted by {sort}"
+    report = Report(
+        "ops", t.path, {**thresholds(options), "sort": sort}, (Section(f"Ops by {sort}", shown, main=True),),
+        {"group_by": options.group_by, "sort": sort, "groups": table.height, "ops": shown},
+        headline=headline, warnings=t.warnings,
+    )
+    emit(report, fmt, output)

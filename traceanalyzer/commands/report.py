@@ -1,0 +1,34 @@
+"""Write an incident report into a folder: report.md (summary, timeline, stages, idle by cause,
+top gaps, copies, syncs, memory, findings) with its PNG pictures beside it, ready to paste
+into a ticket; --html also writes report.html, one self-contained file with the images inline.
+
+Nothing from the trace's metadata is copied except device names and the rank: environment
+variables and credential-looking values never reach the report.
+"""
+
+from __future__ import annotations
+
+import click
+
+from traceanalyzer.cli_options import build, dataclass_options
+from traceanalyzer.commands.common import load_trace
+from traceanalyzer.commands.timeline import picture_options
+from traceanalyzer.options import GapOptions
+
+
+@click.command("report")
+@click.argument("trace", type=click.Path())
+@click.option("-o", "--output", "directory", type=click.Path(file_okay=False), required=True, help="folder to write report.md and its pictures into")
+@click.option("--html", "html_too", is_flag=True, help="also write report.html with the pictures inline")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="rows per table")
+@picture_options
+@dataclass_options(GapOptions)
+def command(trace: str, directory: str, html_too: bool, top: int, width: int, height: int, dpi: int, **kwargs) -> None:
+    """Write report.md (+ pictures, + --html) for an incident ticket."""
+    from traceanalyzer.render.report_md import build_report, write_report
+
+    options = build(GapOptions, kwargs)
+    t = load_trace(trace)
+    rep = build_report(t, options, top=top, width=width, height=height, dpi=dpi)
+    for p in write_report(rep, directory, html_too):
+        click.echo(f"wrote {p}", err=True)

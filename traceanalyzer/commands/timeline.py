@@ -1,0 +1,47 @@
+"""Draw a timeline PNG of one window of a trace: CPU threads and GPU streams, GPU idle gaps
+shaded by cause and the largest labelled with the op and Python line behind them.
+
+The window is the slowest step unless --step or --start/--end (ms from the trace start) say
+otherwise. Events narrower than a pixel are merged, so big traces draw in seconds.
+"""
+
+from __future__ import annotations
+
+import click
+
+from traceanalyzer.analyses.gaps import analyse_gaps
+from traceanalyzer.cli_options import build, dataclass_options
+from traceanalyzer.commands.common import load_trace
+from traceanalyzer.options import GapOptions
+
+
+def picture_options(fn):
+    fn = click.option("--dpi", type=click.IntRange(min=20, max=600), default=100, show_default=True, help="dots per inch")(fn)
+    fn = click.option("--height", type=click.IntRange(min=200, max=20000), default=900, show_default=True, help="picture height (pixels)")(fn)
+    fn = click.option("--width", type=click.IntRange(min=300, max=20000), default=1600, show_default=True, help="picture width (pixels)")(fn)
+    return fn
+
+
+@click.command("timeline")
+@click.argument("trace", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="the PNG to write")
+@click.option("--step", type=int, default=None, help="draw this ProfilerStep [default: the slowest step]")
+@click.option("--start", "start_ms", type=float, default=None, help="window start (ms from the trace start)")
+@click.option("--end", "end_ms", type=float, default=None, help="window end (ms from the trace start)")
+@picture_options
+@dataclass_options(GapOptions)
+def command(trace: str, output: str, step: int | None, start_ms: float | None, end_ms: float | None,
+            width: int, height: int, dpi: int, **kwargs) -> None:
+    """Draw a timeline PNG of one step: CPU threads, GPU streams, idle gaps shaded by cause."""
+    from traceanalyzer.errors import UsageError
+    from traceanalyzer.render.output import write_atomic
+    from traceanalyzer.render.timeline import choose_window, render_timeline
+
+    if step is not None and (start_ms is not None or end_ms is not None):
+        raise UsageError(None, "--step cannot be combined with --start/--end")
+    options = build(GapOptions, kwargs)
+    t = load_trace(trace)
+    window = choose_window(t, step, start_ms, end_ms)
+    pic = render_timeline(t, analyse_gaps(t, options), window, width=width, height=height, dpi=dpi)
+    write_atomic(output, pic.png)
+    click.echo(f"wrote {output} ({window.label})", err=True)

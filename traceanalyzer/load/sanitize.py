@@ -1,0 +1,141 @@
+"""Checks on the decoded tables before the Trace is built: each oddity a broken writer leaves
+is fixed the one documented way and counted in a warning (docs/readme/damaged.md).
+
+- exact duplicates (same values in every field the tool reads) are dropped;
+- a `dur` running past the end of the trace is clipped to it: an event "runs past the end"
+  when it ends later than the last event start by more than the whole span of starts (and by
+  more than 1 s), i.e. its `dur` alone is longer than the trace (a known ROCm artefact);
+  the end of the trace is the latest end among the other events;
+- timed events without `dur` last zero (counted); without `ph` are read by their category;
+- CPU events that overlap an earlier one on their thread without nesting inside it are
+  counted and kept (busy time is taken from unions, so nothing counts twice);
+- events of categories the tool does not know are ignored, counted by category.
+
+Negative durations and events without a readable `ts` are counted by `trace.build_trace`.
+Zero durations are normal in Kineto traces (short events rounded to whole microseconds) and are
+kept without a warning.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import polars as pl
+
+TIMED = ("op", "python", "runtime", "gpu", "sync", "gpu_annotation")
+CPU_TRACKS = ("op", "python", "runtime")
+# Categories of the `other` table that Kineto writes and the tool has no use for.
+KNOWN_IGNORED = {"Trace", "overhead", "cpu_instant_event", "Activity Buffer Request", "python_function", None}
+_PAST_END_FLOOR_NS = 1_000_000_000
+_TS_LIMIT_NS = 1 << 62  # ~146 years of nanoseconds: beyond it a ts is garbage, not a time
+
+
+def _names(counter: Counter, top: int = 5) -> str:
+    items = counter.most_common()
+    shown = ", ".join(f"{k} ({v:,})" for k, v in items[:top])
+    return shown + (f" and {len(items) - top} more" if len(items) > top else "")
+
+
+def sanitize(tables: dict[str, pl.DataFrame], counts: Counter) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    tables = dict(tables)
+    warnings: list[str] = []
+
+    no_ph = sum(n for (_cat, ph), n in counts.items() if ph is None)
+    if no_ph:
+        warnings.append(f"{no_ph:,} events have no ph; they were read by their category")
+
+    # Implausible times: beyond ~146 years of nanoseconds nothing is a time any more.
+    wild = 0
+    for kind in TIMED:
+        df = tables[kind]
+        bad = pl.col("ts_ns").abs() >= _TS_LIMIT_NS
+        n = df.filter(bad).height
+        if n:
+            wild += n
+            tables[kind] = df.with_columns(ts_ns=pl.when(bad).then(None).otherwise(pl.col("ts_ns")))
+    if wild:
+        warnings.append(f"{wild:,} events have a ts too large to be a time; they count as without ts")
+
+    dups = 0
+    for kind in TIMED:
+        df = tables[kind]
+        if df.height > 1 and df.is_duplicated().any():
+            kept = df.unique(maintain_order=True)
+            dups += df.height - kept.height
+            tables[kind] = kept
+    if dups:
+        warnings.append(f"dropped {dups:,} exact duplicate events")
+
+    no_dur = sum(
+        tables[k].filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_null()).height for k in TIMED
+    )
+    if no_dur:
+        warnings.append(f"{no_dur:,} events without dur were given zero duration")
+
+    tables, clipped, end = _clip_past_end(tables)
+    if clipped:
+        warnings.append(f"clipped {clipped:,} events whose dur runs past the end of the trace (dur longer than the whole trace)")
+
+    crossing = sum(_crossing(tables[k]) for k in CPU_TRACKS)
+    if crossing:
+        warnings.append(
+            f"{crossing:,} CPU events overlap an earlier event on their thread without nesting inside it; "
+            "kept as they are (busy time is taken from unions, so nothing counts twice)"
+        )
+
+    other = tables["other"]
+    if other.height:
+        unknown = other.filter(
+            ~pl.col("cat").is_in([c for c in KNOWN_IGNORED if c is not None]).fill_null(False)
+            & ~(pl.col("cat").is_null() & pl.col("ph").is_in(["i", "I", "R", "n"]).fill_null(False))
+        )
+        if unknown.height:
+            by_cat = Counter(
+                dict(unknown.group_by("cat").len().select(pl.col("cat").fill_null("(no category)"), "len").iter_rows())
+            )
+            warnings.append(f"ignored {unknown.height:,} events of categories the tool does not know: {_names(by_cat)}")
+    return tables, warnings
+
+
+def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], int, int | None]:
+    starts = [tables[k].select(lo=pl.col("ts_ns").min(), hi=pl.col("ts_ns").max()) for k in TIMED if tables[k].height]
+    if not starts:
+        return tables, 0, None
+    bounds = pl.concat(starts).select(pl.col("lo").min(), pl.col("hi").max()).row(0)
+    if bounds[0] is None:
+        return tables, 0, None
+    lo, hi = int(bounds[0]), int(bounds[1])
+    limit = hi + max(hi - lo, _PAST_END_FLOOR_NS)
+    # Compare in float64: ts + dur may not fit int64 when dur is garbage.
+    past = (pl.col("ts_ns").cast(pl.Float64) + pl.col("dur_ns").cast(pl.Float64)) > float(limit)
+    ends = [
+        tables[k].filter(pl.col("dur_ns").is_not_null() & ~past.fill_null(False)).select(e=(pl.col("ts_ns") + pl.col("dur_ns").clip(0)).max())
+        for k in TIMED
+        if tables[k].height
+    ]
+    end = max([hi] + [int(x) for x in pl.concat(ends)["e"].drop_nulls().to_list()])
+    clipped = 0
+    for k in TIMED:
+        df = tables[k]
+        n = df.filter(past.fill_null(False)).height
+        if n:
+            clipped += n
+            tables[k] = df.with_columns(
+                dur_ns=pl.when(past.fill_null(False)).then((pl.lit(end, pl.Int64) - pl.col("ts_ns")).clip(0)).otherwise(pl.col("dur_ns"))
+            )
+    return tables, clipped, end
+
+
+def _crossing(df: pl.DataFrame) -> int:
+    """Events that start inside an earlier event on their thread and end after it: the one
+    just before, or the one reaching furthest (a lower bound where both miss a crossing)."""
+    if df.height < 2:
+        return 0
+    s = df.filter(pl.col("ts_ns").is_not_null()).select(
+        "pid", "tid", "ts_ns", end=pl.col("ts_ns") + pl.col("dur_ns").fill_null(0).clip(0)
+    ).sort(["pid", "tid", "ts_ns", "end"], descending=[False, False, False, True], nulls_last=True)
+    # Two cheap witnesses: the furthest end so far, and the end of the event just before.
+    reach = pl.col("end").cum_max().shift(1).over(["pid", "tid"])
+    prev = pl.col("end").shift(1).over(["pid", "tid"])
+    crosses = ((pl.col("ts_ns") < reach) & (reach < pl.col("end"))) | ((pl.col("ts_ns") < prev) & (prev < pl.col("end")))
+    return s.filter(crosses.fill_null(False)).height

@@ -1,0 +1,218 @@
+"""Charts for incident reports, each a PNG (bytes) or None when the trace cannot show it:
+
+- `stage_bars`: one stacked bar per step, the step's time by stage (analyses.stages; where
+  that is unavailable, GPU busy and GPU idle split by the gaps' causes);
+- `gap_histogram`: idle-gap durations on log bins, stacked by cause;
+- `copy_bandwidth`: achieved bandwidth against size, one point per copy, by direction;
+- `memory_timeline`: allocated and reserved memory per device, the peak marked. 2021 traces
+  carry only each event's size: their curve is the running sum from the trace start.
+
+matplotlib (Agg) is imported lazily inside each function.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import polars as pl
+
+from traceanalyzer.analyses.gaps import CAUSES, GapsResult
+from traceanalyzer.render.timeline import CAUSE_COLORS, _figure, png_bytes
+from traceanalyzer.trace import Trace
+
+STAGE_COLORS = {
+    "data_loading": "#ff7f0e", "h2d": "#2ca02c", "forward": "#1f5fbf", "backward": "#6baed6", "optimizer": "#17becf",
+    "d2h": "#98df8a", "sync_wait": "#d62728", "other_cpu": "#a0a0a0", "other_gpu": "#9467bd", "gpu_idle": "#e0e0e0",
+    "Kernel": "#1f5fbf", "Memcpy": "#2ca02c", "Memset": "#9467bd", "Runtime": "#17becf", "DataLoader": "#ff7f0e",
+    "CPU Exec": "#a0a0a0", "Other": "#e0e0e0", "GPU busy": "#1f5fbf",
+}
+DIRECTION_COLORS = {"HtoD": "#2ca02c", "DtoH": "#d62728", "DtoD": "#1f5fbf", "PtoP": "#9467bd"}
+MB = 1024 * 1024
+
+
+def _title(trace: Trace, what: str) -> str:
+    return f"{what} — {os.path.basename(trace.path)}"
+
+
+def _extra_colors(names: list[str]) -> dict[str, str]:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    return {n: STAGE_COLORS.get(n, matplotlib.colors.to_hex(cmap(i % 20))) for i, n in enumerate(names)}
+
+
+def stage_times(trace: Trace, gaps: GapsResult | None) -> tuple[pl.DataFrame, tuple[str, ...], str] | None:
+    """step, stage, time_us (long form), the stage order, and where it came from."""
+    try:
+        from traceanalyzer.analyses.stages import analyse_stages
+
+        r = analyse_stages(trace)
+        if r.times.height:
+            return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"stages ({r.view} view)"
+    except Exception:  # noqa: BLE001 - the stages analysis is optional here; fall back below
+        pass
+    if gaps is None or not gaps.has_gpu_work or gaps.steps.is_empty():
+        return None
+    busy = gaps.steps.group_by("step").agg(time_us=pl.col("busy_us").sum()).with_columns(stage=pl.lit("GPU busy"))
+    idle = gaps.all_gaps.group_by("step", "cause").agg(time_us=pl.col("duration_us").sum()).rename({"cause": "stage"})
+    idle = idle.with_columns(stage=pl.lit("idle: ") + pl.col("stage"))
+    df = pl.concat([busy.select("step", "stage", "time_us"), idle.select("step", "stage", "time_us")], how="vertical_relaxed")
+    order = ("GPU busy",) + tuple(f"idle: {c}" for c in CAUSES)
+    return df, order, "GPU busy and idle by cause"
+
+
+def stage_bars(trace: Trace, gaps: GapsResult | None = None, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+    got = stage_times(trace, gaps)
+    if got is None:
+        return None
+    df, order, source = got
+    df = df.with_columns(pl.col("step").cast(pl.Int64))
+    steps = sorted(df["step"].drop_nulls().unique().to_list()) or [None]
+    present = [s for s in order if df.filter((pl.col("stage") == s) & (pl.col("time_us") > 0)).height]
+    colors = _extra_colors(present)
+    for c in CAUSES:
+        colors[f"idle: {c}"] = CAUSE_COLORS[c]
+    fig = _figure(width, height, dpi)
+    ax = fig.add_axes((0.08, 0.14, 0.66, 0.76))
+    wide = df.group_by("step", "stage").agg(pl.col("time_us").sum())
+    bottom = [0.0] * len(steps)
+    labels = ["all" if s is None else str(s) for s in steps]
+    for stage in present:
+        vals = []
+        for s in steps:
+            row = wide.filter(((pl.col("step") == s) if s is not None else pl.col("step").is_null()) & (pl.col("stage") == stage))
+            vals.append(row["time_us"].sum() / 1000.0 if row.height else 0.0)
+        ax.bar(labels, vals, bottom=bottom, color=colors[stage], label=stage, edgecolor="white", linewidth=0.5)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xlabel("step")
+    ax.set_ylabel("time (ms)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.suptitle(_title(trace, f"Step time by stage ({source})"), fontsize=11)
+    return png_bytes(fig, dpi)
+
+
+def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+    if not gaps.has_gpu_work or gaps.all_gaps.is_empty():
+        return None
+    g = gaps.all_gaps.filter(pl.col("duration_us") > 0)
+    lo, hi = max(g["duration_us"].min(), 0.1), max(g["duration_us"].max(), 1.0)
+    n_bins = 40
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    b = b if b > a else a + 1
+    edges = [10 ** (a + (b - a) * i / n_bins) for i in range(n_bins + 1)]
+    causes = [c for c in CAUSES if g.filter(pl.col("cause") == c).height]
+    fig = _figure(width, height, dpi)
+    values = [g.filter(pl.col("cause") == c)["duration_us"].to_list() for c in causes]
+    colors = [CAUSE_COLORS[c] for c in causes]
+    # Left: how many gaps; right: how much idle time they add up to (long gaps are few but
+    # usually hold most of the idle time).
+    ax1 = fig.add_axes((0.07, 0.14, 0.3, 0.74))
+    ax2 = fig.add_axes((0.44, 0.14, 0.3, 0.74))
+    ax1.hist(values, bins=edges, stacked=True, color=colors)
+    ax2.hist(values, bins=edges, stacked=True, color=colors, weights=[[v / 1000 for v in vs] for vs in values],
+             label=[f"{c}: {len(vs):,} gaps, {sum(vs) / 1000:,.1f} ms" for c, vs in zip(causes, values)])
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_xlabel("gap duration (µs, log scale)")
+    ax1.set_ylabel("number of gaps")
+    ax2.set_ylabel("idle time in these gaps (ms)")
+    ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    fig.suptitle(_title(trace, "GPU idle gaps by duration and cause"), fontsize=11)
+    return png_bytes(fig, dpi)
+
+
+def copy_rows(trace: Trace) -> pl.DataFrame:
+    """direction, bytes, duration_us, gbps for every memcpy (analyses.copies when present)."""
+    try:
+        from traceanalyzer.analyses.copies import analyse_copies
+
+        c = analyse_copies(trace).copies
+        c = c.filter(pl.col("kind") == "memcpy") if "kind" in c.columns else c
+        return c.select("direction", "bytes", "duration_us", "gbps")
+    except Exception:  # noqa: BLE001 - optional analysis: read the memcpy rows directly
+        pass
+    m = trace.gpu.filter(pl.col("kind") == "memcpy")
+    return m.select(
+        direction=pl.col("name").str.extract(r"(HtoD|DtoH|DtoD|PtoP|HtoH)").fill_null("other"),
+        bytes=pl.col("bytes"),
+        duration_us=pl.col("dur_ns") / 1000.0,
+        gbps=pl.when(pl.col("dur_ns") > 0).then(pl.col("bytes") / pl.col("dur_ns")),  # bytes/ns = GB/s
+    )
+
+
+def copy_bandwidth(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+    c = copy_rows(trace).filter((pl.col("bytes") > 0) & pl.col("gbps").is_not_null() & (pl.col("gbps") > 0))
+    if c.is_empty():
+        return None
+    fig = _figure(width, height, dpi)
+    ax = fig.add_axes((0.08, 0.14, 0.7, 0.76))
+    for d in sorted(c["direction"].unique().to_list()):
+        part = c.filter(pl.col("direction") == d)
+        ax.scatter(part["bytes"].to_list(), part["gbps"].to_list(), s=10, alpha=0.6,
+                   color=DIRECTION_COLORS.get(d, "#7f7f7f"), label=f"{d} ({part.height:,} copies)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("copy size (bytes, log scale)")
+    ax.set_ylabel("achieved bandwidth (GB/s, log scale)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.suptitle(_title(trace, "Copy bandwidth against size"), fontsize=11)
+    return png_bytes(fig, dpi)
+
+
+def memory_series(trace: Trace, points: int = 1500) -> pl.DataFrame:
+    """device, t_ms, allocated_mb, reserved_mb (null without totals), at most `points` samples
+    per device (the maximum in each time bucket). Without `Total Allocated` (2021 traces) the
+    allocated curve is the running sum of `Bytes` from the trace start."""
+    m = trace.memory.filter(pl.col("ts_ns").is_not_null())
+    if m.is_empty():
+        return pl.DataFrame(schema={"device": pl.String, "t_ms": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64})
+    dev = (
+        pl.when(pl.col("device_type") == 1).then(pl.lit("cuda:") + pl.col("device_id").cast(pl.String))
+        .when(pl.col("device_type") == 0).then(pl.lit("cpu"))
+        .otherwise(pl.lit("device ") + pl.col("device_type").cast(pl.String))
+    )
+    m = m.sort("ts_ns").with_columns(device=dev)
+    has_totals = m["total_allocated"].drop_nulls().len() > 0
+    alloc = pl.col("total_allocated") if has_totals else pl.col("bytes").fill_null(0).cum_sum().over("device")
+    m = m.with_columns(allocated=alloc.cast(pl.Float64), reserved=pl.col("total_reserved").cast(pl.Float64))
+    lo, hi = m["ts_ns"].min(), m["ts_ns"].max()
+    width = max((hi - lo) // points + 1, 1)
+    return (
+        m.with_columns(_b=(pl.col("ts_ns") - lo) // width)
+        .group_by("device", "_b")
+        .agg(pl.col("allocated").max() / MB, pl.col("reserved").max() / MB, _t=pl.col("ts_ns").min())
+        .sort("device", "_b")
+        .select("device", t_ms=(pl.col("_t") - trace.meta.origin_ns) / 1e6, allocated_mb="allocated", reserved_mb="reserved")
+    )
+
+
+def memory_timeline(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+    s = memory_series(trace)
+    if s.is_empty():
+        return None
+    has_totals = trace.memory["total_allocated"].drop_nulls().len() > 0
+    fig = _figure(width, height, dpi)
+    ax = fig.add_axes((0.08, 0.14, 0.7, 0.76))
+    devices = sorted(s["device"].unique().to_list())
+    # The GPU's memory is the story; host memory only when there is nothing else.
+    cuda_first = [d for d in devices if d.startswith("cuda")] or devices
+    palette = ["#1f5fbf", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#17becf"]
+    for i, d in enumerate(cuda_first):
+        part = s.filter(pl.col("device") == d)
+        col = palette[i % len(palette)]
+        label = "allocated" if has_totals else "allocated since trace start (running sum of [memory] Bytes)"
+        ax.plot(part["t_ms"].to_list(), part["allocated_mb"].to_list(), color=col, linewidth=1.2, label=f"{d} {label}")
+        if part["reserved_mb"].drop_nulls().len():
+            ax.plot(part["t_ms"].to_list(), part["reserved_mb"].to_list(), color=col, linewidth=1.0, linestyle="--", label=f"{d} reserved")
+        peak = part.sort("allocated_mb", descending=True, nulls_last=True).row(0, named=True)
+        ax.plot([peak["t_ms"]], [peak["allocated_mb"]], marker="v", color=col, markersize=8)
+        ax.annotate(f"peak {peak['allocated_mb']:,.0f} MB", (peak["t_ms"], peak["allocated_mb"]), textcoords="offset points",
+                    xytext=(0, 8), ha="center", fontsize=8, color=col)
+    for b in trace.steps["start_ns"].to_list():
+        ax.axvline((b - trace.meta.origin_ns) / 1e6, color="#bbbbbb", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("time from trace start (ms)")
+    ax.set_ylabel("memory (MB)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    fig.suptitle(_title(trace, "Device memory over time"), fontsize=11)
+    return png_bytes(fig, dpi)

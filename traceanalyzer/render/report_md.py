@@ -1,0 +1,336 @@
+"""The incident report: Markdown with its pictures beside it, or one self-contained HTML file.
+
+Sections: Summary, Timeline, Stages, Idle by cause, Top gaps, Copies, Syncs, Memory, Findings.
+Each section uses the analysis that computes it; an analysis that fails leaves a one-line note
+in its section instead of stopping the report. Nothing from the trace's metadata is copied
+except device names and the distributed rank, and every text goes through `scrub_text`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import polars as pl
+
+from traceanalyzer import __version__
+from traceanalyzer.analyses.gaps import HINTS, GapsResult, analyse_gaps
+from traceanalyzer.options import GapOptions
+from traceanalyzer.redact import scrub_text
+from traceanalyzer.render.markdown import table as md_table
+from traceanalyzer.render.values import cell
+from traceanalyzer.trace import Trace
+
+SECTIONS = ("Summary", "Timeline", "Stages", "Idle by cause", "Top gaps", "Copies", "Syncs", "Memory", "Findings")
+GAP_COLUMNS = ["device", "step", "start_us", "duration_us", "cause", "op", "range", "python_frame", "waited_on"]
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str  # heading | text | table | image | items
+    text: str = ""
+    table: pl.DataFrame | None = None
+    items: tuple[str, ...] = ()
+    image: str = ""  # file name in IncidentReport.images
+
+
+@dataclass
+class IncidentReport:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+    images: dict[str, bytes] = field(default_factory=dict)
+
+    def heading(self, text: str) -> None:
+        self.blocks.append(Block("heading", text))
+
+    def text(self, text: str) -> None:
+        self.blocks.append(Block("text", text))
+
+    def table(self, df: pl.DataFrame) -> None:
+        self.blocks.append(Block("table", table=_flat(df)))
+
+    def items(self, items: list[str]) -> None:
+        self.blocks.append(Block("items", items=tuple(items)))
+
+    def picture(self, name: str, png: bytes | None, caption: str) -> None:
+        if png:
+            self.images[name] = png
+            self.blocks.append(Block("image", caption, image=name))
+
+
+def _flat(df: pl.DataFrame) -> pl.DataFrame:
+    """Only the columns a table can show (no lists or structs)."""
+    keep = [c for c, t in df.schema.items() if not isinstance(t, (pl.List, pl.Struct, pl.Array))]
+    return df.select(keep)
+
+
+def _guard(rep: IncidentReport, what: str, fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - one failing analysis must not lose the report
+        rep.text(f"_{what} not available: {type(exc).__name__}: {exc}_")
+
+
+def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
+    m = trace.meta
+    devices = sorted({d.name for d in m.devices}) or ["none listed"]
+    lines = [
+        f"- Trace: `{os.path.basename(trace.path)}`",
+        f"- Devices: {', '.join(devices)} ({len(m.devices)} listed; GPU work on {trace.gpu['device'].n_unique() if trace.gpu.height else 0})",
+        f"- Span: {(m.end_ns - m.origin_ns) / 1e6:,.1f} ms; {trace.steps.height} profiler steps; "
+        f"{trace.ops.height:,} CPU ops, {trace.gpu.height:,} GPU activities",
+    ]
+    if m.rank is not None:
+        lines.append(f"- Rank {m.rank} of {m.world_size}" + (f" ({m.backend})" if m.backend else ""))
+    if gaps.has_gpu_work and gaps.devices.height:
+        dev = gaps.devices
+        busy = dev["busy_us"].sum() / dev["window_us"].sum()
+        idle_ms = dev["idle_us"].sum() / 1000
+        over = "the profiled steps" if gaps.window_kind == "steps" else "the GPU span (no ProfilerStep)"
+        lines.append(f"- **GPU busy {busy:.1%}** over {over}; idle {idle_ms:,.1f} ms")
+        if gaps.idle_by_cause.height:
+            top = gaps.idle_by_cause.row(0, named=True)
+            lines.append(f"- Most idle time: **{top['cause']}** ({top['share_of_idle']:.0%}): {HINTS[top['cause']]}")
+    else:
+        lines.append(f"- {gaps.note or 'no GPU work'}")
+    for w in trace.warnings:
+        lines.append(f"- warning: {w}")
+    rep.text("\n".join(lines))
+
+
+def _stages(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
+    from traceanalyzer.render import charts
+
+    try:
+        from traceanalyzer.analyses.stages import analyse_stages
+    except ImportError:
+        analyse_stages = None
+    if analyse_stages is not None:
+        r = analyse_stages(trace)
+        rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs.")
+        rep.table(r.table)
+    else:
+        rep.table(gaps.steps)
+    rep.picture("stages.png", charts.stage_bars(trace, gaps), "Step time by stage")
+
+
+def _idle(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
+    from traceanalyzer.render import charts
+
+    if not gaps.has_gpu_work:
+        rep.text(gaps.note or "no GPU work")
+        return
+    rep.text("GPU idle time (the complement of the union of kernels, memcpys and memsets per device inside the steps), "
+             "by what the launching CPU thread was doing.")
+    rep.table(gaps.idle_by_cause.with_columns(hint=pl.col("cause").replace_strict(HINTS, default="")))
+    rep.picture("gap_histogram.png", charts.gap_histogram(gaps, trace), "Idle gaps by duration and cause")
+
+
+def _top_gaps(rep: IncidentReport, gaps: GapsResult, top: int) -> None:
+    if not gaps.has_gpu_work:
+        rep.text(gaps.note or "no GPU work")
+        return
+    rep.text(f"Gaps of at least {gaps.options.min_gap_us:g} µs, longest first ({gaps.gaps.height:,} in all); start_us from the trace start.")
+    rep.table(gaps.gaps.select([c for c in GAP_COLUMNS if c in gaps.gaps.columns]).head(top))
+    if gaps.culprits.height:
+        rep.text("Top culprits (cause, op, Python frame):")
+        rep.table(gaps.culprits.head(top))
+
+
+def _copies(rep: IncidentReport, trace: Trace, top: int) -> None:
+    from traceanalyzer.render import charts
+
+    try:
+        from traceanalyzer.analyses.copies import analyse_copies
+    except ImportError:
+        analyse_copies = None
+    if analyse_copies is not None:
+        r = analyse_copies(trace)
+        if r.note:
+            rep.text(r.note)
+        if r.summary.height:
+            rep.table(r.summary.head(top))
+        if r.per_step.height:
+            rep.text("Per step:")
+            rep.table(r.per_step)
+    else:
+        m = charts.copy_rows(trace)
+        rep.table(m.group_by("direction").agg(copies=pl.len(), bytes=pl.col("bytes").sum(), duration_us=pl.col("duration_us").sum()))
+    rep.picture("copy_bandwidth.png", charts.copy_bandwidth(trace), "Copy bandwidth against size")
+
+
+def _syncs(rep: IncidentReport, trace: Trace, top: int) -> None:
+    try:
+        from traceanalyzer.analyses.syncs import analyse_syncs
+    except ImportError:
+        analyse_syncs = None
+    if analyse_syncs is not None:
+        r = analyse_syncs(trace)
+        if r.note:
+            rep.text(r.note)
+        if r.summary.height:
+            rep.table(r.summary.head(top))
+        if r.per_step.height:
+            rep.text("Per step:")
+            rep.table(r.per_step)
+        return
+    from traceanalyzer.analyses.cpu_activity import blocking_calls
+
+    b = blocking_calls(trace)
+    rep.table(b.group_by("name").agg(calls=pl.len(), blocked_us=((pl.col("end_ns") - pl.col("ts_ns")).sum() / 1000.0)).sort("blocked_us", descending=True))
+
+
+def _memory(rep: IncidentReport, trace: Trace) -> None:
+    from traceanalyzer.render import charts
+
+    if trace.memory.is_empty():
+        rep.text("no [memory] events in this trace (capture with profile_memory=True to see allocations)")
+        return
+    s = charts.memory_series(trace)
+    peaks = s.group_by("device").agg(peak_allocated_mb=pl.col("allocated_mb").max(), peak_reserved_mb=pl.col("reserved_mb").max()).sort("device")
+    if trace.memory["total_allocated"].drop_nulls().len() == 0:
+        rep.text("This trace's [memory] events carry sizes only: allocated memory is the running sum from the trace start.")
+    rep.table(peaks)
+    rep.picture("memory.png", charts.memory_timeline(trace), "Memory over time")
+
+
+def _findings(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
+    try:
+        from traceanalyzer.analyses.findings import analyse_findings
+    except ImportError:
+        analyse_findings = None
+    if analyse_findings is not None:
+        found = analyse_findings(trace)
+        rep.items([f"**[{f.severity}] {f.rule}**: {f.message} — {f.recommendation}" for f in found] or ["no rule fired"])
+        return
+    items = [f"**{r['cause']}**: {r['share_of_idle']:.0%} of idle time — {HINTS[r['cause']]}"
+             for r in gaps.idle_by_cause.iter_rows(named=True) if r["share_of_idle"] >= 0.1] if gaps.has_gpu_work else []
+    rep.items(items or ["nothing stands out"])
+
+
+def build_report(trace: Trace, options: GapOptions | None = None, top: int = 10, width: int = 1600, height: int = 900, dpi: int = 100) -> IncidentReport:
+    from traceanalyzer.render.timeline import render_timeline
+
+    gaps = analyse_gaps(trace, options)
+    rep = IncidentReport(f"traceanalyzer report: {os.path.basename(trace.path)}")
+    rep.heading("Summary")
+    _guard(rep, "summary", lambda: _summary(rep, trace, gaps))
+    rep.heading("Timeline")
+
+    def timeline() -> None:
+        pic = render_timeline(trace, gaps, width=width, height=height, dpi=dpi)
+        rep.text(f"Window: {pic.window.label}. CPU threads on top, GPU streams below; shaded: GPU idle, coloured by cause.")
+        rep.picture("timeline.png", pic.png, f"Timeline, {pic.window.label}")
+
+    _guard(rep, "timeline", timeline)
+    for title, fn in (
+        ("Stages", lambda: _stages(rep, trace, gaps)),
+        ("Idle by cause", lambda: _idle(rep, trace, gaps)),
+        ("Top gaps", lambda: _top_gaps(rep, gaps, top)),
+        ("Copies", lambda: _copies(rep, trace, top)),
+        ("Syncs", lambda: _syncs(rep, trace, top)),
+        ("Memory", lambda: _memory(rep, trace)),
+        ("Findings", lambda: _findings(rep, trace, gaps)),
+    ):
+        rep.heading(title)
+        _guard(rep, title.lower(), fn)
+    return rep
+
+
+def to_markdown(rep: IncidentReport, image_prefix: str = "") -> str:
+    lines = [f"# {rep.title}", "", f"_traceanalyzer {__version__}_", ""]
+    for b in rep.blocks:
+        if b.kind == "heading":
+            lines += [f"## {b.text}", ""]
+        elif b.kind == "text":
+            lines += [b.text, ""]
+        elif b.kind == "table" and b.table is not None:
+            lines += md_table(b.table) + [""]
+        elif b.kind == "items":
+            lines += [f"- {i}" for i in b.items] + [""]
+        elif b.kind == "image":
+            lines += [f"![{b.text}]({image_prefix}{b.image})", ""]
+    return scrub_text("\n".join(lines).rstrip() + "\n")
+
+
+def _inline_md(text: str) -> str:
+    """The little Markdown our texts use (**bold**, `code`, _italic_), as HTML."""
+    import re
+
+    t = html.escape(text)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", t)
+    t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+    return re.sub(r"(?<!\w)_(.+?)_(?!\w)", r"<em>\1</em>", t)
+
+
+def _html_table(df: pl.DataFrame) -> str:
+    if df.height == 0:
+        return "<p><em>none</em></p>"
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    rows = []
+    for r in df.iter_rows():
+        tds = "".join(
+            f'<td class="{"num" if df.schema[c].is_numeric() else ""}">{html.escape(cell(v, c))}</td>' for c, v in zip(df.columns, r)
+        )
+        rows.append(f"<tr>{tds}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1700px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left}
+td.num{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}img{max-width:100%;border:1px solid #eee}
+code{background:#f4f4f4;padding:0 3px}"""
+
+
+def to_html(rep: IncidentReport) -> str:
+    """One self-contained page: the images inline as base64 data URIs."""
+    out = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(rep.title)}</title><style>{STYLE}</style></head><body>",
+           f"<h1>{html.escape(rep.title)}</h1><p><em>traceanalyzer {__version__}</em></p>"]
+    for b in rep.blocks:
+        if b.kind != "image":
+            b = Block(b.kind, scrub_text(b.text), b.table, tuple(scrub_text(i) for i in b.items), b.image)
+        if b.kind == "heading":
+            out.append(f"<h2>{html.escape(b.text)}</h2>")
+        elif b.kind == "text":
+            body = b.text
+            if body.startswith("- "):
+                out.append("<ul>" + "".join(f"<li>{_inline_md(x[2:])}</li>" for x in body.split("\n")) + "</ul>")
+            else:
+                out.append(f"<p>{_inline_md(body)}</p>")
+        elif b.kind == "table" and b.table is not None:
+            out.append(scrub_text(_html_table(b.table)))
+        elif b.kind == "items":
+            out.append("<ul>" + "".join(f"<li>{_inline_md(i)}</li>" for i in b.items) + "</ul>")
+        elif b.kind == "image":
+            data = base64.b64encode(rep.images[b.image]).decode()
+            out.append(f'<figure><img alt="{html.escape(b.text)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(b.text)}</figcaption></figure>')
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def write_report(rep: IncidentReport, directory: str, html_too: bool = False) -> list[str]:
+    """report.md and its pictures in `directory` (and report.html when asked); returns the paths."""
+    from traceanalyzer.render.output import write_atomic
+
+    written = []
+    for name, png in rep.images.items():
+        p = os.path.join(directory, name)
+        write_atomic(p, png)
+        written.append(p)
+    p = os.path.join(directory, "report.md")
+    write_atomic(p, to_markdown(rep))
+    written.append(p)
+    if html_too:
+        p = os.path.join(directory, "report.html")
+        write_atomic(p, to_html(rep))
+        written.append(p)
+    return written
+
+
+def report_sections(markdown: str) -> list[str]:
+    return [line[3:].strip() for line in markdown.splitlines() if line.startswith("## ")]
+
+
