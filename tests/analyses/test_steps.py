@@ -39,13 +39,14 @@ def test_too_few_steps_no_steps_and_loading_outside(tmp_path):
     b.step(2, 150, 100)
     r = analyse_steps(load(b.write(tmp_path)), StepOptions(min_steps=3))
     kinds = {c.kind: c for c in r.caveats}
-    assert set(kinds) == {"too_few_steps", "data_loading_outside_steps"}
+    # These synthetic traces hold CPU ops only, which is itself a caveat.
+    assert set(kinds) == {"no_gpu_activity", "too_few_steps", "data_loading_outside_steps"}
     assert kinds["data_loading_outside_steps"].evidence == {"ranges": 1, "duration_us": 40.0}
 
     empty = TraceBuilder()
     empty.op("aten::mm", 0, 10)
     r = analyse_steps(load(empty.write(tmp_path, "nosteps.json")))
-    assert r.count == 0 and [c.kind for c in r.caveats] == ["no_steps"]
+    assert r.count == 0 and [c.kind for c in r.caveats] == ["no_gpu_activity", "no_steps"]
 
 
 def test_resnet_step_average_and_kernel_utilisation(SHARED_TRACES):

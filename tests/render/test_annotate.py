@@ -6,8 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import polars as pl
-import pytest
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 

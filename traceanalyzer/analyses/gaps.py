@@ -227,13 +227,20 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     ).drop("_line")
 
 
-def analyse_gaps(trace: Trace, options: GapOptions | None = None) -> GapsResult:
+@dataclass(frozen=True)
+class ClassifiedGaps:
+    """Every idle piece (a gap clipped to one window) with its cause, before naming culprits.
+    `syncs` builds on this so that a sync's bubble is by construction the gap blamed on it."""
+
+    pieces: pl.DataFrame  # gap_id, device, step, start_ns, end_ns, cause, pid, tid, sync_call, ...
+    per_window: pl.DataFrame  # device, step, start_ns, end_ns, window_ns, busy_ns
+    activity: CpuActivity
+
+
+def classify_gaps(trace: Trace, options: GapOptions | None = None) -> ClassifiedGaps:
+    """Idle pieces per device and window, each with the thread that explains it and a cause;
+    `sync_call` is the blocking call (runtime_id) a `sync` gap is blamed on. Needs GPU work."""
     opts = options or GapOptions()
-    window_kind = "steps" if trace.steps.height else "gpu_span"
-    if not trace.has_gpu_work:
-        empty = pl.DataFrame()
-        return GapsResult(trace.path, opts, False, window_kind, empty, empty, empty, empty, empty, empty,
-                          note="no GPU work in this trace (kernels, memcpys or memsets): nothing to analyse for GPU idle time")
     busy = gpu_time.busy_intervals(trace)
     wins = gpu_time.windows(trace)
     per_window = gpu_time.busy_by_window(busy, wins)
@@ -256,15 +263,27 @@ def analyse_gaps(trace: Trace, options: GapOptions | None = None) -> GapsResult:
     )
     act = CpuActivity.of(trace, opts.data_loading_pattern)
     pieces = _classify(pieces, act, opts).sort("gap_id")
-    pieces = _stream_waits(trace, pieces)
+    sync_call = _largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
+    pieces = pieces.join(sync_call, on="gap_id", how="left").sort("gap_id")
+    return ClassifiedGaps(pieces, per_window, act)
+
+
+def analyse_gaps(trace: Trace, options: GapOptions | None = None) -> GapsResult:
+    opts = options or GapOptions()
+    window_kind = "steps" if trace.steps.height else "gpu_span"
+    if not trace.has_gpu_work:
+        empty = pl.DataFrame()
+        return GapsResult(trace.path, opts, False, window_kind, empty, empty, empty, empty, empty, empty,
+                          note="no GPU work in this trace (kernels, memcpys or memsets): nothing to analyse for GPU idle time")
+    classified = classify_gaps(trace, opts)
+    per_window, act = classified.per_window, classified.activity
+    pieces = _stream_waits(trace, classified.pieces)
 
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
-    sync_call = _largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
     data_range = _largest_overlap(pieces.filter(pl.col("cause") == "data_loading"), act.data_ranges, "op_id", "data_op", True)
     busiest = _most_self_time_op(trace, pieces)
     pieces = (
-        pieces.join(sync_call, on="gap_id", how="left")
-        .join(data_range, on="gap_id", how="left")
+        pieces.join(data_range, on="gap_id", how="left")
         .join(busiest, on="gap_id", how="left")
         .join(trace.runtime.select(pl.col("runtime_id").alias("sync_call"), pl.col("op_id").alias("sync_op_id"), pl.col("name").alias("sync_api")), on="sync_call", how="left")
     )

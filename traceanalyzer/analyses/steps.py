@@ -89,6 +89,13 @@ def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
 
 def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions) -> list[Caveat]:
     out: list[Caveat] = []
+    if not trace.has_gpu_work:
+        out.append(Caveat(
+            "no_gpu_activity",
+            "no GPU activity in this trace (captured without ProfilerActivity.CUDA, or on a machine "
+            "without a GPU): GPU idle time, copies and kernels cannot be analysed",
+            {"gpu_events": 0, "cpu_ops": trace.ops.height},
+        ))
     if table.is_empty():
         out.append(Caveat(
             "no_steps",

@@ -36,10 +36,10 @@ import polars as pl
 from traceanalyzer.analyses import gpu_time
 from traceanalyzer.analyses.attribution import NAMESPACED_OP, op_context
 from traceanalyzer.analyses.copies import step_of
-from traceanalyzer.analyses.cpu_activity import CpuActivity, blocking_calls
+from traceanalyzer.analyses.cpu_activity import blocking_calls
 # The gap pieces, their classification and the sync a gap is blamed on come from gaps itself, so
 # that a sync's bubble is by construction the gap `gaps` blames on it.
-from traceanalyzer.analyses.gaps import _classify, _largest_overlap, _main_thread, _next_activity, _step_threads
+from traceanalyzer.analyses.gaps import classify_gaps
 from traceanalyzer.options import GapOptions, SyncOptions
 from traceanalyzer.trace import Trace
 
@@ -70,31 +70,8 @@ def charged_gaps(trace: Trace, gap_options: GapOptions | None = None) -> pl.Data
     schema = {"device": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "runtime_id": pl.Int64}
     if not trace.has_gpu_work:
         return pl.DataFrame(schema=schema)
-    opts = gap_options or GapOptions()
-    busy = gpu_time.busy_intervals(trace)
-    wins = gpu_time.windows(trace)
-    idle = gpu_time.idle_intervals(busy, wins)
-    pieces = (
-        gpu_time.clip_to_windows(idle, wins)
-        .filter(pl.col("end_ns") > pl.col("start_ns"))
-        .join(_next_activity(trace), on=["device", "next_start_ns"], how="left")
-        .sort("device", "start_ns")
-        .with_row_index("gap_id")
-    )
-    if trace.steps.height:
-        pieces = pieces.join(_step_threads(trace), on="step", how="left")
-    else:
-        main_pid, main_tid = _main_thread(trace)
-        pieces = pieces.with_columns(step_pid=pl.lit(main_pid, pl.Int64), step_tid=pl.lit(main_tid, pl.Int64))
-    pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
-    act = CpuActivity.of(trace, opts.data_loading_pattern)
-    pieces = _classify(pieces, act, opts)
-    charged = _largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "runtime_id", True)
-    return (
-        pieces.join(charged.select("gap_id", "runtime_id"), on="gap_id", how="left")
-        .select(list(schema))
-        .cast(schema)
-    )
+    pieces = classify_gaps(trace, gap_options or GapOptions()).pieces
+    return pieces.with_columns(runtime_id=pl.col("sync_call")).select(list(schema)).cast(schema)
 
 
 def _device_of_calls(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
@@ -195,7 +172,6 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
     point = pl.when(pl.col("kind") == "implicit").then(pl.lit("o") + pl.col("_op_id").cast(pl.String)).otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
     table = table.with_columns(_point=point)
     total_ns = int(step_table["step_ns"].sum() or 0)
-    per_step_den = total_ns / n_steps if n_steps else 0
     stalls = table.filter(pl.col("kind") != "gpu_wait")
     summary = (
         stalls.group_by("kind", "op", "range", "python_frame")

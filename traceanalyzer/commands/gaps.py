@@ -8,7 +8,6 @@ Causes: sync, data_loading, cpu_bound, launch_latency, gpu_wait, untraced.
 from __future__ import annotations
 
 import click
-import polars as pl
 
 from traceanalyzer.analyses.gaps import HINTS, GapsResult, analyse_gaps
 from traceanalyzer.cli_options import build, dataclass_options, output_options

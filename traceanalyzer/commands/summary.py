@@ -12,9 +12,11 @@ from traceanalyzer.analyses.findings import RULE_IDS, Finding, Overview, evaluat
 from traceanalyzer.analyses.ops import analyse_ops
 from traceanalyzer.analyses.stages import read_mapping
 from traceanalyzer.cli_options import build, dataclass_options, output_options
+from traceanalyzer.commands import ranks
 from traceanalyzer.commands.common import emit, load_trace
 from traceanalyzer.commands.stages import average_table, stages_payload
 from traceanalyzer.errors import RegressionDetected
+from traceanalyzer.options import GapOptions
 from traceanalyzer.options import FindingOptions, KernelOptions, StepOptions, thresholds
 from traceanalyzer.report import Report, Section
 
@@ -129,6 +131,9 @@ def command(trace: str, stages_file: str | None, fail_on: tuple[str, ...], fmt: 
     kernel_opts = build(KernelOptions, kwargs)
     finding_opts = build(FindingOptions, kwargs)
     mapping = read_mapping(stages_file) if stages_file else None
+    if ranks.is_rank_dir(trace):
+        emit(ranks.dir_report("summary", trace, GapOptions(), top), fmt, output)
+        return
     t = load_trace(trace)
     ov = Overview(t, finding_opts, step_opts, kernel_opts, mapping)
     findings = evaluate(ov)

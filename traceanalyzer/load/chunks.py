@@ -134,37 +134,75 @@ class EventSplitter:
 
     # -- events -----------------------------------------------------------------------------
     def chunks(self, try_decode: TryDecode, error: ErrorPos | None = None) -> Iterator[None]:
-        """Drive the decoding: for every accepted chunk `try_decode` has already consumed it."""
+        """Drive the decoding: for every accepted chunk `try_decode` has already consumed it.
+
+        The happy path copies nothing: the buffer is a bytearray, and a chunk is handed to
+        `try_decode` as a memoryview of it, framed in place (the separator byte before the
+        first event becomes `[`, the one after the last event `]`, restored afterwards). A
+        chunk the decoder rejects is handed, as bytes, to the validating path (`_cut`)."""
         self._decode = try_decode
         self._error = error or (lambda: None)
-        buf = self._read_header()
-        n = len(buf)
-        buf = buf.lstrip()
-        self._base += n - len(buf)
-        if buf.startswith(b"]"):
-            self._tail(buf[1:])
+        head = self._read_header()
+        n = len(head)
+        head = head.lstrip()
+        self._base += n - len(head)
+        if head.startswith(b"]"):
+            self._tail(head[1:])
             return
+        # buf[start] is the first byte of the unread events; buf[start - 1] is a spare byte
+        # (the separator before them) that framing may overwrite.
+        buf = bytearray(b" ")
+        buf += head
+        del head
+        start = 1
         eof = False
         while True:
-            if not eof and len(buf) < self.chunk_bytes:
+            if not eof and len(buf) - start < self.chunk_bytes:
                 data = self.source.read(self.chunk_bytes)
                 if data:
+                    if start > 1:
+                        del buf[: start - 1]
+                        start = 1
                     buf += data
                     continue
                 eof = True
             if eof:
-                yield from self._finish(buf)
+                yield from self._finish(bytes(buf[start:]))
                 return
-            cut = self._cut(buf, eof=False)
+            cut = self._cut_view(buf, start)
+            if cut is None:
+                rest = bytes(buf[start:])
+                cut = self._cut(rest, eof=False)
+                del rest
             if not cut:  # one event larger than the buffer: read more
                 data = self.source.read(self.chunk_bytes)
                 if not data:
                     eof = True
                 buf += data
                 continue
-            buf = buf[cut:]
+            start += cut
             self._base += cut
             yield None
+
+    def _cut_view(self, buf: bytearray, start: int) -> int | None:
+        """The happy path of `_cut` without copies: decode the events up to the last boundary
+        in the window, framed in place; the cut (relative to start) or None when rejected."""
+        end = min(len(buf), start + self._window)
+        last = self._last_boundary(buf, start, end)
+        if last is None:
+            return None
+        lo, hi = start - 1, last.start() + 1  # hi: the separator byte after the last event
+        before, after = buf[lo], buf[hi]
+        buf[lo], buf[hi] = 0x5B, 0x5D  # "[" and "]"
+        try:
+            with memoryview(buf) as view, view[lo : hi + 1] as chunk:
+                ok = self._decode(chunk)
+        finally:
+            buf[lo], buf[hi] = before, after
+        if not ok:
+            return None
+        self._grow()
+        return last.end() - 1 - start
 
     def _last_boundary(self, buf: bytes, lo: int, hi: int) -> re.Match | None:
         """The last `},{` starting in [lo, hi), searched backwards in 1 MiB windows."""

@@ -73,10 +73,11 @@ class RawTables:
                 self.fixes[NOT_OBJECTS] += 1
         return events
 
-    def add_chunk(self, data: bytes) -> bool:
+    def add_chunk(self, data: bytes | memoryview) -> bool:
         try:
             events = DECODER.decode(data)
         except UnicodeDecodeError:
+            data = bytes(data)
             fixed = _fix_utf8(data)
             if fixed == data:  # pragma: no cover - msgspec and Python disagree on UTF-8
                 self.error_pos = None
@@ -86,7 +87,7 @@ class RawTables:
                 self.fixes[NOT_UTF8] += sum(a != b for a, b in zip(data, fixed))
             return ok
         except msgspec.ValidationError:
-            events = self._loose(data)
+            events = self._loose(bytes(data))
             if events is None:
                 return False
         except msgspec.DecodeError as exc:

@@ -18,6 +18,9 @@ except ImportError:  # pragma: no cover
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 4 << 20
+# Compressed bytes inflated per step: a Kineto trace compresses 10-30x, so a step gives a few
+# MB and a read of n bytes returns little more than n (4 MiB at once would give ~50 MB).
+GZ_READ_BLOCK = 256 << 10
 # A Kineto trace compresses 10-30x; 64 GiB of JSON is far past any real trace and still
 # stops a decompression bomb before it fills memory.
 DEFAULT_MAX_DECOMPRESSED = 64 << 30
@@ -35,7 +38,8 @@ class ByteSource:
         max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
         progress: ProgressFn | None = None,
     ) -> None:
-        self.name = str(getattr(path, "name", path))
+        # The path as given (a Path's `.name` would be its basename); a file object's name.
+        self.name = str(getattr(path, "name", path)) if hasattr(path, "read") else os.fsdecode(path)
         self.max_decompressed = max_decompressed
         self.progress = progress
         self.truncated: str | None = None  # why the stream ended early, if it did
@@ -106,7 +110,7 @@ class ByteSource:
         self._pending = b""
         while size < n and not self._eof:
             try:
-                raw = self._fh.read(READ_BLOCK if self.compressed else n - size)
+                raw = self._fh.read(GZ_READ_BLOCK if self.compressed else n - size)
             except OSError as exc:
                 raise TraceReadError(self.name, f"read failed: {exc.strerror or exc}") from None
             if not raw:
@@ -128,7 +132,7 @@ class ByteSource:
                 f"decompresses to more than {self.max_decompressed:,} bytes "
                 "(raise --max-decompressed if this trace is genuine)",
             )
-        return b"".join(out)
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def close(self) -> None:
         if self._owns:
