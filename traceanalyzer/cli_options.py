@@ -23,14 +23,15 @@ def dataclass_options(cls: type) -> Callable[[Callable], Callable]:
     def decorate(fn: Callable) -> Callable:
         for f in reversed(dataclasses.fields(cls)):
             default = f.default
-            unit = " µs" if f.name.endswith("_us") else ""
+            help_text = f.metadata.get("help", "")
+            unit = " µs" if f.name.endswith("_us") and "µs" not in help_text else ""
             fn = click.option(
                 _flag(f),
                 f.name,
                 type=type(default) if default is not None else str,
                 default=default,
                 show_default=True,
-                help=f"{f.metadata.get('help', '')}{' (' + unit.strip() + ')' if unit else ''}",
+                help=f"{help_text}{' (' + unit.strip() + ')' if unit else ''}",
             )(fn)
         return fn
 

@@ -73,8 +73,8 @@ def innermost_containing(
         return points.with_columns(pl.lit(None, intervals.schema.get(id_col, pl.Int64)).alias(out_col))
     iv = intervals.select(*group, "ts_ns", "end_ns", id_col, "parent_id").sort([*group, "ts_ns", "end_ns"], descending=[False] * len(group) + [False, True])
     lookup = iv.select(pl.col(id_col).alias("_cand"), pl.col("end_ns").alias("_cend"), pl.col("parent_id").alias("_cparent"))
-    pts = points.with_row_index("_row").sort("ts_ns")
-    cand = pts.select("_row", *group, "ts_ns", pl.col(point_end).alias("_pend")).join_asof(
+    pts = points.select(*group, "ts_ns", pl.col(point_end).alias("_pend")).with_row_index("_row").sort("ts_ns")
+    cand = pts.join_asof(
         iv.sort("ts_ns").select(*group, "ts_ns", pl.col(id_col).alias("_cand")),
         on="ts_ns",
         by=group,
@@ -89,5 +89,9 @@ def innermost_containing(
         cand = cand.filter(~ok).select("_row", *group, "ts_ns", "_pend", pl.col("_cparent").alias("_cand"))
         if cand.is_empty():
             break
-    found = pl.concat(done).rename({"_cand": out_col})
-    return pts.join(found, on="_row", how="left").sort("_row").drop("_row")
+    # Scatter the ids into the points' own order: the wide table is neither sorted nor joined.
+    found = pl.concat(done).filter(pl.col("_cand").is_not_null())
+    out = pl.Series(out_col, [None] * points.height, dtype=iv.schema[id_col])
+    if found.height:
+        out = out.scatter(found["_row"], found["_cand"])
+    return points.with_columns(out)

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.links import innermost_containing, nest
+from traceanalyzer.links import GROUP, innermost_containing, nest
 
 # Frames of the framework, the standard library and the interpreter: a gap's "Python line" is
 # the innermost frame that is none of these, i.e. the user's own code.
@@ -66,7 +66,9 @@ class Trace:
     - `gpu`: GPU activities: gpu_id, kind (kernel|memcpy|memset), name, device, stream, ts_ns,
       end_ns, correlation, bytes, grid, block, graph_id, runtime_id, op_id, launch_ts_ns, tid.
     - `sync_markers`: `cuda_sync` events (Stream/Event/Context Sync, Stream Wait Event): not work.
-    - `gpu_annotations`, `memory` ([memory] allocator events), `flows`, `thread_names`.
+    - `gpu_annotations`, `memory` ([memory] allocator events), `flows` (forward -> backward
+      arrows, cat fwdbwd; launch -> kernel arrows are only counted in `event_counts`: the
+      `correlation` of runtime calls and kernels gives the same links), `thread_names`.
     - `steps`: step, name, pid, tid, cpu_start_ns, cpu_end_ns, start_ns, end_ns (GPU-extended).
     """
 
@@ -105,9 +107,16 @@ def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
     neg = df.filter(pl.col("dur_ns") < 0).height
     if neg:
         warnings.append(f"{neg:,} {what} events with a negative dur were given zero duration")
-    return df.filter(pl.col("ts_ns").is_not_null()).with_columns(
-        dur_ns=pl.col("dur_ns").fill_null(0).clip(0)
-    ).with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+    if bad_ts:  # filtering copies every column: only where there is something to drop
+        df = df.filter(pl.col("ts_ns").is_not_null())
+    return df.with_columns(dur_ns=pl.col("dur_ns").fill_null(0).clip(0)).with_columns(
+        end_ns=pl.col("ts_ns") + pl.col("dur_ns")
+    )
+
+
+def _in_order(df: pl.DataFrame, id_col: str) -> pl.DataFrame:
+    """`df.sort(id_col)`, without copying a table that is already in that order."""
+    return df if df[id_col].is_sorted() else df.sort(id_col)
 
 
 def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
@@ -145,7 +154,11 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
     ops = ops.with_columns(
         kind=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op"))
     ).with_row_index("op_id").with_columns(pl.col("op_id").cast(pl.Int64))
-    ops = nest(ops, "op_id")
+    # op_id is the row number: nest the narrow columns and put depth and parent_id alongside
+    # (the same values as `nest(ops, "op_id")` once sorted by op_id, without sorting and
+    # joining the wide table three times).
+    nested = nest(ops.select(*GROUP, "ts_ns", "end_ns", "op_id"), "op_id").sort("op_id")
+    ops = ops.with_columns(nested["depth"], nested["parent_id"])
     if python.height:
         user = python.filter(pl.col("is_user")).drop("depth", "parent_id")
         user = nest(user, "frame_id")
@@ -162,7 +175,7 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         )
         ops = ops.with_columns(python_frame=first_user)
     # An op whose own python frame is unknown inherits its parent's (frames are per call site).
-    return ops.sort("op_id")
+    return _in_order(ops, "op_id")
 
 
 def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -170,7 +183,7 @@ def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.Dat
         pl.col("runtime_id").cast(pl.Int64),
         api=pl.when(pl.col("cat") == "cuda_driver").then(pl.lit("driver")).otherwise(pl.lit("runtime")),
     )
-    return innermost_containing(rt, ops, "op_id", "op_id").sort("runtime_id")
+    return _in_order(innermost_containing(rt, ops, "op_id", "op_id"), "runtime_id")
 
 
 def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -194,7 +207,7 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
             pl.col("tid").alias("launch_tid"),
         )
     )
-    return gpu.join(launch, on="correlation", how="left").sort("gpu_id")
+    return _in_order(gpu.join(launch, on="correlation", how="left"), "gpu_id")
 
 
 def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
@@ -242,16 +255,18 @@ def build_trace(
     counts: Counter,
     warnings: list[str],
 ) -> Trace:
+    # Takes the tables over: each is dropped from `tables` as it is read, so that the input is
+    # freed once its replacement is built (a 1 GB trace's tables are hundreds of MB).
     warnings = list(warnings)
-    python = _python_frames(tables["python"], warnings)
-    ops = _ops(tables["op"], python, warnings)
-    runtime = _runtime(tables["runtime"], ops, warnings)
-    gpu = _gpu(tables["gpu"], runtime, warnings)
-    syncs = _timed(tables["sync"], warnings, "cuda_sync")
-    annotations = _timed(tables["gpu_annotation"], warnings, "gpu_user_annotation")
-    memory = tables["memory"].filter(pl.col("ts_ns").is_not_null())
-    flows = tables["flow"]
-    meta_ev = tables["meta"]
+    python = _python_frames(tables.pop("python"), warnings)
+    ops = _ops(tables.pop("op"), python, warnings)
+    runtime = _runtime(tables.pop("runtime"), ops, warnings)
+    gpu = _gpu(tables.pop("gpu"), runtime, warnings)
+    syncs = _timed(tables.pop("sync"), warnings, "cuda_sync")
+    annotations = _timed(tables.pop("gpu_annotation"), warnings, "gpu_user_annotation")
+    memory = tables.pop("memory").filter(pl.col("ts_ns").is_not_null())
+    flows = tables.pop("flow")
+    meta_ev = tables.pop("meta")
     thread_names = meta_ev.filter(pl.col("name") == "thread_name").select("pid", "tid", pl.col("value").alias("thread_name")).unique(["pid", "tid"], keep="last")
     steps = _steps(ops, runtime, gpu)
 
@@ -269,7 +284,7 @@ def build_trace(
         origin_ns=origin,
         end_ns=end,
         devices=_devices(metadata),
-        with_stack=python.height > 0 or ops.filter(pl.col("call_stack").is_not_null()).height > 0,
+        with_stack=python.height > 0 or bool(ops["call_stack"].is_not_null().any()),
         profile_memory=memory.height > 0,
         raw=metadata,
     )

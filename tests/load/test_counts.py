@@ -26,7 +26,8 @@ TABLE_CATS = {
     "python": {"python_function"},
     "sync_markers": {"cuda_sync"},
     "gpu_annotations": {"gpu_user_annotation"},
-    "flows": {"ac2g", "async", "fwdbwd"},
+    # launch -> kernel arrows (ac2g, async) are counted in event_counts only: no rows
+    "flows": {"fwdbwd"},
 }
 GPU_KIND_CATS = {
     "kernel": {"kernel", "Kernel"},

@@ -274,7 +274,7 @@ def analyse_gaps(trace: Trace, options: GapOptions | None = None) -> GapsResult:
     if not trace.has_gpu_work:
         empty = pl.DataFrame()
         return GapsResult(trace.path, opts, False, window_kind, empty, empty, empty, empty, empty, empty,
-                          note="no GPU work in this trace (kernels, memcpys or memsets): nothing to analyse for GPU idle time")
+                          note="no GPU work in this trace (kernels, memcpys or memsets): no GPU idle time to analyse; `traceanalyzer summary` shows where the CPU time went")
     classified = classify_gaps(trace, opts)
     per_window, act = classified.per_window, classified.activity
     pieces = _stream_waits(trace, classified.pieces)

@@ -57,7 +57,7 @@ def _headline(ov: Overview, findings: list[Finding]) -> str:
     names = {d.id: d.name for d in ov.trace.meta.devices}
     used = sorted(ov.trace.gpu["device"].drop_nulls().unique().to_list())
     label = sorted({names.get(d, f"device {d}") for d in used})
-    parts = [f"{len(used)} GPU(s) with work" + (f" ({', '.join(label)})" if label else "") + f" of {len(names)} listed"]
+    parts = [f"{len(used)} GPU(s) with work" + (f" ({', '.join(label)})" if label else "") + f" of {len(names)} listed"] if used else ["CPU-only trace"]
     st = ov.steps
     if st.count:
         parts.append(f"{st.count} steps, mean {st.mean_us:,.0f} µs, median {st.median_us:,.0f} µs")

@@ -26,7 +26,7 @@ from traceanalyzer.errors import NotATraceError, TraceReadError
 from traceanalyzer.load.repair import fix_utf8, repair_exact, repair_fast
 from traceanalyzer.load.source import ByteSource
 
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 4 << 20  # larger chunks are no faster and hold more Python objects at once
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _ANY_END = re.compile(rb"\]")
@@ -65,6 +65,22 @@ def _loads_object(text: bytes) -> dict[str, Any] | None:
             continue
         return value if isinstance(value, dict) else None
     return None
+
+
+def _drop_front(buf: bytearray, n: int) -> bytearray:
+    try:
+        del buf[:n]
+        return buf
+    except BufferError:  # still exported (see `_cut_view`): continue in a copy
+        return buf[n:]
+
+
+def _append(buf: bytearray, data: bytes) -> bytearray:
+    try:
+        buf += data
+        return buf
+    except BufferError:
+        return buf + data
 
 
 class EventSplitter:
@@ -161,9 +177,9 @@ class EventSplitter:
                 data = self.source.read(self.chunk_bytes)
                 if data:
                     if start > 1:
-                        del buf[: start - 1]
+                        buf = _drop_front(buf, start - 1)
                         start = 1
-                    buf += data
+                    buf = _append(buf, data)
                     continue
                 eof = True
             if eof:
@@ -178,7 +194,7 @@ class EventSplitter:
                 data = self.source.read(self.chunk_bytes)
                 if not data:
                     eof = True
-                buf += data
+                buf = _append(buf, data)
                 continue
             start += cut
             self._base += cut
@@ -194,11 +210,20 @@ class EventSplitter:
         lo, hi = start - 1, last.start() + 1  # hi: the separator byte after the last event
         before, after = buf[lo], buf[hi]
         buf[lo], buf[hi] = 0x5B, 0x5D  # "[" and "]"
+        view = memoryview(buf)
+        chunk = view[lo : hi + 1]
         try:
-            with memoryview(buf) as view, view[lo : hi + 1] as chunk:
-                ok = self._decode(chunk)
+            ok = self._decode(chunk)
         finally:
             buf[lo], buf[hi] = before, after
+            # Release the views so that the buffer can be resized. A decoded value still alive
+            # (msgspec's Raw keeps its input exported; say, in a traceback) keeps them: then
+            # `_drop_front` / `_append` move on to a new buffer and the old one lives on.
+            for v in (chunk, view):
+                try:
+                    v.release()
+                except BufferError:
+                    pass
         if not ok:
             return None
         self._grow()

@@ -4,11 +4,15 @@ msgspec decodes straight into slotted structs (no dicts), reading only the field
 other key is skipped in C. `ts` and `dur` stay raw text so that nanosecond digits survive
 (a float64 of epoch microseconds, ~1.7e15, has a resolution of 0.25 us). Field types are loose
 (`Any`) because real traces put strings where numbers belong; `normalize` casts them.
+The structs are not tracked by the garbage collector (`gc=False`: decoded JSON holds no
+cycles); millions of tracked objects would make each collection pass walk them all, which
+doubled the decoding time.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -17,7 +21,7 @@ from msgspec import Raw, field
 _EMPTY = Raw(b"")
 
 
-class Args(msgspec.Struct):
+class Args(msgspec.Struct, gc=False):
     correlation: Any = None
     external_id: Any = field(default=None, name="External id")
     external_id_2021: Any = field(default=None, name="external id")
@@ -51,7 +55,7 @@ class Args(msgspec.Struct):
     sort_index: Any = None
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -86,124 +90,144 @@ KIND_OF_CAT: dict[Any, str] = {
 }
 
 _NO_ARGS = Args()
+# Launch -> kernel flow arrows: a third of a trace's events, and the `correlation` arg of the
+# runtime call and the kernel gives the same link. They are counted in `event_counts` but get
+# no rows: `flows` holds the forward -> backward arrows (`fwdbwd`) only.
+SKIPPED_FLOW_CATS = frozenset({"ac2g", "async"})
 
 
 def _raw_text(r: Raw) -> bytes:
     return bytes(r)
 
 
+def _get(events: list, attr: str) -> list:
+    return list(map(attrgetter(attr), events))
+
+
 def _args(events: list[Event]) -> list[Args]:
     return [e.args or _NO_ARGS for e in events]
 
 
+def _ext(a: list[Args]) -> list:
+    ext = _get(a, "external_id")
+    if None in ext:
+        old = _get(a, "external_id_2021")
+        ext = [x if x is not None else y for x, y in zip(ext, old)]
+    return ext
+
+
+def _raw(values: list, attr: str) -> list[bytes]:
+    return list(map(bytes, map(attrgetter(attr), values)))
+
+
 def _common(events: list[Event]) -> dict[str, list]:
     return {
-        "cat": [e.cat for e in events],
-        "name": [e.name for e in events],
-        "pid": [e.pid for e in events],
-        "tid": [e.tid for e in events],
-        "ts": [bytes(e.ts) for e in events],
-        "dur": [bytes(e.dur) for e in events],
+        "cat": _get(events, "cat"),
+        "name": _get(events, "name"),
+        "pid": _get(events, "pid"),
+        "tid": _get(events, "tid"),
+        "ts": _raw(events, "ts"),
+        "dur": _raw(events, "dur"),
     }
 
 
 def _op_columns(events: list[Event]) -> dict[str, list]:
     a = _args(events)
     cols = _common(events)
-    cols["external_id"] = [x.external_id if x.external_id is not None else x.external_id_2021 for x in a]
-    cols["sequence_number"] = [x.sequence_number for x in a]
-    cols["fwd_thread_id"] = [x.fwd_thread_id for x in a]
-    cols["input_dims"] = [bytes(x.input_dims) for x in a]
-    cols["input_type"] = [bytes(x.input_type) for x in a]
-    cols["call_stack"] = [x.call_stack for x in a]
+    cols["external_id"] = _ext(a)
+    cols["sequence_number"] = _get(a, "sequence_number")
+    cols["fwd_thread_id"] = _get(a, "fwd_thread_id")
+    cols["input_dims"] = _raw(a, "input_dims")
+    cols["input_type"] = _raw(a, "input_type")
+    cols["call_stack"] = _get(a, "call_stack")
     return cols
 
 
 def _python_columns(events: list[Event]) -> dict[str, list]:
     a = _args(events)
     cols = _common(events)
-    cols["python_id"] = [x.python_id for x in a]
-    cols["python_parent_id"] = [x.python_parent_id for x in a]
+    cols["python_id"] = _get(a, "python_id")
+    cols["python_parent_id"] = _get(a, "python_parent_id")
     return cols
 
 
 def _runtime_columns(events: list[Event]) -> dict[str, list]:
     a = _args(events)
     cols = _common(events)
-    cols["correlation"] = [x.correlation for x in a]
-    cols["external_id"] = [x.external_id if x.external_id is not None else x.external_id_2021 for x in a]
-    cols["cbid"] = [x.cbid for x in a]
+    cols["correlation"] = _get(a, "correlation")
+    cols["external_id"] = _ext(a)
+    cols["cbid"] = _get(a, "cbid")
     return cols
 
 
 def _gpu_columns(events: list[Event]) -> dict[str, list]:
     a = _args(events)
     cols = _common(events)
-    cols["device"] = [x.device for x in a]
-    cols["stream"] = [x.stream for x in a]
-    cols["correlation"] = [x.correlation for x in a]
-    cols["external_id"] = [x.external_id if x.external_id is not None else x.external_id_2021 for x in a]
-    cols["bytes"] = [x.bytes for x in a]
-    cols["bandwidth"] = [x.bandwidth for x in a]
-    cols["grid"] = [bytes(x.grid) for x in a]
-    cols["block"] = [bytes(x.block) for x in a]
-    cols["graph_id"] = [x.graph_id for x in a]
+    cols["device"] = _get(a, "device")
+    cols["stream"] = _get(a, "stream")
+    cols["correlation"] = _get(a, "correlation")
+    cols["external_id"] = _ext(a)
+    cols["bytes"] = _get(a, "bytes")
+    cols["bandwidth"] = _get(a, "bandwidth")
+    cols["grid"] = _raw(a, "grid")
+    cols["block"] = _raw(a, "block")
+    cols["graph_id"] = _get(a, "graph_id")
     return cols
 
 
 def _sync_columns(events: list[Event]) -> dict[str, list]:
     a = _args(events)
     cols = _common(events)
-    cols["device"] = [x.device for x in a]
-    cols["stream"] = [x.stream for x in a]
-    cols["correlation"] = [x.correlation for x in a]
-    cols["wait_on_stream"] = [x.wait_on_stream for x in a]
-    cols["wait_on_event"] = [x.wait_on_cuda_event_id for x in a]
-    cols["sync_kind"] = [x.sync_kind for x in a]
+    cols["device"] = _get(a, "device")
+    cols["stream"] = _get(a, "stream")
+    cols["correlation"] = _get(a, "correlation")
+    cols["wait_on_stream"] = _get(a, "wait_on_stream")
+    cols["wait_on_event"] = _get(a, "wait_on_cuda_event_id")
+    cols["sync_kind"] = _get(a, "sync_kind")
     return cols
 
 
 def _annotation_columns(events: list[Event]) -> dict[str, list]:
     a = _args(events)
     cols = _common(events)
-    cols["device"] = [x.device for x in a]
-    cols["external_id"] = [x.external_id if x.external_id is not None else x.external_id_2021 for x in a]
+    cols["device"] = _get(a, "device")
+    cols["external_id"] = _ext(a)
     return cols
 
 
 def _memory_columns(events: list[Event]) -> dict[str, list]:
     a = _args(events)
     cols = _common(events)
-    cols["device_type"] = [x.device_type for x in a]
-    cols["device_id"] = [x.device_id for x in a]
-    cols["addr"] = [x.addr for x in a]
-    cols["bytes"] = [x.alloc_bytes for x in a]
-    cols["total_allocated"] = [x.total_allocated for x in a]
-    cols["total_reserved"] = [x.total_reserved for x in a]
+    cols["device_type"] = _get(a, "device_type")
+    cols["device_id"] = _get(a, "device_id")
+    cols["addr"] = _get(a, "addr")
+    cols["bytes"] = _get(a, "alloc_bytes")
+    cols["total_allocated"] = _get(a, "total_allocated")
+    cols["total_reserved"] = _get(a, "total_reserved")
     return cols
 
 
 def _flow_columns(events: list[Event]) -> dict[str, list]:
     cols = _common(events)
-    cols["ph"] = [e.ph for e in events]
-    cols["id"] = [e.id for e in events]
+    cols["ph"] = _get(events, "ph")
+    cols["id"] = _get(events, "id")
     return cols
 
 
 def _meta_columns(events: list[Event]) -> dict[str, list]:
     a = _args(events)
     return {
-        "name": [e.name for e in events],
-        "pid": [e.pid for e in events],
-        "tid": [e.tid for e in events],
+        "name": _get(events, "name"),
+        "pid": _get(events, "pid"),
+        "tid": _get(events, "tid"),
         "value": [x.name if x.name is not None else x.labels for x in a],
-        "sort_index": [x.sort_index for x in a],
+        "sort_index": _get(a, "sort_index"),
     }
 
 
 def _other_columns(events: list[Event]) -> dict[str, list]:
     cols = _common(events)
-    cols["ph"] = [e.ph for e in events]
+    cols["ph"] = _get(events, "ph")
     return cols
 
 
@@ -243,19 +267,34 @@ def kind_of(e: Event) -> str:
 
 
 def bucket(events: list[Event], counts: Counter) -> dict[str, list[Event]]:
-    """Group a chunk's events by table, counting (cat, ph) as they pass."""
-    buckets: dict[str, list[Event]] = {}
-    for e in events:
-        try:
-            kind = KIND_OF_CAT.get(e.cat) or kind_of(e)
-            hash(e.ph)
-        except TypeError:  # an object or array where cat / ph belongs: treat it as absent
+    """Group a chunk's events by table, counting (cat, ph) as they pass. Launch flows
+    (`SKIPPED_FLOW_CATS`) are counted only."""
+    try:
+        seen = Counter(map(_CAT_PH, events))
+    except TypeError:  # an object or array where cat / ph belongs: treat it as absent
+        for e in events:
             e.cat = e.cat if _hashable(e.cat) else None
             e.ph = e.ph if _hashable(e.ph) else None
-            kind = KIND_OF_CAT.get(e.cat) or kind_of(e)
-        b = buckets.get(kind)
-        if b is None:
-            b = buckets[kind] = []
-        b.append(e)
-    counts.update((e.cat, e.ph) for e in events)
-    return buckets
+        seen = Counter(map(_CAT_PH, events))
+    counts.update(seen)
+    lists: dict[str, list[Event]] = {}
+    skipped: list[Event] = []
+    by_cat: dict[Any, Any] = {}  # cat -> append of its kind's list (None: decided per event)
+    for cat, _ph in seen:
+        kind = KIND_OF_CAT.get(cat)
+        if kind is None:
+            by_cat[cat] = None
+        elif cat in SKIPPED_FLOW_CATS:
+            by_cat[cat] = skipped.append
+        else:
+            by_cat[cat] = lists.setdefault(kind, []).append
+    for e in events:
+        add = by_cat[e.cat]
+        if add is None:
+            kind = kind_of(e)
+            add = lists.setdefault(kind, []).append
+        add(e)
+    return {k: v for k, v in lists.items() if v}
+
+
+_CAT_PH = attrgetter("cat", "ph")

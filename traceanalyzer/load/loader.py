@@ -106,7 +106,9 @@ class RawTables:
     def tables(self) -> dict[str, pl.DataFrame]:
         out = {}
         for kind, parts in self.parts.items():
-            out[kind] = pl.concat(parts, how="vertical_relaxed", rechunk=True) if parts else empty_frame(kind)
+            # No rechunk: it would hold every table twice at the peak; polars works on chunks.
+            out[kind] = pl.concat(parts, how="vertical_relaxed", rechunk=False) if parts else empty_frame(kind)
+            parts.clear()
         return out
 
 
