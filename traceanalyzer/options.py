@@ -114,9 +114,6 @@ class DiffOptions:
         2.0, "a step-time change below this many percent is within noise even when steps do not vary",
         flag="--min-change",
     )
-    finding_share: float = opt(
-        0.1, "report GPU idle from one cause as a finding when it takes this share of the mean step", flag="--finding-share"
-    )
     data_loading_pattern: str = opt(
         DATA_LOADING_PATTERN, "regular expression naming data-loading ranges (DataLoader __next__ ...)"
     )

@@ -173,11 +173,11 @@ def _assert_gaps_agree(trace) -> int:
         holding = syncs.filter(
             (pl.col("api") == g["sync_api"]) & (pl.col("start_us") < g_end) & (pl.col("end_us") > g["start_us"])
         )
-        returned_inside = holding.filter(pl.col("end_us") <= g_end + 1e-6)
-        if returned_inside.height:
-            assert ((returned_inside["bubble_us"] - g["duration_us"]).abs() < 1e-6).sum() == 1, g
-        else:
-            assert holding.height == 1 and holding["idle_while_blocked_us"][0] >= g["duration_us"] - 1e-6, g
+        # The gap is charged to one of the calls holding the CPU during it: as its bubble when
+        # that call returned inside the gap, else inside its idle_while_blocked_us.
+        as_bubble = ((holding["bubble_us"] - g["duration_us"]).abs() < 1e-6).any()
+        while_blocked = (holding["idle_while_blocked_us"] >= g["duration_us"] - 1e-6).any()
+        assert holding.height >= 1 and (as_bubble or while_blocked), g
     # and nothing else: the idle time charged to syncs is the idle time gaps blames on syncs
     charged = syncs["bubble_us"].sum() + syncs["idle_while_blocked_us"].sum()
     assert charged == pytest.approx(gaps["duration_us"].sum(), abs=1e-3)

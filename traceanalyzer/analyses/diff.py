@@ -13,15 +13,16 @@ noise".
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.analyses.copies import analyse_copies
+from traceanalyzer.analyses.findings import analyse_findings
 from traceanalyzer.analyses.gaps import CAUSES, analyse_gaps
-from traceanalyzer.analyses.intervals import merge
-from traceanalyzer.options import SYNC_API_PATTERN, DiffOptions, GapOptions
+from traceanalyzer.analyses.stages import analyse_stages
+from traceanalyzer.analyses.syncs import analyse_syncs
+from traceanalyzer.options import DiffOptions, GapOptions, StageOptions
 from traceanalyzer.trace import Trace
 
 MAD_TO_SD = 1.4826
@@ -59,7 +60,7 @@ class DiffResult:
     kernels_vanished: pl.DataFrame
     findings_appeared: tuple[str, ...]
     findings_resolved: tuple[str, ...]
-    stages_source: str  # which module defined stage times ("stages", "data-loading ranges")
+    stages_source: str  # always "stages" (the analysis stage times come from); kept in the JSON output
 
 
 def _windows(trace: Trace) -> pl.DataFrame:
@@ -111,80 +112,37 @@ def _kernel_table(trace: Trace, wins: pl.DataFrame, n: int) -> pl.DataFrame:
     return k.group_by("name").agg(count_per_step=pl.len() / n, us_per_step=(pl.col("end_ns") - pl.col("ts_ns")).sum() / 1000.0 / n)
 
 
-def _stages(trace: Trace, wins: pl.DataFrame, n: int, opts: DiffOptions) -> tuple[dict[str, float], str]:
-    """Stage times per step (µs): from the `stages` analysis when it is installed, else the
-    data-loading ranges' coverage of the steps."""
-    if importlib.util.find_spec("traceanalyzer.analyses.stages") is not None:
-        try:
-            return _stages_from_module(trace, opts), "stages"
-        except Exception:  # noqa: BLE001 - fall back while the stages analysis changes
-            pass
-    data = trace.ops.filter(pl.col("name").str.contains(opts.data_loading_pattern))
-    cov = merge(_clip(data.select("pid", "tid", "ts_ns", "end_ns"), wins), ["pid", "tid"])
-    us = (cov["end_ns"] - cov["start_ns"]).sum() / 1000.0 / n if cov.height else 0.0
-    return {"data_loading": us}, "data-loading ranges"
-
-
-def _stages_from_module(trace: Trace, opts: DiffOptions) -> dict[str, float]:
-    from traceanalyzer.analyses.stages import analyse_stages
-    from traceanalyzer.options import StageOptions
-
+def _stages(trace: Trace, opts: DiffOptions) -> dict[str, float]:
+    """Stage times per step (µs), as the `stages` analysis defines them."""
     return dict(analyse_stages(trace, StageOptions(data_loading_pattern=opts.data_loading_pattern)).average)
 
 
-def _copies(trace: Trace, wins: pl.DataFrame, n: int) -> tuple[dict[str, float], str]:
-    """Copies per step: from the `copies` analysis when installed, else a count of memcpys."""
-    if importlib.util.find_spec("traceanalyzer.analyses.copies") is not None:
-        try:
-            from traceanalyzer.analyses.copies import analyse_copies
-
-            per = analyse_copies(trace).per_step
-            if trace.steps.height and "step" in per.columns:
-                per = per.filter(pl.col("step").is_not_null())
-            out = {"copies_per_step": float(per["copies"].sum()) / n if per.height else 0.0,
-                   "copy_mb_per_step": float(per["bytes"].fill_null(0).sum()) / 2**20 / n if per.height else 0.0}
-            for col in ("exposed_us", "blocked_us"):
-                if col in per.columns:
-                    out[f"copy_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
-            return out, "copies"
-        except Exception:  # noqa: BLE001 - fall back while the copies analysis changes
-            pass
-    copies = _starting_in(trace.gpu.filter(pl.col("kind").is_in(["memcpy", "memset"])).select("ts_ns", "end_ns", "bytes"), wins)
-    return {"copies_per_step": copies.height / n,
-            "copy_mb_per_step": (copies["bytes"].fill_null(0).sum() / 2**20 / n) if copies.height else 0.0}, "gpu memcpy/memset count"
+def _copies(trace: Trace, n: int) -> dict[str, float]:
+    """Copies per step, as the `copies` analysis counts them."""
+    per = analyse_copies(trace).per_step
+    out = {"copies_per_step": float(per["copies"].sum()) / n if per.height else 0.0,
+           "copy_mb_per_step": float(per["bytes"].fill_null(0).sum()) / 2**20 / n if per.height else 0.0}
+    # per_step has no columns at all when the trace has no copy.
+    for col in ("exposed_us", "blocked_us"):
+        if col in per.columns:
+            out[f"copy_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
+    return out
 
 
-def _syncs(trace: Trace, wins: pl.DataFrame, n: int) -> dict[str, float]:
-    """Syncs per step: from the `syncs` analysis when installed, else a count of the
-    synchronising runtime calls."""
-    if importlib.util.find_spec("traceanalyzer.analyses.syncs") is not None:
-        try:
-            from traceanalyzer.analyses.syncs import analyse_syncs
-
-            per = analyse_syncs(trace).per_step
-            if trace.steps.height and "step" in per.columns:
-                per = per.filter(pl.col("step").is_not_null())
-            out = {"syncs_per_step": float(per["syncs"].sum()) / n if per.height else 0.0}
-            for col in ("blocked_us", "bubble_us"):
-                if col in per.columns:
-                    out[f"sync_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
-            return out
-        except Exception:  # noqa: BLE001 - fall back while the syncs analysis changes
-            pass
-    syncs = _starting_in(trace.runtime.filter(pl.col("name").str.contains(SYNC_API_PATTERN)).select("ts_ns", "end_ns"), wins)
-    return {"syncs_per_step": syncs.height / n}
+def _syncs(trace: Trace, n: int) -> dict[str, float]:
+    """Syncs per step, as the `syncs` analysis counts them."""
+    per = analyse_syncs(trace).per_step
+    out = {"syncs_per_step": float(per["syncs"].sum()) / n if per.height else 0.0}
+    # per_step has no columns at all without syncs or without ProfilerStep.
+    for col in ("blocked_us", "bubble_us"):
+        if col in per.columns:
+            out[f"sync_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
+    return out
 
 
-def _findings(trace: Trace) -> tuple[str, ...] | None:
-    """`rule: message` for each finding of the `findings` analysis (None when not installed)."""
-    if importlib.util.find_spec("traceanalyzer.analyses.findings") is None:
-        return None
-    try:
-        from traceanalyzer.analyses.findings import analyse_findings
-
-        return tuple(f"{f.rule}: {f.message}" for f in analyse_findings(trace))
-    except Exception:  # noqa: BLE001 - fall back while the findings analysis changes
-        return None
+def _findings(trace: Trace) -> tuple[str, ...]:
+    """`rule: message` for each finding of the `findings` analysis."""
+    return tuple(f"{f.rule}: {f.message}" for f in analyse_findings(trace))
 
 
 def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
@@ -203,23 +161,13 @@ def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
             metrics[f"idle_{c}_us_per_step"] = idle.get(c, 0.0) / n
     else:
         metrics["gpu_busy_pct"] = None
-    stages, source = _stages(trace, wins, n, opts)
-    for k, v in stages.items():
+    for k, v in _stages(trace, opts).items():
         metrics[f"stage_{k}_us_per_step"] = v
-    metrics["_stages_source"] = source  # type: ignore[assignment]
-    copies, _ = _copies(trace, wins, n)
-    metrics.update(copies)
-    metrics.update(_syncs(trace, wins, n))
+    metrics.update(_copies(trace, n))
+    metrics.update(_syncs(trace, n))
     kernels = _kernel_table(trace, wins, n)
     metrics["kernels_per_step"] = kernels["count_per_step"].sum() if kernels.height else 0.0
     metrics["kernel_us_per_step"] = kernels["us_per_step"].sum() if kernels.height else 0.0
-    findings = _findings(trace)
-    if findings is None:  # no findings analysis installed: the dominant idle causes
-        findings = tuple(
-            f"idle_{c}: GPU idle from {c} ({metrics[f'idle_{c}_us_per_step'] / 1000:,.1f} ms per step)"
-            for c in CAUSES
-            if gaps.has_gpu_work and times and metrics[f"idle_{c}_us_per_step"] >= opts.finding_share * (sum(times) / len(times))
-        )
     return TraceProfile(
         path=trace.path,
         step_count=trace.steps.height,
@@ -228,7 +176,7 @@ def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
         metrics=metrics,
         ops=_op_table(trace, wins, n),
         kernels=kernels,
-        findings=findings,
+        findings=_findings(trace),
     )
 
 
@@ -269,7 +217,7 @@ def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | No
         ("step_median_us", med_b, med_a),
         ("step_spread_us", spread_us(before.step_times_us), spread_us(after.step_times_us)),
     ]
-    keys = [k for k in dict.fromkeys([*before.metrics, *after.metrics]) if not k.startswith("_")]
+    keys = list(dict.fromkeys([*before.metrics, *after.metrics]))
     rows += [(k, before.metrics.get(k), after.metrics.get(k)) for k in keys]
     summary = pl.DataFrame(rows, schema={"metric": pl.String, "before": pl.Float64, "after": pl.Float64}, orient="row").with_columns(
         delta=pl.col("after") - pl.col("before"),
@@ -279,7 +227,6 @@ def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | No
     ops = _matched(before.ops, after.ops, "self_us_per_step")
     appeared = kernels.filter(pl.col("count_per_step_before") == 0).sort("us_per_step_after", descending=True)
     vanished = kernels.filter(pl.col("count_per_step_after") == 0).sort("us_per_step_before", descending=True)
-    source = str(after.metrics.get("_stages_source") or before.metrics.get("_stages_source") or "")
     return DiffResult(
         before=before, after=after, options=opts,
         median_before_us=med_b, median_after_us=med_a, change_pct=change, noise_us=noise, verdict=verdict,
@@ -288,7 +235,7 @@ def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | No
         kernels_vanished=vanished.select("name", count_per_step="count_per_step_before", us_per_step="us_per_step_before"),
         findings_appeared=tuple(f for f in after.findings if _kind(f) not in {_kind(g) for g in before.findings}),
         findings_resolved=tuple(f for f in before.findings if _kind(f) not in {_kind(g) for g in after.findings}),
-        stages_source=source,
+        stages_source="stages",
     )
 
 

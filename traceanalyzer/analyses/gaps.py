@@ -115,9 +115,11 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, opts: GapOptions) -> pl.Data
         "launched_before_trace"
     ).fill_null(False)
     gaps = gaps.with_columns(
-        # The CPU interval that explains a gap: from its start to the launch of the next work.
+        # The CPU interval that explains a gap: from its start until the call launching the
+        # next work returned. A blocking launch (a pageable cudaMemcpyAsync staging its data)
+        # is part of the wait, so it counts as time blocked.
         cpu_a=pl.col("start_ns"),
-        cpu_b=pl.min_horizontal(pl.coalesce("launch_ts_ns", "end_ns"), "end_ns").clip(lower_bound=pl.col("start_ns")),
+        cpu_b=pl.min_horizontal(pl.coalesce("launch_end_ns", "end_ns"), "end_ns").clip(lower_bound=pl.col("start_ns")),
     )
     gaps = covered(gaps.with_columns(_gs1=pl.col("start_ns") + 1), act.blocked, THREAD, "start_ns", "_gs1", "_blocked_at_start").drop("_gs1")
     gaps = covered(gaps, act.blocked, THREAD, "cpu_a", "cpu_b", "t_sync")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from traceanalyzer.analyses.copies import analyse_copies
 from traceanalyzer.analyses.gaps import analyse_gaps
 from traceanalyzer.cli_options import build, dataclass_options
 from traceanalyzer.commands.common import load_trace
@@ -26,14 +27,7 @@ def command(trace: str, output: str, **kwargs) -> None:
 
     options = build(GapOptions, kwargs)
     t = load_trace(trace)
-    copies = None
-    try:
-        from traceanalyzer.analyses.copies import analyse_copies
-
-        copies = analyse_copies(t).copies
-    except ImportError:  # the copies analysis is optional: no exposed-copy track without it
-        pass
-    ann = build_annotations(t, analyse_gaps(t, options), copies)
+    ann = build_annotations(t, analyse_gaps(t, options), analyse_copies(t).copies)
     top, events = read_document(trace)
     data = annotated_document(top, events, ann.events)
     write_atomic(output, compress(data) if output.endswith(".gz") else data)

@@ -14,13 +14,9 @@ import click
 from traceanalyzer.analyses.diff import DiffResult, analyse_diff
 from traceanalyzer.cli_options import build, dataclass_options, output_options
 from traceanalyzer.commands.common import emit, head, load_trace
+from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.options import DiffOptions, thresholds
 from traceanalyzer.report import Report, Section
-
-try:  # another command may define the CI failure error; reuse it when present
-    from traceanalyzer.errors import FindingsFailed as _CiFailure  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on what errors.py holds
-    from traceanalyzer.errors import RegressionDetected as _CiFailure  # type: ignore[attr-defined]
 
 
 def headline(r: DiffResult) -> str:
@@ -41,7 +37,7 @@ def diff_report(r: DiffResult, top: int, before_path: str, after_path: str, extr
     sections = (
         Section("Summary (per step unless named otherwise)", r.summary, main=True,
                 text=f"before: {before_path} ({r.before.step_count or 'no'} steps)\nafter:  {after_path} ({r.after.step_count or 'no'} steps)"
-                + (f"\nstage times from: {r.stages_source}" if r.stages_source else "")),
+                + f"\nstage times from: {r.stages_source}"),
         Section("Findings", text="\n".join(f"- {f}" for f in findings) or "(no finding appeared or was resolved)"),
         Section("Kernels matched by name, largest change first (µs per step)", head(r.kernels.select(k_cols), top)),
         Section("Ops matched by name, largest change in self CPU time first (µs per step)", head(r.ops.select(ops_cols), top)),
@@ -88,7 +84,7 @@ def command(before: str, after: str, fmt: str | None, top: int, output: str | No
     result = analyse_diff(tb, ta, options)
     emit(diff_report(result, top, before, after, {"fail_if_slower_pct": fail_if_slower_pct}, tb.warnings + ta.warnings), fmt, output)
     if fail_if_slower_pct is not None and result.change_pct is not None and result.change_pct > fail_if_slower_pct:
-        raise _CiFailure(
+        raise RegressionDetected(
             None, f"median step time grew by {result.change_pct:.1f}% (more than --fail-if-slower {fail_if_slower_pct:g}%)"
         )
 

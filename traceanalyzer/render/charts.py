@@ -1,7 +1,6 @@
 """Charts for incident reports, each a PNG (bytes) or None when the trace cannot show it:
 
-- `stage_bars`: one stacked bar per step, the step's time by stage (analyses.stages; where
-  that is unavailable, GPU busy and GPU idle split by the gaps' causes);
+- `stage_bars`: one stacked bar per step, the step's time by stage (analyses.stages);
 - `gap_histogram`: idle-gap durations on log bins, stacked by cause;
 - `copy_bandwidth`: achieved bandwidth against size, one point per copy, by direction;
 - `memory_timeline`: allocated and reserved memory per device, the peak marked. 2021 traces
@@ -17,7 +16,9 @@ import os
 
 import polars as pl
 
+from traceanalyzer.analyses.copies import analyse_copies
 from traceanalyzer.analyses.gaps import CAUSES, GapsResult
+from traceanalyzer.analyses.stages import analyse_stages
 from traceanalyzer.render.timeline import CAUSE_COLORS, _figure, png_bytes
 from traceanalyzer.trace import Trace
 
@@ -25,7 +26,7 @@ STAGE_COLORS = {
     "data_loading": "#ff7f0e", "h2d": "#2ca02c", "forward": "#1f5fbf", "backward": "#6baed6", "optimizer": "#17becf",
     "d2h": "#98df8a", "sync_wait": "#d62728", "other_cpu": "#a0a0a0", "other_gpu": "#9467bd", "gpu_idle": "#e0e0e0",
     "Kernel": "#1f5fbf", "Memcpy": "#2ca02c", "Memset": "#9467bd", "Runtime": "#17becf", "DataLoader": "#ff7f0e",
-    "CPU Exec": "#a0a0a0", "Other": "#e0e0e0", "GPU busy": "#1f5fbf",
+    "CPU Exec": "#a0a0a0", "Other": "#e0e0e0",
 }
 DIRECTION_COLORS = {"HtoD": "#2ca02c", "DtoH": "#d62728", "DtoD": "#1f5fbf", "PtoP": "#9467bd"}
 MB = 1024 * 1024
@@ -42,37 +43,19 @@ def _extra_colors(names: list[str]) -> dict[str, str]:
     return {n: STAGE_COLORS.get(n, matplotlib.colors.to_hex(cmap(i % 20))) for i, n in enumerate(names)}
 
 
-def stage_times(trace: Trace, gaps: GapsResult | None) -> tuple[pl.DataFrame, tuple[str, ...], str] | None:
-    """step, stage, time_us (long form), the stage order, and where it came from."""
-    try:
-        from traceanalyzer.analyses.stages import analyse_stages
-
-        r = analyse_stages(trace)
-        if r.times.height:
-            return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"stages ({r.view} view)"
-    except Exception:  # noqa: BLE001 - the stages analysis is optional here; fall back below
-        pass
-    if gaps is None or not gaps.has_gpu_work or gaps.steps.is_empty():
-        return None
-    busy = gaps.steps.group_by("step").agg(time_us=pl.col("busy_us").sum()).with_columns(stage=pl.lit("GPU busy"))
-    idle = gaps.all_gaps.group_by("step", "cause").agg(time_us=pl.col("duration_us").sum()).rename({"cause": "stage"})
-    idle = idle.with_columns(stage=pl.lit("idle: ") + pl.col("stage"))
-    df = pl.concat([busy.select("step", "stage", "time_us"), idle.select("step", "stage", "time_us")], how="vertical_relaxed")
-    order = ("GPU busy",) + tuple(f"idle: {c}" for c in CAUSES)
-    return df, order, "GPU busy and idle by cause"
+def stage_times(trace: Trace) -> tuple[pl.DataFrame, tuple[str, ...], str]:
+    """step, stage, time_us (long form), the stage order, and the view they come from."""
+    r = analyse_stages(trace)
+    return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"stages ({r.view} view)"
 
 
 def stage_bars(trace: Trace, gaps: GapsResult | None = None, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
-    got = stage_times(trace, gaps)
-    if got is None:
-        return None
-    df, order, source = got
+    # `gaps` is unused (the stages analysis covers idle time); kept so callers need not change.
+    df, order, source = stage_times(trace)
     df = df.with_columns(pl.col("step").cast(pl.Int64))
     steps = sorted(df["step"].drop_nulls().unique().to_list()) or [None]
     present = [s for s in order if df.filter((pl.col("stage") == s) & (pl.col("time_us") > 0)).height]
     colors = _extra_colors(present)
-    for c in CAUSES:
-        colors[f"idle: {c}"] = CAUSE_COLORS[c]
     fig = _figure(width, height, dpi)
     ax = fig.add_axes((0.08, 0.14, 0.66, 0.76))
     wide = df.group_by("step", "stage").agg(pl.col("time_us").sum())
@@ -123,22 +106,9 @@ def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int
 
 
 def copy_rows(trace: Trace) -> pl.DataFrame:
-    """direction, bytes, duration_us, gbps for every memcpy (analyses.copies when present)."""
-    try:
-        from traceanalyzer.analyses.copies import analyse_copies
-
-        c = analyse_copies(trace).copies
-        c = c.filter(pl.col("kind") == "memcpy") if "kind" in c.columns else c
-        return c.select("direction", "bytes", "duration_us", "gbps")
-    except Exception:  # noqa: BLE001 - optional analysis: read the memcpy rows directly
-        pass
-    m = trace.gpu.filter(pl.col("kind") == "memcpy")
-    return m.select(
-        direction=pl.col("name").str.extract(r"(HtoD|DtoH|DtoD|PtoP|HtoH)").fill_null("other"),
-        bytes=pl.col("bytes"),
-        duration_us=pl.col("dur_ns") / 1000.0,
-        gbps=pl.when(pl.col("dur_ns") > 0).then(pl.col("bytes") / pl.col("dur_ns")),  # bytes/ns = GB/s
-    )
+    """direction, bytes, duration_us, gbps for every memcpy (as analyses.copies reads them)."""
+    c = analyse_copies(trace).copies
+    return c.filter(pl.col("kind") == "memcpy").select("direction", "bytes", "duration_us", "gbps")
 
 
 def copy_bandwidth(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:

@@ -17,7 +17,11 @@ from typing import Callable
 import polars as pl
 
 from traceanalyzer import __version__
+from traceanalyzer.analyses.copies import analyse_copies
+from traceanalyzer.analyses.findings import analyse_findings
 from traceanalyzer.analyses.gaps import HINTS, GapsResult, analyse_gaps
+from traceanalyzer.analyses.stages import analyse_stages
+from traceanalyzer.analyses.syncs import analyse_syncs
 from traceanalyzer.options import GapOptions
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.markdown import table as md_table
@@ -101,20 +105,13 @@ def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
     rep.text("\n".join(lines))
 
 
-def _stages(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
+def _stages(rep: IncidentReport, trace: Trace) -> None:
     from traceanalyzer.render import charts
 
-    try:
-        from traceanalyzer.analyses.stages import analyse_stages
-    except ImportError:
-        analyse_stages = None
-    if analyse_stages is not None:
-        r = analyse_stages(trace)
-        rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs.")
-        rep.table(r.table)
-    else:
-        rep.table(gaps.steps)
-    rep.picture("stages.png", charts.stage_bars(trace, gaps), "Step time by stage")
+    r = analyse_stages(trace)
+    rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs.")
+    rep.table(r.table)
+    rep.picture("stages.png", charts.stage_bars(trace), "Step time by stage")
 
 
 def _idle(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
@@ -143,44 +140,26 @@ def _top_gaps(rep: IncidentReport, gaps: GapsResult, top: int) -> None:
 def _copies(rep: IncidentReport, trace: Trace, top: int) -> None:
     from traceanalyzer.render import charts
 
-    try:
-        from traceanalyzer.analyses.copies import analyse_copies
-    except ImportError:
-        analyse_copies = None
-    if analyse_copies is not None:
-        r = analyse_copies(trace)
-        if r.note:
-            rep.text(r.note)
-        if r.summary.height:
-            rep.table(r.summary.head(top))
-        if r.per_step.height:
-            rep.text("Per step:")
-            rep.table(r.per_step)
-    else:
-        m = charts.copy_rows(trace)
-        rep.table(m.group_by("direction").agg(copies=pl.len(), bytes=pl.col("bytes").sum(), duration_us=pl.col("duration_us").sum()))
+    r = analyse_copies(trace)
+    if r.note:
+        rep.text(r.note)
+    if r.summary.height:
+        rep.table(r.summary.head(top))
+    if r.per_step.height:
+        rep.text("Per step:")
+        rep.table(r.per_step)
     rep.picture("copy_bandwidth.png", charts.copy_bandwidth(trace), "Copy bandwidth against size")
 
 
 def _syncs(rep: IncidentReport, trace: Trace, top: int) -> None:
-    try:
-        from traceanalyzer.analyses.syncs import analyse_syncs
-    except ImportError:
-        analyse_syncs = None
-    if analyse_syncs is not None:
-        r = analyse_syncs(trace)
-        if r.note:
-            rep.text(r.note)
-        if r.summary.height:
-            rep.table(r.summary.head(top))
-        if r.per_step.height:
-            rep.text("Per step:")
-            rep.table(r.per_step)
-        return
-    from traceanalyzer.analyses.cpu_activity import blocking_calls
-
-    b = blocking_calls(trace)
-    rep.table(b.group_by("name").agg(calls=pl.len(), blocked_us=((pl.col("end_ns") - pl.col("ts_ns")).sum() / 1000.0)).sort("blocked_us", descending=True))
+    r = analyse_syncs(trace)
+    if r.note:
+        rep.text(r.note)
+    if r.summary.height:
+        rep.table(r.summary.head(top))
+    if r.per_step.height:
+        rep.text("Per step:")
+        rep.table(r.per_step)
 
 
 def _memory(rep: IncidentReport, trace: Trace) -> None:
@@ -197,18 +176,9 @@ def _memory(rep: IncidentReport, trace: Trace) -> None:
     rep.picture("memory.png", charts.memory_timeline(trace), "Memory over time")
 
 
-def _findings(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
-    try:
-        from traceanalyzer.analyses.findings import analyse_findings
-    except ImportError:
-        analyse_findings = None
-    if analyse_findings is not None:
-        found = analyse_findings(trace)
-        rep.items([f"**[{f.severity}] {f.rule}**: {f.message} — {f.recommendation}" for f in found] or ["no rule fired"])
-        return
-    items = [f"**{r['cause']}**: {r['share_of_idle']:.0%} of idle time — {HINTS[r['cause']]}"
-             for r in gaps.idle_by_cause.iter_rows(named=True) if r["share_of_idle"] >= 0.1] if gaps.has_gpu_work else []
-    rep.items(items or ["nothing stands out"])
+def _findings(rep: IncidentReport, trace: Trace) -> None:
+    found = analyse_findings(trace)
+    rep.items([f"**[{f.severity}] {f.rule}**: {f.message} — {f.recommendation}" for f in found] or ["no rule fired"])
 
 
 def build_report(trace: Trace, options: GapOptions | None = None, top: int = 10, width: int = 1600, height: int = 900, dpi: int = 100) -> IncidentReport:
@@ -227,13 +197,13 @@ def build_report(trace: Trace, options: GapOptions | None = None, top: int = 10,
 
     _guard(rep, "timeline", timeline)
     for title, fn in (
-        ("Stages", lambda: _stages(rep, trace, gaps)),
+        ("Stages", lambda: _stages(rep, trace)),
         ("Idle by cause", lambda: _idle(rep, trace, gaps)),
         ("Top gaps", lambda: _top_gaps(rep, gaps, top)),
         ("Copies", lambda: _copies(rep, trace, top)),
         ("Syncs", lambda: _syncs(rep, trace, top)),
         ("Memory", lambda: _memory(rep, trace)),
-        ("Findings", lambda: _findings(rep, trace, gaps)),
+        ("Findings", lambda: _findings(rep, trace)),
     ):
         rep.heading(title)
         _guard(rep, title.lower(), fn)
