@@ -3,23 +3,74 @@
     import traceanalyzer as ta
     trace = ta.load("trace.pt.trace.json.gz")
     result = ta.analyse_gaps(trace)
+
+Neither click nor matplotlib is imported here: they load only with the CLI and the pictures.
 """
 
 __version__ = "0.1.0"
 
+from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
+from traceanalyzer.analyses.diff import DiffResult, analyse_diff
+from traceanalyzer.analyses.findings import Finding, analyse_findings
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
+from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
+from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
+from traceanalyzer.analyses.ops import analyse_ops
+from traceanalyzer.analyses.registry import ANALYSES
+from traceanalyzer.analyses.stages import StagesResult, analyse_stages
+from traceanalyzer.analyses.steps import StepsResult, analyse_steps
+from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.errors import NotATraceError, TraceAnalyzerError, TraceReadError
 from traceanalyzer.load import load
-from traceanalyzer.options import GapOptions
-from traceanalyzer.trace import Trace
+from traceanalyzer.options import (
+    CopyOptions,
+    DiffOptions,
+    FindingOptions,
+    GapOptions,
+    KernelOptions,
+    MemoryOptions,
+    OpsOptions,
+    StageOptions,
+    StepOptions,
+    SyncOptions,
+)
+from traceanalyzer.trace import Trace, TraceMeta
 
 __all__ = [
     "__version__",
     "load",
     "Trace",
+    "TraceMeta",
+    "ANALYSES",
     "analyse_gaps",
     "GapsResult",
     "GapOptions",
+    "analyse_copies",
+    "CopiesResult",
+    "CopyOptions",
+    "analyse_syncs",
+    "SyncsResult",
+    "SyncOptions",
+    "analyse_steps",
+    "StepsResult",
+    "StepOptions",
+    "analyse_stages",
+    "StagesResult",
+    "StageOptions",
+    "analyse_ops",
+    "OpsOptions",
+    "analyse_kernels",
+    "KernelsResult",
+    "KernelOptions",
+    "analyse_memory",
+    "MemoryResult",
+    "MemoryOptions",
+    "analyse_findings",
+    "Finding",
+    "FindingOptions",
+    "analyse_diff",
+    "DiffResult",
+    "DiffOptions",
     "TraceAnalyzerError",
     "TraceReadError",
     "NotATraceError",
