@@ -83,6 +83,7 @@ class FindingOptions:
     sync_stall_share: float = opt(0.05, "sync_stalls fires when the GPU sits idle while a CPU thread waits in a synchronising call for at least this share of the window")
     pageable_copy_bytes: int = opt(1 << 20, "pageable_copies fires when copies to/from pageable host memory move at least this many bytes")
     launch_bound_short_share: float = opt(0.5, "launch_bound fires when at least this share of (non-graph) kernels are short and GPU busy is below low_gpu_utilization")
+    launch_bound_min_kernels: int = opt(100, "launch_bound needs at least this many kernels outside CUDA graphs (a smaller census says nothing)")
     launch_latency_share: float = opt(0.05, "launch_bound also needs GPU idle from launch latency (see gaps) of at least this share of the window")
     no_tensor_cores_share: float = opt(0.2, "no_tensor_cores fires when matmul/conv kernels without Tensor Cores take at least this share of kernel time")
     single_tensor_min: int = opt(1, "single_tensor_optimizer fires at this many `_single_tensor_` events (ops, frames, kernels)")

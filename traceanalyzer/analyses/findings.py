@@ -30,7 +30,6 @@ RULE_IDS = (
     "data_loading", "sync_stalls", "pageable_copies", "launch_bound", "no_tensor_cores",
     "single_tensor_optimizer", "low_gpu_utilization", "capture_caveats",
 )
-MIN_KERNELS_FOR_LAUNCH_BOUND = 100  # a census of fewer kernels says nothing
 SINGLE_TENSOR = "_single_tensor_"
 MAX_EVENTS = 5
 
@@ -190,7 +189,7 @@ def _launch_bound(ov: Overview) -> Finding | None:
     k = ov.kernels
     s = k.short
     busy = ov.busy_share
-    if s.total_outside_graphs < MIN_KERNELS_FOR_LAUNCH_BOUND or s.count_share_outside_graphs is None or busy is None:
+    if s.total_outside_graphs < ov.options.launch_bound_min_kernels or s.count_share_outside_graphs is None or busy is None:
         return None
     th = ov.options.launch_bound_short_share
     g = ov.gaps
@@ -290,7 +289,7 @@ RULES: tuple[Rule, ...] = (
          "remove per-step .item()/.cpu()/synchronize(); read metrics every N steps", _sync_stalls),
     Rule("pageable_copies", "Copies to or from pageable host memory", ("pageable_copy_bytes",),
          "pin host memory (pin_memory=True) and copy with non_blocking=True", _pageable_copies),
-    Rule("launch_bound", "Many short kernels and launch latency", ("launch_bound_short_share", "low_gpu_utilization", "launch_latency_share"),
+    Rule("launch_bound", "Many short kernels and launch latency", ("launch_bound_short_share", "launch_bound_min_kernels", "low_gpu_utilization", "launch_latency_share"),
          "torch.compile to fuse kernels, CUDA graphs to launch them at once", _launch_bound),
     Rule("no_tensor_cores", "Matmul/conv time on kernels without Tensor Cores", ("no_tensor_cores_share",),
          "mixed precision (torch.autocast) or TF32 on Ampere and newer", _no_tensor_cores),
