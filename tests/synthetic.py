@@ -84,3 +84,15 @@ class TraceBuilder:
         path = Path(directory) / name
         path.write_text(json.dumps(self.document()))
         return path
+
+
+def write_events(directory: Path, events: list[dict[str, Any]], name: str = "t.json") -> Path:
+    """A trace of exactly these events, for tests that spell every event out."""
+    path = Path(directory) / name
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "G"}], "traceEvents": events}))
+    return path
+
+
+def x_event(cat: str, name: str, ts: float, dur: float, pid: int = PID, tid: int = MAIN_TID, **args: Any) -> dict[str, Any]:
+    """One complete ("X") event."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}

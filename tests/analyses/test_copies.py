@@ -9,20 +9,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.synthetic import write_events, x_event
 from traceanalyzer.analyses.copies import analyse_copies
 from traceanalyzer.load import load
 
 PID, TID = 100, 100
 
 
-def _write(tmp_path: Path, events: list[dict]) -> Path:
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "G"}], "traceEvents": events}))
-    return path
-
-
-def _x(cat: str, name: str, ts: float, dur: float, pid: int = PID, tid: int = TID, **args) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+_write = write_events
+_x = x_event
 
 
 def _raw(path: Path) -> list[dict]:
