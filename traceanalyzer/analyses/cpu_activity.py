@@ -17,19 +17,15 @@ THREAD = ["pid", "tid"]
 def blocking_calls(trace: Trace) -> pl.DataFrame:
     """Runtime calls that hold the CPU thread until the GPU catches up: the synchronising APIs,
     and memcpy calls whose copy involves pageable host memory (those block even when Async)."""
-    rt = trace.runtime
     pageable = (
-        trace.gpu.filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains("(?i)pageable"))
-        .select("runtime_id")
+        trace.gpu.select("kind", "name", "runtime_id")
+        .filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains("(?i)pageable"))
+        .get_column("runtime_id")
         .drop_nulls()
         .unique()
-        .with_columns(_pageable=pl.lit(True))
     )
-    return (
-        rt.join(pageable, on="runtime_id", how="left")
-        .filter(pl.col("name").str.contains(SYNC_API_PATTERN) | pl.col("_pageable").fill_null(False))
-        .drop("_pageable")
-    )
+    # A filter, not a join: the runtime table is one of the largest and is copied only in part.
+    return trace.runtime.filter(pl.col("name").str.contains(SYNC_API_PATTERN) | pl.col("runtime_id").is_in(pageable.implode()))
 
 
 def data_loading_ranges(trace: Trace, pattern: str) -> pl.DataFrame:
@@ -52,7 +48,10 @@ class CpuActivity:
         blocking = blocking_calls(trace)
         data = data_loading_ranges(trace, data_pattern)
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
-        real_ops = trace.ops.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
+        # Narrow columns first: these tables are the biggest of a trace.
+        real_ops = trace.ops.select(*THREAD, "ts_ns", "end_ns", "kind", "name").filter(
+            (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$")
+        )
         anything = pl.concat(
             [t.select(*THREAD, "ts_ns", "end_ns") for t in (real_ops, trace.runtime, data)]
         )

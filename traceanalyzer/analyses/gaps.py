@@ -69,7 +69,9 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
         else pl.lit(False)
     )
     return (
-        trace.gpu.filter(pl.col("device").is_not_null())
+        trace.gpu.select("device", "ts_ns", "name", "kind", "stream", "correlation", "launch_api", "launch_ts_ns",
+                         "launch_end_ns", "launch_pid", "launch_tid", "op_id")
+        .filter(pl.col("device").is_not_null())
         .with_columns(launched_before_trace=before)
         .sort("ts_ns", "launch_ts_ns", nulls_last=True)
         .unique(["device", "ts_ns"], keep="first")
@@ -92,7 +94,8 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
 
 def _prev_activity(trace: Trace) -> pl.DataFrame:
     return (
-        trace.gpu.filter(pl.col("device").is_not_null())
+        trace.gpu.select("device", "ts_ns", "end_ns", "name")
+        .filter(pl.col("device").is_not_null())
         .sort("end_ns", "ts_ns")
         .unique(["device", "end_ns"], keep="last")
         .select("device", prev_end_ns=pl.col("end_ns"), prev_name=pl.col("name"))
@@ -105,7 +108,7 @@ def _step_threads(trace: Trace) -> pl.DataFrame:
 
 def _main_thread(trace: Trace) -> tuple[int | None, int | None]:
     """Without steps, the thread that launched the most GPU work."""
-    g = trace.gpu.filter(pl.col("launch_tid").is_not_null()).group_by("launch_pid", "launch_tid").len().sort("len", descending=True)
+    g = trace.gpu.select("launch_pid", "launch_tid").filter(pl.col("launch_tid").is_not_null()).group_by("launch_pid", "launch_tid").len().sort("len", descending=True)
     return (g["launch_pid"][0], g["launch_tid"][0]) if g.height else (None, None)
 
 

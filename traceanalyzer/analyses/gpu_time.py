@@ -21,7 +21,7 @@ def devices(trace: Trace) -> list[int]:
 
 def busy_intervals(trace: Trace) -> pl.DataFrame:
     """Disjoint busy intervals per device: device, start_ns, end_ns."""
-    return merge(trace.gpu.filter(pl.col("device").is_not_null()), ["device"])
+    return merge(trace.gpu.select("device", "ts_ns", "end_ns").filter(pl.col("device").is_not_null()), ["device"])
 
 
 def windows(trace: Trace) -> pl.DataFrame:
