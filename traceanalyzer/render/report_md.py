@@ -131,7 +131,20 @@ def _top_gaps(rep: IncidentReport, gaps: GapsResult, top: int) -> None:
         rep.text(gaps.note or "no GPU work")
         return
     rep.text(f"Gaps of at least {gaps.options.min_gap_us:g} µs, longest first ({gaps.gaps.height:,} in all); start_us from the trace start.")
-    rep.table(gaps.gaps.select([c for c in GAP_COLUMNS if c in gaps.gaps.columns]).head(top))
+    b = pl.col("blocked_thread")
+    # What another thread of the process was stuck in meanwhile: often the real culprit.
+    meanwhile = (
+        pl.when(b.is_not_null())
+        .then(
+            pl.lit("thread ") + b.struct.field("tid").cast(pl.String) + pl.lit(" blocked in ") + b.struct.field("api")
+            + pl.when(b.struct.field("op").is_not_null()).then(pl.lit(" (") + b.struct.field("op")
+            + pl.when(b.struct.field("range").is_not_null()).then(pl.lit(" in ") + b.struct.field("range")).otherwise(pl.lit(""))
+            + pl.lit(")")).otherwise(pl.lit(""))
+        )
+        .alias("meanwhile")
+    )
+    table = gaps.gaps.select([c for c in GAP_COLUMNS if c in gaps.gaps.columns] + [meanwhile])
+    rep.table(table.head(top))
     if gaps.culprits.height:
         rep.text("Top culprits (cause, op, Python frame):")
         rep.table(gaps.culprits.head(top))
