@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 
+IDENTIFIERS = {"tid", "pid", "step", "device", "stream", "rank", "launch_tid", "next_stream", "correlation"}
+
+
 def cell(value: Any, column: str = "") -> str:
     if value is None:
         return "-"
@@ -15,6 +18,9 @@ def cell(value: Any, column: str = "") -> str:
             return f"{value:,.0f}"
         return f"{value:,.1f}"
     if isinstance(value, int) and not isinstance(value, bool):
+        # Identifiers read better without thousands separators.
+        if column in IDENTIFIERS or column.endswith("_id"):
+            return str(value)
         return f"{value:,}" if abs(value) >= 10000 else str(value)
     if isinstance(value, dict):
         return "; ".join(f"{k}={cell(v, k)}" for k, v in value.items() if v is not None) or "-"
