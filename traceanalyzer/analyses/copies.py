@@ -180,6 +180,16 @@ def _findings(copies: pl.DataFrame, n_steps: int, opts: CopyOptions, trace: Trac
     return out
 
 
+# What the summary by site and the totals per step add up.
+_TOTALS = (
+    pl.len().alias("copies"),
+    pl.col("bytes").sum(),
+    pl.col("duration_us").sum(),
+    pl.col("exposed_us").sum(),
+    pl.col("blocked_us").sum(),
+)
+
+
 def analyse_copies(trace: Trace, options: CopyOptions | None = None) -> CopiesResult:
     opts = options or CopyOptions()
     t = copy_table(trace)
@@ -213,26 +223,13 @@ def analyse_copies(trace: Trace, options: CopyOptions | None = None) -> CopiesRe
     )
     summary = (
         copies.group_by("direction", "host_memory", "op", "range", "python_frame")
-        .agg(
-            copies=pl.len(),
-            bytes=pl.col("bytes").sum(),
-            duration_us=pl.col("duration_us").sum(),
-            exposed_us=pl.col("exposed_us").sum(),
-            blocked_us=pl.col("blocked_us").sum(),
-            median_gbps=pl.col("gbps").median(),
-        )
+        .agg(*_TOTALS, median_gbps=pl.col("gbps").median())
         .sort("blocked_us", "duration_us", descending=True, nulls_last=True)
     )
     per_step = (
         copies.filter(pl.col("step").is_not_null())
         .group_by("step")
-        .agg(
-            copies=pl.len(),
-            bytes=pl.col("bytes").sum(),
-            duration_us=pl.col("duration_us").sum(),
-            exposed_us=pl.col("exposed_us").sum(),
-            blocked_us=pl.col("blocked_us").sum(),
-        )
+        .agg(*_TOTALS)
         .sort("step")
     )
     findings = _findings(copies, trace.steps.height, opts, trace)

@@ -16,9 +16,9 @@ import os
 
 import polars as pl
 
-from traceanalyzer.analyses.copies import analyse_copies
+from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.gaps import CAUSES, GapsResult
-from traceanalyzer.analyses.stages import analyse_stages
+from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.render.timeline import CAUSE_COLORS, _figure, png_bytes
 from traceanalyzer.trace import Trace
 
@@ -43,29 +43,29 @@ def _extra_colors(names: list[str]) -> dict[str, str]:
     return {n: STAGE_COLORS.get(n, matplotlib.colors.to_hex(cmap(i % 20))) for i, n in enumerate(names)}
 
 
-def stage_times(trace: Trace) -> tuple[pl.DataFrame, tuple[str, ...], str]:
+def stage_times(trace: Trace, stages: StagesResult | None = None) -> tuple[pl.DataFrame, tuple[str, ...], str]:
     """step, stage, time_us (long form), the stage order, and the view they come from."""
-    r = analyse_stages(trace)
+    r = stages or analyse_stages(trace)
     return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"stages ({r.view} view)"
 
 
-def stage_bars(trace: Trace, gaps: GapsResult | None = None, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
-    # `gaps` is unused (the stages analysis covers idle time); kept so callers need not change.
-    df, order, source = stage_times(trace)
+def stage_bars(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, stages: StagesResult | None = None) -> bytes | None:
+    df, order, source = stage_times(trace, stages)
     df = df.with_columns(pl.col("step").cast(pl.Int64))
-    steps = sorted(df["step"].drop_nulls().unique().to_list()) or [None]
-    present = [s for s in order if df.filter((pl.col("stage") == s) & (pl.col("time_us") > 0)).height]
+    # One row per step (null: a trace without steps), one column per stage, in ms.
+    wide = (
+        df.group_by("step", "stage").agg(pl.col("time_us").sum() / 1000.0)
+        .pivot(on="stage", index="step", values="time_us")
+        .sort("step", nulls_last=True)
+    )
+    present = [s for s in order if s in wide.columns and (wide[s].fill_null(0) > 0).any()]
     colors = _extra_colors(present)
     fig = _figure(width, height, dpi)
     ax = fig.add_axes((0.08, 0.14, 0.66, 0.76))
-    wide = df.group_by("step", "stage").agg(pl.col("time_us").sum())
-    bottom = [0.0] * len(steps)
-    labels = ["all" if s is None else str(s) for s in steps]
+    labels = ["all" if s is None else str(s) for s in wide["step"].to_list()] or ["all"]
+    bottom = [0.0] * len(labels)
     for stage in present:
-        vals = []
-        for s in steps:
-            row = wide.filter(((pl.col("step") == s) if s is not None else pl.col("step").is_null()) & (pl.col("stage") == stage))
-            vals.append(row["time_us"].sum() / 1000.0 if row.height else 0.0)
+        vals = wide[stage].fill_null(0.0).to_list()
         ax.bar(labels, vals, bottom=bottom, color=colors[stage], label=stage, edgecolor="white", linewidth=0.5)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xlabel("step")
@@ -105,14 +105,14 @@ def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int
     return png_bytes(fig, dpi)
 
 
-def copy_rows(trace: Trace) -> pl.DataFrame:
+def copy_rows(trace: Trace, copies: CopiesResult | None = None) -> pl.DataFrame:
     """direction, bytes, duration_us, gbps for every memcpy (as analyses.copies reads them)."""
-    c = analyse_copies(trace).copies
+    c = (copies or analyse_copies(trace)).copies
     return c.filter(pl.col("kind") == "memcpy").select("direction", "bytes", "duration_us", "gbps")
 
 
-def copy_bandwidth(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
-    c = copy_rows(trace).filter((pl.col("bytes") > 0) & pl.col("gbps").is_not_null() & (pl.col("gbps") > 0))
+def copy_bandwidth(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, copies: CopiesResult | None = None) -> bytes | None:
+    c = copy_rows(trace, copies).filter((pl.col("bytes") > 0) & pl.col("gbps").is_not_null() & (pl.col("gbps") > 0))
     if c.is_empty():
         return None
     fig = _figure(width, height, dpi)
@@ -157,8 +157,8 @@ def memory_series(trace: Trace, points: int = 1500) -> pl.DataFrame:
     )
 
 
-def memory_timeline(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
-    s = memory_series(trace)
+def memory_timeline(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, series: pl.DataFrame | None = None) -> bytes | None:
+    s = memory_series(trace) if series is None else series
     if s.is_empty():
         return None
     has_totals = trace.memory["total_allocated"].drop_nulls().len() > 0

@@ -17,11 +17,11 @@ from typing import Callable
 import polars as pl
 
 from traceanalyzer import __version__
-from traceanalyzer.analyses.copies import analyse_copies
+from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.findings import analyse_findings
 from traceanalyzer.analyses.gaps import HINTS, GapsResult, analyse_gaps
 from traceanalyzer.analyses.stages import analyse_stages
-from traceanalyzer.analyses.syncs import analyse_syncs
+from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.options import GapOptions
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.markdown import table as md_table
@@ -111,7 +111,7 @@ def _stages(rep: IncidentReport, trace: Trace) -> None:
     r = analyse_stages(trace)
     rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs.")
     rep.table(r.table)
-    rep.picture("stages.png", charts.stage_bars(trace), "Step time by stage")
+    rep.picture("stages.png", charts.stage_bars(trace, stages=r), "Step time by stage")
 
 
 def _idle(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
@@ -150,29 +150,27 @@ def _top_gaps(rep: IncidentReport, gaps: GapsResult, top: int) -> None:
         rep.table(gaps.culprits.head(top))
 
 
+def _note_summary_steps(rep: IncidentReport, result: CopiesResult | SyncsResult, top: int) -> None:
+    """The shape copies and syncs share: a note, a summary by site, totals per step."""
+    if result.note:
+        rep.text(result.note)
+    if result.summary.height:
+        rep.table(result.summary.head(top))
+    if result.per_step.height:
+        rep.text("Per step:")
+        rep.table(result.per_step)
+
+
 def _copies(rep: IncidentReport, trace: Trace, top: int) -> None:
     from traceanalyzer.render import charts
 
     r = analyse_copies(trace)
-    if r.note:
-        rep.text(r.note)
-    if r.summary.height:
-        rep.table(r.summary.head(top))
-    if r.per_step.height:
-        rep.text("Per step:")
-        rep.table(r.per_step)
-    rep.picture("copy_bandwidth.png", charts.copy_bandwidth(trace), "Copy bandwidth against size")
+    _note_summary_steps(rep, r, top)
+    rep.picture("copy_bandwidth.png", charts.copy_bandwidth(trace, copies=r), "Copy bandwidth against size")
 
 
 def _syncs(rep: IncidentReport, trace: Trace, top: int) -> None:
-    r = analyse_syncs(trace)
-    if r.note:
-        rep.text(r.note)
-    if r.summary.height:
-        rep.table(r.summary.head(top))
-    if r.per_step.height:
-        rep.text("Per step:")
-        rep.table(r.per_step)
+    _note_summary_steps(rep, analyse_syncs(trace), top)
 
 
 def _memory(rep: IncidentReport, trace: Trace) -> None:
@@ -186,7 +184,7 @@ def _memory(rep: IncidentReport, trace: Trace) -> None:
     if trace.memory["total_allocated"].drop_nulls().len() == 0:
         rep.text("This trace's [memory] events carry sizes only: allocated memory is the running sum from the trace start.")
     rep.table(peaks)
-    rep.picture("memory.png", charts.memory_timeline(trace), "Memory over time")
+    rep.picture("memory.png", charts.memory_timeline(trace, series=s), "Memory over time")
 
 
 def _findings(rep: IncidentReport, trace: Trace) -> None:
