@@ -17,10 +17,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.copies import analyse_copies
-from traceanalyzer.analyses.findings import analyse_findings
-from traceanalyzer.analyses.gaps import CAUSES, analyse_gaps
-from traceanalyzer.analyses.stages import analyse_stages
+from traceanalyzer.analyses.findings import Overview, evaluate
+from traceanalyzer.analyses.gaps import CAUSES
 from traceanalyzer.analyses.syncs import analyse_syncs
 from traceanalyzer.options import DiffOptions, GapOptions, StageOptions
 from traceanalyzer.trace import Trace
@@ -112,14 +110,8 @@ def _kernel_table(trace: Trace, wins: pl.DataFrame, n: int) -> pl.DataFrame:
     return k.group_by("name").agg(count_per_step=pl.len() / n, us_per_step=(pl.col("end_ns") - pl.col("ts_ns")).sum() / 1000.0 / n)
 
 
-def _stages(trace: Trace, opts: DiffOptions) -> dict[str, float]:
-    """Stage times per step (µs), as the `stages` analysis defines them."""
-    return dict(analyse_stages(trace, StageOptions(data_loading_pattern=opts.data_loading_pattern)).average)
-
-
-def _copies(trace: Trace, n: int) -> dict[str, float]:
-    """Copies per step, as the `copies` analysis counts them."""
-    per = analyse_copies(trace).per_step
+def _copies(per: pl.DataFrame, n: int) -> dict[str, float]:
+    """Copies per step, from the `copies` analysis' totals per step."""
     out = {"copies_per_step": float(per["copies"].sum()) / n if per.height else 0.0,
            "copy_mb_per_step": float(per["bytes"].fill_null(0).sum()) / 2**20 / n if per.height else 0.0}
     # per_step has no columns at all when the trace has no copy.
@@ -140,17 +132,18 @@ def _syncs(trace: Trace, n: int) -> dict[str, float]:
     return out
 
 
-def _findings(trace: Trace) -> tuple[str, ...]:
-    """`rule: message` for each finding of the `findings` analysis."""
-    return tuple(f"{f.rule}: {f.message}" for f in analyse_findings(trace))
-
-
 def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
     opts = options or DiffOptions()
     wins = _windows(trace)
     n = max(wins.height, 1)
     times = tuple(((wins["end_ns"] - wins["start_ns"]) / 1000.0).to_list())
-    gaps = analyse_gaps(trace, GapOptions(data_loading_pattern=opts.data_loading_pattern))
+    # One Overview: the findings read the same gaps, stages and copies as the metrics below.
+    ov = Overview(
+        trace,
+        gap_options=GapOptions(data_loading_pattern=opts.data_loading_pattern),
+        stage_options=StageOptions(data_loading_pattern=opts.data_loading_pattern),
+    )
+    gaps = ov.gaps
     metrics: dict[str, float | None] = {}
     if gaps.has_gpu_work:
         d = gaps.devices
@@ -161,9 +154,9 @@ def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
             metrics[f"idle_{c}_us_per_step"] = idle.get(c, 0.0) / n
     else:
         metrics["gpu_busy_pct"] = None
-    for k, v in _stages(trace, opts).items():
+    for k, v in ov.stages.average.items():
         metrics[f"stage_{k}_us_per_step"] = v
-    metrics.update(_copies(trace, n))
+    metrics.update(_copies(ov.copies.per_step, n))
     metrics.update(_syncs(trace, n))
     kernels = _kernel_table(trace, wins, n)
     metrics["kernels_per_step"] = kernels["count_per_step"].sum() if kernels.height else 0.0
@@ -176,7 +169,7 @@ def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
         metrics=metrics,
         ops=_op_table(trace, wins, n),
         kernels=kernels,
-        findings=_findings(trace),
+        findings=tuple(f"{f.rule}: {f.message}" for f in evaluate(ov)),
     )
 
 

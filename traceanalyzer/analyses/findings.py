@@ -16,14 +16,22 @@ import polars as pl
 
 from traceanalyzer.analyses import gpu_time
 from traceanalyzer.analyses.attribution import op_context
-from traceanalyzer.analyses.copies import analyse_copies
+from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
-from traceanalyzer.options import DATA_LOADING_PATTERN, SYNC_API_PATTERN, FindingOptions, KernelOptions, StepOptions
+from traceanalyzer.options import (
+    DATA_LOADING_PATTERN,
+    SYNC_API_PATTERN,
+    FindingOptions,
+    GapOptions,
+    KernelOptions,
+    StageOptions,
+    StepOptions,
+)
 from traceanalyzer.trace import Trace
 
 RULE_IDS = (
@@ -53,6 +61,8 @@ class Overview:
     step_options: StepOptions = field(default_factory=StepOptions)
     kernel_options: KernelOptions = field(default_factory=KernelOptions)
     stage_mapping: list[tuple[str, str]] | None = None
+    gap_options: GapOptions = field(default_factory=GapOptions)
+    stage_options: StageOptions = field(default_factory=StageOptions)
 
     @cached_property
     def steps(self) -> StepsResult:
@@ -60,11 +70,11 @@ class Overview:
 
     @cached_property
     def stages(self) -> StagesResult:
-        return analyse_stages(self.trace, mapping=self.stage_mapping)
+        return analyse_stages(self.trace, self.stage_options, mapping=self.stage_mapping)
 
     @cached_property
     def pipeline(self) -> StagesResult:
-        return self.stages if not self.stage_mapping else analyse_stages(self.trace)
+        return self.stages if not self.stage_mapping else analyse_stages(self.trace, self.stage_options)
 
     @cached_property
     def kernels(self) -> KernelsResult:
@@ -72,7 +82,11 @@ class Overview:
 
     @cached_property
     def gaps(self) -> GapsResult:
-        return analyse_gaps(self.trace)
+        return analyse_gaps(self.trace, self.gap_options)
+
+    @cached_property
+    def copies(self) -> CopiesResult:
+        return analyse_copies(self.trace)
 
     @property
     def busy_share(self) -> float | None:
@@ -166,7 +180,7 @@ def _sync_stalls(ov: Overview) -> Finding | None:
 
 
 def _pageable_copies(ov: Overview) -> Finding | None:
-    copies = analyse_copies(ov.trace).copies
+    copies = ov.copies.copies
     if copies.is_empty() or "host_memory" not in copies.columns:
         return None
     pageable = copies.filter(pl.col("host_memory") == "pageable")

@@ -153,7 +153,7 @@ def _warnings(split: Split, raw: RawTables, source: ByteSource) -> list[str]:
     from traceanalyzer.load.normalize import BIG_IDS, STRING_IDS
 
     if raw.fixes[STRING_IDS]:
-        warnings.append(f"{raw.fixes[STRING_IDS]:,} pid/tid values are strings: read the number in them (none: unknown)")
+        warnings.append(f"{raw.fixes[STRING_IDS]:,} pid/tid values were written as strings (as 2021 traces do: \"25738\", \"stream 7\"); the number in each was used")
     if raw.fixes[BIG_IDS]:
         warnings.append(f"{raw.fixes[BIG_IDS]:,} ids do not fit int64 and were left unknown (their links are lost)")
     return warnings
