@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|")
         for r in rows:
             ok = "yes" if r["cause_ok"] and r["findings_ok"] else "**no**"
-            print(f"| {r['scenario']} | {r['device']} | {r['expected_cause']} | {r['found_cause']} | "
-                  f"{', '.join(r['expected_findings']) or '-'} | {', '.join(r['fired_findings']) or '-'} | {ok} |")
+            print(
+                f"| {r['scenario']} | {r['device']} | {r['expected_cause']} | {r['found_cause']} | "
+                f"{', '.join(r['expected_findings']) or '-'} | {', '.join(r['fired_findings']) or '-'} | {ok} |"
+            )
     else:
         print(json.dumps(rows, indent=2))
     return 0 if all(r["cause_ok"] and r["findings_ok"] for r in rows) else 1

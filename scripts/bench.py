@@ -98,15 +98,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("traces", nargs="+", type=Path)
     ap.add_argument("--hta-python", default="/work/venv-hta/bin/python")
     ap.add_argument("--skip", action="append", default=[], help="case names to skip (e.g. 'HTA load')")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per case, interleaved across cases; the median run (by wall time) is reported")
-    ap.add_argument("--baseline-max-mb", type=float, default=200.0, help="run the baselines only on traces up to this size (they need many times the file in RAM)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per case, interleaved across cases; the median run (by wall time) is reported",
+    )
+    ap.add_argument(
+        "--baseline-max-mb",
+        type=float,
+        default=200.0,
+        help="run the baselines only on traces up to this size (they need many times the file in RAM)",
+    )
     args = ap.parse_args(argv)
     ta = shutil.which("traceanalyzer", path=str(Path(sys.executable).parent)) or "traceanalyzer"
     has_summary = subprocess.run([ta, "summary", "--help"], capture_output=True).returncode == 0
-    has_hta = Path(args.hta_python).exists() and subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
-    print(f"machine: {platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs, "
-          f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}, "
-          f"load average at start {os.getloadavg()[0]:.1f}\n")
+    has_hta = (
+        Path(args.hta_python).exists()
+        and subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}, "
+        f"load average at start {os.getloadavg()[0]:.1f}\n"
+    )
     print("| trace | JSON MB | case | wall s | CPU s | peak RSS MB | MB/s |")
     print("|---|---|---|---|---|---|---|")
     ratios: list[str] = []
@@ -132,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             rs = sorted(runs[name], key=lambda r: r["wall_s"])
             r = best[name] = rs[len(rs) // 2]
             note = "" if r["rc"] == 0 else f" (exit {r['rc']}: {r['err']})"
-            print(f"| {path.name} | {mb:,.0f} | {name}{note} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_mb']:,.0f} | {mb / r['wall_s']:.1f} |", flush=True)
+            print(
+                f"| {path.name} | {mb:,.0f} | {name}{note} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_mb']:,.0f} | {mb / r['wall_s']:.1f} |",
+                flush=True,
+            )
         for base in ("HTA load", "json.load + columns"):
             if base not in best:
                 continue
@@ -140,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
             for name in ("ta load", "ta gaps"):
                 if name in best:
                     r = best[name]
-                    ratios.append(f"{path.name}: {name} vs {base}: {b['wall_s'] / r['wall_s']:.1f}x faster (wall), "
-                                  f"{b['cpu_s'] / r['cpu_s']:.1f}x less CPU, {r['peak_rss_mb'] / b['peak_rss_mb']:.2f}x the peak RSS")
+                    ratios.append(
+                        f"{path.name}: {name} vs {base}: {b['wall_s'] / r['wall_s']:.1f}x faster (wall), "
+                        f"{b['cpu_s'] / r['cpu_s']:.1f}x less CPU, {r['peak_rss_mb'] / b['peak_rss_mb']:.2f}x the peak RSS"
+                    )
         if tmp:
             shutil.rmtree(tmp)
     if ratios:

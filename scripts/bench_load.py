@@ -124,7 +124,7 @@ def _run_baseline(path: str) -> dict[str, int]:
 
     with open(path, "rb") as fh:
         gz = fh.read(2) == b"\x1f\x8b"
-    with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
+    with gzip.open(path, "rb") if gz else open(path, "rb") as fh:
         doc = json.load(fh)
     rows: dict[str, list[dict]] = {"ops": [], "runtime": [], "gpu": []}
     for e in doc["traceEvents"]:
@@ -168,22 +168,29 @@ def child(method: str, path: str) -> None:
     wall = time.perf_counter() - t0
     cpu = _cpu_s() - cpu0
     tree_peak = sampler.stop()
-    print(json.dumps({
-        "wall_s": wall,
-        "cpu_s": cpu,
-        # this process exactly, or with its workers (sampled) when that is larger
-        "peak_rss_mb": max(_maxrss_mb(), tree_peak),
-        "self_peak_rss_mb": _maxrss_mb(),
-        "imports_rss_mb": rss_imports,
-        "rows": rows,
-    }))
+    print(
+        json.dumps(
+            {
+                "wall_s": wall,
+                "cpu_s": cpu,
+                # this process exactly, or with its workers (sampled) when that is larger
+                "peak_rss_mb": max(_maxrss_mb(), tree_peak),
+                "self_peak_rss_mb": _maxrss_mb(),
+                "imports_rss_mb": rss_imports,
+                "rows": rows,
+            }
+        )
+    )
 
 
 # -- parent side --------------------------------------------------------------------------------
 def run_once(method: str, path: Path) -> dict:
     proc = subprocess.run(
         [sys.executable, __file__, "--child", method, str(path)],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     if proc.returncode != 0:
         raise SystemExit(f"{method} run failed:\n{proc.stderr.strip()}")
@@ -198,8 +205,7 @@ def bench(path: Path, repeat: int) -> dict:
     summary = {}
     for method, rs in runs.items():
         summary[method] = {
-            key: statistics.median(r[key] for r in rs)
-            for key in ("wall_s", "cpu_s", "peak_rss_mb", "imports_rss_mb")
+            key: statistics.median(r[key] for r in rs) for key in ("wall_s", "cpu_s", "peak_rss_mb", "imports_rss_mb")
         } | {"rows": rs[0]["rows"], "runs": rs}
     ours, base, tables = summary["ours"], summary["baseline"], summary["ours_tables"]
     ratios = {
@@ -207,7 +213,8 @@ def bench(path: Path, repeat: int) -> dict:
         "cpu": base["cpu_s"] / ours["cpu_s"],
         "peak_rss": base["peak_rss_mb"] / ours["peak_rss_mb"],
         # what the load itself added on top of the imports
-        "load_rss": (base["peak_rss_mb"] - base["imports_rss_mb"]) / max(1e-9, ours["peak_rss_mb"] - ours["imports_rss_mb"]),
+        "load_rss": (base["peak_rss_mb"] - base["imports_rss_mb"])
+        / max(1e-9, ours["peak_rss_mb"] - ours["imports_rss_mb"]),
         # the like-for-like comparison: decoding into tables, no links
         "tables_wall": base["wall_s"] / tables["wall_s"],
         "tables_cpu": base["cpu_s"] / tables["cpu_s"],

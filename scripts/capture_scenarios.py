@@ -49,8 +49,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -118,8 +118,10 @@ class HeavyTransformImages(Dataset):
         angle = rng.uniform(-0.3, 0.3)
         scale = rng.uniform(0.9, 1.1)
         theta = torch.tensor(
-            [[scale * math.cos(angle), -scale * math.sin(angle), 0.0],
-             [scale * math.sin(angle), scale * math.cos(angle), 0.0]]
+            [
+                [scale * math.cos(angle), -scale * math.sin(angle), 0.0],
+                [scale * math.sin(angle), scale * math.cos(angle), 0.0],
+            ]
         ).unsqueeze(0)
         grid = F.affine_grid(theta, [1, 3, self.size, self.size], align_corners=False)
         img = F.grid_sample(img.unsqueeze(0), grid, align_corners=False).squeeze(0)
@@ -136,9 +138,18 @@ class SmallCNN(nn.Module):
     def __init__(self, classes: int = 10):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
         )
         self.head = nn.Linear(32 * 16, classes)
 
@@ -172,8 +183,9 @@ def train_step(model, opt, x, y, device) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def build_dataloader_bound(device: torch.device) -> Step:
-    loader = DataLoader(HeavyTransformImages(), batch_size=16, shuffle=True, num_workers=0,
-                        pin_memory=device.type == "cuda")
+    loader = DataLoader(
+        HeavyTransformImages(), batch_size=16, shuffle=True, num_workers=0, pin_memory=device.type == "cuda"
+    )
     batches = iter(loader)
     model = SmallCNN().to(device)
     # foreach=True everywhere: the optimizer is not the injected problem here.
@@ -347,59 +359,86 @@ SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario(
-            "dataloader_bound", build_dataloader_bound, False,
+            "dataloader_bound",
+            build_dataloader_bound,
+            False,
             "SmallCNN training fed by a DataLoader with num_workers=0 whose __getitem__ does an "
             "affine resample and 16 blur passes per 96x96 image (batch 16)",
-            "data_loading", ("data_loading", "low_gpu_utilization"), ("data_loading", "capture_caveats"),
+            "data_loading",
+            ("data_loading", "low_gpu_utilization"),
+            ("data_loading", "capture_caveats"),
             "the GPU idles while the main thread runs DataLoader __next__ each step",
         ),
         Scenario(
-            "sync_bound", build_sync_bound, False,
+            "sync_bound",
+            build_sync_bound,
+            False,
             "MLP training step (6 hidden layers) followed by loss.item(), one grad-norm .item() "
             "per parameter and a max-logit .item(): 16 host reads of device values per step",
-            "sync", ("sync_stalls", "low_gpu_utilization"), ("capture_caveats",),
+            "sync",
+            ("sync_stalls", "low_gpu_utilization"),
+            ("capture_caveats",),
             "each .item() is a DtoH copy plus cudaStreamSynchronize that drains the queue; the GPU "
             "then idles until the CPU launches again, so every gap follows a synchronising call",
         ),
         Scenario(
-            "pageable_h2d", build_pageable_h2d, True,
+            "pageable_h2d",
+            build_pageable_h2d,
+            True,
             "two blocking 256 MiB host-to-device copies from pageable memory per step, each "
             "followed by one 4096x4096 GEMM",
-            "none", ("pageable_copies", "sync_stalls"), (),
+            "none",
+            ("pageable_copies", "sync_stalls"),
+            (),
             "the copies themselves keep the device busy (memcpy counts as busy time), so little "
             "idle time is left to rank; the problem is the copy: Memcpy HtoD (Pageable -> Device) at "
             "pageable bandwidth, unoverlapped, with the CPU thread blocked in cudaMemcpyAsync and "
             "the cudaStreamSynchronize torch issues after each blocking copy",
         ),
         Scenario(
-            "launch_bound", build_launch_bound, False,
-            "a Python loop of 1,000 x (mul_, add_) on a 256-element tensor: 2,000 tiny kernels "
-            "per step",
-            "launch_latency", ("launch_bound", "low_gpu_utilization"), ("capture_caveats",),
+            "launch_bound",
+            build_launch_bound,
+            False,
+            "a Python loop of 1,000 x (mul_, add_) on a 256-element tensor: 2,000 tiny kernels per step",
+            "launch_latency",
+            ("launch_bound", "low_gpu_utilization"),
+            ("capture_caveats",),
             "each kernel runs for ~2 us but takes longer than that to launch, so the GPU idles "
             "between kernels while the queue stays nearly empty",
         ),
         Scenario(
-            "cuda_graphs", build_cuda_graphs, True,
+            "cuda_graphs",
+            build_cuda_graphs,
+            True,
             "the launch_bound loop captured once in a torch.cuda.CUDAGraph and replayed twice per "
             "step (one cudaGraphLaunch = 2,000 kernels)",
-            "none", (), (),
+            "none",
+            (),
+            (),
             "the control for launch_bound: the launch overhead is gone and the kernels run back to "
             "back; what idle is left is the sub-microsecond spacing between graph nodes. The "
             "replayed kernels all carry their cudaGraphLaunch's correlation id",
         ),
         Scenario(
-            "overlap_ok", build_overlap_ok, True,
+            "overlap_ok",
+            build_overlap_ok,
+            True,
             "pinned 32 MiB batches copied with non_blocking=True on a side stream one step ahead, "
             "overlapping a chain of 16 bf16 (1024x8192)@(8192x8192) GEMMs",
-            "none", (), (),
+            "none",
+            (),
+            (),
             "the control for pageable_h2d: copies overlap compute and the compute stream stays busy",
         ),
         Scenario(
-            "healthy", build_healthy, False,
+            "healthy",
+            build_healthy,
+            False,
             "bf16 MLP training step (8 layers of 8192x8192, batch 4096; on the CPU float32, 4 "
             "layers of 1024, batch 512), SGD foreach, no host syncs",
-            "none", (), ("capture_caveats",),
+            "none",
+            (),
+            ("capture_caveats",),
             "the GPU is busy with large tensor-core GEMMs and the CPU runs ahead",
         ),
     )
@@ -510,12 +549,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="Capture one profiler trace per bottleneck scenario (see the module docstring)."
     )
-    ap.add_argument("--out-dir", default="sample_traces", help="where traces and manifest.json go (default: %(default)s)")
-    ap.add_argument("--only", action="append", choices=sorted(SCENARIOS), metavar="NAME",
-                    help=f"capture only this scenario (repeatable): {', '.join(SCENARIOS)}")
-    ap.add_argument("--device", choices=["cpu", "cuda"],
-                    default="cuda" if torch.cuda.is_available() else "cpu",
-                    help="device to run on (default: cuda if available, else cpu)")
+    ap.add_argument(
+        "--out-dir", default="sample_traces", help="where traces and manifest.json go (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(SCENARIOS),
+        metavar="NAME",
+        help=f"capture only this scenario (repeatable): {', '.join(SCENARIOS)}",
+    )
+    ap.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="device to run on (default: cuda if available, else cpu)",
+    )
     args = ap.parse_args(argv)
 
     if args.device == "cuda" and not torch.cuda.is_available():

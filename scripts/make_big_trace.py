@@ -79,7 +79,10 @@ class Template:
             ts_min = ts if ts_min is None else min(ts_min, ts)
             end_max = end if end_max is None else max(end_max, end)
             args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-            for v in (ev.get("id"), *(args.get(k) for k in ("correlation", "External id", "external id", "Python id", "Python parent id"))):
+            for v in (
+                ev.get("id"),
+                *(args.get(k) for k in ("correlation", "External id", "external id", "Python id", "Python parent id")),
+            ):
                 if isinstance(v, int):
                     id_max = max(id_max, v)
             m = _STEP.search(str(ev.get("name", "")).encode())

@@ -50,7 +50,9 @@ def test_copies_repeat_every_timed_event_with_new_ids(source, big):
     timed = [e for e in src if e.get("ph") != "M" and "ts" in e and e.get("cat") != "Trace"]
     meta = [e for e in src if e.get("ph") == "M" or "ts" not in e]
     assert len(out) == 3 * len(timed) + len(meta) + sum(e.get("cat") == "Trace" for e in src)
-    corr = Counter(e["args"]["correlation"] for e in out if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation"))
+    corr = Counter(
+        e["args"]["correlation"] for e in out if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation")
+    )
     assert corr and max(corr.values()) == 1  # renumbered: no id repeats across copies
     # ProfilerStep#N appears on the CPU and as a gpu_user_annotation: count distinct numbers
     steps = {e["name"] for e in out if str(e.get("name", "")).startswith("ProfilerStep#")}

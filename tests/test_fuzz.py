@@ -29,8 +29,30 @@ from make_malformed import base_events, kineto_text  # noqa: E402
 N = int(os.environ.get("TRACEANALYZER_FUZZ_N", "500"))
 SEED = int(os.environ.get("TRACEANALYZER_FUZZ_SEED", "20240611"))
 
-TOKENS = [b"{", b"}", b"[", b"]", b",", b":", b'"', b"\\", b"N/A", b"NaN", b"-Infinity", b"null", b"\x00", b"\x01",
-          b"\n", b"\xef\xbb\xbf", b"},{", b'"ts": ', b'"dur": -', b"99999999999999999999999", b"1e400", b"\xff\xfe"]
+TOKENS = [
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b'"',
+    b"\\",
+    b"N/A",
+    b"NaN",
+    b"-Infinity",
+    b"null",
+    b"\x00",
+    b"\x01",
+    b"\n",
+    b"\xef\xbb\xbf",
+    b"},{",
+    b'"ts": ',
+    b'"dur": -',
+    b"99999999999999999999999",
+    b"1e400",
+    b"\xff\xfe",
+]
 
 
 def _seeds() -> list[bytes]:

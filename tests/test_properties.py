@@ -31,14 +31,43 @@ def _trace(kernels, steps, fractional: bool) -> bytes:
     ev = []
     for i, (dev, stream, ts, dur, launched, lead) in enumerate(kernels):
         t = ORIGIN + ts + (0.123 if fractional and i % 2 else 0)
-        ev.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": dev, "tid": stream, "ts": t, "dur": dur,
-                   "args": {"device": dev, "stream": stream, "correlation": i + 1}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"k{i}",
+                "pid": dev,
+                "tid": stream,
+                "ts": t,
+                "dur": dur,
+                "args": {"device": dev, "stream": stream, "correlation": i + 1},
+            }
+        )
         if launched:
-            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": 1,
-                       "ts": max(ORIGIN, t - lead), "dur": 3, "args": {"correlation": i + 1}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 9,
+                    "tid": 1,
+                    "ts": max(ORIGIN, t - lead),
+                    "dur": 3,
+                    "args": {"correlation": i + 1},
+                }
+            )
     for j, (ts, dur) in enumerate(sorted(steps)):
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{j}", "pid": 9, "tid": 1,
-                   "ts": ORIGIN + ts, "dur": dur})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{j}",
+                "pid": 9,
+                "tid": 1,
+                "ts": ORIGIN + ts,
+                "dur": dur,
+            }
+        )
     return json.dumps({"traceEvents": ev}).encode()
 
 

@@ -31,7 +31,10 @@ def _size(text: str) -> int:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="traceanalyzer")
 @click.option(
-    "--max-decompressed", type=str, default=None, metavar="SIZE",
+    "--max-decompressed",
+    type=str,
+    default=None,
+    metavar="SIZE",
     help="stop with an error when a gzip trace inflates past SIZE (e.g. 512M, 64G) [default: 64G]",
 )
 @click.pass_context

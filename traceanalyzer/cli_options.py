@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -44,10 +45,21 @@ def build(cls: type, kwargs: dict[str, Any]) -> Any:
 
 
 def output_options(fn: Callable) -> Callable:
-    fn = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write to this file (atomically) instead of stdout")(fn)
-    fn = click.option("--top", type=click.IntRange(min=0), default=20, show_default=True, help="rows per table (0: all)")(fn)
     fn = click.option(
-        "--format", "fmt", type=click.Choice(FORMATS), default=None,
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="write to this file (atomically) instead of stdout",
+    )(fn)
+    fn = click.option(
+        "--top", type=click.IntRange(min=0), default=20, show_default=True, help="rows per table (0: all)"
+    )(fn)
+    fn = click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default=None,
         help="output format [default: table on a terminal, else table unless -o names .json/.csv/.md]",
     )(fn)
     return fn

@@ -39,18 +39,20 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
     )
     with_depth = (
         ordered.sort("ts_ns")
-        .join_asof(ends, left_on="ts_ns", right_on="end_ns", by=group, strategy="backward", suffix="_e", check_sortedness=False)
+        .join_asof(
+            ends, left_on="ts_ns", right_on="end_ns", by=group, strategy="backward", suffix="_e", check_sortedness=False
+        )
         .with_columns(depth=(pl.col("_k") - pl.col("_ended").fill_null(0) + pl.col("_zfix")).clip(0).cast(pl.Int32))
         .drop("_ended", "end_ns_e", "_k", "_zfix")
     )
-    parents = with_depth.select(
-        *group, "ts_ns", pl.col("depth").alias("_pdepth"), pl.col(id_col).alias("parent_id")
-    )
+    parents = with_depth.select(*group, "ts_ns", pl.col("depth").alias("_pdepth"), pl.col(id_col).alias("parent_id"))
     # Several intervals at one (thread, start): the innermost of those that are shallower wins.
     return (
         with_depth.with_columns(_pdepth=pl.col("depth") - 1)
         .sort("ts_ns")
-        .join_asof(parents.sort("ts_ns"), on="ts_ns", by=[*group, "_pdepth"], strategy="backward", check_sortedness=False)
+        .join_asof(
+            parents.sort("ts_ns"), on="ts_ns", by=[*group, "_pdepth"], strategy="backward", check_sortedness=False
+        )
         .drop("_pdepth")
     )
 
@@ -71,8 +73,12 @@ def innermost_containing(
     """
     if points.is_empty() or intervals.is_empty():
         return points.with_columns(pl.lit(None, intervals.schema.get(id_col, pl.Int64)).alias(out_col))
-    iv = intervals.select(*group, "ts_ns", "end_ns", id_col, "parent_id").sort([*group, "ts_ns", "end_ns"], descending=[False] * len(group) + [False, True])
-    lookup = iv.select(pl.col(id_col).alias("_cand"), pl.col("end_ns").alias("_cend"), pl.col("parent_id").alias("_cparent"))
+    iv = intervals.select(*group, "ts_ns", "end_ns", id_col, "parent_id").sort(
+        [*group, "ts_ns", "end_ns"], descending=[False] * len(group) + [False, True]
+    )
+    lookup = iv.select(
+        pl.col(id_col).alias("_cand"), pl.col("end_ns").alias("_cend"), pl.col("parent_id").alias("_cparent")
+    )
     pts = points.select(*group, "ts_ns", pl.col(point_end).alias("_pend")).with_row_index("_row").sort("ts_ns")
     cand = pts.join_asof(
         iv.sort("ts_ns").select(*group, "ts_ns", pl.col(id_col).alias("_cand")),

@@ -59,7 +59,12 @@ def redact(value: Any, key: str | None = None) -> Any:
         if isinstance(value, list):
             return [REDACTED for _ in value]
         return REDACTED if value not in (None, "") else value
-    if key is not None and SECRET_KEY.search(key) and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+    if (
+        key is not None
+        and SECRET_KEY.search(key)
+        and isinstance(value, (str, int, float))
+        and not isinstance(value, bool)
+    ):
         return REDACTED
     if isinstance(value, dict):
         return {k: redact(v, k if isinstance(k, str) else None) for k, v in value.items()}

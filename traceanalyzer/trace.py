@@ -25,7 +25,14 @@ LIBRARY_FRAME = re.compile(
 LIBRARY_FRAME_PATTERN = LIBRARY_FRAME.pattern
 
 STEP_NAME = r"^ProfilerStep#(\d+)$"
-GPU_KINDS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy", "Memcpy": "memcpy", "gpu_memset": "memset", "Memset": "memset"}
+GPU_KINDS = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Memset": "memset",
+}
 
 
 @dataclass(frozen=True)
@@ -142,18 +149,26 @@ def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
 
 
 def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    py = _timed(py, warnings, "python_function").with_row_index("frame_id").with_columns(
-        pl.col("frame_id").cast(pl.Int64),
-        is_user=~pl.col("name").fill_null("<").str.contains(LIBRARY_FRAME_PATTERN),
+    py = (
+        _timed(py, warnings, "python_function")
+        .with_row_index("frame_id")
+        .with_columns(
+            pl.col("frame_id").cast(pl.Int64),
+            is_user=~pl.col("name").fill_null("<").str.contains(LIBRARY_FRAME_PATTERN),
+        )
     )
     return nest(py, "frame_id")
 
 
 def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     ops = _timed(ops, warnings, "CPU op")
-    ops = ops.with_columns(
-        kind=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op"))
-    ).with_row_index("op_id").with_columns(pl.col("op_id").cast(pl.Int64))
+    ops = (
+        ops.with_columns(
+            kind=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op"))
+        )
+        .with_row_index("op_id")
+        .with_columns(pl.col("op_id").cast(pl.Int64))
+    )
     # op_id is the row number: nest the narrow columns and put depth and parent_id alongside
     # (the same values as `nest(ops, "op_id")` once sorted by op_id, without sorting and
     # joining the wide table three times).
@@ -170,7 +185,14 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         first_user = (
             pl.col("call_stack")
             .str.split(";")
-            .list.eval(pl.element().str.strip_chars().filter(~pl.element().str.strip_chars().str.contains(LIBRARY_FRAME_PATTERN) & (pl.element().str.strip_chars() != "")))
+            .list.eval(
+                pl.element()
+                .str.strip_chars()
+                .filter(
+                    ~pl.element().str.strip_chars().str.contains(LIBRARY_FRAME_PATTERN)
+                    & (pl.element().str.strip_chars() != "")
+                )
+            )
             .list.first()
         )
         ops = ops.with_columns(python_frame=first_user)
@@ -179,19 +201,27 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
 
 
 def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    rt = _timed(rt, warnings, "runtime").with_row_index("runtime_id").with_columns(
-        pl.col("runtime_id").cast(pl.Int64),
-        api=pl.when(pl.col("cat") == "cuda_driver").then(pl.lit("driver")).otherwise(pl.lit("runtime")),
+    rt = (
+        _timed(rt, warnings, "runtime")
+        .with_row_index("runtime_id")
+        .with_columns(
+            pl.col("runtime_id").cast(pl.Int64),
+            api=pl.when(pl.col("cat") == "cuda_driver").then(pl.lit("driver")).otherwise(pl.lit("runtime")),
+        )
     )
     return _in_order(innermost_containing(rt, ops, "op_id", "op_id"), "runtime_id")
 
 
 def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    gpu = _timed(gpu, warnings, "GPU").with_row_index("gpu_id").with_columns(
-        pl.col("gpu_id").cast(pl.Int64),
-        kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"),
-        device=pl.coalesce("device", "pid"),
-        stream=pl.coalesce("stream", "tid"),
+    gpu = (
+        _timed(gpu, warnings, "GPU")
+        .with_row_index("gpu_id")
+        .with_columns(
+            pl.col("gpu_id").cast(pl.Int64),
+            kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"),
+            device=pl.coalesce("device", "pid"),
+            stream=pl.coalesce("stream", "tid"),
+        )
     )
     launch = (
         rt.filter(pl.col("correlation").is_not_null() & (pl.col("correlation") != 0))
@@ -228,12 +258,18 @@ def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFra
         .sort("cpu_start_ns")
     )
     if steps.is_empty():
-        return steps.with_columns(start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"), gpu_end_ns=pl.col("cpu_end_ns"))
+        return steps.with_columns(
+            start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"), gpu_end_ns=pl.col("cpu_end_ns")
+        )
     launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select("launch_ts_ns", "end_ns").sort("launch_ts_ns")
     # The step a launch belongs to: the latest step starting at or before it, if it is inside.
     last_end = (
-        launched.join_asof(steps.select("step", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns"),
-                           left_on="launch_ts_ns", right_on="cpu_start_ns", strategy="backward")
+        launched.join_asof(
+            steps.select("step", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns"),
+            left_on="launch_ts_ns",
+            right_on="cpu_start_ns",
+            strategy="backward",
+        )
         .filter(pl.col("launch_ts_ns") < pl.col("cpu_end_ns"))
         .group_by("step")
         .agg(gpu_end_ns=pl.col("end_ns").max())
@@ -242,10 +278,17 @@ def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFra
         end_ns=pl.max_horizontal("cpu_end_ns", "gpu_end_ns")
     )
     prev_end = pl.col("end_ns").shift(1)
-    return steps.with_columns(
-        start_ns=pl.when(prev_end.is_not_null() & (prev_end > pl.col("cpu_start_ns"))).then(prev_end).otherwise(pl.col("cpu_start_ns"))
-    ).with_columns(end_ns=pl.max_horizontal("end_ns", "start_ns")).select(  # overlapping steps: empty, not negative
-        "step", "name", "pid", "tid", "op_id", "cpu_start_ns", "cpu_end_ns", "start_ns", "end_ns", "gpu_end_ns")
+    return (
+        steps.with_columns(
+            start_ns=pl.when(prev_end.is_not_null() & (prev_end > pl.col("cpu_start_ns")))
+            .then(prev_end)
+            .otherwise(pl.col("cpu_start_ns"))
+        )
+        .with_columns(end_ns=pl.max_horizontal("end_ns", "start_ns"))
+        .select(  # overlapping steps: empty, not negative
+            "step", "name", "pid", "tid", "op_id", "cpu_start_ns", "cpu_end_ns", "start_ns", "end_ns", "gpu_end_ns"
+        )
+    )
 
 
 def build_trace(
@@ -267,7 +310,11 @@ def build_trace(
     memory = tables.pop("memory").filter(pl.col("ts_ns").is_not_null())
     flows = tables.pop("flow")
     meta_ev = tables.pop("meta")
-    thread_names = meta_ev.filter(pl.col("name") == "thread_name").select("pid", "tid", pl.col("value").alias("thread_name")).unique(["pid", "tid"], keep="last")
+    thread_names = (
+        meta_ev.filter(pl.col("name") == "thread_name")
+        .select("pid", "tid", pl.col("value").alias("thread_name"))
+        .unique(["pid", "tid"], keep="last")
+    )
     steps = _steps(ops, runtime, gpu)
 
     starts = [t["ts_ns"].min() for t in (ops, runtime, gpu, syncs, python) if t.height]

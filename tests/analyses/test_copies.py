@@ -33,7 +33,18 @@ def test_pageable_blocking_htod_copy(tmp_path):
         _x("cpu_op", "aten::to", 100, 700),
         _x("cpu_op", "aten::copy_", 110, 650),
         _x("cuda_runtime", "cudaMemcpyAsync", 120, 500, correlation=1),
-        _x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 400, 100, pid=0, tid=7, device=0, stream=7, correlation=1, bytes=1_000_000),
+        _x(
+            "gpu_memcpy",
+            "Memcpy HtoD (Pageable -> Device)",
+            400,
+            100,
+            pid=0,
+            tid=7,
+            device=0,
+            stream=7,
+            correlation=1,
+            bytes=1_000_000,
+        ),
     ]
     r = analyse_copies(load(_write(tmp_path, events)))
     c = r.copies.row(0, named=True)
@@ -53,9 +64,31 @@ def test_pinned_copy_hidden_under_compute_on_side_stream(tmp_path):
         _x("cuda_runtime", "cudaMemcpyAsync", 10, 5, correlation=2),
         _x("cuda_runtime", "cudaLaunchKernel", 20, 5, correlation=3),
         _x("kernel", "gemm", 0, 1000, pid=0, tid=7, device=0, stream=7, correlation=1),
-        _x("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 100, 200, pid=0, tid=20, device=0, stream=20, correlation=2, bytes=4_000_000),
+        _x(
+            "gpu_memcpy",
+            "Memcpy HtoD (Pinned -> Device)",
+            100,
+            200,
+            pid=0,
+            tid=20,
+            device=0,
+            stream=20,
+            correlation=2,
+            bytes=4_000_000,
+        ),
         _x("kernel", "side", 400, 500, pid=0, tid=20, device=0, stream=20, correlation=3),
-        _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 1100, 100, pid=0, tid=20, device=0, stream=20, correlation=4, bytes=100),
+        _x(
+            "gpu_memcpy",
+            "Memcpy DtoH (Device -> Pinned)",
+            1100,
+            100,
+            pid=0,
+            tid=20,
+            device=0,
+            stream=20,
+            correlation=4,
+            bytes=100,
+        ),
     ]
     r = analyse_copies(load(_write(tmp_path, events)))
     by = {row["direction"]: row for row in r.copies.iter_rows(named=True)}
@@ -68,9 +101,31 @@ def test_pinned_copy_hidden_under_compute_on_side_stream(tmp_path):
 
 def test_unknown_host_memory_and_memsets(tmp_path):
     events = [
-        _x("gpu_memcpy", "Memcpy HtoD (Host -> Device)", 0, 10, pid=0, tid=7, device=0, stream=7, correlation=1, bytes=10),
+        _x(
+            "gpu_memcpy",
+            "Memcpy HtoD (Host -> Device)",
+            0,
+            10,
+            pid=0,
+            tid=7,
+            device=0,
+            stream=7,
+            correlation=1,
+            bytes=10,
+        ),
         _x("gpu_memset", "Memset (Device)", 20, 10, pid=0, tid=7, device=0, stream=7, correlation=2, bytes=10),
-        _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 40, 10, pid=0, tid=7, device=0, stream=7, correlation=3, bytes=10),
+        _x(
+            "gpu_memcpy",
+            "Memcpy DtoD (Device -> Device)",
+            40,
+            10,
+            pid=0,
+            tid=7,
+            device=0,
+            stream=7,
+            correlation=3,
+            bytes=10,
+        ),
     ]
     r = analyse_copies(load(_write(tmp_path, events)))
     got = {(row["direction"], row["host_memory"]) for row in r.copies.iter_rows(named=True)}
@@ -107,23 +162,39 @@ def test_a100_longest_blocking_copy_per_step(a100):
     blocked time, the memcpy's `args.bytes` and `dur` give bytes and GB/s."""
     path, trace, raw = a100
     r = analyse_copies(trace)
-    calls = {e["args"]["correlation"]: e for e in raw if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaMemcpyAsync"}
+    calls = {
+        e["args"]["correlation"]: e
+        for e in raw
+        if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaMemcpyAsync"
+    }
     raw_copies = [
         (calls[e["args"]["correlation"]]["dur"], e["args"]["bytes"], e["dur"], e["ts"])
         for e in raw
         if e.get("cat") == "gpu_memcpy" and e["name"] == "Memcpy DtoH (Device -> Pageable)"
     ]
-    steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in raw if str(e.get("name", "")).startswith("ProfilerStep#")}
+    steps = {
+        int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"])
+        for e in raw
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+    }
     checked = 0
     for step in (551, 552, 553, 554):
-        ours = r.copies.filter(pl.col("step") == step).sort("blocked_us", descending=True, nulls_last=True).row(0, named=True)
+        ours = (
+            r.copies.filter(pl.col("step") == step)
+            .sort("blocked_us", descending=True, nulls_last=True)
+            .row(0, named=True)
+        )
         assert ours["bytes"] == 704 and ours["direction"] == "DtoH" and ours["host_memory"] == "pageable"
-        assert ours["op"] == "aten::to" and ours["range"] == "## sparse_data_dist ##" and ours["api"] == "cudaMemcpyAsync"
+        assert (
+            ours["op"] == "aten::to" and ours["range"] == "## sparse_data_dist ##" and ours["api"] == "cudaMemcpyAsync"
+        )
         assert 145_000 < ours["blocked_us"] < 148_000
         # the same copy in the raw JSON: the longest-held call among those issued inside the step
         # (the copy itself runs on the GPU after its call starts, inside the step's range)
         lo, hi = steps[step]
-        call_dur, nbytes, dur, ts = max(c for c in raw_copies if lo <= c[3] < hi + 200_000 and c[0] == pytest.approx(ours["blocked_us"], abs=0.01))
+        call_dur, nbytes, dur, ts = max(
+            c for c in raw_copies if lo <= c[3] < hi + 200_000 and c[0] == pytest.approx(ours["blocked_us"], abs=0.01)
+        )
         assert nbytes == 704 and ours["duration_us"] == pytest.approx(dur)
         assert ours["gbps"] == pytest.approx(nbytes / (dur * 1000))
         checked += 1

@@ -39,7 +39,9 @@ def test_more_workers_remove_data_loading(resnet):
     assert metric(r, "kernel_us_per_step", "after") == pytest.approx(99_145, abs=1)
     # The DataLoader iterator changed class: its range vanished and another appeared.
     ops = r.ops.filter(pl.col("name").str.contains("DataLoader"))
-    assert set(ops.filter(pl.col("count_per_step_after") == 0)["name"]) == {"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}
+    assert set(ops.filter(pl.col("count_per_step_after") == 0)["name"]) == {
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    }
     assert any("data_loading" in f for f in r.findings_resolved)
 
 
@@ -73,15 +75,50 @@ def test_noise_rules():
 
 def test_kernels_matched_by_name(tmp_path):
     def trace(kernels, name):
-        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100, "args": {}}]
+        ev = [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#1",
+                "pid": 1,
+                "tid": 1,
+                "ts": 0,
+                "dur": 100,
+                "args": {},
+            }
+        ]
         for i, (k, ts, dur) in enumerate(kernels):
-            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts - 2, "dur": 1, "args": {"correlation": i + 1}})
-            ev.append({"ph": "X", "cat": "kernel", "name": k, "pid": 0, "tid": 7, "ts": ts, "dur": dur, "args": {"device": 0, "stream": 7, "correlation": i + 1}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": ts - 2,
+                    "dur": 1,
+                    "args": {"correlation": i + 1},
+                }
+            )
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": k,
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": ts,
+                    "dur": dur,
+                    "args": {"device": 0, "stream": 7, "correlation": i + 1},
+                }
+            )
         p = tmp_path / name
         p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
         return load(p)
 
-    r = analyse_diff(trace([("gemm", 10, 20), ("old", 40, 5)], "a.json"), trace([("gemm", 10, 30), ("new", 50, 5)], "b.json"))
+    r = analyse_diff(
+        trace([("gemm", 10, 20), ("old", 40, 5)], "a.json"), trace([("gemm", 10, 30), ("new", 50, 5)], "b.json")
+    )
     k = {row["name"]: row for row in r.kernels.iter_rows(named=True)}
     assert k["gemm"]["delta_us"] == 10
     assert r.kernels_appeared["name"].to_list() == ["new"]

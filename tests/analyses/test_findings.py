@@ -16,8 +16,14 @@ def _rules(trace, options: FindingOptions | None = None) -> dict:
 
 def test_rule_ids_are_the_published_names():
     assert RULE_IDS == (
-        "data_loading", "sync_stalls", "pageable_copies", "launch_bound", "no_tensor_cores",
-        "single_tensor_optimizer", "low_gpu_utilization", "capture_caveats",
+        "data_loading",
+        "sync_stalls",
+        "pageable_copies",
+        "launch_bound",
+        "no_tensor_cores",
+        "single_tensor_optimizer",
+        "low_gpu_utilization",
+        "capture_caveats",
     )
     assert tuple(r.id for r in RULES) == RULE_IDS
     fields = set(FindingOptions.__dataclass_fields__)
@@ -88,6 +94,10 @@ def test_no_tensor_cores_and_low_utilisation(tmp_path):
 
 
 def test_every_rule_runs_on_empty_and_cpu_only_traces(SHARED_TRACES):
-    for name in ("edge_gb10_no_gpu_events.pt.trace.json.gz", "edge_cpu_only.pt.trace.json.gz", "edge_large_integer.pt.trace.json.gz"):
+    for name in (
+        "edge_gb10_no_gpu_events.pt.trace.json.gz",
+        "edge_cpu_only.pt.trace.json.gz",
+        "edge_large_integer.pt.trace.json.gz",
+    ):
         fired = evaluate(Overview(load(SHARED_TRACES / name)))
         assert {f.rule for f in fired} <= {"capture_caveats", "low_gpu_utilization"}

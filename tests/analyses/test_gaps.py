@@ -145,7 +145,9 @@ def test_busy_plus_idle_is_window(SHARED_TRACES, name):
     """Idle is summed from the enumerated gaps, busy from the merged work: independent sums."""
     r = analyse_gaps(_load(str(SHARED_TRACES / name)))
     idle = r.all_gaps.group_by("device", "step").agg(gap_us=pl.col("duration_us").sum())
-    per = r.steps.join(idle, on=["device", "step"], how="left", nulls_equal=True).with_columns(pl.col("gap_us").fill_null(0.0))
+    per = r.steps.join(idle, on=["device", "step"], how="left", nulls_equal=True).with_columns(
+        pl.col("gap_us").fill_null(0.0)
+    )
     for row in per.iter_rows(named=True):
         assert row["busy_us"] + row["gap_us"] == pytest.approx(row["window_us"], abs=1e-6)
     total_by_cause = r.idle_by_cause["idle_us"].sum()
@@ -196,7 +198,13 @@ def test_a100_big_gaps_checked_in_raw_json(SHARED_TRACES, a100_raw):
     ev = a100_raw
     cats = {"cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy", "gpu_memset"}
     origin = min(e["ts"] for e in ev if e.get("ph") == "X" and e.get("cat") in cats)
-    work = sorted(((e["ts"], e["ts"] + e["dur"], i, e) for i, e in enumerate(ev) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"]["device"] == 0))
+    work = sorted(
+        (
+            (e["ts"], e["ts"] + e["dur"], i, e)
+            for i, e in enumerate(ev)
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"]["device"] == 0
+        )
+    )
     gaps, reach = [], work[0][1]
     for s, e, _, event in work[1:]:
         if s - reach > 60_000:
@@ -218,6 +226,8 @@ def test_a100_big_gaps_checked_in_raw_json(SHARED_TRACES, a100_raw):
         assert row["cause"] == "gpu_wait"
         blocked = row["blocked_thread"]
         if blocked["api"] == "cudaMemcpyAsync":
-            assert blocked["tid"] == 4515 and blocked["op"] == "aten::to" and blocked["range"] == "## sparse_data_dist ##"
+            assert (
+                blocked["tid"] == 4515 and blocked["op"] == "aten::to" and blocked["range"] == "## sparse_data_dist ##"
+            )
             checked += 1
     assert checked >= 3

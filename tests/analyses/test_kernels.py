@@ -27,7 +27,13 @@ def test_kernel_table_and_census(tmp_path):
     r = analyse_kernels(load(b.write(tmp_path)))
     rows = {row["kernel"]: row for row in r.table.iter_rows(named=True)}
     sgemm = rows["volta_sgemm_128x64_nn"]
-    assert (sgemm["calls"], sgemm["total_us"], sgemm["mean_us"], sgemm["min_us"], sgemm["max_us"]) == (3, 270, 90, 80, 100)
+    assert (sgemm["calls"], sgemm["total_us"], sgemm["mean_us"], sgemm["min_us"], sgemm["max_us"]) == (
+        3,
+        270,
+        90,
+        80,
+        100,
+    )
     assert sgemm["share"] == pytest.approx(270 / 370)  # kernel time 270 + 50 + 50
     assert sgemm["matmul_conv"] and not sgemm["tensor_cores"] and sgemm["launched_by"] == "aten::mm (3)"
     assert rows["ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_tn"]["tensor_cores"]

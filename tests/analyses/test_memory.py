@@ -38,15 +38,23 @@ def independent_peak(events: list[dict], device_type: int = 1) -> dict:
         else:
             live.pop(a["Addr"], None)
     largest = sorted(live.values(), key=lambda e: (-e["args"]["Bytes"], float(e["ts"])))[0]
-    return {"peak": mem[peak_i][1]["args"]["Total Allocated"], "largest": largest, "live_bytes": sum(e["args"]["Bytes"] for e in live.values())}
+    return {
+        "peak": mem[peak_i][1]["args"]["Total Allocated"],
+        "largest": largest,
+        "live_bytes": sum(e["args"]["Bytes"] for e in live.values()),
+    }
 
 
 def innermost_op(events: list[dict], at: dict) -> str:
     """The shortest cpu_op on the allocating thread whose [ts, ts+dur] holds the event."""
     ts = float(at["ts"])
     around = [
-        e for e in events
-        if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["tid"] == at["tid"] and e["pid"] == at["pid"]
+        e
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("cat") == "cpu_op"
+        and e["tid"] == at["tid"]
+        and e["pid"] == at["pid"]
         and float(e["ts"]) <= ts <= float(e["ts"]) + float(e["dur"])
     ]
     return min(around, key=lambda e: float(e["dur"]))["name"]
@@ -132,9 +140,22 @@ def _write(tmp_path, events, name="t.json"):
 
 
 def _mem(ts, addr, nbytes, total, reserved, tid=1):
-    return {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": tid, "ts": ts,
-            "args": {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes,
-                     "Total Allocated": total, "Total Reserved": reserved}}
+    return {
+        "ph": "i",
+        "s": "t",
+        "name": "[memory]",
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "args": {
+            "Device Type": 1,
+            "Device Id": 0,
+            "Addr": addr,
+            "Bytes": nbytes,
+            "Total Allocated": total,
+            "Total Reserved": reserved,
+        },
+    }
 
 
 def _op(name, ts, dur, tid=1, **args):
@@ -147,7 +168,18 @@ def test_synthetic_leak_capacity_and_dominant_op(tmp_path):
     ev, total = [], 0
     for s in range(3):
         base = s * 100
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": base, "dur": 90, "args": {}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s}",
+                "pid": 1,
+                "tid": 1,
+                "ts": base,
+                "dur": 90,
+                "args": {},
+            }
+        )
         ev.append(_op("aten::leaky", base + 10, 10, **{"Input Dims": [[25, 1024, 1024]]}))
         ev.append(_op("aten::empty", base + 12, 2))
         total += 100 * MB

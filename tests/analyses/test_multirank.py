@@ -43,7 +43,11 @@ def _step_window_us(events: list[dict]) -> float:
         if ev.get("cat") == "cuda_runtime" and s <= ev["ts"] < e_ and "correlation" in ev.get("args", {})
     }
     gpu_end = max(
-        (ev["ts"] + ev["dur"] for ev in events if ev.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and ev["args"].get("correlation") in launched),
+        (
+            ev["ts"] + ev["dur"]
+            for ev in events
+            if ev.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and ev["args"].get("correlation") in launched
+        ),
         default=e_,
     )
     return max(e_, gpu_end) - s
@@ -67,7 +71,9 @@ def test_one_row_per_rank_equal_to_each_file_alone(dlrm, dlrm_dir):
 
 def test_longest_step_rank_named_with_its_idle_by_cause(dlrm, dlrm_dir):
     _, mr = dlrm
-    windows = {json.load(gzip.open(f))["distributedInfo"]["rank"]: _step_window_us(_raw(f)) for f in rank_files(dlrm_dir)}
+    windows = {
+        json.load(gzip.open(f))["distributedInfo"]["rank"]: _step_window_us(_raw(f)) for f in rank_files(dlrm_dir)
+    }
     longest = max(windows, key=windows.get)
     assert longest == 1  # 19,901 µs: rank 1 starts its step first and ends with the others
     assert mr.longest_rank == longest
@@ -81,7 +87,9 @@ def test_straggler_is_the_last_rank_into_the_first_collective(dlrm, dlrm_dir):
     first = {}
     for f in rank_files(dlrm_dir):
         events = _raw(f)
-        sendrecv = sorted(e["ts"] for e in events if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_SendRecv"))
+        sendrecv = sorted(
+            e["ts"] for e in events if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_SendRecv")
+        )
         first[json.load(gzip.open(f))["distributedInfo"]["rank"]] = sendrecv[0]
     median = statistics.median(first.values())
     last = max(first, key=first.get)
@@ -97,10 +105,46 @@ def _rank_trace(tmp_path: Path, name: str, t0: float, coll_at: float, rank: int 
     """One step of 10 ms: a compute kernel at +0..1 ms, then a collective at `coll_at` µs."""
     ev = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": t0, "dur": 10000},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0 + 10, "dur": 5, "args": {"correlation": 1}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t0 + 20, "dur": 980, "args": {"device": 0, "stream": 7, "correlation": 1}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0 + coll_at - 10, "dur": 5, "args": {"correlation": 2}},
-        {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float", "pid": 0, "tid": 8, "ts": t0 + coll_at, "dur": 500, "args": {"device": 0, "stream": 8, "correlation": 2}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": t0 + 10,
+            "dur": 5,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": t0 + 20,
+            "dur": 980,
+            "args": {"device": 0, "stream": 7, "correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": t0 + coll_at - 10,
+            "dur": 5,
+            "args": {"correlation": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclKernel_AllReduce_RING_LL_Sum_float",
+            "pid": 0,
+            "tid": 8,
+            "ts": t0 + coll_at,
+            "dur": 500,
+            "args": {"device": 0, "stream": 8, "correlation": 2},
+        },
     ]
     doc = {"schemaVersion": 1, "traceEvents": ev}
     if rank is not None:

@@ -36,10 +36,28 @@ def test_self_and_total_times_by_hand(tmp_path):
     rows = {r["name"]: r for r in ops.iter_rows(named=True)}
     # linear [0, 100] > matmul [10, 90] > mm [20, 80] > cudaLaunchKernel [30, 35] -> gemm 50 µs.
     lin, mat, mm = rows["aten::linear"], rows["aten::matmul"], rows["aten::mm"]
-    assert (lin["calls"], lin["total_cpu_us"], lin["self_cpu_us"], lin["self_gpu_us"], lin["total_gpu_us"]) == (1, 100, 20, 0, 50)
-    assert (mat["calls"], mat["total_cpu_us"], mat["self_cpu_us"], mat["self_gpu_us"], mat["total_gpu_us"]) == (1, 80, 20, 0, 50)
+    assert (lin["calls"], lin["total_cpu_us"], lin["self_cpu_us"], lin["self_gpu_us"], lin["total_gpu_us"]) == (
+        1,
+        100,
+        20,
+        0,
+        50,
+    )
+    assert (mat["calls"], mat["total_cpu_us"], mat["self_cpu_us"], mat["self_gpu_us"], mat["total_gpu_us"]) == (
+        1,
+        80,
+        20,
+        0,
+        50,
+    )
     # Two aten::mm: [20, 80] (runtime call stays in self) and [200, 230] with a 10 µs kernel.
-    assert (mm["calls"], mm["total_cpu_us"], mm["self_cpu_us"], mm["self_gpu_us"], mm["total_gpu_us"]) == (2, 90, 90, 60, 60)
+    assert (mm["calls"], mm["total_cpu_us"], mm["self_cpu_us"], mm["self_gpu_us"], mm["total_gpu_us"]) == (
+        2,
+        90,
+        90,
+        60,
+        60,
+    )
     assert (mm["self_gpu_activities"], mm["total_gpu_activities"]) == (2, 2)
     module = rows["nn.Module: Linear_0"]
     assert (module["total_cpu_us"], module["self_cpu_us"], module["total_gpu_us"]) == (120, 20, 50)
@@ -98,7 +116,9 @@ def test_graph_replays_counted_for_the_launching_op(SHARED_TRACES):
 
     # Exactly: everything launched (graph or not) by runtime/driver calls whose innermost op
     # has one of those names.
-    gpu_per_corr = Counter(e["args"].get("correlation") for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    gpu_per_corr = Counter(
+        e["args"].get("correlation") for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
     calls = [e for e in raw if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("ph") == "X"]
     direct = Counter()
     seen = set()

@@ -3,7 +3,6 @@ traces, and the pipeline / mapping views checked by hand on synthetic traces."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.synthetic import TraceBuilder
@@ -17,10 +16,30 @@ from traceanalyzer.errors import UsageError
 # (ops named enumerate(DataLoader)#…__next__) > CPU Exec (every other CPU op or annotation but
 # the ProfilerStep ranges); Other is the rest.
 PUBLISHED = {
-    "v100_resnet50_dataloader_workers0.pt.trace.json.gz": (177_592, {
-        "Kernel": 98_589, "Memcpy": 1_915, "Memset": 89, "Runtime": 2_908, "DataLoader": 59_262, "CPU Exec": 13_674, "Other": 1_156}),
-    "v100_resnet50_dataloader_workers4.pt.trace.json.gz": (141_068, {
-        "Kernel": 99_145, "Memcpy": 3_160, "Memset": 98, "Runtime": 10_564, "DataLoader": 1_186, "CPU Exec": 22_665, "Other": 4_251}),
+    "v100_resnet50_dataloader_workers0.pt.trace.json.gz": (
+        177_592,
+        {
+            "Kernel": 98_589,
+            "Memcpy": 1_915,
+            "Memset": 89,
+            "Runtime": 2_908,
+            "DataLoader": 59_262,
+            "CPU Exec": 13_674,
+            "Other": 1_156,
+        },
+    ),
+    "v100_resnet50_dataloader_workers4.pt.trace.json.gz": (
+        141_068,
+        {
+            "Kernel": 99_145,
+            "Memcpy": 3_160,
+            "Memset": 98,
+            "Runtime": 10_564,
+            "DataLoader": 1_186,
+            "CPU Exec": 22_665,
+            "Other": 4_251,
+        },
+    ),
 }
 
 
@@ -111,7 +130,7 @@ def test_mapping_file(tmp_path):
 
 def test_bad_mapping_files(tmp_path):
     bad = tmp_path / "bad.toml"
-    for text in ("[stages]\nx = \"(\"\n", "stages = 3\n", "[stages]\nother_cpu = \"a\"\n", "not toml ["):
+    for text in ('[stages]\nx = "("\n', "stages = 3\n", '[stages]\nother_cpu = "a"\n', "not toml ["):
         bad.write_text(text)
         with pytest.raises(UsageError):
             read_mapping(str(bad))

@@ -37,22 +37,36 @@ def _item_trace(tmp_path: Path) -> Path:
     pageable (1010..1012) and its cudaStreamSynchronize holds the CPU 20..1020; the CPU then
     works 1020..1500 and launches the next kernel at 1500, which starts at 1510.
     GPU idle between 1012 and 1510: a 498 µs bubble after the sync."""
-    return _write(tmp_path, [
-        _x("user_annotation", "ProfilerStep#1", 0, 1600),
-        _x("python_function", "train.py(88): step", 1, 1590, **{"Python id": 1, "Python parent id": None}),
-        _x("cuda_runtime", "cudaLaunchKernel", 5, 4, correlation=1),
-        _x("cpu_op", "aten::item", 15, 1010),
-        _x("cpu_op", "aten::_local_scalar_dense", 16, 1008),
-        _x("cuda_runtime", "cudaMemcpyAsync", 17, 2, correlation=2),
-        _x("cuda_runtime", "cudaStreamSynchronize", 20, 1000, correlation=3),
-        _x("cpu_op", "aten::item", 1030, 5),  # .item() on a CPU tensor: no runtime call, not a sync
-        _x("cpu_op", "aten::mul", 1100, 390),
-        _x("cuda_runtime", "cudaLaunchKernel", 1500, 5, correlation=4),
-        _x("cuda_runtime", "cudaStreamWaitEvent", 1506, 1, correlation=5),
-        _k("gemm", 10, 1000, 1),
-        _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 1010, 2, pid=0, tid=7, device=0, stream=7, correlation=2, bytes=4),
-        _k("relu", 1510, 80, 4),
-    ])
+    return _write(
+        tmp_path,
+        [
+            _x("user_annotation", "ProfilerStep#1", 0, 1600),
+            _x("python_function", "train.py(88): step", 1, 1590, **{"Python id": 1, "Python parent id": None}),
+            _x("cuda_runtime", "cudaLaunchKernel", 5, 4, correlation=1),
+            _x("cpu_op", "aten::item", 15, 1010),
+            _x("cpu_op", "aten::_local_scalar_dense", 16, 1008),
+            _x("cuda_runtime", "cudaMemcpyAsync", 17, 2, correlation=2),
+            _x("cuda_runtime", "cudaStreamSynchronize", 20, 1000, correlation=3),
+            _x("cpu_op", "aten::item", 1030, 5),  # .item() on a CPU tensor: no runtime call, not a sync
+            _x("cpu_op", "aten::mul", 1100, 390),
+            _x("cuda_runtime", "cudaLaunchKernel", 1500, 5, correlation=4),
+            _x("cuda_runtime", "cudaStreamWaitEvent", 1506, 1, correlation=5),
+            _k("gemm", 10, 1000, 1),
+            _x(
+                "gpu_memcpy",
+                "Memcpy DtoH (Device -> Pinned)",
+                1010,
+                2,
+                pid=0,
+                tid=7,
+                device=0,
+                stream=7,
+                correlation=2,
+                bytes=4,
+            ),
+            _k("relu", 1510, 80, 4),
+        ],
+    )
 
 
 def test_item_sync_followed_by_bubble(tmp_path):
@@ -114,12 +128,15 @@ def test_a100_stream_syncs_and_items(a100):
         v.sort()
     # any runtime call starting inside an aten::item on its thread?
     inside = sum(
-        bisect.bisect_right(starts.get(i["tid"], []), i["ts"] + i["dur"]) - bisect.bisect_left(starts.get(i["tid"], []), i["ts"])
+        bisect.bisect_right(starts.get(i["tid"], []), i["ts"] + i["dur"])
+        - bisect.bisect_left(starts.get(i["tid"], []), i["ts"])
         for i in items
     )
     assert inside == 0
     # cudaStreamWaitEvent is listed apart as a GPU-side wait
-    assert r.syncs.filter(pl.col("kind") == "gpu_wait").height == sum(1 for e in calls if e["name"] == "cudaStreamWaitEvent")
+    assert r.syncs.filter(pl.col("kind") == "gpu_wait").height == sum(
+        1 for e in calls if e["name"] == "cudaStreamWaitEvent"
+    )
 
 
 def test_a100_three_syncs_by_hand(a100):
@@ -132,8 +149,15 @@ def test_a100_three_syncs_by_hand(a100):
     r = analyse_syncs(trace)
     pageable = {e["args"]["correlation"] for e in raw if e.get("cat") == "gpu_memcpy" and "Pageable" in e["name"]}
     blocking = sorted(
-        (e for e in raw if e.get("cat") == "cuda_runtime"
-         and (e["name"] in ("cudaStreamSynchronize", "cudaDeviceSynchronize") or e["args"].get("correlation") in pageable)),
+        (
+            e
+            for e in raw
+            if e.get("cat") == "cuda_runtime"
+            and (
+                e["name"] in ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+                or e["args"].get("correlation") in pageable
+            )
+        ),
         key=lambda e: -e["dur"],
     )[:3]
     assert [e["dur"] for e in blocking] == [158183, 146934, 146638]
@@ -144,7 +168,10 @@ def test_a100_three_syncs_by_hand(a100):
     assert top["op"].to_list()[1:] == ["aten::to", "aten::to"]
     ops = [e for e in raw if e.get("cat") == "cpu_op" and e["name"] == "aten::to"]
     for call in blocking[1:]:
-        assert any(o["tid"] == call["tid"] and o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"] for o in ops)
+        assert any(
+            o["tid"] == call["tid"] and o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"]
+            for o in ops
+        )
     assert not any(o["tid"] == blocking[0]["tid"] and o["ts"] <= blocking[0]["ts"] <= o["ts"] + o["dur"] for o in ops)
 
 
@@ -162,7 +189,11 @@ def _assert_gaps_agree(trace) -> int:
     during the gap: whole as its bubble when the call returned inside the gap, else (the gap
     closed while the call still waited) inside its idle_while_blocked_us."""
     gaps = analyse_gaps(trace).all_gaps.filter(pl.col("cause") == "sync")
-    syncs = analyse_syncs(trace).syncs.filter(pl.col("kind") != "gpu_wait").with_columns(end_us=pl.col("start_us") + pl.col("blocked_us"))
+    syncs = (
+        analyse_syncs(trace)
+        .syncs.filter(pl.col("kind") != "gpu_wait")
+        .with_columns(end_us=pl.col("start_us") + pl.col("blocked_us"))
+    )
     for g in gaps.iter_rows(named=True):
         g_end = g["start_us"] + g["duration_us"]
         holding = syncs.filter(
@@ -186,7 +217,18 @@ def test_gaps_agree_synthetic(tmp_path):
         _x("cuda_runtime", "cudaMemcpy", 10, 990, correlation=2),  # synchronous: waits for gemm
         _x("cuda_runtime", "cudaLaunchKernel", 1002, 5, correlation=3),
         _k("gemm", 10, 500, 1),
-        _x("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 510, 5, pid=0, tid=7, device=0, stream=7, correlation=2, bytes=8),
+        _x(
+            "gpu_memcpy",
+            "Memcpy DtoH (Device -> Pageable)",
+            510,
+            5,
+            pid=0,
+            tid=7,
+            device=0,
+            stream=7,
+            correlation=2,
+            bytes=8,
+        ),
         _k("relu", 1010, 10, 3),
     ]
     trace = load(_write(tmp_path, events))

@@ -8,6 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import SHARED_TRACES_DIR
 from traceanalyzer import __version__
 from traceanalyzer.analyses.copies import analyse_copies
 from traceanalyzer.analyses.syncs import analyse_syncs
@@ -16,10 +17,25 @@ from traceanalyzer.commands.copies import copies_report
 from traceanalyzer.commands.syncs import syncs_report
 from traceanalyzer.load import load
 from traceanalyzer.render import RENDERERS
-from tests.conftest import SHARED_TRACES_DIR
 
-ALL_TRACES = sorted(p for p in SHARED_TRACES_DIR.rglob("*") if p.is_file() and ".json" in p.name) if SHARED_TRACES_DIR.is_dir() else []
-COPY_FIELDS = {"direction", "host_memory", "bytes", "duration_us", "gbps", "overlap_fraction", "exposed_us", "blocked_us", "op", "python_frame", "step"}
+ALL_TRACES = (
+    sorted(p for p in SHARED_TRACES_DIR.rglob("*") if p.is_file() and ".json" in p.name)
+    if SHARED_TRACES_DIR.is_dir()
+    else []
+)
+COPY_FIELDS = {
+    "direction",
+    "host_memory",
+    "bytes",
+    "duration_us",
+    "gbps",
+    "overlap_fraction",
+    "exposed_us",
+    "blocked_us",
+    "op",
+    "python_frame",
+    "step",
+}
 SYNC_FIELDS = {"kind", "api", "op", "python_frame", "blocked_us", "bubble_us", "step"}
 
 
@@ -55,7 +71,16 @@ def test_cli_on_small_shared_traces(command, trace, tmp_path):
 
 
 def test_copies_json_fields_and_thresholds(SHARED_TRACES):
-    result = _run("copies", str(SHARED_TRACES / "a100_multistream_syncs.json.gz"), "--format", "json", "--top", "3", "--small-copy-bytes", "1024")
+    result = _run(
+        "copies",
+        str(SHARED_TRACES / "a100_multistream_syncs.json.gz"),
+        "--format",
+        "json",
+        "--top",
+        "3",
+        "--small-copy-bytes",
+        "1024",
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["thresholds"] == {"small_copy_bytes": 1024, "many_small_per_step": 20, "min_finding_us": 100.0}
@@ -67,7 +92,16 @@ def test_copies_json_fields_and_thresholds(SHARED_TRACES):
 
 
 def test_syncs_json_fields_and_thresholds(SHARED_TRACES):
-    result = _run("syncs", str(SHARED_TRACES / "a100_multistream_syncs.json.gz"), "--format", "json", "--top", "0", "--min-blocked", "1000")
+    result = _run(
+        "syncs",
+        str(SHARED_TRACES / "a100_multistream_syncs.json.gz"),
+        "--format",
+        "json",
+        "--top",
+        "0",
+        "--min-blocked",
+        "1000",
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["thresholds"] == {"min_blocked_us": 1000.0, "min_finding_us": 100.0}

@@ -23,7 +23,11 @@ def _shared(name):
     return ROOT.parent / "shared" / "traces" / name
 
 
-SHARED = sorted(p.name for p in (ROOT.parent / "shared" / "traces").glob("*.json*")) if (ROOT.parent / "shared" / "traces").is_dir() else []
+SHARED = (
+    sorted(p.name for p in (ROOT.parent / "shared" / "traces").glob("*.json*"))
+    if (ROOT.parent / "shared" / "traces").is_dir()
+    else []
+)
 
 
 @pytest.mark.parametrize("name", SHARED + ["dlrm_v100_8ranks"])
@@ -42,12 +46,23 @@ def test_gaps_runs_on_every_shared_trace(SHARED_TRACES, name):
         for d in doc["summary"]["devices"]:
             assert {"device", "window_us", "busy_us", "idle_us"} <= set(d)
         for g in doc["gaps"]:
-            assert {"device", "step", "start_us", "duration_us", "cause", "op", "python_frame", "blocked_thread"} <= set(g)
+            assert {
+                "device",
+                "step",
+                "start_us",
+                "duration_us",
+                "cause",
+                "op",
+                "python_frame",
+                "blocked_thread",
+            } <= set(g)
 
 
 def test_thresholds_are_flags_echoed_in_output(SHARED_TRACES):
     path = SHARED_TRACES / "v100_resnet50_dataloader_workers0.pt.trace.json.gz"
-    result = CliRunner().invoke(cli, ["gaps", str(path), "--min-gap", "5000", "--launch-latency", "10", "--format", "json", "--top", "0"])
+    result = CliRunner().invoke(
+        cli, ["gaps", str(path), "--min-gap", "5000", "--launch-latency", "10", "--format", "json", "--top", "0"]
+    )
     doc = json.loads(result.stdout)
     assert doc["thresholds"]["min_gap_us"] == 5000 and doc["thresholds"]["launch_latency_us"] == 10
     assert doc["gaps"] and all(g["duration_us"] >= 5000 for g in doc["gaps"])
@@ -69,6 +84,11 @@ def test_console_script_and_python_dash_m():
 
 
 def test_missing_file_is_one_line_exit_2(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "traceanalyzer", "gaps", str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "traceanalyzer", "gaps", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "nope.json" in done.stderr and "no such file" in done.stderr

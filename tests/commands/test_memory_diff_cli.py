@@ -16,7 +16,9 @@ def traces(SHARED_TRACES):
 
 
 def test_memory_json(traces):
-    res = CliRunner().invoke(cli, ["memory", str(traces / "h100_owlv2_inference.json.gz"), "--format", "json", "--top", "3"])
+    res = CliRunner().invoke(
+        cli, ["memory", str(traces / "h100_owlv2_inference.json.gz"), "--format", "json", "--top", "3"]
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["command"] == "memory" and doc["thresholds"]["near_capacity_share"] == 0.9
@@ -32,9 +34,15 @@ def test_memory_without_profile_memory(traces):
     assert "profile_memory=True" in res.stdout
 
 
-@pytest.mark.parametrize("name", ["edge_gb10_no_gpu_events.pt.trace.json.gz", "edge_large_integer.pt.trace.json.gz", "mi250_rocm_minitoy.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    ["edge_gb10_no_gpu_events.pt.trace.json.gz", "edge_large_integer.pt.trace.json.gz", "mi250_rocm_minitoy.json.gz"],
+)
 def test_edge_traces_run(traces, name):
-    for args in (["memory", str(traces / name)], ["diff", str(traces / name), str(traces / name), "--format", "markdown"]):
+    for args in (
+        ["memory", str(traces / name)],
+        ["diff", str(traces / name), str(traces / name), "--format", "markdown"],
+    ):
         res = CliRunner().invoke(cli, args)
         assert res.exit_code == 0, res.output
 

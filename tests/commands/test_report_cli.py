@@ -41,7 +41,9 @@ def test_real_report_has_every_section_and_its_pictures(real_report):
     for png in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
         img = Image.open(real_report / png)
         assert img.size[0] >= 800
-    assert {"timeline.png", "stages.png", "gap_histogram.png", "copy_bandwidth.png", "memory.png"} <= {p.name for p in real_report.iterdir()}
+    assert {"timeline.png", "stages.png", "gap_histogram.png", "copy_bandwidth.png", "memory.png"} <= {
+        p.name for p in real_report.iterdir()
+    }
     # The headline number: idle by cause is dominated by data loading (6 gaps, one per step:
     # the DataLoader __next__ ranges; the published TensorBoard breakdown gives DataLoader
     # 33.37 % of each step for this trace).
@@ -60,7 +62,10 @@ def test_real_html_is_self_contained(real_report):
 
 def _secret_trace(tmp_path):
     b = TraceBuilder()
-    b.metadata["metadata"] = {"system": {"env": {"HF_TOKEN": TOKEN, "WANDB_API_KEY": OTHER_SECRET}}, "cmd": f"HF_TOKEN={TOKEN}"}
+    b.metadata["metadata"] = {
+        "system": {"env": {"HF_TOKEN": TOKEN, "WANDB_API_KEY": OTHER_SECRET}},
+        "cmd": f"HF_TOKEN={TOKEN}",
+    }
     b.step(1, 0, 10000)
     b.kernel("a", 100, 1900, launch_ts=50)
     b.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 2100, 3700)

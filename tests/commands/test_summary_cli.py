@@ -16,11 +16,22 @@ from traceanalyzer.commands import kernels, ops, stages, summary
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.load import load
 
-ALL_TRACES = sorted(p for p in SHARED_TRACES_DIR.rglob("*") if p.is_file() and ".json" in p.name) if SHARED_TRACES_DIR.is_dir() else []
-COMMANDS = (["summary"], ["stages"], ["stages", "--view", "tensorboard"], ["ops"], ["ops", "--group-by", "module"], ["kernels"])
+ALL_TRACES = (
+    sorted(p for p in SHARED_TRACES_DIR.rglob("*") if p.is_file() and ".json" in p.name)
+    if SHARED_TRACES_DIR.is_dir()
+    else []
+)
+COMMANDS = (
+    ["summary"],
+    ["stages"],
+    ["stages", "--view", "tensorboard"],
+    ["ops"],
+    ["ops", "--group-by", "module"],
+    ["kernels"],
+)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(path: str):
     return load(path)
 
@@ -79,7 +90,17 @@ def test_stages_json_shape(cached, w0):
     assert list(first["stages"]) == ["Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other"]
     assert round(doc["average"]["DataLoader"]) == 59_262  # the TensorBoard plugin's number
     pipe = _json("stages", w0)
-    assert list(pipe["average"]) == ["data_loading", "h2d", "forward", "backward", "optimizer", "d2h", "sync_wait", "other_cpu", "gpu_idle"]
+    assert list(pipe["average"]) == [
+        "data_loading",
+        "h2d",
+        "forward",
+        "backward",
+        "optimizer",
+        "d2h",
+        "sync_wait",
+        "other_cpu",
+        "gpu_idle",
+    ]
     assert sum(pipe["steps"][0]["stages"].values()) == pytest.approx(pipe["steps"][0]["duration_us"])
 
 
@@ -98,7 +119,19 @@ def test_ops_and_kernels_json(cached, w0):
     assert main(["ops", w0, "--sort", "nope"]) == 2
     k = _json("kernels", w0, "--top", "5")
     assert len(k["kernels"]) == 5 and k["short_kernels"]["threshold_us"] == 10.0
-    assert {"kernel", "calls", "total_us", "mean_us", "min_us", "max_us", "share", "grid", "block", "tensor_cores", "launched_by"} <= set(k["kernels"][0])
+    assert {
+        "kernel",
+        "calls",
+        "total_us",
+        "mean_us",
+        "min_us",
+        "max_us",
+        "share",
+        "grid",
+        "block",
+        "tensor_cores",
+        "launched_by",
+    } <= set(k["kernels"][0])
 
 
 def test_rules_lists_every_rule():

@@ -6,15 +6,16 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from traceanalyzer.load.loader import load
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(path: str):
     return load(path)
 

@@ -13,7 +13,9 @@ from traceanalyzer.load.source import ByteSource
 
 
 def test_chunks_survive_values_kept_alive(tmp_path):
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)
+    ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}, indent=1))
     kept: list = []  # every event as msgspec.Raw: views into the splitter's buffer

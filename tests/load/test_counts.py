@@ -13,9 +13,7 @@ import pytest
 
 _TRACES_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 TRACE_FILES = (
-    sorted(str(p.relative_to(_TRACES_DIR)) for p in _TRACES_DIR.rglob("*.json*"))
-    if _TRACES_DIR.is_dir()
-    else []
+    sorted(str(p.relative_to(_TRACES_DIR)) for p in _TRACES_DIR.rglob("*.json*")) if _TRACES_DIR.is_dir() else []
 )
 
 # Which raw categories each table is made of (today's and the 2021 names).
@@ -37,7 +35,7 @@ GPU_KIND_CATS = {
 ALL_TABLE_CATS = set().union(*TABLE_CATS.values())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def expected(name: str) -> dict:
     """What the stdlib sees in the file; only small summaries are kept."""
     with open(_TRACES_DIR / name, "rb") as fh:
@@ -52,16 +50,14 @@ def expected(name: str) -> dict:
         if e.get("cat") in TABLE_CATS["ops"]
         and isinstance(e.get("name"), str)
         and e["name"].startswith("ProfilerStep#")
-        and e["name"][len("ProfilerStep#"):].isdigit()
+        and e["name"][len("ProfilerStep#") :].isdigit()
     }
     return {
         "event_counts": Counter((e.get("cat"), e.get("ph")) for e in events),
         "tables": {table: sum(per_cat[c] for c in cats) for table, cats in TABLE_CATS.items()}
         | {
             # allocator events: cat cpu_instant_event today, no cat in 2021
-            "memory": sum(
-                1 for e in events if e.get("name") == "[memory]" and e.get("cat") not in ALL_TABLE_CATS
-            ),
+            "memory": sum(1 for e in events if e.get("name") == "[memory]" and e.get("cat") not in ALL_TABLE_CATS),
             "steps": len(steps),
         },
         "gpu_kinds": {kind: sum(per_cat[c] for c in cats) for kind, cats in GPU_KIND_CATS.items()},

@@ -26,8 +26,18 @@ SYNCS = "a100_simple_add_syncs.json.gz"
 GRAPHS = "gb10_vllm_cudagraphs.pt.trace.json.gz"
 DLRM0 = "dlrm_v100_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz"
 
-TABLES = ("ops", "python", "runtime", "gpu", "sync_markers", "gpu_annotations", "memory", "flows",
-          "thread_names", "steps")
+TABLES = (
+    "ops",
+    "python",
+    "runtime",
+    "gpu",
+    "sync_markers",
+    "gpu_annotations",
+    "memory",
+    "flows",
+    "thread_names",
+    "steps",
+)
 RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver"}
 KERNEL_CATS = {"kernel", "Kernel"}
 
@@ -157,12 +167,36 @@ def test_id_beyond_int64_loads(SHARED_TRACES, raw_json, load_trace):
 def test_ids_beyond_int64_in_read_fields_become_null(tmp_path, load_trace):
     huge = 2**64 + 5
     events = [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-         "args": {"correlation": huge, "External id": huge}},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20, "dur": 5,
-         "args": {"correlation": huge, "External id": -huge, "stream": 7, "device": 0}},
-        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 30, "dur": 5,
-         "args": {"correlation": 3, "stream": 7, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 5,
+            "args": {"correlation": huge, "External id": huge},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+            "dur": 5,
+            "args": {"correlation": huge, "External id": -huge, "stream": 7, "device": 0},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k2",
+            "pid": 0,
+            "tid": 7,
+            "ts": 30,
+            "dur": 5,
+            "args": {"correlation": 3, "stream": 7, "device": 0},
+        },
         {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "pid": 1, "tid": 1, "ts": 10, "id": huge},
     ]
     path = tmp_path / "huge_ids.json"
@@ -177,18 +211,37 @@ def test_ids_beyond_int64_in_read_fields_become_null(tmp_path, load_trace):
 def test_events_without_dur_have_zero_duration(tmp_path, load_trace):
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "aten::op", "pid": 1, "tid": 1, "ts": 100.5},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 101,
-         "args": {"correlation": 1}},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 102.25,
-         "args": {"correlation": 1, "stream": 7, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 101,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": 102.25,
+            "args": {"correlation": 1, "stream": 7, "device": 0},
+        },
         {"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": 103},
         {"ph": "X", "cat": "python_function", "name": "a.py(1): f", "pid": 1, "tid": 1, "ts": 99},
     ]
     path = tmp_path / "no_dur.json"
     path.write_text(json.dumps({"traceEvents": events}))
     trace = load_trace(path)
-    for table, want_ts in (("ops", 100_500), ("runtime", 101_000), ("gpu", 102_250),
-                           ("sync_markers", 103_000), ("python", 99_000)):
+    for table, want_ts in (
+        ("ops", 100_500),
+        ("runtime", 101_000),
+        ("gpu", 102_250),
+        ("sync_markers", 103_000),
+        ("python", 99_000),
+    ):
         df = getattr(trace, table)
         assert df.select("ts_ns", "dur_ns", "end_ns").rows() == [(want_ts, 0, want_ts)], table
 
@@ -221,8 +274,9 @@ def test_cuda_sync_events_are_sync_markers_not_gpu_work(SHARED_TRACES, raw_json,
 
 def test_cuda_graph_kernels_link_to_their_graph_launch(SHARED_TRACES, raw_json, load_trace):
     events = raw_json(SHARED_TRACES / GRAPHS)["traceEvents"]
-    launches = {e["args"]["correlation"] for e in events
-                if e.get("cat") in RUNTIME_CATS and e["name"] == "cudaGraphLaunch"}
+    launches = {
+        e["args"]["correlation"] for e in events if e.get("cat") in RUNTIME_CATS and e["name"] == "cudaGraphLaunch"
+    }
     want = sum(e["args"].get("correlation") in launches for e in events if e.get("cat") in KERNEL_CATS)
     del events
     assert want == 11_540  # the README's count, reproduced from the raw JSON
@@ -242,8 +296,11 @@ def test_metadata_after_trace_events_is_read(SHARED_TRACES, load_trace):
     with gzip.open(SHARED_TRACES / ROCM, "rb") as fh:
         text = fh.read()
     doc = json.loads(text)
-    after = [k for k in ("traceName", "displayTimeUnit", "baseTimeNanoseconds")
-             if text.rfind(f'"{k}"'.encode()) > text.rfind(b"]")]
+    after = [
+        k
+        for k in ("traceName", "displayTimeUnit", "baseTimeNanoseconds")
+        if text.rfind(f'"{k}"'.encode()) > text.rfind(b"]")
+    ]
     assert "traceName" in after and "baseTimeNanoseconds" in after
     trace = load_trace(SHARED_TRACES / ROCM)
     for key in doc.keys() - {"traceEvents"}:
@@ -292,15 +349,35 @@ def _tricky_trace(path) -> None:
     """Events whose insides look like event boundaries: `}, {` in strings, lists of objects."""
     events = []
     for i in range(60):
-        events.append({
-            "ph": "X", "cat": "cpu_op", "name": f"op}}, {{{i}" if i % 3 == 0 else f"op{i}", "pid": 1, "tid": 1,
-            "ts": 1000 + 10 * i, "dur": 5 + i % 4,
-            "args": {"External id": i, "Input Dims": [[i, 2], []], "Input type": ["float", "}, {"],
-                     "list of objects": [{"a": i}, {"b": "}, {"}, {}]},
-        })
-        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 2000 + 10 * i,
-                       "dur": 3, "args": {"correlation": i, "stream": 7, "device": 0, "grid": [i, 1, 1],
-                                          "block": [128, 1, 1]}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"op}}, {{{i}" if i % 3 == 0 else f"op{i}",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1000 + 10 * i,
+                "dur": 5 + i % 4,
+                "args": {
+                    "External id": i,
+                    "Input Dims": [[i, 2], []],
+                    "Input type": ["float", "}, {"],
+                    "list of objects": [{"a": i}, {"b": "}, {"}, {}],
+                },
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"k{i}",
+                "pid": 0,
+                "tid": 7,
+                "ts": 2000 + 10 * i,
+                "dur": 3,
+                "args": {"correlation": i, "stream": 7, "device": 0, "grid": [i, 1, 1], "block": [128, 1, 1]},
+            }
+        )
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "tricky"}, indent=1))
 
 

@@ -42,8 +42,7 @@ def ns_trace(SHARED_TRACES, load_trace):
 def test_times_are_exact_nanoseconds(ns_events, ns_trace, table):
     raw = [e for e in ns_events if e.get("cat") in TABLE_CATS[table]]
     want = sorted(
-        (e["name"], exact_ns(e["ts"]), exact_ns(e["dur"]), exact_ns(e["ts"]) + exact_ns(e["dur"]))
-        for e in raw
+        (e["name"], exact_ns(e["ts"]), exact_ns(e["dur"]), exact_ns(e["ts"]) + exact_ns(e["dur"])) for e in raw
     )
     df = getattr(ns_trace, table)
     got = sorted(df.select("name", "ts_ns", "dur_ns", "end_ns").iter_rows())

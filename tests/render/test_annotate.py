@@ -43,7 +43,10 @@ def _check_roundtrip(src, dst):
     # Counts per (cat, ph): unchanged except the added X events and their track names.
     xs = sum(1 for e in added if e.get("ph") == "X")
     ms = sum(1 for e in added if e.get("ph") == "M")
-    diff = {k: after.event_counts.get(k, 0) - before.event_counts.get(k, 0) for k in set(before.event_counts) | set(after.event_counts)}
+    diff = {
+        k: after.event_counts.get(k, 0) - before.event_counts.get(k, 0)
+        for k in set(before.event_counts) | set(after.event_counts)
+    }
     diff = {k: v for k, v in diff.items() if v}
     assert diff == {("traceanalyzer", "X"): xs, (None, "M"): ms}
     return before, after, added

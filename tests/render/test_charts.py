@@ -25,8 +25,15 @@ def _trace(tmp_path, memory_events):
 
 
 def _mem(ts, nbytes, **extra):
-    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": PID, "tid": MAIN_TID, "ts": ts,
-            "args": {"Device Type": 1, "Device Id": 0, "Bytes": nbytes, **extra}}
+    return {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "name": "[memory]",
+        "pid": PID,
+        "tid": MAIN_TID,
+        "ts": ts,
+        "args": {"Device Type": 1, "Device Id": 0, "Bytes": nbytes, **extra},
+    }
 
 
 def _size(png):
@@ -38,7 +45,12 @@ def _size(png):
 def test_every_chart_renders_at_the_asked_size(tmp_path):
     t = _trace(tmp_path, [_mem(10, 1 << 20, **{"Total Allocated": 1 << 20, "Total Reserved": 2 << 20})])
     g = analyse_gaps(t)
-    for png in (charts.stage_bars(t, 800, 400), charts.gap_histogram(g, t, 800, 400), charts.copy_bandwidth(t, 800, 400), charts.memory_timeline(t, 800, 400)):
+    for png in (
+        charts.stage_bars(t, 800, 400),
+        charts.gap_histogram(g, t, 800, 400),
+        charts.copy_bandwidth(t, 800, 400),
+        charts.memory_timeline(t, 800, 400),
+    ):
         assert png is not None and _size(png) == (800, 400)
 
 

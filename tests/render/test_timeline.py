@@ -95,7 +95,7 @@ def test_known_gap_is_shaded_in_the_gpu_lane_at_the_right_x_range(gap_picture):
 
 def test_lanes_launching_thread_first_then_streams(gap_picture):
     _, _, pic = gap_picture
-    keys = [l.key for l in pic.layout.lanes]
+    keys = [lane.key for lane in pic.layout.lanes]
     assert keys == [("cpu", PID, MAIN_TID), ("gpu", 0, 7)]
 
 

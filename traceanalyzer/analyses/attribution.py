@@ -26,7 +26,15 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     ids = pl.DataFrame({"op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique()
     ops = trace.ops.select("op_id", "name", "parent_id", "python_frame")
     if ids.is_empty() or ops.is_empty():
-        return pl.DataFrame(schema={"op_id": pl.Int64, "op": pl.String, "range": pl.String, "op_chain": pl.String, "python_frame": pl.String})
+        return pl.DataFrame(
+            schema={
+                "op_id": pl.Int64,
+                "op": pl.String,
+                "range": pl.String,
+                "op_chain": pl.String,
+                "python_frame": pl.String,
+            }
+        )
     # Walk up: level 0 is the op itself.
     cur = ids.join(ops, on="op_id", how="left").select(
         "op_id", pl.col("python_frame"), pl.concat_list(pl.col("name")).alias("chain"), pl.col("parent_id").alias("_up")
@@ -35,10 +43,16 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     for _ in range(_MAX_DEPTH):
         if cur.filter(pl.col("_up").is_not_null()).is_empty():
             break
-        cur = cur.join(parents, on="_up", how="left").with_columns(
-            chain=pl.when(pl.col("_pname").is_not_null()).then(pl.concat_list(pl.col("_pname"), pl.col("chain"))).otherwise(pl.col("chain")),
-            _up=pl.col("_pp"),
-        ).drop("_pname", "_pp")
+        cur = (
+            cur.join(parents, on="_up", how="left")
+            .with_columns(
+                chain=pl.when(pl.col("_pname").is_not_null())
+                .then(pl.concat_list(pl.col("_pname"), pl.col("chain")))
+                .otherwise(pl.col("chain")),
+                _up=pl.col("_pp"),
+            )
+            .drop("_pname", "_pp")
+        )
     chain = pl.col("chain")
     namespaced = chain.list.eval(pl.element().str.contains(NAMESPACED_OP))
     first_ns = namespaced.list.arg_max()

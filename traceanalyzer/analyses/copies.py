@@ -31,9 +31,26 @@ from traceanalyzer.trace import Trace
 COMMUNICATION_KERNEL = r"(?i)nccl|rccl|allreduce|allgather|reducescatter|alltoall|broadcast"
 DIRECTION = r"^Memcpy\s+(\w+)"
 COPY_COLUMNS = [
-    "copy_id", "kind", "direction", "host_memory", "bytes", "start_us", "duration_us", "gbps",
-    "overlap_fraction", "exposed_us", "blocked_us", "device", "stream", "api", "op", "range",
-    "python_frame", "op_chain", "step", "name",
+    "copy_id",
+    "kind",
+    "direction",
+    "host_memory",
+    "bytes",
+    "start_us",
+    "duration_us",
+    "gbps",
+    "overlap_fraction",
+    "exposed_us",
+    "blocked_us",
+    "device",
+    "stream",
+    "api",
+    "op",
+    "range",
+    "python_frame",
+    "op_chain",
+    "step",
+    "name",
 ]
 
 
@@ -53,7 +70,11 @@ def step_of(ts: pl.DataFrame, steps: pl.DataFrame, at: str, start: str, end: str
     if steps.is_empty() or ts.is_empty():
         return ts.with_columns(step=pl.lit(None, pl.Int64))
     s = steps.select(pl.col("step").alias("_step"), pl.col(start).alias("_s"), pl.col(end).alias("_e")).sort("_s")
-    j = ts.with_row_index("_r").sort(at).join_asof(s, left_on=at, right_on="_s", strategy="backward", check_sortedness=False)
+    j = (
+        ts.with_row_index("_r")
+        .sort(at)
+        .join_asof(s, left_on=at, right_on="_s", strategy="backward", check_sortedness=False)
+    )
     j = j.with_columns(step=pl.when(pl.col(at).is_not_null() & (pl.col(at) < pl.col("_e"))).then(pl.col("_step")))
     return j.sort("_r").drop("_r", "_step", "_s", "_e")
 
@@ -62,7 +83,9 @@ def _overlap_with_compute(trace: Trace, copies: pl.DataFrame) -> pl.DataFrame:
     """Add `overlap_ns`: time of each copy covered by compute kernels on other streams of its
     device. One union of kernels per (device, copy stream), leaving that stream out."""
     kernels = trace.gpu.filter(
-        (pl.col("kind") == "kernel") & ~pl.col("name").fill_null("").str.contains(COMMUNICATION_KERNEL) & pl.col("device").is_not_null()
+        (pl.col("kind") == "kernel")
+        & ~pl.col("name").fill_null("").str.contains(COMMUNICATION_KERNEL)
+        & pl.col("device").is_not_null()
     ).select("device", pl.col("stream").alias("_kstream"), "ts_ns", "end_ns")
     streams = copies.select("device", pl.col("stream").alias("_cstream")).drop_nulls().unique()
     if kernels.is_empty() or streams.is_empty():
@@ -70,8 +93,10 @@ def _overlap_with_compute(trace: Trace, copies: pl.DataFrame) -> pl.DataFrame:
     others = kernels.join(streams, on="device").filter(pl.col("_kstream") != pl.col("_cstream"))
     index = coverage_index(merge(others, ["device", "_cstream"]), ["device", "_cstream"])
     q = copies.with_columns(_cstream=pl.col("stream"))
-    return covered(q, index, ["device", "_cstream"], "ts_ns", "end_ns", "overlap_ns").drop("_cstream").with_columns(
-        pl.col("overlap_ns").fill_null(0)
+    return (
+        covered(q, index, ["device", "_cstream"], "ts_ns", "end_ns", "overlap_ns")
+        .drop("_cstream")
+        .with_columns(pl.col("overlap_ns").fill_null(0))
     )
 
 
@@ -80,25 +105,35 @@ def copy_table(trace: Trace) -> pl.DataFrame:
     gpu = trace.gpu.filter(pl.col("kind").is_in(["memcpy", "memset"]))
     name = pl.col("name").fill_null("")
     host = (
-        pl.when(pl.col("kind") == "memset").then(pl.lit(None, pl.String))
-        .when(name.str.contains("(?i)pageable")).then(pl.lit("pageable"))
-        .when(name.str.contains("(?i)pinned")).then(pl.lit("pinned"))
-        .when(pl.col("direction").is_in(["HtoD", "DtoH", "HtoH"])).then(pl.lit("unknown"))
+        pl.when(pl.col("kind") == "memset")
+        .then(pl.lit(None, pl.String))
+        .when(name.str.contains("(?i)pageable"))
+        .then(pl.lit("pageable"))
+        .when(name.str.contains("(?i)pinned"))
+        .then(pl.lit("pinned"))
+        .when(pl.col("direction").is_in(["HtoD", "DtoH", "HtoH"]))
+        .then(pl.lit("unknown"))
         .otherwise(pl.lit(None, pl.String))
     )
     gpu = gpu.with_columns(
         direction=pl.when(pl.col("kind") == "memset").then(pl.lit("memset")).otherwise(name.str.extract(DIRECTION, 1))
     ).with_columns(host_memory=host)
     blocking = blocking_calls(trace).select("runtime_id", _blocking=pl.lit(True))
-    calls = trace.runtime.select("runtime_id", pl.col("dur_ns").alias("_call_ns")).join(blocking, on="runtime_id", how="left")
+    calls = trace.runtime.select("runtime_id", pl.col("dur_ns").alias("_call_ns")).join(
+        blocking, on="runtime_id", how="left"
+    )
     gpu = gpu.join(calls, on="runtime_id", how="left").with_columns(
-        blocked_ns=pl.when(pl.col("runtime_id").is_null()).then(pl.lit(None, pl.Int64))
-        .when(pl.col("_blocking").fill_null(False)).then(pl.col("_call_ns"))
+        blocked_ns=pl.when(pl.col("runtime_id").is_null())
+        .then(pl.lit(None, pl.Int64))
+        .when(pl.col("_blocking").fill_null(False))
+        .then(pl.col("_call_ns"))
         .otherwise(pl.lit(0, pl.Int64))
     )
     gpu = _overlap_with_compute(trace, gpu)
     cpu_step = step_of(gpu, trace.steps, "launch_ts_ns", "cpu_start_ns", "cpu_end_ns").rename({"step": "_cpu_step"})
-    gpu = step_of(cpu_step, trace.steps, "ts_ns", "start_ns", "end_ns").with_columns(step=pl.coalesce("_cpu_step", "step"))
+    gpu = step_of(cpu_step, trace.steps, "ts_ns", "start_ns", "end_ns").with_columns(
+        step=pl.coalesce("_cpu_step", "step")
+    )
     ctx = op_context(trace, gpu["op_id"])
     return gpu.join(ctx, on="op_id", how="left")
 
@@ -106,61 +141,90 @@ def copy_table(trace: Trace) -> pl.DataFrame:
 def _findings(copies: pl.DataFrame, n_steps: int, opts: CopyOptions, trace: Trace) -> list[dict]:
     out: list[dict] = []
     floor = opts.min_finding_us
+
     def site(r: dict) -> str:
-        return (r["op"] or "an unknown op") + (f" in {r['range']}" if r.get("range") else "") + (f" at {r['python_frame']}" if r.get("python_frame") else "")
+        return (
+            (r["op"] or "an unknown op")
+            + (f" in {r['range']}" if r.get("range") else "")
+            + (f" at {r['python_frame']}" if r.get("python_frame") else "")
+        )
 
     def top_site(df: pl.DataFrame, by: str) -> dict:
-        return df.group_by("op", "range", "python_frame").agg(pl.col(by).sum()).sort(by, descending=True).row(0, named=True)
+        return (
+            df.group_by("op", "range", "python_frame")
+            .agg(pl.col(by).sum())
+            .sort(by, descending=True)
+            .row(0, named=True)
+        )
 
     pageable = copies.filter(pl.col("host_memory") == "pageable")
-    if pageable.height and (pageable["blocked_us"].fill_null(0).sum() >= floor or pageable["duration_us"].sum() >= floor):
+    if pageable.height and (
+        pageable["blocked_us"].fill_null(0).sum() >= floor or pageable["duration_us"].sum() >= floor
+    ):
         s = top_site(pageable, "blocked_us")
-        out.append({
-            "finding": "pageable_host_memory",
-            "copies": pageable.height,
-            "bytes": int(pageable["bytes"].fill_null(0).sum()),
-            "blocked_us": pageable["blocked_us"].fill_null(0).sum(),
-            "duration_us": pageable["duration_us"].sum(),
-            "top_site": site(s),
-            "message": f"{pageable.height:,} copies to or from pageable host memory held the CPU for "
-            f"{pageable['blocked_us'].fill_null(0).sum() / 1000:,.1f} ms in all (most from {site(s)}): allocate "
-            f"host tensors with pin_memory=True and copy with non_blocking=True",
-        })
+        out.append(
+            {
+                "finding": "pageable_host_memory",
+                "copies": pageable.height,
+                "bytes": int(pageable["bytes"].fill_null(0).sum()),
+                "blocked_us": pageable["blocked_us"].fill_null(0).sum(),
+                "duration_us": pageable["duration_us"].sum(),
+                "top_site": site(s),
+                "message": f"{pageable.height:,} copies to or from pageable host memory held the CPU for "
+                f"{pageable['blocked_us'].fill_null(0).sum() / 1000:,.1f} ms in all (most from {site(s)}): allocate "
+                f"host tensors with pin_memory=True and copy with non_blocking=True",
+            }
+        )
     small = copies.filter(
-        pl.col("direction").is_in(["HtoD", "DtoH"]) & (pl.col("bytes") < opts.small_copy_bytes) & pl.col("step").is_not_null()
+        pl.col("direction").is_in(["HtoD", "DtoH"])
+        & (pl.col("bytes") < opts.small_copy_bytes)
+        & pl.col("step").is_not_null()
     )
     if small.height and n_steps:
-        per = small.group_by("step").agg(n=pl.len(), t=pl.col("duration_us").sum(), b=pl.col("blocked_us").fill_null(0).sum())
+        per = small.group_by("step").agg(
+            n=pl.len(), t=pl.col("duration_us").sum(), b=pl.col("blocked_us").fill_null(0).sum()
+        )
         many = per.filter(pl.col("n") >= opts.many_small_per_step)
         if many.height and (many["t"].sum() + many["b"].sum()) / many.height >= floor:
             s = top_site(small, "duration_us")
             n = many["n"].mean()
-            out.append({
-                "finding": "many_small_copies",
-                "steps": many.height,
-                "copies_per_step": n,
-                "copy_us_per_step": many["t"].mean(),
-                "blocked_us_per_step": many["b"].mean(),
-                "top_site": site(s),
-                "message": f"{n:,.0f} host-device copies under {opts.small_copy_bytes:,} bytes per step in {many.height} steps, "
-                f"{many['t'].mean():,.0f} µs of copy time and {many['b'].mean():,.0f} µs of blocked CPU per step "
-                f"(most from {site(s)}): batch them into one tensor and copy once",
-            })
-    dtoh = copies.filter((pl.col("direction") == "DtoH") & pl.col("step").is_not_null() & pl.col("blocked_us").is_not_null())
+            out.append(
+                {
+                    "finding": "many_small_copies",
+                    "steps": many.height,
+                    "copies_per_step": n,
+                    "copy_us_per_step": many["t"].mean(),
+                    "blocked_us_per_step": many["b"].mean(),
+                    "top_site": site(s),
+                    "message": f"{n:,.0f} host-device copies under {opts.small_copy_bytes:,} bytes per step in {many.height} steps, "
+                    f"{many['t'].mean():,.0f} µs of copy time and {many['b'].mean():,.0f} µs of blocked CPU per step "
+                    f"(most from {site(s)}): batch them into one tensor and copy once",
+                }
+            )
+    dtoh = copies.filter(
+        (pl.col("direction") == "DtoH") & pl.col("step").is_not_null() & pl.col("blocked_us").is_not_null()
+    )
     if dtoh.height and dtoh["blocked_us"].sum() >= floor:
         s = top_site(dtoh, "blocked_us")
         steps_with = dtoh["step"].n_unique()
-        out.append({
-            "finding": "device_to_host_in_step",
-            "copies": dtoh.height,
-            "copies_per_step": dtoh.height / steps_with,
-            "blocked_us": dtoh["blocked_us"].sum(),
-            "top_site": site(s),
-            "message": f"{dtoh.height / steps_with:,.1f} device-to-host copies per step inside the step loop hold the CPU "
-            f"{dtoh['blocked_us'].sum() / steps_with / 1000:,.1f} ms per step (most from {site(s)}); each forces a sync: "
-            f"keep values on the GPU, or copy with non_blocking=True into pinned memory and read them a step later",
-        })
-    compute_streams = trace.gpu.filter(pl.col("kind") == "kernel").select("device", "stream").unique().with_columns(_compute=pl.lit(True))
+        out.append(
+            {
+                "finding": "device_to_host_in_step",
+                "copies": dtoh.height,
+                "copies_per_step": dtoh.height / steps_with,
+                "blocked_us": dtoh["blocked_us"].sum(),
+                "top_site": site(s),
+                "message": f"{dtoh.height / steps_with:,.1f} device-to-host copies per step inside the step loop hold the CPU "
+                f"{dtoh['blocked_us'].sum() / steps_with / 1000:,.1f} ms per step (most from {site(s)}); each forces a sync: "
+                f"keep values on the GPU, or copy with non_blocking=True into pinned memory and read them a step later",
+            }
+        )
+    compute_streams = (
+        trace.gpu.filter(pl.col("kind") == "kernel")
+        .select("device", "stream")
+        .unique()
+        .with_columns(_compute=pl.lit(True))
+    )
     hideable = (
         copies.filter(pl.col("direction").is_in(["HtoD", "DtoH"]))
         .join(compute_streams, on=["device", "stream"], how="left")
@@ -168,15 +232,17 @@ def _findings(copies: pl.DataFrame, n_steps: int, opts: CopyOptions, trace: Trac
     )
     if hideable.height and hideable["exposed_us"].sum() >= floor:
         s = top_site(hideable, "exposed_us")
-        out.append({
-            "finding": "copies_not_overlapped",
-            "copies": hideable.height,
-            "exposed_us": hideable["exposed_us"].sum(),
-            "top_site": site(s),
-            "message": f"{hideable.height:,} host-device copies run on a compute stream with "
-            f"{hideable['exposed_us'].sum() / 1000:,.1f} ms not hidden under compute (most from {site(s)}): "
-            f"issue them on a side stream (torch.cuda.Stream) from pinned memory with non_blocking=True",
-        })
+        out.append(
+            {
+                "finding": "copies_not_overlapped",
+                "copies": hideable.height,
+                "exposed_us": hideable["exposed_us"].sum(),
+                "top_site": site(s),
+                "message": f"{hideable.height:,} host-device copies run on a compute stream with "
+                f"{hideable['exposed_us'].sum() / 1000:,.1f} ms not hidden under compute (most from {site(s)}): "
+                f"issue them on a side stream (torch.cuda.Stream) from pinned memory with non_blocking=True",
+            }
+        )
     return out
 
 
@@ -195,8 +261,9 @@ def analyse_copies(trace: Trace, options: CopyOptions | None = None) -> CopiesRe
     t = copy_table(trace)
     if t.is_empty():
         empty = pl.DataFrame(schema={c: pl.Null for c in COPY_COLUMNS})
-        return CopiesResult(trace.path, opts, empty, pl.DataFrame(), pl.DataFrame(), (),
-                            note="no GPU memcpy or memset in this trace")
+        return CopiesResult(
+            trace.path, opts, empty, pl.DataFrame(), pl.DataFrame(), (), note="no GPU memcpy or memset in this trace"
+        )
     origin = trace.meta.origin_ns
     dur = pl.col("end_ns") - pl.col("ts_ns")
     copies = t.sort("blocked_ns", "ts_ns", descending=[True, False], nulls_last=True).select(
@@ -226,11 +293,6 @@ def analyse_copies(trace: Trace, options: CopyOptions | None = None) -> CopiesRe
         .agg(*_TOTALS, median_gbps=pl.col("gbps").median())
         .sort("blocked_us", "duration_us", descending=True, nulls_last=True)
     )
-    per_step = (
-        copies.filter(pl.col("step").is_not_null())
-        .group_by("step")
-        .agg(*_TOTALS)
-        .sort("step")
-    )
+    per_step = copies.filter(pl.col("step").is_not_null()).group_by("step").agg(*_TOTALS).sort("step")
     findings = _findings(copies, trace.steps.height, opts, trace)
     return CopiesResult(trace.path, opts, copies, summary, per_step, tuple(findings))

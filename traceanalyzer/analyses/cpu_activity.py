@@ -25,7 +25,9 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
         .unique()
     )
     # A filter, not a join: the runtime table is one of the largest and is copied only in part.
-    return trace.runtime.filter(pl.col("name").str.contains(SYNC_API_PATTERN) | pl.col("runtime_id").is_in(pageable.implode()))
+    return trace.runtime.filter(
+        pl.col("name").str.contains(SYNC_API_PATTERN) | pl.col("runtime_id").is_in(pageable.implode())
+    )
 
 
 def data_loading_ranges(trace: Trace, pattern: str) -> pl.DataFrame:
@@ -44,7 +46,7 @@ class CpuActivity:
     data_ranges: pl.DataFrame
 
     @classmethod
-    def of(cls, trace: Trace, data_pattern: str) -> "CpuActivity":
+    def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
         blocking = blocking_calls(trace)
         data = data_loading_ranges(trace, data_pattern)
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
@@ -52,9 +54,7 @@ class CpuActivity:
         real_ops = trace.ops.select(*THREAD, "ts_ns", "end_ns", "kind", "name").filter(
             (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$")
         )
-        anything = pl.concat(
-            [t.select(*THREAD, "ts_ns", "end_ns") for t in (real_ops, trace.runtime, data)]
-        )
+        anything = pl.concat([t.select(*THREAD, "ts_ns", "end_ns") for t in (real_ops, trace.runtime, data)])
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD),
             data=coverage_index(merge(data, THREAD), THREAD),

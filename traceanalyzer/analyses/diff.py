@@ -69,7 +69,10 @@ def _windows(trace: Trace) -> pl.DataFrame:
         lo, hi = trace.gpu["ts_ns"].min(), trace.gpu["end_ns"].max()
     else:
         lo, hi = trace.meta.origin_ns, trace.meta.end_ns
-    return pl.DataFrame({"step": [None], "start_ns": [lo], "end_ns": [hi]}, schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    return pl.DataFrame(
+        {"step": [None], "start_ns": [lo], "end_ns": [hi]},
+        schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+    )
 
 
 def _clip(df: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
@@ -77,9 +80,11 @@ def _clip(df: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     if df.is_empty():
         return df.with_columns(step=pl.lit(None, pl.Int64))
     w = wins.rename({"start_ns": "_ws", "end_ns": "_we"})
-    return df.join_where(w, pl.col("ts_ns") < pl.col("_we"), pl.col("end_ns") > pl.col("_ws")).with_columns(
-        ts_ns=pl.max_horizontal("ts_ns", "_ws"), end_ns=pl.min_horizontal("end_ns", "_we")
-    ).drop("_ws", "_we")
+    return (
+        df.join_where(w, pl.col("ts_ns") < pl.col("_we"), pl.col("end_ns") > pl.col("_ws"))
+        .with_columns(ts_ns=pl.max_horizontal("ts_ns", "_ws"), end_ns=pl.min_horizontal("end_ns", "_we"))
+        .drop("_ws", "_we")
+    )
 
 
 def _starting_in(df: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
@@ -107,13 +112,17 @@ def _kernel_table(trace: Trace, wins: pl.DataFrame, n: int) -> pl.DataFrame:
     k = _clip(trace.gpu.filter(pl.col("kind") == "kernel").select("name", "ts_ns", "end_ns"), wins)
     if k.is_empty():
         return pl.DataFrame(schema={"name": pl.String, "count_per_step": pl.Float64, "us_per_step": pl.Float64})
-    return k.group_by("name").agg(count_per_step=pl.len() / n, us_per_step=(pl.col("end_ns") - pl.col("ts_ns")).sum() / 1000.0 / n)
+    return k.group_by("name").agg(
+        count_per_step=pl.len() / n, us_per_step=(pl.col("end_ns") - pl.col("ts_ns")).sum() / 1000.0 / n
+    )
 
 
 def _copies(per: pl.DataFrame, n: int) -> dict[str, float]:
     """Copies per step, from the `copies` analysis' totals per step."""
-    out = {"copies_per_step": float(per["copies"].sum()) / n if per.height else 0.0,
-           "copy_mb_per_step": float(per["bytes"].fill_null(0).sum()) / 2**20 / n if per.height else 0.0}
+    out = {
+        "copies_per_step": float(per["copies"].sum()) / n if per.height else 0.0,
+        "copy_mb_per_step": float(per["bytes"].fill_null(0).sum()) / 2**20 / n if per.height else 0.0,
+    }
     # per_step has no columns at all when the trace has no copy.
     for col in ("exposed_us", "blocked_us"):
         if col in per.columns:
@@ -185,12 +194,18 @@ def _matched(before: pl.DataFrame, after: pl.DataFrame, value: str) -> pl.DataFr
     j = before.join(after, on="name", how="full", coalesce=True, suffix="_after").rename(
         {value: f"{value}_before", "count_per_step": "count_per_step_before"}
     )
-    return j.with_columns(
-        pl.col(f"{value}_before").fill_null(0.0), pl.col(f"{value}_after").fill_null(0.0),
-        pl.col("count_per_step_before").fill_null(0.0), pl.col("count_per_step_after").fill_null(0.0),
-    ).with_columns(
-        delta_us=pl.col(f"{value}_after") - pl.col(f"{value}_before"),
-    ).sort(pl.col("delta_us").abs(), descending=True)
+    return (
+        j.with_columns(
+            pl.col(f"{value}_before").fill_null(0.0),
+            pl.col(f"{value}_after").fill_null(0.0),
+            pl.col("count_per_step_before").fill_null(0.0),
+            pl.col("count_per_step_after").fill_null(0.0),
+        )
+        .with_columns(
+            delta_us=pl.col(f"{value}_after") - pl.col(f"{value}_before"),
+        )
+        .sort(pl.col("delta_us").abs(), descending=True)
+    )
 
 
 def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | None = None) -> DiffResult:
@@ -212,20 +227,36 @@ def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | No
     ]
     keys = list(dict.fromkeys([*before.metrics, *after.metrics]))
     rows += [(k, before.metrics.get(k), after.metrics.get(k)) for k in keys]
-    summary = pl.DataFrame(rows, schema={"metric": pl.String, "before": pl.Float64, "after": pl.Float64}, orient="row").with_columns(
+    summary = pl.DataFrame(
+        rows, schema={"metric": pl.String, "before": pl.Float64, "after": pl.Float64}, orient="row"
+    ).with_columns(
         delta=pl.col("after") - pl.col("before"),
-        change_pct=pl.when(pl.col("before") != 0).then((pl.col("after") - pl.col("before")) / pl.col("before").abs() * 100.0),
+        change_pct=pl.when(pl.col("before") != 0).then(
+            (pl.col("after") - pl.col("before")) / pl.col("before").abs() * 100.0
+        ),
     )
     kernels = _matched(before.kernels, after.kernels, "us_per_step")
     ops = _matched(before.ops, after.ops, "self_us_per_step")
     appeared = kernels.filter(pl.col("count_per_step_before") == 0).sort("us_per_step_after", descending=True)
     vanished = kernels.filter(pl.col("count_per_step_after") == 0).sort("us_per_step_before", descending=True)
     return DiffResult(
-        before=before, after=after, options=opts,
-        median_before_us=med_b, median_after_us=med_a, change_pct=change, noise_us=noise, verdict=verdict,
-        summary=summary, ops=ops, kernels=kernels,
-        kernels_appeared=appeared.select("name", count_per_step="count_per_step_after", us_per_step="us_per_step_after"),
-        kernels_vanished=vanished.select("name", count_per_step="count_per_step_before", us_per_step="us_per_step_before"),
+        before=before,
+        after=after,
+        options=opts,
+        median_before_us=med_b,
+        median_after_us=med_a,
+        change_pct=change,
+        noise_us=noise,
+        verdict=verdict,
+        summary=summary,
+        ops=ops,
+        kernels=kernels,
+        kernels_appeared=appeared.select(
+            "name", count_per_step="count_per_step_after", us_per_step="us_per_step_after"
+        ),
+        kernels_vanished=vanished.select(
+            "name", count_per_step="count_per_step_before", us_per_step="us_per_step_before"
+        ),
         findings_appeared=tuple(f for f in after.findings if _kind(f) not in {_kind(g) for g in before.findings}),
         findings_resolved=tuple(f for f in before.findings if _kind(f) not in {_kind(g) for g in after.findings}),
         stages_source="stages",

@@ -8,9 +8,10 @@ threshold, or half of it for "below" rules), else `medium`; capture caveats are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 import polars as pl
 
@@ -35,8 +36,14 @@ from traceanalyzer.options import (
 from traceanalyzer.trace import Trace
 
 RULE_IDS = (
-    "data_loading", "sync_stalls", "pageable_copies", "launch_bound", "no_tensor_cores",
-    "single_tensor_optimizer", "low_gpu_utilization", "capture_caveats",
+    "data_loading",
+    "sync_stalls",
+    "pageable_copies",
+    "launch_bound",
+    "no_tensor_cores",
+    "single_tensor_optimizer",
+    "low_gpu_utilization",
+    "capture_caveats",
 )
 SINGLE_TENSOR = "_single_tensor_"
 MAX_EVENTS = 5
@@ -117,7 +124,11 @@ def _sev(value: float, threshold: float, below: bool = False) -> str:
 
 
 def _us(df: pl.DataFrame, origin: int, *cols: str) -> list[dict]:
-    return df.head(MAX_EVENTS).select(*cols, start_us=(pl.col("ts_ns") - origin) / 1000.0, duration_us=pl.col("dur_ns") / 1000.0).to_dicts()
+    return (
+        df.head(MAX_EVENTS)
+        .select(*cols, start_us=(pl.col("ts_ns") - origin) / 1000.0, duration_us=pl.col("dur_ns") / 1000.0)
+        .to_dicts()
+    )
 
 
 # --- the rules -------------------------------------------------------------------------------
@@ -136,10 +147,17 @@ def _data_loading(ov: Overview) -> Finding | None:
     ranges = ov.trace.ops.filter(pl.col("name").str.contains(DATA_LOADING_PATTERN)).sort("dur_ns", descending=True)
     per = "step" if st.window_kind == "steps" else "trace"
     return Finding(
-        "data_loading", _sev(share, th),
+        "data_loading",
+        _sev(share, th),
         f"data loading takes {share:.1%} of {per} time ({st.average['data_loading']:,.0f} of {st.average_step_us:,.0f} µs per {per})",
-        {"data_loading_us_per_step": st.average["data_loading"], "step_us": st.average_step_us, "share": share, "ranges": ranges.height},
-        DATA_ADVICE, tuple(_us(ranges, ov.trace.meta.origin_ns, "name")),
+        {
+            "data_loading_us_per_step": st.average["data_loading"],
+            "step_us": st.average_step_us,
+            "share": share,
+            "ranges": ranges.height,
+        },
+        DATA_ADVICE,
+        tuple(_us(ranges, ov.trace.meta.origin_ns, "name")),
     )
 
 
@@ -168,11 +186,20 @@ def _sync_stalls(ov: Overview) -> Finding | None:
     calls = calls.sort("dur_ns", descending=True)
     ctx = op_context(ov.trace, calls["op_id"]).select("op_id", "op")
     top = calls.join(ctx, on="op_id", how="left").sort("dur_ns", descending=True)
-    by_api = ", ".join(f"{r['name']} ×{r['len']}" for r in calls.group_by("name").len().sort("len", descending=True).iter_rows(named=True))
+    by_api = ", ".join(
+        f"{r['name']} ×{r['len']}"
+        for r in calls.group_by("name").len().sort("len", descending=True).iter_rows(named=True)
+    )
     return Finding(
-        "sync_stalls", _sev(share, th),
+        "sync_stalls",
+        _sev(share, th),
         f"the GPU sat idle {idle_us:,.0f} µs ({share:.1%} of the window) while the CPU waited in synchronising calls ({by_api})",
-        {"idle_while_blocked_us": idle_us, "share": share, "sync_calls": calls.height, "blocked_us": calls["dur_ns"].sum() / 1000.0},
+        {
+            "idle_while_blocked_us": idle_us,
+            "share": share,
+            "sync_calls": calls.height,
+            "blocked_us": calls["dur_ns"].sum() / 1000.0,
+        },
         "avoid host syncs inside the loop: no .item(), .cpu(), .tolist(), print(tensor) or torch.cuda.synchronize() per step; "
         "keep values on the GPU, use non_blocking copies to pinned memory, and read metrics every N steps",
         tuple(_us(top, ov.trace.meta.origin_ns, "name", "op")),
@@ -190,10 +217,16 @@ def _pageable_copies(ov: Overview) -> Finding | None:
         return None
     top = pageable.sort("bytes", descending=True, nulls_last=True).head(MAX_EVENTS)
     return Finding(
-        "pageable_copies", _sev(moved, th),
+        "pageable_copies",
+        _sev(moved, th),
         f"{pageable.height:,} copies to or from pageable host memory moved {moved / 2**20:,.1f} MiB "
         f"({pageable['duration_us'].sum():,.0f} µs of copy time, CPU blocked {pageable['blocked_us'].sum() or 0:,.0f} µs)",
-        {"copies": pageable.height, "bytes": moved, "duration_us": pageable["duration_us"].sum(), "blocked_us": pageable["blocked_us"].sum()},
+        {
+            "copies": pageable.height,
+            "bytes": moved,
+            "duration_us": pageable["duration_us"].sum(),
+            "blocked_us": pageable["blocked_us"].sum(),
+        },
         "copy from pinned memory: DataLoader(pin_memory=True) or tensor.pin_memory(), then .to(device, non_blocking=True)",
         tuple(top.select("direction", "bytes", "start_us", "duration_us", "op", "python_frame").to_dicts()),
     )
@@ -203,25 +236,43 @@ def _launch_bound(ov: Overview) -> Finding | None:
     k = ov.kernels
     s = k.short
     busy = ov.busy_share
-    if s.total_outside_graphs < ov.options.launch_bound_min_kernels or s.count_share_outside_graphs is None or busy is None:
+    if (
+        s.total_outside_graphs < ov.options.launch_bound_min_kernels
+        or s.count_share_outside_graphs is None
+        or busy is None
+    ):
         return None
     th = ov.options.launch_bound_short_share
     g = ov.gaps
     row = g.idle_by_cause.filter(pl.col("cause") == "launch_latency")
     latency_us = float(row["idle_us"][0]) if row.height else 0.0
     latency_share = latency_us / ov.window_us if ov.window_us else 0.0
-    if s.count_share_outside_graphs < th or busy >= ov.options.low_gpu_utilization or latency_share < ov.options.launch_latency_share:
+    if (
+        s.count_share_outside_graphs < th
+        or busy >= ov.options.low_gpu_utilization
+        or latency_share < ov.options.launch_latency_share
+    ):
         return None
     short_names = (
         ov.trace.gpu.filter((pl.col("kind") == "kernel") & (pl.col("dur_ns") < int(s.threshold_us * 1000)))
-        .group_by("name").agg(calls=pl.len(), total_us=pl.col("dur_ns").sum() / 1000.0).sort("calls", descending=True).head(MAX_EVENTS)
+        .group_by("name")
+        .agg(calls=pl.len(), total_us=pl.col("dur_ns").sum() / 1000.0)
+        .sort("calls", descending=True)
+        .head(MAX_EVENTS)
     )
     return Finding(
-        "launch_bound", _sev(s.count_share_outside_graphs, th),
+        "launch_bound",
+        _sev(s.count_share_outside_graphs, th),
         f"{s.count_share_outside_graphs:.0%} of kernels launched outside CUDA graphs run under {s.threshold_us:g} µs, "
         f"GPU busy only {busy:.0%}, and launch latency leaves it idle {latency_us:,.0f} µs ({latency_share:.1%} of the window)",
-        {"short_kernels": s.count_outside_graphs, "kernels": s.total_outside_graphs, "short_share": s.count_share_outside_graphs,
-         "busy_share": busy, "launch_latency_idle_us": latency_us, "launch_latency_share": latency_share},
+        {
+            "short_kernels": s.count_outside_graphs,
+            "kernels": s.total_outside_graphs,
+            "short_share": s.count_share_outside_graphs,
+            "busy_share": busy,
+            "launch_latency_idle_us": latency_us,
+            "launch_latency_share": latency_share,
+        },
         "fuse small kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs), capture the step in a CUDA graph, "
         "or batch more work per launch",
         tuple(short_names.to_dicts()),
@@ -238,9 +289,15 @@ def _no_tensor_cores(ov: Overview) -> Finding | None:
         return None
     top = k.table.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores")).head(MAX_EVENTS)
     return Finding(
-        "no_tensor_cores", _sev(share, th),
+        "no_tensor_cores",
+        _sev(share, th),
         f"matmul/conv kernels without Tensor Cores take {share:.1%} of kernel time ({k.matmul_conv_no_tc_us:,.0f} µs)",
-        {"matmul_conv_no_tc_us": k.matmul_conv_no_tc_us, "matmul_conv_us": k.matmul_conv_us, "kernel_us": k.total_us, "share": share},
+        {
+            "matmul_conv_no_tc_us": k.matmul_conv_no_tc_us,
+            "matmul_conv_us": k.matmul_conv_us,
+            "kernel_us": k.total_us,
+            "share": share,
+        },
         "use mixed precision (torch.autocast with bfloat16/float16) and, on Ampere or newer, allow TF32: "
         "torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True (or torch.set_float32_matmul_precision('high'))",
         tuple(top.select("kernel", "calls", "total_us", "share").to_dicts()),
@@ -249,17 +306,20 @@ def _no_tensor_cores(ov: Overview) -> Finding | None:
 
 def _single_tensor(ov: Overview) -> Finding | None:
     t = ov.trace
-    names = pl.concat([
-        t.ops.select("name"),
-        t.python.select("name"),
-        t.gpu.filter(pl.col("kind") == "kernel").select("name"),
-    ]).filter(pl.col("name").fill_null("").str.contains(SINGLE_TENSOR, literal=True))
+    names = pl.concat(
+        [
+            t.ops.select("name"),
+            t.python.select("name"),
+            t.gpu.filter(pl.col("kind") == "kernel").select("name"),
+        ]
+    ).filter(pl.col("name").fill_null("").str.contains(SINGLE_TENSOR, literal=True))
     th = ov.options.single_tensor_min
     if names.height < max(th, 1):
         return None
     top = names.group_by("name").agg(events=pl.len()).sort("events", descending=True).head(MAX_EVENTS)
     return Finding(
-        "single_tensor_optimizer", "medium",
+        "single_tensor_optimizer",
+        "medium",
         f"{names.height:,} events of a single-tensor optimizer ({top['name'][0]}): one small kernel per parameter",
         {"events": names.height},
         "use the multi-tensor implementations: torch.optim.AdamW(..., foreach=True) or fused=True",
@@ -276,9 +336,14 @@ def _low_gpu_utilization(ov: Overview) -> Finding | None:
     top = ", ".join(f"{r['cause']} {r['share_of_idle']:.0%}" for r in causes.iter_rows(named=True))
     where = "over the profiled steps" if ov.gaps.window_kind == "steps" else "over the GPU span"
     return Finding(
-        "low_gpu_utilization", _sev(busy, th, below=True),
+        "low_gpu_utilization",
+        _sev(busy, th, below=True),
         f"the GPU was busy {busy:.1%} of the time {where}" + (f"; idle by cause: {top}" if top else ""),
-        {"busy_share": busy, "window_us": ov.window_us, "idle_by_cause": {r["cause"]: r["idle_us"] for r in ov.gaps.idle_by_cause.iter_rows(named=True)}},
+        {
+            "busy_share": busy,
+            "window_us": ov.window_us,
+            "idle_by_cause": {r["cause"]: r["idle_us"] for r in ov.gaps.idle_by_cause.iter_rows(named=True)},
+        },
         "see `traceanalyzer gaps` for every idle gap and the op and Python line behind it",
         tuple(ov.gaps.culprits.head(MAX_EVENTS).to_dicts()),
     )
@@ -289,7 +354,8 @@ def _capture_caveats(ov: Overview) -> Finding | None:
     if not cav:
         return None
     return Finding(
-        "capture_caveats", "info",
+        "capture_caveats",
+        "info",
         "; ".join(c.message for c in cav),
         {"caveats": [c.kind for c in cav], "steps": ov.steps.count},
         "profile with torch.profiler.schedule(wait=1, warmup=1, active=5) and call prof.step() once per iteration, after fetching the batch",
@@ -299,20 +365,55 @@ def _capture_caveats(ov: Overview) -> Finding | None:
 
 RULES: tuple[Rule, ...] = (
     Rule("data_loading", "Data loading share of step time", ("data_loading_share",), DATA_ADVICE, _data_loading),
-    Rule("sync_stalls", "GPU idle while the CPU waits in synchronising calls", ("sync_stall_share",),
-         "remove per-step .item()/.cpu()/synchronize(); read metrics every N steps", _sync_stalls),
-    Rule("pageable_copies", "Copies to or from pageable host memory", ("pageable_copy_bytes",),
-         "pin host memory (pin_memory=True) and copy with non_blocking=True", _pageable_copies),
-    Rule("launch_bound", "Many short kernels and launch latency", ("launch_bound_short_share", "launch_bound_min_kernels", "low_gpu_utilization", "launch_latency_share"),
-         "torch.compile to fuse kernels, CUDA graphs to launch them at once", _launch_bound),
-    Rule("no_tensor_cores", "Matmul/conv time on kernels without Tensor Cores", ("no_tensor_cores_share",),
-         "mixed precision (torch.autocast) or TF32 on Ampere and newer", _no_tensor_cores),
-    Rule("single_tensor_optimizer", "Single-tensor (per-parameter) optimizer", ("single_tensor_min",),
-         "foreach=True or fused=True in the optimizer", _single_tensor),
-    Rule("low_gpu_utilization", "GPU busy share over the steps", ("low_gpu_utilization",),
-         "find the idle gaps and their causes with `traceanalyzer gaps`", _low_gpu_utilization),
-    Rule("capture_caveats", "How the trace was captured (steps, warm-up, data loading outside steps)", (),
-         "profile several steps with a schedule that skips warm-up", _capture_caveats),
+    Rule(
+        "sync_stalls",
+        "GPU idle while the CPU waits in synchronising calls",
+        ("sync_stall_share",),
+        "remove per-step .item()/.cpu()/synchronize(); read metrics every N steps",
+        _sync_stalls,
+    ),
+    Rule(
+        "pageable_copies",
+        "Copies to or from pageable host memory",
+        ("pageable_copy_bytes",),
+        "pin host memory (pin_memory=True) and copy with non_blocking=True",
+        _pageable_copies,
+    ),
+    Rule(
+        "launch_bound",
+        "Many short kernels and launch latency",
+        ("launch_bound_short_share", "launch_bound_min_kernels", "low_gpu_utilization", "launch_latency_share"),
+        "torch.compile to fuse kernels, CUDA graphs to launch them at once",
+        _launch_bound,
+    ),
+    Rule(
+        "no_tensor_cores",
+        "Matmul/conv time on kernels without Tensor Cores",
+        ("no_tensor_cores_share",),
+        "mixed precision (torch.autocast) or TF32 on Ampere and newer",
+        _no_tensor_cores,
+    ),
+    Rule(
+        "single_tensor_optimizer",
+        "Single-tensor (per-parameter) optimizer",
+        ("single_tensor_min",),
+        "foreach=True or fused=True in the optimizer",
+        _single_tensor,
+    ),
+    Rule(
+        "low_gpu_utilization",
+        "GPU busy share over the steps",
+        ("low_gpu_utilization",),
+        "find the idle gaps and their causes with `traceanalyzer gaps`",
+        _low_gpu_utilization,
+    ),
+    Rule(
+        "capture_caveats",
+        "How the trace was captured (steps, warm-up, data loading outside steps)",
+        (),
+        "profile several steps with a schedule that skips warm-up",
+        _capture_caveats,
+    ),
 )
 RULES_BY_ID = {r.id: r for r in RULES}
 

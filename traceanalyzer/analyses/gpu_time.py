@@ -57,9 +57,9 @@ def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     prev_end_ns / next_start_ns (the busy edges around it, null at a window edge with no work)."""
     lo = wins.group_by("device").agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
     b = busy.sort(["device", "start_ns"])
-    between = b.with_columns(
-        gap_start=pl.col("end_ns"), gap_end=pl.col("start_ns").shift(-1).over("device")
-    ).filter(pl.col("gap_end").is_not_null())
+    between = b.with_columns(gap_start=pl.col("end_ns"), gap_end=pl.col("start_ns").shift(-1).over("device")).filter(
+        pl.col("gap_end").is_not_null()
+    )
     first = b.group_by("device").agg(first=pl.col("start_ns").min(), last=pl.col("end_ns").max())
     edges = lo.join(first, on="device", how="left")
     lead = edges.select("device", gap_start=pl.col("lo"), gap_end=pl.coalesce("first", "hi"))
@@ -71,10 +71,17 @@ def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
             trail.filter(pl.col("gap_end") > pl.col("gap_start")),
         ]
     )
-    return gaps.select(
-        "device", start_ns=pl.col("gap_start"), end_ns=pl.col("gap_end"),
-        prev_end_ns=pl.col("gap_start"), next_start_ns=pl.col("gap_end"),
-    ).unique().sort(["device", "start_ns"])
+    return (
+        gaps.select(
+            "device",
+            start_ns=pl.col("gap_start"),
+            end_ns=pl.col("gap_end"),
+            prev_end_ns=pl.col("gap_start"),
+            next_start_ns=pl.col("gap_end"),
+        )
+        .unique()
+        .sort(["device", "start_ns"])
+    )
 
 
 def busy_by_window(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:

@@ -14,7 +14,12 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end
     reach = pl.col("end_ns").cum_max().shift(1).over(by)
     s = s.with_columns(_new=(reach.is_null() | (pl.col("start_ns") > reach)).cast(pl.Int64))
     s = s.with_columns(_grp=pl.col("_new").cum_sum().over(by))
-    return s.group_by([*by, "_grp"]).agg(pl.col("start_ns").min(), pl.col("end_ns").max()).drop("_grp").sort([*by, "start_ns"])
+    return (
+        s.group_by([*by, "_grp"])
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .drop("_grp")
+        .sort([*by, "start_ns"])
+    )
 
 
 def coverage_index(disjoint: pl.DataFrame, by: list[str]) -> pl.DataFrame:

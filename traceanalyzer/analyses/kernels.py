@@ -27,8 +27,19 @@ TENSOR_CORE_PATTERN = (
 MATMUL_CONV_PATTERN = r"(?i)gemm|gemv|matmul|convolve|convolution|conv[23]d|cudnn.*conv|cutlass|cublas|wgrad|dgrad|fprop|xmma|nvjet|scudnn|winograd|bmm_|fmha|flash"
 
 KERNEL_COLUMNS = [
-    "kernel", "calls", "total_us", "mean_us", "min_us", "max_us", "share", "grid", "block",
-    "tensor_cores", "matmul_conv", "graph_replayed", "launched_by",
+    "kernel",
+    "calls",
+    "total_us",
+    "mean_us",
+    "min_us",
+    "max_us",
+    "share",
+    "grid",
+    "block",
+    "tensor_cores",
+    "matmul_conv",
+    "graph_replayed",
+    "launched_by",
 ]
 
 
@@ -65,11 +76,14 @@ def _launchers(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
     """kernel name -> 'op (n), op (n), …' (three most frequent launching ops)."""
     ctx = op_context(trace, kernels["op_id"]).select("op_id", "op")
     counted = (
-        kernels.select("name", "op_id").join(ctx, on="op_id", how="left")
+        kernels.select("name", "op_id")
+        .join(ctx, on="op_id", how="left")
         .with_columns(op=pl.col("op").fill_null("(no op)"))
-        .group_by("name", "op").agg(n=pl.len())
+        .group_by("name", "op")
+        .agg(n=pl.len())
         .sort(["name", "n", "op"], descending=[False, True, False])
-        .group_by("name", maintain_order=True).head(3)
+        .group_by("name", maintain_order=True)
+        .head(3)
     )
     return counted.group_by("name", maintain_order=True).agg(
         launched_by=(pl.col("op") + pl.lit(" (") + pl.col("n").cast(pl.String) + pl.lit(")")).str.join(", ")
@@ -84,7 +98,8 @@ def analyse_kernels(trace: Trace, options: KernelOptions | None = None) -> Kerne
     )
     total_ns = int(k["dur_ns"].sum()) if k.height else 0
     table = (
-        k.group_by("name").agg(
+        k.group_by("name")
+        .agg(
             calls=pl.len().cast(pl.Int64),
             total_us=pl.col("dur_ns").sum() / 1000.0,
             mean_us=pl.col("dur_ns").mean() / 1000.0,

@@ -53,8 +53,10 @@ class MemoryResult:
 
 def device_label(device_type: pl.Expr, device_id: pl.Expr) -> pl.Expr:
     return (
-        pl.when(device_type == 1).then(pl.lit("cuda:") + device_id.cast(pl.String))
-        .when(device_type == 0).then(pl.lit("cpu"))
+        pl.when(device_type == 1)
+        .then(pl.lit("cuda:") + device_id.cast(pl.String))
+        .when(device_type == 0)
+        .then(pl.lit("cpu"))
         .otherwise(pl.lit("type") + device_type.cast(pl.String) + pl.lit(":") + device_id.cast(pl.String))
     )
 
@@ -64,7 +66,9 @@ def _events(trace: Trace) -> pl.DataFrame:
     m = (
         trace.memory.filter(pl.col("bytes").is_not_null())
         .with_row_index("event_id")
-        .with_columns(pl.col("event_id").cast(pl.Int64), pl.col("device_type").fill_null(-1), pl.col("device_id").fill_null(-1))
+        .with_columns(
+            pl.col("event_id").cast(pl.Int64), pl.col("device_type").fill_null(-1), pl.col("device_id").fill_null(-1)
+        )
         .sort("ts_ns", "event_id")
         .with_columns(device=device_label(pl.col("device_type"), pl.col("device_id")))
         .with_columns(pos=pl.int_range(pl.len()).over("device"))
@@ -111,10 +115,16 @@ def _named_op_id(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     for _ in range(_MAX_DEPTH):
         if cur.filter(pl.col("_up").is_not_null()).is_empty():
             break
-        cur = cur.join(up, on="_up", how="left").with_columns(
-            named_op_id=pl.when(pl.col("_pns").fill_null(False)).then(pl.col("_up")).otherwise(pl.col("named_op_id")),
-            _up=pl.col("_pp"),
-        ).drop("_pp", "_pns")
+        cur = (
+            cur.join(up, on="_up", how="left")
+            .with_columns(
+                named_op_id=pl.when(pl.col("_pns").fill_null(False))
+                .then(pl.col("_up"))
+                .otherwise(pl.col("named_op_id")),
+                _up=pl.col("_pp"),
+            )
+            .drop("_pp", "_pns")
+        )
     return cur.select("alloc_op_id", named_op_id=pl.coalesce("named_op_id", "alloc_op_id"))
 
 
@@ -125,17 +135,23 @@ def _pair(ev: pl.DataFrame) -> pl.DataFrame:
         _npos=pl.col("pos").shift(-1).over("device", "addr"),
         _nts=pl.col("ts_ns").shift(-1).over("device", "addr"),
     )
-    return nxt.filter(pl.col("bytes") > 0).with_columns(
-        free_pos=pl.when(pl.col("_nb") < 0).then(pl.col("_npos")),
-        free_ts_ns=pl.when(pl.col("_nb") < 0).then(pl.col("_nts")),
-    ).drop("_nb", "_npos", "_nts")
+    return (
+        nxt.filter(pl.col("bytes") > 0)
+        .with_columns(
+            free_pos=pl.when(pl.col("_nb") < 0).then(pl.col("_npos")),
+            free_ts_ns=pl.when(pl.col("_nb") < 0).then(pl.col("_nts")),
+        )
+        .drop("_nb", "_npos", "_nts")
+    )
 
 
 def _ancestor_names(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     """op_id -> every distinct name on its chain (itself included): for inclusive totals."""
     ids = pl.DataFrame({"op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique()
     ops = trace.ops.select("op_id", "name", "parent_id")
-    cur = ids.join(ops, on="op_id", how="left").select("op_id", _at=pl.col("op_id"), name="name", _up=pl.col("parent_id"))
+    cur = ids.join(ops, on="op_id", how="left").select(
+        "op_id", _at=pl.col("op_id"), name="name", _up=pl.col("parent_id")
+    )
     out = [cur.select("op_id", "name")]
     up = ops.select(pl.col("op_id").alias("_up"), pl.col("name").alias("_pname"), pl.col("parent_id").alias("_pp"))
     for _ in range(_MAX_DEPTH):
@@ -152,12 +168,16 @@ def _top_ops(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     and the bytes freed directly in it."""
     allocs = ev.filter(pl.col("bytes") > 0)
     frees = ev.filter(pl.col("bytes") < 0)
-    self_alloc = allocs.group_by("device", "inner_op").agg(
-        self_allocs=pl.len(), self_alloc_bytes=pl.col("bytes").sum()
-    ).rename({"inner_op": "name"})
-    self_free = frees.group_by("device", "inner_op").agg(
-        self_frees=pl.len(), self_freed_bytes=-pl.col("bytes").sum()
-    ).rename({"inner_op": "name"})
+    self_alloc = (
+        allocs.group_by("device", "inner_op")
+        .agg(self_allocs=pl.len(), self_alloc_bytes=pl.col("bytes").sum())
+        .rename({"inner_op": "name"})
+    )
+    self_free = (
+        frees.group_by("device", "inner_op")
+        .agg(self_frees=pl.len(), self_freed_bytes=-pl.col("bytes").sum())
+        .rename({"inner_op": "name"})
+    )
     chain = _ancestor_names(trace, pl.concat([allocs["alloc_op_id"], frees["alloc_op_id"]]))
     total = (
         ev.filter(pl.col("alloc_op_id").is_not_null())
@@ -176,11 +196,19 @@ def _top_ops(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("name").is_not_null() & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
         .fill_null(0)
     )
-    return out.select(
-        "device", op="name", allocs=pl.col("total_allocs"),
-        total_alloc_mb=pl.col("total_alloc_bytes") / MB, self_alloc_mb=pl.col("self_alloc_bytes") / MB,
-        total_freed_mb=pl.col("total_freed_bytes") / MB, self_freed_mb=pl.col("self_freed_bytes") / MB,
-    ).filter(pl.col("total_alloc_mb") + pl.col("total_freed_mb") > 0).sort("total_alloc_mb", "self_alloc_mb", descending=True)
+    return (
+        out.select(
+            "device",
+            op="name",
+            allocs=pl.col("total_allocs"),
+            total_alloc_mb=pl.col("total_alloc_bytes") / MB,
+            self_alloc_mb=pl.col("self_alloc_bytes") / MB,
+            total_freed_mb=pl.col("total_freed_bytes") / MB,
+            self_freed_mb=pl.col("self_freed_bytes") / MB,
+        )
+        .filter(pl.col("total_alloc_mb") + pl.col("total_freed_mb") > 0)
+        .sort("total_alloc_mb", "self_alloc_mb", descending=True)
+    )
 
 
 def _step_boundaries(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
@@ -189,7 +217,9 @@ def _step_boundaries(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     if trace.steps.is_empty() or ev.is_empty():
         return pl.DataFrame(schema={"device": pl.String, "step": pl.Int64})
     state = ev.select(
-        "device", "ts_ns", "pos",
+        "device",
+        "ts_ns",
+        "pos",
         _alloc=pl.col("allocated"),
         _res=pl.col("total_reserved"),
         _before=pl.col("allocated") - pl.col("bytes"),
@@ -200,21 +230,33 @@ def _step_boundaries(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     q = devs.join(st, how="cross")
 
     def at(col: str, out: str) -> pl.DataFrame:
-        j = q.sort(col).join_asof(state, left_on=col, right_on="ts_ns", by="device", strategy="backward", check_sortedness=False)
+        j = q.sort(col).join_asof(
+            state, left_on=col, right_on="ts_ns", by="device", strategy="backward", check_sortedness=False
+        )
         j = j.join(first, on="device", how="left", suffix="_first")
-        return j.select("device", "step", pl.coalesce("_alloc", "_before_first").alias(f"{out}_alloc"), pl.col("_res").alias(f"{out}_res"))
+        return j.select(
+            "device",
+            "step",
+            pl.coalesce("_alloc", "_before_first").alias(f"{out}_alloc"),
+            pl.col("_res").alias(f"{out}_res"),
+        )
 
     s = at("start_ns", "start").join(at("end_ns", "end"), on=["device", "step"])
     in_step = (
         ev.join_where(st, pl.col("ts_ns") >= pl.col("start_ns"), pl.col("ts_ns") < pl.col("end_ns"))
         .group_by("device", "step")
-        .agg(peak_alloc=pl.col("allocated").max(), allocs=(pl.col("bytes") > 0).sum(), alloc_bytes=pl.col("bytes").clip(lower_bound=0).sum())
+        .agg(
+            peak_alloc=pl.col("allocated").max(),
+            allocs=(pl.col("bytes") > 0).sum(),
+            alloc_bytes=pl.col("bytes").clip(lower_bound=0).sum(),
+        )
     )
     return (
         s.join(in_step, on=["device", "step"], how="left")
         .sort("device", "step")
         .select(
-            "device", "step",
+            "device",
+            "step",
             allocated_at_start_mb=pl.col("start_alloc") / MB,
             allocated_at_end_mb=pl.col("end_alloc") / MB,
             growth_mb=(pl.col("end_alloc") - pl.col("start_alloc")) / MB,
@@ -228,7 +270,9 @@ def _step_boundaries(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
 
 def _timeline(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
     if ev.is_empty():
-        return pl.DataFrame(schema={"device": pl.String, "t_us": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64})
+        return pl.DataFrame(
+            schema={"device": pl.String, "t_us": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64}
+        )
     lo, hi = ev["ts_ns"].min(), ev["ts_ns"].max()
     width = max((hi - lo) // max(points, 1) + 1, 1)
     return (
@@ -236,7 +280,12 @@ def _timeline(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
         .group_by("device", "_b")
         .agg(allocated_mb=pl.col("allocated").max() / MB, reserved_mb=pl.col("total_reserved").max() / MB)
         .sort("device", "_b")
-        .select("device", t_us=((pl.col("_b") * width + lo - trace.meta.origin_ns) / 1000.0), allocated_mb="allocated_mb", reserved_mb="reserved_mb")
+        .select(
+            "device",
+            t_us=((pl.col("_b") * width + lo - trace.meta.origin_ns) / 1000.0),
+            allocated_mb="allocated_mb",
+            reserved_mb="reserved_mb",
+        )
     )
 
 
@@ -245,7 +294,9 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
     ev = _events(trace)
     if ev.is_empty():
         empty = pl.DataFrame()
-        return MemoryResult(trace.path, opts, False, False, empty, empty, empty, empty, empty, empty, empty, note=NO_MEMORY_NOTE)
+        return MemoryResult(
+            trace.path, opts, False, False, empty, empty, empty, empty, empty, empty, empty, note=NO_MEMORY_NOTE
+        )
     has_totals = ev["total_allocated"].null_count() < ev.height
     has_addr = ev["addr"].null_count() < ev.height
     ev = _attribute(trace, ev)
@@ -257,21 +308,31 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
         .group_by("device")
         .agg(pl.all().sort_by("allocated", "pos", descending=[True, False]).first())
         .select(
-            "device", "device_type", "device_id",
-            peak_pos=pl.col("pos"), peak_ts_ns=pl.col("ts_ns"), peak_bytes=pl.col("allocated"),
+            "device",
+            "device_type",
+            "device_id",
+            peak_pos=pl.col("pos"),
+            peak_ts_ns=pl.col("ts_ns"),
+            peak_bytes=pl.col("allocated"),
             reserved_at_peak=pl.col("total_reserved"),
         )
     )
     per_dev = ev.group_by("device").agg(
-        events=pl.len(), allocs=(pl.col("bytes") > 0).sum(), frees=(pl.col("bytes") < 0).sum(),
-        alloc_bytes=pl.col("bytes").clip(lower_bound=0).sum(), freed_bytes=-pl.col("bytes").clip(upper_bound=0).sum(),
+        events=pl.len(),
+        allocs=(pl.col("bytes") > 0).sum(),
+        frees=(pl.col("bytes") < 0).sum(),
+        alloc_bytes=pl.col("bytes").clip(lower_bound=0).sum(),
+        freed_bytes=-pl.col("bytes").clip(upper_bound=0).sum(),
         max_reserved=pl.col("total_reserved").max(),
         first_ts=pl.col("ts_ns").min(),
         start_alloc=pl.col("allocated").sort_by("pos").first() - pl.col("bytes").sort_by("pos").first(),
         end_alloc=pl.col("allocated").sort_by("pos").last(),
     )
     capacity = pl.DataFrame(
-        {"device_id": [d.id for d in trace.meta.devices], "capacity": [d.total_memory_bytes for d in trace.meta.devices]},
+        {
+            "device_id": [d.id for d in trace.meta.devices],
+            "capacity": [d.total_memory_bytes for d in trace.meta.devices],
+        },
         schema={"device_id": pl.Int64, "capacity": pl.Int64},
     )
     step_of_peak = pl.lit(None, pl.Int64)
@@ -280,7 +341,8 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
     if has_addr:
         pairs = _pair(ev)
         live = pairs.join(peak.select("device", "peak_pos"), on="device").filter(
-            (pl.col("pos") <= pl.col("peak_pos")) & (pl.col("free_pos").is_null() | (pl.col("free_pos") > pl.col("peak_pos")))
+            (pl.col("pos") <= pl.col("peak_pos"))
+            & (pl.col("free_pos").is_null() | (pl.col("free_pos") > pl.col("peak_pos")))
         )
         never = pairs.filter(pl.col("free_pos").is_null())
     else:
@@ -296,9 +358,17 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
         .join(capacity.rename({"device_id": "_cap_id"}), on="_cap_id", how="left")
     )
     if steps_df.height:
-        devices = devices.sort("peak_ts_ns").join_asof(
-            steps_df.sort("start_ns").rename({"end_ns": "_step_end"}), left_on="peak_ts_ns", right_on="start_ns", strategy="backward", check_sortedness=False
-        ).with_columns(step=pl.when(pl.col("peak_ts_ns") < pl.col("_step_end")).then(pl.col("step")))
+        devices = (
+            devices.sort("peak_ts_ns")
+            .join_asof(
+                steps_df.sort("start_ns").rename({"end_ns": "_step_end"}),
+                left_on="peak_ts_ns",
+                right_on="start_ns",
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .with_columns(step=pl.when(pl.col("peak_ts_ns") < pl.col("_step_end")).then(pl.col("step")))
+        )
     else:
         devices = devices.with_columns(step=step_of_peak)
     devices = devices.sort("device_type", "device_id", descending=[True, False]).select(
@@ -308,7 +378,9 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
         peak_step=pl.col("step"),
         reserved_at_peak_mb=pl.col("reserved_at_peak") / MB,
         # CPU allocations have no caching allocator: no reserved memory, no cache.
-        cache_at_peak_mb=pl.when(pl.col("device_type") != 0).then((pl.col("reserved_at_peak") - pl.col("peak_bytes")) / MB),
+        cache_at_peak_mb=pl.when(pl.col("device_type") != 0).then(
+            (pl.col("reserved_at_peak") - pl.col("peak_bytes")) / MB
+        ),
         max_reserved_mb=pl.col("max_reserved") / MB,
         capacity_mb=pl.col("capacity") / MB,
         share_of_capacity=pl.col("peak_bytes") / pl.col("capacity"),
@@ -342,14 +414,18 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
 
     live_list = listing(live)
     live_by_op = (
-        live.group_by("device", "op", "range").agg(allocs=pl.len(), mb=pl.col("bytes").sum() / MB)
+        live.group_by("device", "op", "range")
+        .agg(allocs=pl.len(), mb=pl.col("bytes").sum() / MB)
         .join(live_sum, on="device")
         .with_columns(share_of_live=pl.col("mb") * MB / pl.col("live_in_trace_bytes"))
         .drop("live_in_trace_bytes", "live_allocs")
         .sort("mb", descending=True)
     )
     result = MemoryResult(
-        trace.path, opts, True, has_totals,
+        trace.path,
+        opts,
+        True,
+        has_totals,
         devices=devices,
         live_at_peak=live_list,
         live_by_op=live_by_op,
@@ -357,7 +433,9 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
         never_freed=listing(never),
         steps=_step_boundaries(trace, ev),
         timeline=_timeline(trace, ev, opts.timeline_points),
-        note=None if has_totals else "this trace (2021 schema) has no allocator totals or addresses: allocated memory is counted from the trace start and allocations are not paired with frees",
+        note=None
+        if has_totals
+        else "this trace (2021 schema) has no allocator totals or addresses: allocated memory is counted from the trace start and allocations are not paired with frees",
     )
     return _with_findings(result, has_addr)
 
@@ -366,7 +444,9 @@ def _with_findings(r: MemoryResult, has_addr: bool) -> MemoryResult:
     o = r.options
     found: list[str] = []
     for d in r.devices.iter_rows(named=True):
-        share = d["reserved_share_of_capacity"] if d["reserved_share_of_capacity"] is not None else d["share_of_capacity"]
+        share = (
+            d["reserved_share_of_capacity"] if d["reserved_share_of_capacity"] is not None else d["share_of_capacity"]
+        )
         if share is not None and share >= o.near_capacity_share:
             found.append(
                 f"{d['device']}: memory near the device's capacity: {d['max_reserved_mb'] or d['peak_allocated_mb']:,.0f} MB reserved "
@@ -374,9 +454,17 @@ def _with_findings(r: MemoryResult, has_addr: bool) -> MemoryResult:
             )
     if r.steps.height:
         per = r.steps.group_by("device").agg(
-            n=pl.len(), rising=(pl.col("growth_mb") > 0).all(), growth=pl.col("growth_mb").sum(), mean=pl.col("growth_mb").mean()
+            n=pl.len(),
+            rising=(pl.col("growth_mb") > 0).all(),
+            growth=pl.col("growth_mb").sum(),
+            mean=pl.col("growth_mb").mean(),
         )
-        for g in per.filter((pl.col("n") >= o.min_growth_steps) & (pl.col("growth") >= o.min_finding_mb) & pl.col("rising") & (pl.col("mean") >= o.growth_mb_per_step)).iter_rows(named=True):
+        for g in per.filter(
+            (pl.col("n") >= o.min_growth_steps)
+            & (pl.col("growth") >= o.min_finding_mb)
+            & pl.col("rising")
+            & (pl.col("mean") >= o.growth_mb_per_step)
+        ).iter_rows(named=True):
             found.append(
                 f"{g['device']}: allocated memory rose in every one of {g['n']} steps ({g['mean']:,.1f} MB per step, "
                 f"{g['growth']:,.1f} MB in all): a leak suspect (tensors kept across steps, e.g. a loss summed without .item())"

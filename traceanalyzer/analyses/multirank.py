@@ -44,7 +44,11 @@ _RANK_IN_NAME = re.compile(r"(?i)(?:rank|worker|node|proc)[-_]?(\d+)")
 
 @dataclass(frozen=True)
 class MultiRankOptions:
-    straggler_min_us: float = opt(1000.0, "call a rank a straggler when it starts a step or a collective this many µs after the median rank", flag="--straggler-min")
+    straggler_min_us: float = opt(
+        1000.0,
+        "call a rank a straggler when it starts a step or a collective this many µs after the median rank",
+        flag="--straggler-min",
+    )
     collective_pattern: str = opt(COLLECTIVE_PATTERN, "regular expression naming collective kernels (NCCL/RCCL)")
 
 
@@ -69,7 +73,9 @@ class MultiRankResult:
     options: MultiRankOptions
     ranks: pl.DataFrame  # one row per rank, see cross_rank
     stragglers: pl.DataFrame  # rank, what, late_by_us, cause, cause_us, op, python_frame
-    collectives: pl.DataFrame  # rank, name, k, start_us (aligned, from the earliest start), late_by_us (vs the median rank), dur_us
+    collectives: (
+        pl.DataFrame
+    )  # rank, name, k, start_us (aligned, from the earliest start), late_by_us (vs the median rank), dur_us
     longest_rank: int | None
     longest_idle_by_cause: pl.DataFrame  # cause, idle_us, share_of_idle for longest_rank
     clocks_aligned: bool
@@ -81,7 +87,9 @@ def rank_from_name(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def rank_result(trace: Trace, gap_options: GapOptions | None = None, options: MultiRankOptions | None = None) -> RankResult:
+def rank_result(
+    trace: Trace, gap_options: GapOptions | None = None, options: MultiRankOptions | None = None
+) -> RankResult:
     """One rank's contribution: a pure function of one trace."""
     opts = options or MultiRankOptions()
     gaps = analyse_gaps(trace, gap_options)
@@ -93,8 +101,10 @@ def rank_result(trace: Trace, gap_options: GapOptions | None = None, options: Mu
     if trace.steps.height:
         steps = trace.steps.select("step", "start_ns", "end_ns")
     elif trace.gpu.height:
-        steps = pl.DataFrame({"step": [None], "start_ns": [trace.gpu["ts_ns"].min()], "end_ns": [trace.gpu["end_ns"].max()]},
-                             schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+        steps = pl.DataFrame(
+            {"step": [None], "start_ns": [trace.gpu["ts_ns"].min()], "end_ns": [trace.gpu["end_ns"].max()]},
+            schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        )
     else:
         steps = pl.DataFrame(schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
     coll = (
@@ -108,10 +118,20 @@ def rank_result(trace: Trace, gap_options: GapOptions | None = None, options: Mu
         gaps.all_gaps.select(
             start_ns=(pl.col("start_us") * 1000).round(0).cast(pl.Int64) + origin,
             end_ns=((pl.col("start_us") + pl.col("duration_us")) * 1000).round(0).cast(pl.Int64) + origin,
-            cause="cause", op="op", python_frame="python_frame",
+            cause="cause",
+            op="op",
+            python_frame="python_frame",
         )
         if gaps.has_gpu_work
-        else pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "cause": pl.String, "op": pl.String, "python_frame": pl.String})
+        else pl.DataFrame(
+            schema={
+                "start_ns": pl.Int64,
+                "end_ns": pl.Int64,
+                "cause": pl.String,
+                "op": pl.String,
+                "python_frame": pl.String,
+            }
+        )
     )
     return RankResult(trace.path, rank, source, trace.meta.world_size, origin, steps, coll, gaps, idle, trace.warnings)
 
@@ -181,7 +201,10 @@ def cross_rank(results: list[RankResult], options: MultiRankOptions | None = Non
     if len(first) >= 2:
         overlap = max(f["start_ns"] for f in first.values()) < min(f["end_ns"] for f in first.values())
         if overlap:
-            aligned, note = True, "clocks aligned: the ranks' first common step windows overlap, so start times are compared as recorded"
+            aligned, note = (
+                True,
+                "clocks aligned: the ranks' first common step windows overlap, so start times are compared as recorded",
+            )
         else:
             ref = min(first, key=lambda i: (rank_of[i], i))
             shift = {i: first[ref]["start_ns"] - f["start_ns"] for i, f in first.items()}
@@ -202,7 +225,14 @@ def cross_rank(results: list[RankResult], options: MultiRankOptions | None = Non
             step_late[i] = late / 1000.0
             if late >= opts.straggler_min_us * 1000:
                 what = f"step {f['step']} start" if f["step"] is not None else "first GPU work"
-                late_rows.append({"rank": rank_of[i], "what": what, "late_by_us": late / 1000.0, **_lateness_cause(by_i[i], f["start_ns"], late)})
+                late_rows.append(
+                    {
+                        "rank": rank_of[i],
+                        "what": what,
+                        "late_by_us": late / 1000.0,
+                        **_lateness_cause(by_i[i], f["start_ns"], late),
+                    }
+                )
 
     coll = [
         r.collectives.with_columns(_i=pl.lit(i), aligned_ns=pl.col("ts_ns") + shift[i])
@@ -214,11 +244,14 @@ def cross_rank(results: list[RankResult], options: MultiRankOptions | None = Non
     if coll:
         c = pl.concat(coll, how="vertical_relaxed")
         c = c.with_columns(n_ranks=pl.col("_i").n_unique().over("name", "k")).filter(pl.col("n_ranks") >= 2)
-        c = c.with_columns(late_ns=(pl.col("aligned_ns") - pl.col("aligned_ns").median().over("name", "k")).round(0).cast(pl.Int64))
+        c = c.with_columns(
+            late_ns=(pl.col("aligned_ns") - pl.col("aligned_ns").median().over("name", "k")).round(0).cast(pl.Int64)
+        )
         t0 = c["aligned_ns"].min() if c.height else 0
         coll_table = c.sort("aligned_ns").select(
             rank=pl.col("_i").replace_strict(rank_of, return_dtype=pl.Int64),
-            name="name", k="k",
+            name="name",
+            k="k",
             start_us=(pl.col("aligned_ns") - t0) / 1000.0,
             late_by_us=pl.col("late_ns") / 1000.0,
             dur_us=(pl.col("end_ns") - pl.col("ts_ns")) / 1000.0,
@@ -227,15 +260,32 @@ def cross_rank(results: list[RankResult], options: MultiRankOptions | None = Non
         for w in worst.iter_rows(named=True):
             coll_late[w["_i"]] = w["late_ns"] / 1000.0
             if w["late_ns"] >= opts.straggler_min_us * 1000:
-                late_rows.append({
-                    "rank": rank_of[w["_i"]], "what": f"collective {w['name'][:60]} #{w['k']}", "late_by_us": w["late_ns"] / 1000.0,
-                    **_lateness_cause(by_i[w["_i"]], w["ts_ns"], w["late_ns"]),
-                })
+                late_rows.append(
+                    {
+                        "rank": rank_of[w["_i"]],
+                        "what": f"collective {w['name'][:60]} #{w['k']}",
+                        "late_by_us": w["late_ns"] / 1000.0,
+                        **_lateness_cause(by_i[w["_i"]], w["ts_ns"], w["late_ns"]),
+                    }
+                )
 
-    straggler_schema = {"rank": pl.Int64, "what": pl.String, "late_by_us": pl.Float64, "cause": pl.String, "cause_us": pl.Float64, "op": pl.String, "python_frame": pl.String}
+    straggler_schema = {
+        "rank": pl.Int64,
+        "what": pl.String,
+        "late_by_us": pl.Float64,
+        "cause": pl.String,
+        "cause_us": pl.Float64,
+        "op": pl.String,
+        "python_frame": pl.String,
+    }
     stragglers = pl.DataFrame(late_rows, schema=straggler_schema).sort("late_by_us", descending=True)
 
-    longest, longest_idle = None, pl.DataFrame(schema={"cause": pl.String, "idle_us": pl.Float64, "gaps": pl.UInt32, "share_of_idle": pl.Float64})
+    longest, longest_idle = (
+        None,
+        pl.DataFrame(
+            schema={"cause": pl.String, "idle_us": pl.Float64, "gaps": pl.UInt32, "share_of_idle": pl.Float64}
+        ),
+    )
     if results:
         rows = rows.with_columns(
             step_start_late_us=pl.col("_i").replace_strict(step_late, default=None, return_dtype=pl.Float64),

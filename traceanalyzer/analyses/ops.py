@@ -22,7 +22,15 @@ from traceanalyzer.options import OpsOptions
 from traceanalyzer.trace import Trace
 
 GROUPINGS = ("name", "shapes", "module")
-OP_COLUMNS = ["calls", "self_cpu_us", "total_cpu_us", "self_gpu_us", "total_gpu_us", "self_gpu_activities", "total_gpu_activities"]
+OP_COLUMNS = [
+    "calls",
+    "self_cpu_us",
+    "total_cpu_us",
+    "self_gpu_us",
+    "total_gpu_us",
+    "self_gpu_activities",
+    "total_gpu_activities",
+]
 _MAX_DEPTH = 512
 
 
@@ -53,9 +61,17 @@ def _per_op(trace: Trace) -> pl.DataFrame:
         if cur.is_empty():
             break
         pieces.append(cur)
-        cur = cur.join(parent_of, on="_at", how="inner").filter(pl.col("_up").is_not_null()).select(pl.col("_up").alias("_at"), "self_gpu_ns", "self_gpu_n")
+        cur = (
+            cur.join(parent_of, on="_at", how="inner")
+            .filter(pl.col("_up").is_not_null())
+            .select(pl.col("_up").alias("_at"), "self_gpu_ns", "self_gpu_n")
+        )
     if pieces:
-        totals = pl.concat(pieces).group_by("_at").agg(total_gpu_ns=pl.col("self_gpu_ns").sum(), total_gpu_n=pl.col("self_gpu_n").sum())
+        totals = (
+            pl.concat(pieces)
+            .group_by("_at")
+            .agg(total_gpu_ns=pl.col("self_gpu_ns").sum(), total_gpu_n=pl.col("self_gpu_n").sum())
+        )
     else:
         totals = pl.DataFrame(schema={"_at": pl.Int64, "total_gpu_ns": pl.Int64, "total_gpu_n": pl.Int64})
     return ops.join(totals, left_on="op_id", right_on="_at", how="left").with_columns(
@@ -68,7 +84,9 @@ def _module_of(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     ctx = op_context(trace, op_ids)
     return ctx.select(
         "op_id",
-        module=pl.col("op_chain").fill_null("").str.split(" > ")
+        module=pl.col("op_chain")
+        .fill_null("")
+        .str.split(" > ")
         .list.eval(pl.element().filter(pl.element().str.starts_with("nn.Module:")))
         .list.last()
         .fill_null("(no module)"),
@@ -97,7 +115,9 @@ def analyse_ops(trace: Trace, options: OpsOptions | None = None) -> pl.DataFrame
         self_gpu_activities=pl.col("self_gpu_n").sum().cast(pl.Int64),
         total_gpu_activities=pl.col("total_gpu_n").sum().cast(pl.Int64),
     )
-    return out.sort(["total_gpu_us", "total_cpu_us", *keys], descending=[True, True] + [False] * len(keys)).select(*keys, *OP_COLUMNS)
+    return out.sort(["total_gpu_us", "total_cpu_us", *keys], descending=[True, True] + [False] * len(keys)).select(
+        *keys, *OP_COLUMNS
+    )
 
 
 def sort_table(df: pl.DataFrame, column: str) -> pl.DataFrame:

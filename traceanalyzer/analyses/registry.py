@@ -5,7 +5,8 @@ tools iterate over them without knowing each module."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traceanalyzer.analyses.copies import analyse_copies
 from traceanalyzer.analyses.findings import analyse_findings

@@ -42,7 +42,17 @@ from traceanalyzer.errors import UsageError
 from traceanalyzer.options import TB_DATALOADER_PATTERN, StageOptions
 from traceanalyzer.trace import STEP_NAME, Trace
 
-PIPELINE_STAGES = ("data_loading", "h2d", "forward", "backward", "optimizer", "d2h", "sync_wait", "other_cpu", "gpu_idle")
+PIPELINE_STAGES = (
+    "data_loading",
+    "h2d",
+    "forward",
+    "backward",
+    "optimizer",
+    "d2h",
+    "sync_wait",
+    "other_cpu",
+    "gpu_idle",
+)
 TENSORBOARD_STAGES = ("Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other")
 RESERVED = {"sync_wait", "other_gpu", "other_cpu", "gpu_idle"}
 MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
@@ -92,11 +102,18 @@ def read_mapping(path: str) -> list[tuple[str, str]]:
 def _windows(trace: Trace) -> tuple[pl.DataFrame, str]:
     if trace.steps.height:
         return trace.steps.select("step", "start_ns", "end_ns").sort("start_ns"), "steps"
-    return pl.DataFrame({"step": [None], "start_ns": [trace.meta.origin_ns], "end_ns": [trace.meta.end_ns]}, schema={"step": pl.Int64, **_IV}), "trace"
+    return pl.DataFrame(
+        {"step": [None], "start_ns": [trace.meta.origin_ns], "end_ns": [trace.meta.end_ns]},
+        schema={"step": pl.Int64, **_IV},
+    ), "trace"
 
 
 def _iv(df: pl.DataFrame) -> pl.DataFrame:
-    return df.select(start_ns=pl.col("ts_ns"), end_ns=pl.col("end_ns")).filter(pl.col("end_ns") > pl.col("start_ns")).cast(_IV)
+    return (
+        df.select(start_ns=pl.col("ts_ns"), end_ns=pl.col("end_ns"))
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+        .cast(_IV)
+    )
 
 
 def _covered(union: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
@@ -106,7 +123,9 @@ def _covered(union: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     w = wins.rename({"start_ns": "w_s", "end_ns": "w_e"})
     j = union.join_where(w, pl.col("start_ns") < pl.col("w_e"), pl.col("end_ns") > pl.col("w_s"))
     per = j.group_by("step").agg(ns=(pl.min_horizontal("end_ns", "w_e") - pl.max_horizontal("start_ns", "w_s")).sum())
-    return wins.select("step").join(per, on="step", how="left", nulls_equal=True).with_columns(pl.col("ns").fill_null(0))
+    return (
+        wins.select("step").join(per, on="step", how="left", nulls_equal=True).with_columns(pl.col("ns").fill_null(0))
+    )
 
 
 def priority_breakdown(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFrame, remainder: str) -> pl.DataFrame:
@@ -122,7 +141,9 @@ def priority_breakdown(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFram
         step_cov = cov.join(prev, on="step", nulls_equal=True)
         rows.append(step_cov.select("step", stage=pl.lit(stage), ns=pl.col("ns") - pl.col("prev")))
         prev = cov.select("step", prev="ns")
-    rest = wins.join(prev, on="step", nulls_equal=True).select("step", stage=pl.lit(remainder), ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("prev"))
+    rest = wins.join(prev, on="step", nulls_equal=True).select(
+        "step", stage=pl.lit(remainder), ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("prev")
+    )
     rows.append(rest)
     return pl.concat(rows).group_by("step", "stage", maintain_order=True).agg(pl.col("ns").sum())
 
@@ -141,22 +162,34 @@ def _label(rules: list[tuple[str, str]], fallback: pl.Expr) -> pl.Expr:
     return fallback if expr is None else expr.otherwise(fallback)
 
 
-def _labelled(trace: Trace, rules: list[tuple[str, str]], cpu_fallback: pl.Expr, gpu_fallback: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _labelled(
+    trace: Trace, rules: list[tuple[str, str]], cpu_fallback: pl.Expr, gpu_fallback: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(cpu intervals, gpu intervals), each with `label`."""
     chains = _chains(trace)
     not_step = ~trace.ops["name"].str.contains(STEP_NAME)
     ops = trace.ops.filter(not_step).select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
     rt = trace.runtime.select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
     cpu = pl.concat([ops, rt]).with_columns(label=_label(rules, cpu_fallback))
-    gpu = trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns").join(chains, on="op_id", how="left").with_columns(
-        label=_label(rules, pl.lit(gpu_fallback))
+    gpu = (
+        trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns")
+        .join(chains, on="op_id", how="left")
+        .with_columns(label=_label(rules, pl.lit(gpu_fallback)))
     )
     return cpu, gpu
 
 
 def _pipeline_layers(trace: Trace, opts: StageOptions) -> list[tuple[str, pl.DataFrame]]:
-    rules = [("data_loading", opts.data_loading_pattern), ("backward", opts.backward_pattern), ("optimizer", opts.optimizer_pattern)]
-    cpu_fallback = pl.when(pl.col("op_chain").fill_null("").str.contains(MODEL_CPU)).then(pl.lit("forward")).otherwise(pl.lit("other_cpu"))
+    rules = [
+        ("data_loading", opts.data_loading_pattern),
+        ("backward", opts.backward_pattern),
+        ("optimizer", opts.optimizer_pattern),
+    ]
+    cpu_fallback = (
+        pl.when(pl.col("op_chain").fill_null("").str.contains(MODEL_CPU))
+        .then(pl.lit("forward"))
+        .otherwise(pl.lit("other_cpu"))
+    )
     cpu, gpu = _labelled(trace, rules, cpu_fallback, "forward")
     h2d = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(r"HtoD|Host -> Device")
     d2h = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(r"DtoH|Device -> Host")
@@ -189,7 +222,10 @@ def _mapping_layers(trace: Trace, rules: list[tuple[str, str]]) -> list[tuple[st
     layers = [(name, _iv(gpu.filter(pl.col("label") == name))) for name, _ in rules]
     layers.append(("sync_wait", _iv(blocking_calls(trace))))
     layers += [(name, _iv(cpu.filter(pl.col("label") == name))) for name, _ in rules]
-    layers += [("other_gpu", _iv(gpu.filter(pl.col("label") == "other_gpu"))), ("other_cpu", _iv(cpu.filter(pl.col("label") == "other_cpu")))]
+    layers += [
+        ("other_gpu", _iv(gpu.filter(pl.col("label") == "other_gpu"))),
+        ("other_cpu", _iv(cpu.filter(pl.col("label") == "other_cpu"))),
+    ]
     return layers
 
 
@@ -227,12 +263,15 @@ def analyse_stages(
     wins, window_kind = _windows(trace)
     long = priority_breakdown(layers, wins, remainder)
     times = (
-        wins.select("step", "start_ns").join(pl.DataFrame({"stage": list(stages)}), how="cross")
+        wins.select("step", "start_ns")
+        .join(pl.DataFrame({"stage": list(stages)}), how="cross")
         .join(long, on=["step", "stage"], how="left", nulls_equal=True)
         .select("step", "stage", time_us=pl.col("ns").fill_null(0) / 1000.0)
     )
     durations = wins.select("step", duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0)
-    wide = times.pivot(on="stage", index="step", values="time_us", maintain_order=True) if times.height else pl.DataFrame()
+    wide = (
+        times.pivot(on="stage", index="step", values="time_us", maintain_order=True) if times.height else pl.DataFrame()
+    )
     table = durations.join(wide, on="step", how="left", nulls_equal=True) if wide.height else durations
     table = table.select("step", "duration_us", *[s for s in stages if s in table.columns])
     average = {s: float(table[s].mean()) for s in stages if s in table.columns}

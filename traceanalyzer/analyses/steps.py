@@ -82,61 +82,81 @@ def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
             kernel_share=pl.col("kernel_ns") / pl.col("device_window_ns"),
         )
     else:
-        t = t.with_columns(gpu_busy_us=pl.lit(0.0), busy_share=pl.lit(None, pl.Float64), kernel_share=pl.lit(None, pl.Float64))
+        t = t.with_columns(
+            gpu_busy_us=pl.lit(0.0), busy_share=pl.lit(None, pl.Float64), kernel_share=pl.lit(None, pl.Float64)
+        )
     median = t["duration_us"].median()
-    return t.with_columns(outlier=pl.col("duration_us") > opts.outlier_factor * median).select(list(STEP_COLUMNS)).cast(STEP_COLUMNS)
+    return (
+        t.with_columns(outlier=pl.col("duration_us") > opts.outlier_factor * median)
+        .select(list(STEP_COLUMNS))
+        .cast(STEP_COLUMNS)
+    )
 
 
 def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions) -> list[Caveat]:
     out: list[Caveat] = []
     if not trace.has_gpu_work:
-        out.append(Caveat(
-            "no_gpu_activity",
-            "no GPU activity in this trace (captured without ProfilerActivity.CUDA, or on a machine "
-            "without a GPU): GPU idle time, copies and kernels cannot be analysed",
-            {"gpu_events": 0, "cpu_ops": trace.ops.height},
-        ))
+        out.append(
+            Caveat(
+                "no_gpu_activity",
+                "no GPU activity in this trace (captured without ProfilerActivity.CUDA, or on a machine "
+                "without a GPU): GPU idle time, copies and kernels cannot be analysed",
+                {"gpu_events": 0, "cpu_ops": trace.ops.height},
+            )
+        )
     if table.is_empty():
-        out.append(Caveat(
-            "no_steps",
-            "no ProfilerStep in this trace: per-step numbers are over the whole trace; profile with "
-            "torch.profiler.schedule(...) and call prof.step() every iteration",
-            {"steps": 0},
-        ))
+        out.append(
+            Caveat(
+                "no_steps",
+                "no ProfilerStep in this trace: per-step numbers are over the whole trace; profile with "
+                "torch.profiler.schedule(...) and call prof.step() every iteration",
+                {"steps": 0},
+            )
+        )
     else:
         if table.height < opts.min_steps:
-            out.append(Caveat(
-                "too_few_steps",
-                f"only {table.height} profiled step(s): too few to trust averages (want at least {opts.min_steps})",
-                {"steps": table.height, "min_steps": opts.min_steps},
-            ))
+            out.append(
+                Caveat(
+                    "too_few_steps",
+                    f"only {table.height} profiled step(s): too few to trust averages (want at least {opts.min_steps})",
+                    {"steps": table.height, "min_steps": opts.min_steps},
+                )
+            )
         if table.height >= 2:
             first = table.row(0, named=True)
             rest_median = table["duration_us"].slice(1).median()
             if rest_median and first["duration_us"] > opts.outlier_factor * rest_median:
-                out.append(Caveat(
-                    "first_step_warmup",
-                    f"the first step (#{first['step']}) took {first['duration_us'] / rest_median:.1f}× the median of the others: "
-                    "it includes warm-up (allocator, cuDNN autotuning, compilation); raise `warmup` in the profiler schedule",
-                    {"step": first["step"], "duration_us": first["duration_us"], "median_others_us": rest_median},
-                ))
+                out.append(
+                    Caveat(
+                        "first_step_warmup",
+                        f"the first step (#{first['step']}) took {first['duration_us'] / rest_median:.1f}× the median of the others: "
+                        "it includes warm-up (allocator, cuDNN autotuning, compilation); raise `warmup` in the profiler schedule",
+                        {"step": first["step"], "duration_us": first["duration_us"], "median_others_us": rest_median},
+                    )
+                )
     # Data loading outside every step window: time the loop spent that no step accounts for.
     data = trace.ops.filter(pl.col("name").str.contains(DATA_LOADING_PATTERN))
     if data.height and trace.steps.height:
         inside = (
             data.select("op_id", "ts_ns", "end_ns")
-            .join_where(trace.steps.select(s="start_ns", e="end_ns"), pl.col("ts_ns") < pl.col("e"), pl.col("end_ns") > pl.col("s"))
+            .join_where(
+                trace.steps.select(s="start_ns", e="end_ns"),
+                pl.col("ts_ns") < pl.col("e"),
+                pl.col("end_ns") > pl.col("s"),
+            )
             .select("op_id")
             .unique()
         )
         outside = data.join(inside, on="op_id", how="anti")
         if outside.height:
-            out.append(Caveat(
-                "data_loading_outside_steps",
-                f"{outside.height} data-loading range(s) ({outside['dur_ns'].sum() / 1000:,.0f} µs) lie outside every ProfilerStep: "
-                "call prof.step() after fetching the batch so loading counts in a step",
-                {"ranges": outside.height, "duration_us": outside["dur_ns"].sum() / 1000.0},
-            ))
+            out.append(
+                Caveat(
+                    "data_loading_outside_steps",
+                    f"{outside.height} data-loading range(s) ({outside['dur_ns'].sum() / 1000:,.0f} µs) lie outside every ProfilerStep: "
+                    "call prof.step() after fetching the batch so loading counts in a step",
+                    {"ranges": outside.height, "duration_us": outside["dur_ns"].sum() / 1000.0},
+                )
+            )
     return out
 
 

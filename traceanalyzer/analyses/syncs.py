@@ -37,6 +37,7 @@ from traceanalyzer.analyses import gpu_time
 from traceanalyzer.analyses.attribution import NAMESPACED_OP, op_context
 from traceanalyzer.analyses.copies import step_of
 from traceanalyzer.analyses.cpu_activity import blocking_calls
+
 # The gap pieces, their classification and the sync a gap is blamed on come from gaps itself, so
 # that a sync's bubble is by construction the gap `gaps` blames on it.
 from traceanalyzer.analyses.gaps import classify_gaps
@@ -45,8 +46,22 @@ from traceanalyzer.trace import Trace
 
 GPU_WAIT_API = r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent$"
 SYNC_COLUMNS = [
-    "sync_id", "kind", "api", "start_us", "blocked_us", "bubble_us", "idle_while_blocked_us", "waited_for", "waited_for_stream",
-    "op", "range", "python_frame", "op_chain", "step", "tid", "device",
+    "sync_id",
+    "kind",
+    "api",
+    "start_us",
+    "blocked_us",
+    "bubble_us",
+    "idle_while_blocked_us",
+    "waited_for",
+    "waited_for_stream",
+    "op",
+    "range",
+    "python_frame",
+    "op_chain",
+    "step",
+    "tid",
+    "device",
 ]
 
 
@@ -77,7 +92,11 @@ def charged_gaps(trace: Trace, gap_options: GapOptions | None = None) -> pl.Data
 def _device_of_calls(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     """Add `device`: that of the call's own GPU activity (a memcpy), else of the latest work the
     same thread launched before it, else the trace's only (or first) device."""
-    own = trace.gpu.filter(pl.col("runtime_id").is_not_null()).unique("runtime_id", keep="first").select("runtime_id", _own="device")
+    own = (
+        trace.gpu.filter(pl.col("runtime_id").is_not_null())
+        .unique("runtime_id", keep="first")
+        .select("runtime_id", _own="device")
+    )
     launched = (
         trace.gpu.filter(pl.col("launch_ts_ns").is_not_null())
         .select(pid="launch_pid", tid="launch_tid", _lts="launch_ts_ns", _ldev="device")
@@ -86,21 +105,29 @@ def _device_of_calls(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     devs = gpu_time.devices(trace)
     calls = calls.join(own, on="runtime_id", how="left").sort("ts_ns")
     if launched.height:
-        calls = calls.join_asof(launched, left_on="ts_ns", right_on="_lts", by=["pid", "tid"], strategy="backward", check_sortedness=False).drop("_lts")
+        calls = calls.join_asof(
+            launched, left_on="ts_ns", right_on="_lts", by=["pid", "tid"], strategy="backward", check_sortedness=False
+        ).drop("_lts")
     else:
         calls = calls.with_columns(_ldev=pl.lit(None, pl.Int64))
-    return calls.with_columns(device=pl.coalesce("_own", "_ldev", pl.lit(devs[0] if devs else None, pl.Int64))).drop("_own", "_ldev")
+    return calls.with_columns(device=pl.coalesce("_own", "_ldev", pl.lit(devs[0] if devs else None, pl.Int64))).drop(
+        "_own", "_ldev"
+    )
 
 
 def _waited_for(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     """Add `waited_for` / `waited_for_stream`: the GPU activity on the call's device that ended
     last while the call was in progress."""
-    gpu = trace.gpu.filter(pl.col("device").is_not_null()).select(
-        "device", _gend="end_ns", waited_for="name", waited_for_stream="stream"
-    ).sort("_gend")
+    gpu = (
+        trace.gpu.filter(pl.col("device").is_not_null())
+        .select("device", _gend="end_ns", waited_for="name", waited_for_stream="stream")
+        .sort("_gend")
+    )
     if gpu.is_empty() or calls.is_empty():
         return calls.with_columns(waited_for=pl.lit(None, pl.String), waited_for_stream=pl.lit(None, pl.Int64))
-    j = calls.sort("end_ns").join_asof(gpu, left_on="end_ns", right_on="_gend", by="device", strategy="backward", check_sortedness=False)
+    j = calls.sort("end_ns").join_asof(
+        gpu, left_on="end_ns", right_on="_gend", by="device", strategy="backward", check_sortedness=False
+    )
     inside = pl.col("_gend") >= pl.col("ts_ns")
     return j.with_columns(
         waited_for=pl.when(inside).then(pl.col("waited_for")),
@@ -112,19 +139,34 @@ def _step_windows(trace: Trace) -> tuple[pl.DataFrame, int]:
     """Step durations (GPU-extended), or the traced span as one window without steps."""
     if trace.steps.height:
         return trace.steps.select("step", step_ns=pl.col("end_ns") - pl.col("start_ns")), trace.steps.height
-    return pl.DataFrame({"step": [None], "step_ns": [trace.meta.end_ns - trace.meta.origin_ns]}, schema={"step": pl.Int64, "step_ns": pl.Int64}), 1
+    return pl.DataFrame(
+        {"step": [None], "step_ns": [trace.meta.end_ns - trace.meta.origin_ns]},
+        schema={"step": pl.Int64, "step_ns": pl.Int64},
+    ), 1
 
 
 def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResult:
     opts = options or SyncOptions()
     blocking = blocking_calls(trace)
     waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
-    calls = pl.concat([blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))], how="diagonal_relaxed")
+    calls = pl.concat(
+        [blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))],
+        how="diagonal_relaxed",
+    )
     step_table, n_steps = _step_windows(trace)
     if calls.is_empty():
         empty = pl.DataFrame(schema={c: pl.Null for c in SYNC_COLUMNS})
-        return SyncsResult(trace.path, opts, empty, pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), (), n_steps,
-                           note="no synchronising runtime call in this trace")
+        return SyncsResult(
+            trace.path,
+            opts,
+            empty,
+            pl.DataFrame(),
+            pl.DataFrame(),
+            pl.DataFrame(),
+            (),
+            n_steps,
+            note="no synchronising runtime call in this trace",
+        )
     gaps = charged_gaps(trace)
     # The gap the call returned into is its bubble; gaps that opened and closed while it still
     # held the CPU (a pageable copy staged in chunks, say) are idle time while blocked.
@@ -134,7 +176,10 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
         .join(ends, on="runtime_id", how="left")
         .with_columns(_len=pl.col("end_ns") - pl.col("start_ns"), _after=pl.col("end_ns") >= pl.col("_call_end"))
         .group_by("runtime_id")
-        .agg(bubble_ns=pl.col("_len").filter(pl.col("_after")).sum(), idle_while_blocked_ns=pl.col("_len").filter(~pl.col("_after")).sum())
+        .agg(
+            bubble_ns=pl.col("_len").filter(pl.col("_after")).sum(),
+            idle_while_blocked_ns=pl.col("_len").filter(~pl.col("_after")).sum(),
+        )
     )
     calls = _device_of_calls(trace, calls)
     calls = _waited_for(trace, calls)
@@ -142,8 +187,10 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
     ctx = op_context(trace, calls["op_id"])
     calls = calls.join(ctx, on="op_id", how="left").join(bubble, on="runtime_id", how="left")
     kind = (
-        pl.when(~pl.col("_blocking")).then(pl.lit("gpu_wait"))
-        .when(pl.col("op").fill_null("").str.contains(NAMESPACED_OP)).then(pl.lit("implicit"))
+        pl.when(~pl.col("_blocking"))
+        .then(pl.lit("gpu_wait"))
+        .when(pl.col("op").fill_null("").str.contains(NAMESPACED_OP))
+        .then(pl.lit("implicit"))
         .otherwise(pl.lit("explicit"))
     )
     origin = trace.meta.origin_ns
@@ -169,7 +216,11 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
     )
     # One sync point per op instance: aten::to's cudaMemcpyAsync and the cudaStreamSynchronize
     # after it are two calls but one place where user code waited.
-    point = pl.when(pl.col("kind") == "implicit").then(pl.lit("o") + pl.col("_op_id").cast(pl.String)).otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
+    point = (
+        pl.when(pl.col("kind") == "implicit")
+        .then(pl.lit("o") + pl.col("_op_id").cast(pl.String))
+        .otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
+    )
     table = table.with_columns(_point=point)
     total_ns = int(step_table["step_ns"].sum() or 0)
     stalls = table.filter(pl.col("kind") != "gpu_wait")
@@ -191,21 +242,46 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
             bubble_share=pl.col("bubble_us") * 1000 / total_ns if total_ns else pl.lit(None, pl.Float64),
         )
         .sort("bubble_us", "blocked_us", descending=True)
-        .select("kind", "op", "range", "python_frame", "apis", "calls", "sync_points", "points_per_step",
-                "blocked_us", "bubble_us", "idle_while_blocked_us", "blocked_us_per_step", "bubble_us_per_step", "blocked_share", "bubble_share")
+        .select(
+            "kind",
+            "op",
+            "range",
+            "python_frame",
+            "apis",
+            "calls",
+            "sync_points",
+            "points_per_step",
+            "blocked_us",
+            "bubble_us",
+            "idle_while_blocked_us",
+            "blocked_us_per_step",
+            "bubble_us_per_step",
+            "blocked_share",
+            "bubble_share",
+        )
     )
     per_step = pl.DataFrame()
     if trace.steps.height:
-        agg = stalls.filter(pl.col("step").is_not_null()).group_by("step").agg(
-            syncs=pl.len(), sync_points=pl.col("_point").n_unique(),
-            blocked_us=pl.col("blocked_us").sum(), bubble_us=pl.col("bubble_us").sum(),
+        agg = (
+            stalls.filter(pl.col("step").is_not_null())
+            .group_by("step")
+            .agg(
+                syncs=pl.len(),
+                sync_points=pl.col("_point").n_unique(),
+                blocked_us=pl.col("blocked_us").sum(),
+                bubble_us=pl.col("bubble_us").sum(),
+            )
         )
         per_step = (
             step_table.join(agg, on="step", how="left")
             .with_columns(pl.col("syncs", "sync_points").fill_null(0), pl.col("blocked_us", "bubble_us").fill_null(0.0))
             .select(
-                "step", step_us=pl.col("step_ns") / 1000.0, syncs="syncs", sync_points="sync_points",
-                blocked_us="blocked_us", bubble_us="bubble_us",
+                "step",
+                step_us=pl.col("step_ns") / 1000.0,
+                syncs="syncs",
+                sync_points="sync_points",
+                blocked_us="blocked_us",
+                bubble_us="bubble_us",
                 blocked_share=pl.col("blocked_us") * 1000 / pl.col("step_ns"),
                 bubble_share=pl.col("bubble_us") * 1000 / pl.col("step_ns"),
             )
@@ -217,19 +293,25 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
         cost = r["blocked_us_per_step"] + r["bubble_us_per_step"]
         if cost < opts.min_finding_us:
             continue
-        where = (r["op"] or "a call outside any op") + (f" in {r['range']}" if r["range"] else "") + (f" at {r['python_frame']}" if r["python_frame"] else "")
-        findings.append({
-            "finding": f"{r['kind']}_sync",
-            "site": where,
-            "apis": r["apis"],
-            "sync_points_per_step": r["points_per_step"],
-            "blocked_us_per_step": r["blocked_us_per_step"],
-            "bubble_us_per_step": r["bubble_us_per_step"],
-            "bubble_share": r["bubble_share"],
-            "message": f"{r['points_per_step']:,.1f} {r['kind']} syncs per {unit} from {where} ({r['apis']}), holding the CPU "
-            f"{r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}, followed by {r['bubble_us_per_step'] / 1000:,.2f} ms of GPU idle "
-            f"per {unit} ({(r['bubble_share'] or 0):.1%} of {unit} time)",
-        })
+        where = (
+            (r["op"] or "a call outside any op")
+            + (f" in {r['range']}" if r["range"] else "")
+            + (f" at {r['python_frame']}" if r["python_frame"] else "")
+        )
+        findings.append(
+            {
+                "finding": f"{r['kind']}_sync",
+                "site": where,
+                "apis": r["apis"],
+                "sync_points_per_step": r["points_per_step"],
+                "blocked_us_per_step": r["blocked_us_per_step"],
+                "bubble_us_per_step": r["bubble_us_per_step"],
+                "bubble_share": r["bubble_share"],
+                "message": f"{r['points_per_step']:,.1f} {r['kind']} syncs per {unit} from {where} ({r['apis']}), holding the CPU "
+                f"{r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}, followed by {r['bubble_us_per_step'] / 1000:,.2f} ms of GPU idle "
+                f"per {unit} ({(r['bubble_share'] or 0):.1%} of {unit} time)",
+            }
+        )
     by_api = (
         table.group_by("kind", "api")
         .agg(calls=pl.len(), blocked_us=pl.col("blocked_us").sum(), bubble_us=pl.col("bubble_us").sum())

@@ -18,7 +18,9 @@ from traceanalyzer.options import GapOptions
 
 @click.command("annotate")
 @click.argument("trace", type=click.Path())
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="the annotated trace (.json or .json.gz)")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), required=True, help="the annotated trace (.json or .json.gz)"
+)
 @dataclass_options(GapOptions)
 def command(trace: str, output: str, **kwargs) -> None:
     """Write the trace plus tracks marking gaps, sync stalls and exposed copies (for Perfetto)."""

@@ -14,14 +14,57 @@ from traceanalyzer.commands.common import emit, head, load_trace
 from traceanalyzer.options import CopyOptions, thresholds
 from traceanalyzer.report import Report, Section
 
-TABLE_COLUMNS = ["direction", "host_memory", "bytes", "duration_us", "gbps", "overlap_fraction", "exposed_us", "blocked_us", "api", "op", "range", "python_frame", "step"]
-JSON_COLUMNS = ["copy_id", "kind", "direction", "host_memory", "bytes", "start_us", "duration_us", "gbps", "overlap_fraction", "exposed_us", "blocked_us", "device", "stream", "api", "op", "range", "python_frame", "op_chain", "step", "name"]
+TABLE_COLUMNS = [
+    "direction",
+    "host_memory",
+    "bytes",
+    "duration_us",
+    "gbps",
+    "overlap_fraction",
+    "exposed_us",
+    "blocked_us",
+    "api",
+    "op",
+    "range",
+    "python_frame",
+    "step",
+]
+JSON_COLUMNS = [
+    "copy_id",
+    "kind",
+    "direction",
+    "host_memory",
+    "bytes",
+    "start_us",
+    "duration_us",
+    "gbps",
+    "overlap_fraction",
+    "exposed_us",
+    "blocked_us",
+    "device",
+    "stream",
+    "api",
+    "op",
+    "range",
+    "python_frame",
+    "op_chain",
+    "step",
+    "name",
+]
 
 
 def copies_report(result: CopiesResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
     th = thresholds(result.options)
     if result.note:
-        return Report("copies", result.trace_path, th, (), {"summary": None, "copies": [], "findings": [], "note": result.note}, headline=result.note, warnings=warnings)
+        return Report(
+            "copies",
+            result.trace_path,
+            th,
+            (),
+            {"summary": None, "copies": [], "findings": [], "note": result.note},
+            headline=result.note,
+            warnings=warnings,
+        )
     c = result.copies
     blocked = c["blocked_us"].fill_null(0).sum()
     headline = (

@@ -29,18 +29,41 @@ def headline(r: DiffResult) -> str:
     )
 
 
-def diff_report(r: DiffResult, top: int, before_path: str, after_path: str, extra_thresholds: dict, warnings: tuple[str, ...] = ()) -> Report:
+def diff_report(
+    r: DiffResult, top: int, before_path: str, after_path: str, extra_thresholds: dict, warnings: tuple[str, ...] = ()
+) -> Report:
     th = {**thresholds(r.options), **extra_thresholds}
     findings = [f"appeared: {f}" for f in r.findings_appeared] + [f"resolved: {f}" for f in r.findings_resolved]
-    ops_cols = ["name", "self_us_per_step_before", "self_us_per_step_after", "delta_us", "count_per_step_before", "count_per_step_after"]
-    k_cols = ["name", "us_per_step_before", "us_per_step_after", "delta_us", "count_per_step_before", "count_per_step_after"]
+    ops_cols = [
+        "name",
+        "self_us_per_step_before",
+        "self_us_per_step_after",
+        "delta_us",
+        "count_per_step_before",
+        "count_per_step_after",
+    ]
+    k_cols = [
+        "name",
+        "us_per_step_before",
+        "us_per_step_after",
+        "delta_us",
+        "count_per_step_before",
+        "count_per_step_after",
+    ]
     sections = (
-        Section("Summary (per step unless named otherwise)", r.summary, main=True,
-                text=f"before: {before_path} ({r.before.step_count or 'no'} steps)\nafter:  {after_path} ({r.after.step_count or 'no'} steps)"
-                + f"\nstage times from: {r.stages_source}"),
+        Section(
+            "Summary (per step unless named otherwise)",
+            r.summary,
+            main=True,
+            text=f"before: {before_path} ({r.before.step_count or 'no'} steps)\nafter:  {after_path} ({r.after.step_count or 'no'} steps)"
+            + f"\nstage times from: {r.stages_source}",
+        ),
         Section("Findings", text="\n".join(f"- {f}" for f in findings) or "(no finding appeared or was resolved)"),
         Section("Kernels matched by name, largest change first (µs per step)", head(r.kernels.select(k_cols), top)),
-        Section("Ops matched by name, largest change in self CPU time first (µs per step)", head(r.ops.select(ops_cols), top)),
+        Section(
+            "Ops matched by name, largest change in self CPU time first (µs per step)",
+            head(r.ops.select(ops_cols), top),
+        ),
         Section("Kernels that appeared", head(r.kernels_appeared, top)),
         Section("Kernels that vanished", head(r.kernels_vanished, top)),
     )
@@ -65,27 +88,39 @@ def diff_report(r: DiffResult, top: int, before_path: str, after_path: str, extr
         "kernels_appeared": head(r.kernels_appeared, top),
         "kernels_vanished": head(r.kernels_vanished, top),
     }
-    return Report("diff", f"{before_path} -> {after_path}", th, sections, payload, headline=headline(r), warnings=warnings)
+    return Report(
+        "diff", f"{before_path} -> {after_path}", th, sections, payload, headline=headline(r), warnings=warnings
+    )
 
 
 @click.command("diff")
 @click.argument("before", type=click.Path())
 @click.argument("after", type=click.Path())
 @dataclass_options(DiffOptions)
-@click.option("--fail-if-slower", "fail_if_slower_pct", type=click.FloatRange(min=0), default=None,
-              help="exit 1 when the median step time grew by more than this many percent (for CI)")
+@click.option(
+    "--fail-if-slower",
+    "fail_if_slower_pct",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="exit 1 when the median step time grew by more than this many percent (for CI)",
+)
 @output_options
-def command(before: str, after: str, fmt: str | None, top: int, output: str | None, fail_if_slower_pct: float | None, **kwargs) -> None:
+def command(
+    before: str, after: str, fmt: str | None, top: int, output: str | None, fail_if_slower_pct: float | None, **kwargs
+) -> None:
     """Compare two traces (before and after one change): step time with a noise-aware verdict,
     GPU busy, idle by cause, stage times, copies and syncs per step, ops and kernels by name."""
     options = build(DiffOptions, kwargs)
     tb = load_trace(before)
     ta = load_trace(after)
     result = analyse_diff(tb, ta, options)
-    emit(diff_report(result, top, before, after, {"fail_if_slower_pct": fail_if_slower_pct}, tb.warnings + ta.warnings), fmt, output)
+    emit(
+        diff_report(result, top, before, after, {"fail_if_slower_pct": fail_if_slower_pct}, tb.warnings + ta.warnings),
+        fmt,
+        output,
+    )
     if fail_if_slower_pct is not None and result.change_pct is not None and result.change_pct > fail_if_slower_pct:
         raise RegressionDetected(
-            None, f"median step time grew by {result.change_pct:.1f}% (more than --fail-if-slower {fail_if_slower_pct:g}%)"
+            None,
+            f"median step time grew by {result.change_pct:.1f}% (more than --fail-if-slower {fail_if_slower_pct:g}%)",
         )
-
-

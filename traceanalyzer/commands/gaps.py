@@ -15,13 +15,34 @@ from traceanalyzer.commands.common import emit, head, load_trace
 from traceanalyzer.options import GapOptions, thresholds
 from traceanalyzer.report import Report, Section
 
-GAP_TABLE_COLUMNS = ["device", "step", "start_us", "duration_us", "cause", "op", "range", "python_frame", "launch_delay_us", "next_activity", "waited_on", "blocked_thread"]
+GAP_TABLE_COLUMNS = [
+    "device",
+    "step",
+    "start_us",
+    "duration_us",
+    "cause",
+    "op",
+    "range",
+    "python_frame",
+    "launch_delay_us",
+    "next_activity",
+    "waited_on",
+    "blocked_thread",
+]
 
 
 def gaps_report(result: GapsResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
     th = thresholds(result.options)
     if not result.has_gpu_work:
-        return Report("gaps", result.trace_path, th, (), {"summary": None, "gaps": [], "note": result.note}, headline=result.note, warnings=warnings)
+        return Report(
+            "gaps",
+            result.trace_path,
+            th,
+            (),
+            {"summary": None, "gaps": [], "note": result.note},
+            headline=result.note,
+            warnings=warnings,
+        )
     dev = result.devices
     total_idle = dev["idle_us"].sum()
     top_cause = result.idle_by_cause.row(0, named=True) if result.idle_by_cause.height else None
@@ -29,14 +50,22 @@ def gaps_report(result: GapsResult, top: int, warnings: tuple[str, ...] = ()) ->
         f"GPU busy {dev['busy_us'].sum() / dev['window_us'].sum():.1%} of {dev['window_us'].sum() / 1000:,.1f} ms "
         f"({'over the profiled steps' if result.window_kind == 'steps' else 'over the GPU span: no ProfilerStep in this trace'}); "
         f"idle {total_idle / 1000:,.1f} ms"
-        + (f", mostly {top_cause['cause']} ({top_cause['share_of_idle']:.0%}): {HINTS[top_cause['cause']]}" if top_cause else "")
+        + (
+            f", mostly {top_cause['cause']} ({top_cause['share_of_idle']:.0%}): {HINTS[top_cause['cause']]}"
+            if top_cause
+            else ""
+        )
     )
     listed = result.gaps.select([c for c in GAP_TABLE_COLUMNS if c in result.gaps.columns])
     sections = (
         Section("GPU time per device", dev),
         Section("Idle time by cause (all gaps)", result.idle_by_cause),
         Section("Top culprits (cause, op, Python frame)", head(result.culprits, top)),
-        Section(f"Gaps of at least {result.options.min_gap_us:g} µs, longest first ({result.gaps.height} in all)", head(listed, top), main=True),
+        Section(
+            f"Gaps of at least {result.options.min_gap_us:g} µs, longest first ({result.gaps.height} in all)",
+            head(listed, top),
+            main=True,
+        ),
         Section("Per step", head(result.steps, top)),
     )
     payload = {
@@ -59,7 +88,9 @@ def gaps_report(result: GapsResult, top: int, warnings: tuple[str, ...] = ()) ->
 @click.argument("trace", type=click.Path())
 @dataclass_options(GapOptions)
 @output_options
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="also write a PNG timeline with gaps shaded by cause")
+@click.option(
+    "--plot", type=click.Path(dir_okay=False), default=None, help="also write a PNG timeline with gaps shaded by cause"
+)
 def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str | None, **kwargs) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
     options = build(GapOptions, kwargs)

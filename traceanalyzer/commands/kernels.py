@@ -47,7 +47,13 @@ def kernels_payload(result: KernelsResult, table: pl.DataFrame) -> dict:
 @click.command("kernels")
 @click.argument("trace", type=click.Path())
 @dataclass_options(KernelOptions)
-@click.option("--sort", "sort", default="total_us", show_default=True, help="column to sort by, largest first (calls, total_us, mean_us, max_us, ...)")
+@click.option(
+    "--sort",
+    "sort",
+    default="total_us",
+    show_default=True,
+    help="column to sort by, largest first (calls, total_us, mean_us, max_us, ...)",
+)
 @output_options
 def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Per kernel name: calls, time, share, grid/block, Tensor Cores, launching ops; short-kernel census."""
@@ -58,12 +64,28 @@ def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None
     s = result.short
     headline = (
         f"{result.calls:,} kernels ({result.table.height:,} distinct), {result.total_us:,.0f} µs; "
-        + (f"{s.count_share:.0%} shorter than {s.threshold_us:g} µs ({s.time_share:.1%} of kernel time)" if s.count_share is not None else "no kernels")
-        + (f"; Tensor Cores on {result.tensor_core_share:.0%} of matmul/conv time" if result.tensor_core_share is not None else "")
+        + (
+            f"{s.count_share:.0%} shorter than {s.threshold_us:g} µs ({s.time_share:.1%} of kernel time)"
+            if s.count_share is not None
+            else "no kernels"
+        )
+        + (
+            f"; Tensor Cores on {result.tensor_core_share:.0%} of matmul/conv time"
+            if result.tensor_core_share is not None
+            else ""
+        )
     )
     sections = (
         Section(f"Kernels by {sort}", table, main=True),
         Section(f"Short kernels (< {s.threshold_us:g} µs): the launch-bound census", census_table(result)),
     )
-    report = Report("kernels", t.path, {**thresholds(options), "sort": sort}, sections, kernels_payload(result, table), headline=headline, warnings=t.warnings)
+    report = Report(
+        "kernels",
+        t.path,
+        {**thresholds(options), "sort": sort},
+        sections,
+        kernels_payload(result, table),
+        headline=headline,
+        warnings=t.warnings,
+    )
     emit(report, fmt, output)

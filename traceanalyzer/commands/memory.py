@@ -9,6 +9,7 @@ it belongs to the innermost op around it on the allocating thread.
 from __future__ import annotations
 
 import click
+
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
 from traceanalyzer.cli_options import build, dataclass_options, output_options
 from traceanalyzer.commands.common import emit, head, load_trace
@@ -16,8 +17,18 @@ from traceanalyzer.options import MemoryOptions, thresholds
 from traceanalyzer.report import Report, Section
 
 DEVICE_COLUMNS = [
-    "device", "peak_allocated_mb", "peak_at_us", "peak_step", "reserved_at_peak_mb", "cache_at_peak_mb",
-    "capacity_mb", "share_of_capacity", "live_in_trace_mb", "before_trace_mb", "allocs", "never_freed_mb",
+    "device",
+    "peak_allocated_mb",
+    "peak_at_us",
+    "peak_step",
+    "reserved_at_peak_mb",
+    "cache_at_peak_mb",
+    "capacity_mb",
+    "share_of_capacity",
+    "live_in_trace_mb",
+    "before_trace_mb",
+    "allocs",
+    "never_freed_mb",
 ]
 LIVE_COLUMNS = ["device", "mb", "at_us", "freed_at_us", "op", "inner_op", "input_dims", "range", "python_frame"]
 
@@ -25,8 +36,15 @@ LIVE_COLUMNS = ["device", "mb", "at_us", "freed_at_us", "op", "inner_op", "input
 def memory_report(result: MemoryResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
     th = thresholds(result.options)
     if not result.has_memory:
-        return Report("memory", result.trace_path, th, (Section("Memory", text=result.note),), {"summary": None, "note": result.note},
-                      headline=result.note, warnings=warnings)
+        return Report(
+            "memory",
+            result.trace_path,
+            th,
+            (Section("Memory", text=result.note),),
+            {"summary": None, "note": result.note},
+            headline=result.note,
+            warnings=warnings,
+        )
     dev = result.devices
     main = dev.row(0, named=True)
     headline = (
@@ -34,20 +52,41 @@ def memory_report(result: MemoryResult, top: int, warnings: tuple[str, ...] = ()
         + (f" at {main['peak_at_us'] / 1000:,.1f} ms" if main["peak_at_us"] is not None else "")
         + (f" (step {main['peak_step']})" if main["peak_step"] is not None else "")
         + (f", {main['reserved_at_peak_mb']:,.1f} MB reserved" if main["reserved_at_peak_mb"] is not None else "")
-        + (f", {main['share_of_capacity']:.1%} of the device's {main['capacity_mb']:,.0f} MB" if main["share_of_capacity"] is not None else "")
+        + (
+            f", {main['share_of_capacity']:.1%} of the device's {main['capacity_mb']:,.0f} MB"
+            if main["share_of_capacity"] is not None
+            else ""
+        )
     )
     sections = [
         Section("Findings", text="\n".join(f"- {f}" for f in result.findings) or "(none)"),
-        Section("Per device (MB; cache = reserved − allocated at the peak)", dev.select([c for c in DEVICE_COLUMNS if c in dev.columns]),
-                text=result.note),
+        Section(
+            "Per device (MB; cache = reserved − allocated at the peak)",
+            dev.select([c for c in DEVICE_COLUMNS if c in dev.columns]),
+            text=result.note,
+        ),
         Section("Allocations alive at the peak, by op", head(result.live_by_op, top)),
-        Section("Allocations alive at the peak, largest first", head(result.live_at_peak.select(LIVE_COLUMNS), top), main=True),
-        Section("Top allocating ops (total = in the op or its children; self = directly in it)", head(result.top_ops, top)),
+        Section(
+            "Allocations alive at the peak, largest first",
+            head(result.live_at_peak.select(LIVE_COLUMNS), top),
+            main=True,
+        ),
+        Section(
+            "Top allocating ops (total = in the op or its children; self = directly in it)", head(result.top_ops, top)
+        ),
         Section("Allocated memory at step boundaries (growth per step)", head(result.steps, top)),
-        Section(f"Allocations never freed in the trace ({result.never_freed.height} in all)", head(result.never_freed.select(LIVE_COLUMNS), top)),
+        Section(
+            f"Allocations never freed in the trace ({result.never_freed.height} in all)",
+            head(result.never_freed.select(LIVE_COLUMNS), top),
+        ),
     ]
     payload = {
-        "summary": {"has_totals": result.has_totals, "devices": dev, "findings": list(result.findings), "note": result.note},
+        "summary": {
+            "has_totals": result.has_totals,
+            "devices": dev,
+            "findings": list(result.findings),
+            "note": result.note,
+        },
         "live_at_peak_by_op": head(result.live_by_op, top),
         "live_at_peak": head(result.live_at_peak, top),
         "top_ops": head(result.top_ops, top),

@@ -17,8 +17,13 @@ from traceanalyzer.report import Report, Section
 @click.command("ops")
 @click.argument("trace", type=click.Path())
 @dataclass_options(OpsOptions)
-@click.option("--sort", "sort", default="total_gpu_us", show_default=True,
-              help="column to sort by, largest first (calls, self_cpu_us, total_cpu_us, self_gpu_us, total_gpu_us, ...)")
+@click.option(
+    "--sort",
+    "sort",
+    default="total_gpu_us",
+    show_default=True,
+    help="column to sort by, largest first (calls, self_cpu_us, total_cpu_us, self_gpu_us, total_gpu_us, ...)",
+)
 @output_options
 def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Per op name: calls, self/total CPU time and self/total GPU time (key_averages from the trace)."""
@@ -28,8 +33,12 @@ def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None
     shown = head(table, top)
     headline = f"{table.height:,} op groups (by {options.group_by}), sorted by {sort}"
     report = Report(
-        "ops", t.path, {**thresholds(options), "sort": sort}, (Section(f"Ops by {sort}", shown, main=True),),
+        "ops",
+        t.path,
+        {**thresholds(options), "sort": sort},
+        (Section(f"Ops by {sort}", shown, main=True),),
         {"group_by": options.group_by, "sort": sort, "groups": table.height, "ops": shown},
-        headline=headline, warnings=t.warnings,
+        headline=headline,
+        warnings=t.warnings,
     )
     emit(report, fmt, output)

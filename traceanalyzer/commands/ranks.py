@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.multirank import MultiRankOptions, MultiRankResult, RankResult, cross_rank, rank_from_name, rank_result
+from traceanalyzer.analyses.multirank import (
+    MultiRankOptions,
+    MultiRankResult,
+    RankResult,
+    cross_rank,
+    rank_from_name,
+    rank_result,
+)
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.options import GapOptions, thresholds
 from traceanalyzer.report import Report, Section
@@ -44,7 +52,9 @@ def rank_files(path: str | os.PathLike[str]) -> list[Path]:
     return sorted(files, key=lambda p: (rank_from_name(p.name) is None, rank_from_name(p.name) or 0, p.name))
 
 
-def analyse_rank_file(path: str, gap_options: GapOptions | None = None, options: MultiRankOptions | None = None) -> RankResult:
+def analyse_rank_file(
+    path: str, gap_options: GapOptions | None = None, options: MultiRankOptions | None = None
+) -> RankResult:
     """The per-file unit of work: load one rank's trace and reduce it to its RankResult."""
     from traceanalyzer.load import load
 
@@ -56,7 +66,9 @@ def _init_worker() -> None:
     os.environ["TRACEANALYZER_WORKERS"] = "1"
 
 
-def run_ranks(paths: Sequence[str | os.PathLike[str]], fn: Callable[..., Any], *args: Any, jobs: int | None = None) -> list[Any]:
+def run_ranks(
+    paths: Sequence[str | os.PathLike[str]], fn: Callable[..., Any], *args: Any, jobs: int | None = None
+) -> list[Any]:
     """`[fn(path, *args) for path in paths]`, in worker processes, results in input order.
     `fn` must be a module-level function (it is pickled by name)."""
     from traceanalyzer.load.parallel import cpu_count
@@ -69,12 +81,21 @@ def run_ranks(paths: Sequence[str | os.PathLike[str]], fn: Callable[..., Any], *
         return list(pool.map(fn, paths, *[[a] * len(paths) for a in args]))
 
 
-def analyse_dir(path: str, gap_options: GapOptions | None = None, options: MultiRankOptions | None = None, jobs: int | None = None) -> tuple[list[RankResult], MultiRankResult]:
+def analyse_dir(
+    path: str, gap_options: GapOptions | None = None, options: MultiRankOptions | None = None, jobs: int | None = None
+) -> tuple[list[RankResult], MultiRankResult]:
     results = run_ranks(rank_files(path), analyse_rank_file, gap_options, options, jobs=jobs)
     return results, cross_rank(results, options)
 
 
-def dir_report(command: str, path: str, gap_options: GapOptions | None = None, top: int = 20, options: MultiRankOptions | None = None, jobs: int | None = None) -> Report:
+def dir_report(
+    command: str,
+    path: str,
+    gap_options: GapOptions | None = None,
+    top: int = 20,
+    options: MultiRankOptions | None = None,
+    jobs: int | None = None,
+) -> Report:
     """The cross-rank Report for `command` (gaps, summary) over a directory of rank files."""
     gopts = gap_options or GapOptions()
     mopts = options or MultiRankOptions()
@@ -82,7 +103,9 @@ def dir_report(command: str, path: str, gap_options: GapOptions | None = None, t
     return multirank_report(command, path, results, mr, gopts, top)
 
 
-def multirank_report(command: str, path: str, results: list[RankResult], mr: MultiRankResult, gap_options: GapOptions, top: int) -> Report:
+def multirank_report(
+    command: str, path: str, results: list[RankResult], mr: MultiRankResult, gap_options: GapOptions, top: int
+) -> Report:
     th = {**thresholds(gap_options), **thresholds(mr.options)}
     n = mr.ranks.height
     headline = f"{n} ranks"
@@ -91,20 +114,29 @@ def multirank_report(command: str, path: str, results: list[RankResult], mr: Mul
         top_cause = mr.longest_idle_by_cause.row(0, named=True) if mr.longest_idle_by_cause.height else None
         headline += (
             f"; longest step on rank {mr.longest_rank} ({row['step_time_us'] / 1000:,.2f} ms, GPU idle {row['idle_us'] / 1000:,.2f} ms"
-            + (f", mostly {top_cause['cause']}" if top_cause else "") + ")"
+            + (f", mostly {top_cause['cause']}" if top_cause else "")
+            + ")"
         )
     if mr.stragglers.height:
         s = mr.stragglers.row(0, named=True)
-        headline += f"; straggler: rank {s['rank']}, {s['what']} late by {s['late_by_us'] / 1000:,.2f} ms ({s['cause']})"
+        headline += (
+            f"; straggler: rank {s['rank']}, {s['what']} late by {s['late_by_us'] / 1000:,.2f} ms ({s['cause']})"
+        )
     else:
         headline += f"; no straggler (no rank late by {mr.options.straggler_min_us:g} µs or more)"
     headline += f". {mr.alignment_note}"
-    head = (lambda df: df if not top else df.head(top))
+
+    def head(df: pl.DataFrame) -> pl.DataFrame:
+        return df if not top else df.head(top)
+
     sections = (
         Section("Per rank: step time, GPU busy, idle by cause (µs)", mr.ranks, main=True),
         Section(f"Rank {mr.longest_rank}, the longest step: idle by cause", mr.longest_idle_by_cause),
         Section("Stragglers: ranks late to a step or a collective, and why", mr.stragglers, text=mr.alignment_note),
-        Section("Collective kernels, latest starters first", head(mr.collectives.sort("late_by_us", descending=True)) if mr.collectives.height else None),
+        Section(
+            "Collective kernels, latest starters first",
+            head(mr.collectives.sort("late_by_us", descending=True)) if mr.collectives.height else None,
+        ),
     )
     warnings = tuple(f"{r.path}: {w}" for r in results for w in r.warnings)
     payload = {

@@ -18,7 +18,14 @@ from traceanalyzer.options import GapOptions
 
 @click.command("report")
 @click.argument("trace", type=click.Path())
-@click.option("-o", "--output", "directory", type=click.Path(file_okay=False), required=True, help="folder to write report.md and its pictures into")
+@click.option(
+    "-o",
+    "--output",
+    "directory",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="folder to write report.md and its pictures into",
+)
 @click.option("--html", "html_too", is_flag=True, help="also write report.html with the pictures inline")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="rows per table")
 @picture_options

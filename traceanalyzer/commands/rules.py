@@ -31,7 +31,11 @@ def command(fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     options = build(FindingOptions, kwargs)
     table = rules_table(options)
     report = Report(
-        "rules", "-", thresholds(options), (Section("Rules (ids for `summary --fail-on`)", table, main=True),),
-        {"rules": table}, headline=f"{table.height} rules; thresholds are flags of `traceanalyzer summary`",
+        "rules",
+        "-",
+        thresholds(options),
+        (Section("Rules (ids for `summary --fail-on`)", table, main=True),),
+        {"rules": table},
+        headline=f"{table.height} rules; thresholds are flags of `traceanalyzer summary`",
     )
     emit(report, fmt, output)

@@ -67,12 +67,24 @@ def stages_report(result: StagesResult, path: str, th: dict, top: int, warnings:
 @click.command("stages")
 @click.argument("trace", type=click.Path())
 @dataclass_options(StageOptions)
-@click.option("--view", type=click.Choice(["pipeline", "tensorboard"]), default="pipeline", show_default=True,
-              help="pipeline stages, or the TensorBoard plugin's categories")
-@click.option("--stages", "stages_file", type=click.Path(dir_okay=False), default=None,
-              help="TOML file: [stages] table of stage = regular expression (on the op chain), in priority order")
+@click.option(
+    "--view",
+    type=click.Choice(["pipeline", "tensorboard"]),
+    default="pipeline",
+    show_default=True,
+    help="pipeline stages, or the TensorBoard plugin's categories",
+)
+@click.option(
+    "--stages",
+    "stages_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML file: [stages] table of stage = regular expression (on the op chain), in priority order",
+)
 @output_options
-def command(trace: str, view: str, stages_file: str | None, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
+def command(
+    trace: str, view: str, stages_file: str | None, fmt: str | None, top: int, output: str | None, **kwargs
+) -> None:
     """Per step, each moment given to exactly one stage by priority (data loading, copies,
     forward, backward, optimizer, sync wait, other CPU, GPU idle)."""
     options = build(StageOptions, kwargs)

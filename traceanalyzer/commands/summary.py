@@ -16,8 +16,7 @@ from traceanalyzer.commands import ranks
 from traceanalyzer.commands.common import emit, load_trace
 from traceanalyzer.commands.stages import average_table, stages_payload
 from traceanalyzer.errors import RegressionDetected
-from traceanalyzer.options import GapOptions
-from traceanalyzer.options import FindingOptions, KernelOptions, StepOptions, thresholds
+from traceanalyzer.options import FindingOptions, GapOptions, KernelOptions, StepOptions, thresholds
 from traceanalyzer.report import Report, Section
 
 SCREEN_ROWS = 5
@@ -25,13 +24,23 @@ SCREEN_ROWS = 5
 
 def _devices(ov: Overview) -> pl.DataFrame:
     meta = pl.DataFrame(
-        [{"device": d.id, "name": d.name, "sms": d.sm_count, "memory_gib": (d.total_memory_bytes or 0) / 2**30 or None} for d in ov.trace.meta.devices],
+        [
+            {
+                "device": d.id,
+                "name": d.name,
+                "sms": d.sm_count,
+                "memory_gib": (d.total_memory_bytes or 0) / 2**30 or None,
+            }
+            for d in ov.trace.meta.devices
+        ],
         schema={"device": pl.Int64, "name": pl.String, "sms": pl.Int64, "memory_gib": pl.Float64},
     )
     g = ov.gaps
     if g.has_gpu_work and g.devices.height:
         busy = g.devices.select("device", "window_us", "busy_us", "busy_share")
-        return busy.join(meta, on="device", how="left").select("device", "name", "sms", "memory_gib", "window_us", "busy_us", "busy_share")
+        return busy.join(meta, on="device", how="left").select(
+            "device", "name", "sms", "memory_gib", "window_us", "busy_us", "busy_share"
+        )
     return meta
 
 
@@ -57,7 +66,11 @@ def _headline(ov: Overview, findings: list[Finding]) -> str:
     names = {d.id: d.name for d in ov.trace.meta.devices}
     used = sorted(ov.trace.gpu["device"].drop_nulls().unique().to_list())
     label = sorted({names.get(d, f"device {d}") for d in used})
-    parts = [f"{len(used)} GPU(s) with work" + (f" ({', '.join(label)})" if label else "") + f" of {len(names)} listed"] if used else ["CPU-only trace"]
+    parts = (
+        [f"{len(used)} GPU(s) with work" + (f" ({', '.join(label)})" if label else "") + f" of {len(names)} listed"]
+        if used
+        else ["CPU-only trace"]
+    )
     st = ov.steps
     if st.count:
         parts.append(f"{st.count} steps, mean {st.mean_us:,.0f} µs, median {st.median_us:,.0f} µs")
@@ -80,16 +93,28 @@ def summary_report(ov: Overview, findings: list[Finding], top: int, th: dict) ->
     culprits = g.culprits if g.has_gpu_work else pl.DataFrame()
     sections = [
         Section("Devices", _devices(ov)),
-        Section("Steps", ov.steps.table.select("step", "duration_us", "busy_share", "kernel_share", "outlier") if ov.steps.count else None,
-                text=None if ov.steps.count else "no ProfilerStep in this trace"),
-        Section(f"Stages ({ov.stages.view} view, µs per {'step' if ov.stages.window_kind == 'steps' else 'trace'})", stages),
+        Section(
+            "Steps",
+            ov.steps.table.select("step", "duration_us", "busy_share", "kernel_share", "outlier")
+            if ov.steps.count
+            else None,
+            text=None if ov.steps.count else "no ProfilerStep in this trace",
+        ),
+        Section(
+            f"Stages ({ov.stages.view} view, µs per {'step' if ov.stages.window_kind == 'steps' else 'trace'})", stages
+        ),
     ]
     if g.has_gpu_work:
         sections += [Section("GPU idle by cause", idle), Section("Top idle culprits", culprits.head(rows))]
     sections += [
-        Section("Top ops by total GPU time", ops.select("name", "calls", "total_cpu_us", "self_gpu_us", "total_gpu_us").head(rows)),
+        Section(
+            "Top ops by total GPU time",
+            ops.select("name", "calls", "total_cpu_us", "self_gpu_us", "total_gpu_us").head(rows),
+        ),
         Section("Top kernels", kern.head(rows)),
-        Section("Findings", findings_table(findings).select("rule", "severity"), text=_findings_text(findings), main=True),
+        Section(
+            "Findings", findings_table(findings).select("rule", "severity"), text=_findings_text(findings), main=True
+        ),
     ]
     payload = {
         "devices": _devices(ov),
@@ -107,12 +132,26 @@ def summary_report(ov: Overview, findings: list[Finding], top: int, th: dict) ->
         "top_ops": ops.head(top) if top else ops,
         "top_kernels": kern.head(top) if top else kern,
         "findings": [
-            {"rule": f.rule, "severity": f.severity, "message": f.message, "evidence": f.evidence,
-             "recommendation": f.recommendation, "events": list(f.events)}
+            {
+                "rule": f.rule,
+                "severity": f.severity,
+                "message": f.message,
+                "evidence": f.evidence,
+                "recommendation": f.recommendation,
+                "events": list(f.events),
+            }
             for f in findings
         ],
     }
-    return Report("summary", ov.trace.path, th, tuple(sections), payload, headline=_headline(ov, findings), warnings=ov.trace.warnings)
+    return Report(
+        "summary",
+        ov.trace.path,
+        th,
+        tuple(sections),
+        payload,
+        headline=_headline(ov, findings),
+        warnings=ov.trace.warnings,
+    )
 
 
 @click.command("summary")
@@ -120,12 +159,30 @@ def summary_report(ov: Overview, findings: list[Finding], top: int, th: dict) ->
 @dataclass_options(StepOptions)
 @dataclass_options(KernelOptions)
 @dataclass_options(FindingOptions)
-@click.option("--stages", "stages_file", type=click.Path(dir_okay=False), default=None,
-              help="TOML stage mapping for the stage breakdown (see `traceanalyzer stages`)")
-@click.option("--fail-on", "fail_on", multiple=True, type=click.Choice(RULE_IDS),
-              help="exit with status 1 when this finding fires (repeatable)")
+@click.option(
+    "--stages",
+    "stages_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML stage mapping for the stage breakdown (see `traceanalyzer stages`)",
+)
+@click.option(
+    "--fail-on",
+    "fail_on",
+    multiple=True,
+    type=click.Choice(RULE_IDS),
+    help="exit with status 1 when this finding fires (repeatable)",
+)
 @output_options
-def command(trace: str, stages_file: str | None, fail_on: tuple[str, ...], fmt: str | None, top: int, output: str | None, **kwargs) -> None:
+def command(
+    trace: str,
+    stages_file: str | None,
+    fail_on: tuple[str, ...],
+    fmt: str | None,
+    top: int,
+    output: str | None,
+    **kwargs,
+) -> None:
     """One screen: devices, steps, GPU busy, stages, idle causes, top ops and kernels, findings."""
     step_opts = build(StepOptions, kwargs)
     kernel_opts = build(KernelOptions, kwargs)
@@ -137,7 +194,13 @@ def command(trace: str, stages_file: str | None, fail_on: tuple[str, ...], fmt: 
     t = load_trace(trace)
     ov = Overview(t, finding_opts, step_opts, kernel_opts, mapping)
     findings = evaluate(ov)
-    th = {**thresholds(step_opts), **thresholds(kernel_opts), **thresholds(finding_opts), "stages_file": stages_file, "fail_on": list(fail_on)}
+    th = {
+        **thresholds(step_opts),
+        **thresholds(kernel_opts),
+        **thresholds(finding_opts),
+        "stages_file": stages_file,
+        "fail_on": list(fail_on),
+    }
     emit(summary_report(ov, findings, top, th), fmt, output)
     failed = sorted({f.rule for f in findings} & set(fail_on))
     if failed:

@@ -15,14 +15,44 @@ from traceanalyzer.commands.common import emit, head, load_trace
 from traceanalyzer.options import SyncOptions, thresholds
 from traceanalyzer.report import Report, Section
 
-TABLE_COLUMNS = ["kind", "api", "start_us", "blocked_us", "bubble_us", "waited_for", "op", "range", "python_frame", "step"]
-SUMMARY_COLUMNS = ["kind", "op", "range", "python_frame", "apis", "calls", "points_per_step", "blocked_us_per_step", "bubble_us_per_step", "bubble_share"]
+TABLE_COLUMNS = [
+    "kind",
+    "api",
+    "start_us",
+    "blocked_us",
+    "bubble_us",
+    "waited_for",
+    "op",
+    "range",
+    "python_frame",
+    "step",
+]
+SUMMARY_COLUMNS = [
+    "kind",
+    "op",
+    "range",
+    "python_frame",
+    "apis",
+    "calls",
+    "points_per_step",
+    "blocked_us_per_step",
+    "bubble_us_per_step",
+    "bubble_share",
+]
 
 
 def syncs_report(result: SyncsResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
     th = thresholds(result.options)
     if result.note:
-        return Report("syncs", result.trace_path, th, (), {"summary": None, "syncs": [], "findings": [], "note": result.note}, headline=result.note, warnings=warnings)
+        return Report(
+            "syncs",
+            result.trace_path,
+            th,
+            (),
+            {"summary": None, "syncs": [], "findings": [], "note": result.note},
+            headline=result.note,
+            warnings=warnings,
+        )
     s = result.syncs
     stalls = s.filter(pl.col("kind") != "gpu_wait")
     waits = s.filter(pl.col("kind") == "gpu_wait")
@@ -37,9 +67,19 @@ def syncs_report(result: SyncsResult, top: int, warnings: tuple[str, ...] = ()) 
     findings = "\n".join(f"- {f['message']}" for f in result.findings) or "(none)"
     sections = (
         Section("Findings", text=findings),
-        Section("By site (op, range, Python frame)", head(result.summary.select(SUMMARY_COLUMNS), top) if result.summary.height else result.summary),
-        Section(f"Syncs of at least {result.options.min_blocked_us:g} µs, longest CPU block first ({stalls.height} in all)", head(stalls.select(TABLE_COLUMNS), top), main=True),
-        Section(f"GPU-side waits ({n_waits} in all)", head(waits.select("api", "start_us", "op", "range", "python_frame", "step"), top)),
+        Section(
+            "By site (op, range, Python frame)",
+            head(result.summary.select(SUMMARY_COLUMNS), top) if result.summary.height else result.summary,
+        ),
+        Section(
+            f"Syncs of at least {result.options.min_blocked_us:g} µs, longest CPU block first ({stalls.height} in all)",
+            head(stalls.select(TABLE_COLUMNS), top),
+            main=True,
+        ),
+        Section(
+            f"GPU-side waits ({n_waits} in all)",
+            head(waits.select("api", "start_us", "op", "range", "python_frame", "step"), top),
+        ),
         Section("Per step", result.per_step),
     )
     payload = {

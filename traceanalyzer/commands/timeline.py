@@ -16,9 +16,23 @@ from traceanalyzer.options import GapOptions
 
 
 def picture_options(fn):
-    fn = click.option("--dpi", type=click.IntRange(min=20, max=600), default=100, show_default=True, help="dots per inch")(fn)
-    fn = click.option("--height", type=click.IntRange(min=200, max=20000), default=900, show_default=True, help="picture height (pixels)")(fn)
-    fn = click.option("--width", type=click.IntRange(min=300, max=20000), default=1600, show_default=True, help="picture width (pixels)")(fn)
+    fn = click.option(
+        "--dpi", type=click.IntRange(min=20, max=600), default=100, show_default=True, help="dots per inch"
+    )(fn)
+    fn = click.option(
+        "--height",
+        type=click.IntRange(min=200, max=20000),
+        default=900,
+        show_default=True,
+        help="picture height (pixels)",
+    )(fn)
+    fn = click.option(
+        "--width",
+        type=click.IntRange(min=300, max=20000),
+        default=1600,
+        show_default=True,
+        help="picture width (pixels)",
+    )(fn)
     return fn
 
 
@@ -30,8 +44,17 @@ def picture_options(fn):
 @click.option("--end", "end_ms", type=float, default=None, help="window end (ms from the trace start)")
 @picture_options
 @dataclass_options(GapOptions)
-def command(trace: str, output: str, step: int | None, start_ms: float | None, end_ms: float | None,
-            width: int, height: int, dpi: int, **kwargs) -> None:
+def command(
+    trace: str,
+    output: str,
+    step: int | None,
+    start_ms: float | None,
+    end_ms: float | None,
+    width: int,
+    height: int,
+    dpi: int,
+    **kwargs,
+) -> None:
     """Draw a timeline PNG of one step: CPU threads, GPU streams, idle gaps shaded by cause."""
     from traceanalyzer.errors import UsageError
     from traceanalyzer.render.output import write_atomic

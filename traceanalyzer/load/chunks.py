@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import msgspec
 
@@ -119,7 +120,7 @@ class EventSplitter:
                     raise NotATraceError(self.source.name, "the JSON before traceEvents is malformed")
                 self.split.metadata.update(meta)
                 self._base = m.end()
-                return buf[m.end():]
+                return buf[m.end() :]
             if not data or len(buf) > _HEADER_LIMIT:
                 self._no_events(buf)
                 return b""
@@ -234,7 +235,7 @@ class EventSplitter:
         while hi > lo:
             start = max(lo, hi - (1 << 20))
             last = None
-            for last in _BOUNDARY.finditer(buf, start, hi):
+            for last in _BOUNDARY.finditer(buf, start, hi):  # noqa: B007 - the last match is wanted
                 pass
             if last is not None:
                 return last
@@ -309,7 +310,7 @@ class EventSplitter:
         for m in _ARRAY_END.finditer(buf):
             ok, p = self._try(buf[: m.start() + 1])
             if ok:
-                self._tail(buf[m.end():])
+                self._tail(buf[m.end() :])
                 yield None
                 return
             if p is not None:
@@ -332,7 +333,7 @@ class EventSplitter:
         for m in _ANY_END.finditer(buf):
             body = buf[: m.start()].rstrip()
             if not body:
-                self._tail(buf[m.end():])
+                self._tail(buf[m.end() :])
                 return
             repairs: Counter = Counter()
             for text in (body, None):
@@ -341,7 +342,7 @@ class EventSplitter:
                 ok, p = self._try(text)
                 if ok:
                     self.split.repairs.update(repairs)
-                    self._tail(buf[m.end():])
+                    self._tail(buf[m.end() :])
                     yield None
                     return
         if stripped.endswith(b"}"):
@@ -355,9 +356,9 @@ class EventSplitter:
                     return
         # A damaged last event before a proper end of the array and document?
         for m in reversed(list(_ARRAY_END.finditer(buf))):
-            if self._tail_ok(buf[m.end():]):
+            if self._tail_ok(buf[m.end() :]):
                 self.split.damaged.append((self._base, m.start() + 1))
-                self._tail(buf[m.end():])
+                self._tail(buf[m.end() :])
                 return
         self._mark_truncated(buf, "the trace ends in the middle of an event", at=self._base)
 

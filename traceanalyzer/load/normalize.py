@@ -103,7 +103,9 @@ def text_to_ns(col: pl.Expr) -> pl.Expr:
 def checked_ns(col: pl.Expr) -> pl.Expr:
     """`text_to_ns`, but null where the value does not fit int64 nanoseconds (the exact path
     would wrap around): judged on the float64 estimate, which is ample for a magnitude."""
-    estimate = col.cast(pl.String, strict=False).str.strip_chars().str.strip_chars('"').cast(pl.Float64, strict=False) * 1000
+    estimate = (
+        col.cast(pl.String, strict=False).str.strip_chars().str.strip_chars('"').cast(pl.Float64, strict=False) * 1000
+    )
     return pl.when(estimate.abs() < 9.2e18).then(text_to_ns(col))
 
 
@@ -265,7 +267,7 @@ FRAME_BUILDERS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def empty_frame(kind: str) -> pl.DataFrame:
     """The typed empty table of a kind (cached: frames are immutable to their users)."""
     from traceanalyzer.load.decode import COLUMN_BUILDERS

@@ -34,6 +34,7 @@ import polars as pl
 
 from traceanalyzer.load.chunks import EventSplitter
 from traceanalyzer.load.source import ByteSource
+from traceanalyzer.load.tables import RawTables, read_serial, read_warnings
 
 # Below this much JSON, starting worker processes (~0.5 CPU-s and ~130 MB each) costs more
 # than it saves: at 100 MB the serial loader is as fast in wall time and uses 2/3 the memory.
@@ -58,13 +59,8 @@ def estimated_json_bytes(source: ByteSource) -> int:
     size = source.total_size
     if not source.compressed:
         return size
-    fh = getattr(source, "_fh", None)
-    try:
-        pos = fh.tell()
-        fh.seek(-4, os.SEEK_END)
-        isize = int.from_bytes(fh.read(4), "little")
-        fh.seek(pos)
-    except (AttributeError, OSError, ValueError):
+    isize = source.gzip_trailer_size()
+    if isize is None:
         return size * 10
     while isize < size:
         isize += 1 << 32
@@ -73,15 +69,13 @@ def estimated_json_bytes(source: ByteSource) -> int:
 
 def should_use(source: ByteSource) -> bool:
     """Parallel decoding pays off: a large trace, a path we can reopen, more than one CPU."""
-    if getattr(source, "_serial_only", False) or not getattr(source, "_owns", False):
+    if source.serial_only or source.path is None:
         return False
     return cpu_count() > 1 and estimated_json_bytes(source) > MIN_PARALLEL_BYTES
 
 
 def _decode_chunk(data: bytes) -> tuple[bool, dict[str, pl.DataFrame], Counter, int, Counter]:
     """One chunk `[ev, ...]` -> (ok, non-empty tables by kind, (cat, ph) counts, events, fixes)."""
-    from traceanalyzer.load.loader import RawTables
-
     raw = RawTables()
     if not raw.add_chunk(data):
         return False, {}, Counter(), 0, Counter()
@@ -126,7 +120,9 @@ class _Workers:
         self.procs = [
             subprocess.Popen(
                 [sys.executable, "-m", "traceanalyzer.load.parallel"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
             )
             for _ in range(n)
         ]
@@ -175,14 +171,14 @@ class _Workers:
             p.stdout.close()
 
 
-def read_tables(source: ByteSource, chunk_bytes: int | None = None) -> tuple[dict[str, pl.DataFrame], dict, Counter, list[str]]:
+def read_tables(
+    source: ByteSource, chunk_bytes: int | None = None
+) -> tuple[dict[str, pl.DataFrame], dict, Counter, list[str]]:
     """Same contract as `loader.read_tables`, decoding in worker processes. The per-chunk
     results are put into the serial loader's own `RawTables`, so its tables and warnings are
     built by the very same code."""
-    from traceanalyzer.load import loader
-
     chunk = min(chunk_bytes or PARALLEL_CHUNK_BYTES, PARALLEL_CHUNK_BYTES)
-    raw = loader.RawTables()
+    raw = RawTables()
 
     def collect(result: Any) -> None:
         if result is None:
@@ -194,8 +190,7 @@ def read_tables(source: ByteSource, chunk_bytes: int | None = None) -> tuple[dic
             raw.parts[kind].append(df)
         raw.counts.update(counts)
         raw.events += n
-        if hasattr(raw, "fixes"):
-            raw.fixes.update(fixes)
+        raw.fixes.update(fixes)
 
     def submit(data: bytes) -> bool:
         collect(workers.submit(data))
@@ -210,7 +205,7 @@ def read_tables(source: ByteSource, chunk_bytes: int | None = None) -> tuple[dic
             collect(result)
     except _Rejected:
         workers.close()
-        return _serial_again(source, loader.read_tables)
+        return _serial_again(source)
     except BaseException:
         for p in workers.procs:
             p.kill()
@@ -219,19 +214,18 @@ def read_tables(source: ByteSource, chunk_bytes: int | None = None) -> tuple[dic
     workers.close()
 
     split = splitter.split
-    if split.truncated or getattr(split, "damaged", None) or getattr(split, "repairs", None):
+    if split.truncated or split.damaged or any(split.repairs.values()):
         # the serial path validates every cut, salvages what it can and words the warnings
-        return _serial_again(source, loader.read_tables)
-    warnings = loader._warnings(split, raw, source) if hasattr(loader, "_warnings") else []
-    return raw.tables(), split.metadata, raw.counts, warnings
+        return _serial_again(source)
+    return raw.tables(), split.metadata, raw.counts, read_warnings(split, raw, source)
 
 
-def _serial_again(source: ByteSource, serial_read_tables: Any):
-    path = getattr(getattr(source, "_fh", None), "name", source.name)  # full path (a Path's .name is its basename)
-    fresh = ByteSource(path, max_decompressed=source.max_decompressed, progress=source.progress)
-    fresh._serial_only = True  # type: ignore[attr-defined]
-    with fresh:
-        return serial_read_tables(fresh)
+def _serial_again(source: ByteSource):
+    """Read the whole file again in this process (it validates every cut and salvages damage)."""
+    with ByteSource(
+        source.path, max_decompressed=source.max_decompressed, progress=source.progress, serial_only=True
+    ) as fresh:
+        return read_serial(fresh)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,9 @@ def sanitize(tables: dict[str, pl.DataFrame], counts: Counter) -> tuple[dict[str
 
     tables, clipped, end = _clip_past_end(tables)
     if clipped:
-        warnings.append(f"clipped {clipped:,} events whose dur runs past the end of the trace (dur longer than the whole trace)")
+        warnings.append(
+            f"clipped {clipped:,} events whose dur runs past the end of the trace (dur longer than the whole trace)"
+        )
 
     crossing = sum(_crossing(tables[k]) for k in CPU_TRACKS)
     if crossing:
@@ -116,7 +118,9 @@ def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFr
     # Compare in float64: ts + dur may not fit int64 when dur is garbage.
     past = (pl.col("ts_ns").cast(pl.Float64) + pl.col("dur_ns").cast(pl.Float64)) > float(limit)
     ends = [
-        tables[k].filter(pl.col("dur_ns").is_not_null() & ~past.fill_null(False)).select(e=(pl.col("ts_ns") + pl.col("dur_ns").clip(0)).max())
+        tables[k]
+        .filter(pl.col("dur_ns").is_not_null() & ~past.fill_null(False))
+        .select(e=(pl.col("ts_ns") + pl.col("dur_ns").clip(0)).max())
         for k in TIMED
         if tables[k].height
     ]
@@ -128,7 +132,9 @@ def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFr
         if n:
             clipped += n
             tables[k] = df.with_columns(
-                dur_ns=pl.when(past.fill_null(False)).then((pl.lit(end, pl.Int64) - pl.col("ts_ns")).clip(0)).otherwise(pl.col("dur_ns"))
+                dur_ns=pl.when(past.fill_null(False))
+                .then((pl.lit(end, pl.Int64) - pl.col("ts_ns")).clip(0))
+                .otherwise(pl.col("dur_ns"))
             )
     return tables, clipped, end
 
@@ -138,11 +144,15 @@ def _crossing(df: pl.DataFrame) -> int:
     just before, or the one reaching furthest (a lower bound where both miss a crossing)."""
     if df.height < 2:
         return 0
-    s = df.filter(pl.col("ts_ns").is_not_null()).select(
-        "pid", "tid", "ts_ns", end=pl.col("ts_ns") + pl.col("dur_ns").fill_null(0).clip(0)
-    ).sort(["pid", "tid", "ts_ns", "end"], descending=[False, False, False, True], nulls_last=True)
+    s = (
+        df.filter(pl.col("ts_ns").is_not_null())
+        .select("pid", "tid", "ts_ns", end=pl.col("ts_ns") + pl.col("dur_ns").fill_null(0).clip(0))
+        .sort(["pid", "tid", "ts_ns", "end"], descending=[False, False, False, True], nulls_last=True)
+    )
     # Two cheap witnesses: the furthest end so far, and the end of the event just before.
     reach = pl.col("end").cum_max().shift(1).over(["pid", "tid"])
     prev = pl.col("end").shift(1).over(["pid", "tid"])
-    crosses = ((pl.col("ts_ns") < reach) & (reach < pl.col("end"))) | ((pl.col("ts_ns") < prev) & (prev < pl.col("end")))
+    crosses = ((pl.col("ts_ns") < reach) & (reach < pl.col("end"))) | (
+        (pl.col("ts_ns") < prev) & (prev < pl.col("end"))
+    )
     return s.filter(crosses.fill_null(False)).height

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import BinaryIO, Callable
+from collections.abc import Callable
+from typing import BinaryIO
 
 from traceanalyzer.errors import DecompressionLimitError, TraceReadError
 
@@ -37,6 +38,7 @@ class ByteSource:
         *,
         max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
         progress: ProgressFn | None = None,
+        serial_only: bool = False,
     ) -> None:
         # The path as given (a Path's `.name` would be its basename); a file object's name.
         self.name = str(getattr(path, "name", path)) if hasattr(path, "read") else os.fsdecode(path)
@@ -45,6 +47,9 @@ class ByteSource:
         self.truncated: str | None = None  # why the stream ended early, if it did
         self.decompressed_bytes = 0
         self._owns = not hasattr(path, "read")
+        # A path this source can be opened again from (None for a file object given to us).
+        self.path: str | None = os.fsdecode(path) if self._owns else None
+        self.serial_only = serial_only  # set on a re-read after the parallel path gave up
         self._fh: BinaryIO = self._open(path) if self._owns else path  # type: ignore[assignment]
         self.total_size = self._size()
         self.raw_read = 0
@@ -64,7 +69,9 @@ class ByteSource:
             raise TraceReadError(str(path), "permission denied") from None
         if stat.S_ISDIR(st.st_mode):
             try:
-                names = [n for n in os.listdir(path) if n.endswith((".json", ".json.gz", ".trace.json", ".pt.trace.json.gz"))]
+                names = [
+                    n for n in os.listdir(path) if n.endswith((".json", ".json.gz", ".trace.json", ".pt.trace.json.gz"))
+                ]
             except OSError:
                 names = []
             if not names:
@@ -134,11 +141,22 @@ class ByteSource:
             )
         return out[0] if len(out) == 1 else b"".join(out)
 
+    def gzip_trailer_size(self) -> int | None:
+        """ISIZE from a gzip file's trailer (the inflated size mod 4 GiB), or None."""
+        try:
+            pos = self._fh.tell()
+            self._fh.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(self._fh.read(4), "little")
+            self._fh.seek(pos)
+        except (AttributeError, OSError, ValueError):
+            return None
+        return isize
+
     def close(self) -> None:
         if self._owns:
             self._fh.close()
 
-    def __enter__(self) -> "ByteSource":
+    def __enter__(self) -> ByteSource:
         return self
 
     def __exit__(self, *exc: object) -> None:

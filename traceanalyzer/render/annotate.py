@@ -19,9 +19,9 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.gaps import HINTS, GapsResult
-from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.redact import redact
 from traceanalyzer.trace import Trace
@@ -74,10 +74,21 @@ def _ts(ns: int) -> str:
 def _event(name: str, pid: int, tid: int, start_ns: int, dur_ns: int, args: dict[str, Any]) -> bytes:
     clean = {k: v for k, v in args.items() if v is not None}
     return (
-        b'{"ph":"X","cat":"' + CATEGORY.encode() + b'","name":' + msgspec.json.encode(name)
-        + b',"pid":' + str(pid).encode() + b',"tid":' + str(tid).encode()
-        + b',"ts":' + _ts(start_ns).encode() + b',"dur":' + _ts(max(dur_ns, 0)).encode()
-        + b',"args":' + msgspec.json.encode(clean) + b"}"
+        b'{"ph":"X","cat":"'
+        + CATEGORY.encode()
+        + b'","name":'
+        + msgspec.json.encode(name)
+        + b',"pid":'
+        + str(pid).encode()
+        + b',"tid":'
+        + str(tid).encode()
+        + b',"ts":'
+        + _ts(start_ns).encode()
+        + b',"dur":'
+        + _ts(max(dur_ns, 0)).encode()
+        + b',"args":'
+        + msgspec.json.encode(clean)
+        + b"}"
     )
 
 
@@ -87,12 +98,18 @@ def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> bytes:
 
 def free_pid(trace: Trace) -> int:
     """A process id no table of the trace uses."""
-    used = [t["pid"].max() for t in (trace.ops, trace.runtime, trace.gpu, trace.python, trace.thread_names) if t.height and "pid" in t.columns]
+    used = [
+        t["pid"].max()
+        for t in (trace.ops, trace.runtime, trace.gpu, trace.python, trace.thread_names)
+        if t.height and "pid" in t.columns
+    ]
     used = [u for u in used if u is not None]
     return max(used + [0]) + 1
 
 
-def build_annotations(trace: Trace, gaps: GapsResult, copies: pl.DataFrame | None = None, min_us: float | None = None) -> Annotations:
+def build_annotations(
+    trace: Trace, gaps: GapsResult, copies: pl.DataFrame | None = None, min_us: float | None = None
+) -> Annotations:
     """Events marking the gaps (>= the gaps' min_gap_us), sync stalls and exposed copies."""
     pid = free_pid(trace)
     min_us = gaps.options.min_gap_us if min_us is None else min_us
@@ -107,12 +124,26 @@ def build_annotations(trace: Trace, gaps: GapsResult, copies: pl.DataFrame | Non
             out.append(_meta("thread_name", pid, 1 + dev, {"name": f"GPU {dev} idle gaps"}))
         for r in gaps.gaps.sort("start_us").iter_rows(named=True):
             start = origin + round(r["start_us"] * 1000)
-            out.append(_event(
-                f"idle: {r['cause']}", pid, 1 + r["device"], start, round(r["duration_us"] * 1000),
-                {"cause": r["cause"], "duration_us": r["duration_us"], "step": r["step"], "op": r["op"], "range": r["range"],
-                 "python_frame": r["python_frame"], "waited_on": r["waited_on"], "next_activity": r["next_activity"],
-                 "hint": HINTS.get(r["cause"])},
-            ))
+            out.append(
+                _event(
+                    f"idle: {r['cause']}",
+                    pid,
+                    1 + r["device"],
+                    start,
+                    round(r["duration_us"] * 1000),
+                    {
+                        "cause": r["cause"],
+                        "duration_us": r["duration_us"],
+                        "step": r["step"],
+                        "op": r["op"],
+                        "range": r["range"],
+                        "python_frame": r["python_frame"],
+                        "waited_on": r["waited_on"],
+                        "next_activity": r["next_activity"],
+                        "hint": HINTS.get(r["cause"]),
+                    },
+                )
+            )
             key = f"GPU {r['device']} idle gaps"
             counts[key] = counts.get(key, 0) + 1
     stalls = blocking_calls(trace).filter((pl.col("end_ns") - pl.col("ts_ns")) >= min_us * 1000)
@@ -121,10 +152,22 @@ def build_annotations(trace: Trace, gaps: GapsResult, copies: pl.DataFrame | Non
         stalls = stalls.join(ctx, on="op_id", how="left").sort("ts_ns")
         out.append(_meta("thread_name", pid, SYNC_TID, {"name": "sync stalls (CPU blocked until the GPU caught up)"}))
         for r in stalls.iter_rows(named=True):
-            out.append(_event(
-                f"sync stall: {r['name']}", pid, SYNC_TID, r["ts_ns"], r["end_ns"] - r["ts_ns"],
-                {"api": r["name"], "thread": r["tid"], "op": r["op"], "range": r["range"], "python_frame": r["python_frame"]},
-            ))
+            out.append(
+                _event(
+                    f"sync stall: {r['name']}",
+                    pid,
+                    SYNC_TID,
+                    r["ts_ns"],
+                    r["end_ns"] - r["ts_ns"],
+                    {
+                        "api": r["name"],
+                        "thread": r["tid"],
+                        "op": r["op"],
+                        "range": r["range"],
+                        "python_frame": r["python_frame"],
+                    },
+                )
+            )
         counts["sync stalls"] = stalls.height
     if copies is not None and copies.height and "exposed_us" in copies.columns:
         exposed = copies.filter(pl.col("exposed_us") > 0).sort("start_us")
@@ -132,11 +175,24 @@ def build_annotations(trace: Trace, gaps: GapsResult, copies: pl.DataFrame | Non
             out.append(_meta("thread_name", pid, COPY_TID, {"name": "exposed copies (not hidden under compute)"}))
             for r in exposed.iter_rows(named=True):
                 label = " ".join(str(x) for x in (r.get("kind"), r.get("direction")) if x)
-                out.append(_event(
-                    f"exposed copy: {label}", pid, COPY_TID, origin + round(r["start_us"] * 1000), round(r["duration_us"] * 1000),
-                    {"bytes": r.get("bytes"), "exposed_us": r["exposed_us"], "gbps": r.get("gbps"), "host_memory": r.get("host_memory"),
-                     "op": r.get("op"), "range": r.get("range"), "python_frame": r.get("python_frame")},
-                ))
+                out.append(
+                    _event(
+                        f"exposed copy: {label}",
+                        pid,
+                        COPY_TID,
+                        origin + round(r["start_us"] * 1000),
+                        round(r["duration_us"] * 1000),
+                        {
+                            "bytes": r.get("bytes"),
+                            "exposed_us": r["exposed_us"],
+                            "gbps": r.get("gbps"),
+                            "host_memory": r.get("host_memory"),
+                            "op": r.get("op"),
+                            "range": r.get("range"),
+                            "python_frame": r.get("python_frame"),
+                        },
+                    )
+                )
             counts["exposed copies"] = exposed.height
     return Annotations(pid, out, counts)
 

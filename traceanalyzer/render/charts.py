@@ -23,10 +23,23 @@ from traceanalyzer.render.timeline import CAUSE_COLORS, _figure, png_bytes
 from traceanalyzer.trace import Trace
 
 STAGE_COLORS = {
-    "data_loading": "#ff7f0e", "h2d": "#2ca02c", "forward": "#1f5fbf", "backward": "#6baed6", "optimizer": "#17becf",
-    "d2h": "#98df8a", "sync_wait": "#d62728", "other_cpu": "#a0a0a0", "other_gpu": "#9467bd", "gpu_idle": "#e0e0e0",
-    "Kernel": "#1f5fbf", "Memcpy": "#2ca02c", "Memset": "#9467bd", "Runtime": "#17becf", "DataLoader": "#ff7f0e",
-    "CPU Exec": "#a0a0a0", "Other": "#e0e0e0",
+    "data_loading": "#ff7f0e",
+    "h2d": "#2ca02c",
+    "forward": "#1f5fbf",
+    "backward": "#6baed6",
+    "optimizer": "#17becf",
+    "d2h": "#98df8a",
+    "sync_wait": "#d62728",
+    "other_cpu": "#a0a0a0",
+    "other_gpu": "#9467bd",
+    "gpu_idle": "#e0e0e0",
+    "Kernel": "#1f5fbf",
+    "Memcpy": "#2ca02c",
+    "Memset": "#9467bd",
+    "Runtime": "#17becf",
+    "DataLoader": "#ff7f0e",
+    "CPU Exec": "#a0a0a0",
+    "Other": "#e0e0e0",
 }
 DIRECTION_COLORS = {"HtoD": "#2ca02c", "DtoH": "#d62728", "DtoD": "#1f5fbf", "PtoP": "#9467bd"}
 MB = 1024 * 1024
@@ -49,12 +62,15 @@ def stage_times(trace: Trace, stages: StagesResult | None = None) -> tuple[pl.Da
     return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"stages ({r.view} view)"
 
 
-def stage_bars(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, stages: StagesResult | None = None) -> bytes | None:
+def stage_bars(
+    trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, stages: StagesResult | None = None
+) -> bytes | None:
     df, order, source = stage_times(trace, stages)
     df = df.with_columns(pl.col("step").cast(pl.Int64))
     # One row per step (null: a trace without steps), one column per stage, in ms.
     wide = (
-        df.group_by("step", "stage").agg(pl.col("time_us").sum() / 1000.0)
+        df.group_by("step", "stage")
+        .agg(pl.col("time_us").sum() / 1000.0)
         .pivot(on="stage", index="step", values="time_us")
         .sort("step", nulls_last=True)
     )
@@ -93,8 +109,14 @@ def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int
     ax1 = fig.add_axes((0.07, 0.14, 0.3, 0.74))
     ax2 = fig.add_axes((0.44, 0.14, 0.3, 0.74))
     ax1.hist(values, bins=edges, stacked=True, color=colors)
-    ax2.hist(values, bins=edges, stacked=True, color=colors, weights=[[v / 1000 for v in vs] for vs in values],
-             label=[f"{c}: {len(vs):,} gaps, {sum(vs) / 1000:,.1f} ms" for c, vs in zip(causes, values)])
+    ax2.hist(
+        values,
+        bins=edges,
+        stacked=True,
+        color=colors,
+        weights=[[v / 1000 for v in vs] for vs in values],
+        label=[f"{c}: {len(vs):,} gaps, {sum(vs) / 1000:,.1f} ms" for c, vs in zip(causes, values)],
+    )
     for ax in (ax1, ax2):
         ax.set_xscale("log")
         ax.set_xlabel("gap duration (µs, log scale)")
@@ -111,7 +133,9 @@ def copy_rows(trace: Trace, copies: CopiesResult | None = None) -> pl.DataFrame:
     return c.filter(pl.col("kind") == "memcpy").select("direction", "bytes", "duration_us", "gbps")
 
 
-def copy_bandwidth(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, copies: CopiesResult | None = None) -> bytes | None:
+def copy_bandwidth(
+    trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, copies: CopiesResult | None = None
+) -> bytes | None:
     c = copy_rows(trace, copies).filter((pl.col("bytes") > 0) & pl.col("gbps").is_not_null() & (pl.col("gbps") > 0))
     if c.is_empty():
         return None
@@ -119,8 +143,14 @@ def copy_bandwidth(trace: Trace, width: int = 1000, height: int = 500, dpi: int 
     ax = fig.add_axes((0.08, 0.14, 0.7, 0.76))
     for d in sorted(c["direction"].unique().to_list()):
         part = c.filter(pl.col("direction") == d)
-        ax.scatter(part["bytes"].to_list(), part["gbps"].to_list(), s=10, alpha=0.6,
-                   color=DIRECTION_COLORS.get(d, "#7f7f7f"), label=f"{d} ({part.height:,} copies)")
+        ax.scatter(
+            part["bytes"].to_list(),
+            part["gbps"].to_list(),
+            s=10,
+            alpha=0.6,
+            color=DIRECTION_COLORS.get(d, "#7f7f7f"),
+            label=f"{d} ({part.height:,} copies)",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("copy size (bytes, log scale)")
@@ -136,10 +166,14 @@ def memory_series(trace: Trace, points: int = 1500) -> pl.DataFrame:
     allocated curve is the running sum of `Bytes` from the trace start."""
     m = trace.memory.filter(pl.col("ts_ns").is_not_null())
     if m.is_empty():
-        return pl.DataFrame(schema={"device": pl.String, "t_ms": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64})
+        return pl.DataFrame(
+            schema={"device": pl.String, "t_ms": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64}
+        )
     dev = (
-        pl.when(pl.col("device_type") == 1).then(pl.lit("cuda:") + pl.col("device_id").cast(pl.String))
-        .when(pl.col("device_type") == 0).then(pl.lit("cpu"))
+        pl.when(pl.col("device_type") == 1)
+        .then(pl.lit("cuda:") + pl.col("device_id").cast(pl.String))
+        .when(pl.col("device_type") == 0)
+        .then(pl.lit("cpu"))
         .otherwise(pl.lit("device ") + pl.col("device_type").cast(pl.String))
     )
     m = m.sort("ts_ns").with_columns(device=dev)
@@ -153,11 +187,15 @@ def memory_series(trace: Trace, points: int = 1500) -> pl.DataFrame:
         .group_by("device", "_b")
         .agg(pl.col("allocated").max() / MB, pl.col("reserved").max() / MB, _t=pl.col("ts_ns").min())
         .sort("device", "_b")
-        .select("device", t_ms=(pl.col("_t") - trace.meta.origin_ns) / 1e6, allocated_mb="allocated", reserved_mb="reserved")
+        .select(
+            "device", t_ms=(pl.col("_t") - trace.meta.origin_ns) / 1e6, allocated_mb="allocated", reserved_mb="reserved"
+        )
     )
 
 
-def memory_timeline(trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, series: pl.DataFrame | None = None) -> bytes | None:
+def memory_timeline(
+    trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, series: pl.DataFrame | None = None
+) -> bytes | None:
     s = memory_series(trace) if series is None else series
     if s.is_empty():
         return None
@@ -174,11 +212,25 @@ def memory_timeline(trace: Trace, width: int = 1000, height: int = 500, dpi: int
         label = "allocated" if has_totals else "allocated since trace start (running sum of [memory] Bytes)"
         ax.plot(part["t_ms"].to_list(), part["allocated_mb"].to_list(), color=col, linewidth=1.2, label=f"{d} {label}")
         if part["reserved_mb"].drop_nulls().len():
-            ax.plot(part["t_ms"].to_list(), part["reserved_mb"].to_list(), color=col, linewidth=1.0, linestyle="--", label=f"{d} reserved")
+            ax.plot(
+                part["t_ms"].to_list(),
+                part["reserved_mb"].to_list(),
+                color=col,
+                linewidth=1.0,
+                linestyle="--",
+                label=f"{d} reserved",
+            )
         peak = part.sort("allocated_mb", descending=True, nulls_last=True).row(0, named=True)
         ax.plot([peak["t_ms"]], [peak["allocated_mb"]], marker="v", color=col, markersize=8)
-        ax.annotate(f"peak {peak['allocated_mb']:,.0f} MB", (peak["t_ms"], peak["allocated_mb"]), textcoords="offset points",
-                    xytext=(0, 8), ha="center", fontsize=8, color=col)
+        ax.annotate(
+            f"peak {peak['allocated_mb']:,.0f} MB",
+            (peak["t_ms"], peak["allocated_mb"]),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+            fontsize=8,
+            color=col,
+        )
     for b in trace.steps["start_ns"].to_list():
         ax.axvline((b - trace.meta.origin_ns) / 1e6, color="#bbbbbb", linestyle=":", linewidth=0.8)
     ax.set_xlabel("time from trace start (ms)")

@@ -17,7 +17,10 @@ def table(df) -> list[str]:
     if df.height == 0:
         return ["_none_"]
     cols = df.columns
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if df.schema[c].is_numeric() else "---" for c in cols) + "|"]
+    out = [
+        "| " + " | ".join(cols) + " |",
+        "|" + "|".join("---:" if df.schema[c].is_numeric() else "---" for c in cols) + "|",
+    ]
     for r in df.iter_rows():
         out.append("| " + " | ".join(_escape(cell(v, c)) for c, v in zip(cols, r)) + " |")
     return out

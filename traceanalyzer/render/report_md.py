@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 import html
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import polars as pl
 
@@ -109,7 +109,9 @@ def _stages(rep: IncidentReport, trace: Trace) -> None:
     from traceanalyzer.render import charts
 
     r = analyse_stages(trace)
-    rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs.")
+    rep.text(
+        f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs."
+    )
     rep.table(r.table)
     rep.picture("stages.png", charts.stage_bars(trace, stages=r), "Step time by stage")
 
@@ -120,8 +122,10 @@ def _idle(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
     if not gaps.has_gpu_work:
         rep.text(gaps.note or "no GPU work")
         return
-    rep.text("GPU idle time (the complement of the union of kernels, memcpys and memsets per device inside the steps), "
-             "by what the launching CPU thread was doing.")
+    rep.text(
+        "GPU idle time (the complement of the union of kernels, memcpys and memsets per device inside the steps), "
+        "by what the launching CPU thread was doing."
+    )
     rep.table(gaps.idle_by_cause.with_columns(hint=pl.col("cause").replace_strict(HINTS, default="")))
     rep.picture("gap_histogram.png", charts.gap_histogram(gaps, trace), "Idle gaps by duration and cause")
 
@@ -130,16 +134,28 @@ def _top_gaps(rep: IncidentReport, gaps: GapsResult, top: int) -> None:
     if not gaps.has_gpu_work:
         rep.text(gaps.note or "no GPU work")
         return
-    rep.text(f"Gaps of at least {gaps.options.min_gap_us:g} µs, longest first ({gaps.gaps.height:,} in all); start_us from the trace start.")
+    rep.text(
+        f"Gaps of at least {gaps.options.min_gap_us:g} µs, longest first ({gaps.gaps.height:,} in all); start_us from the trace start."
+    )
     b = pl.col("blocked_thread")
     # What another thread of the process was stuck in meanwhile: often the real culprit.
     meanwhile = (
         pl.when(b.is_not_null())
         .then(
-            pl.lit("thread ") + b.struct.field("tid").cast(pl.String) + pl.lit(" blocked in ") + b.struct.field("api")
-            + pl.when(b.struct.field("op").is_not_null()).then(pl.lit(" (") + b.struct.field("op")
-            + pl.when(b.struct.field("range").is_not_null()).then(pl.lit(" in ") + b.struct.field("range")).otherwise(pl.lit(""))
-            + pl.lit(")")).otherwise(pl.lit(""))
+            pl.lit("thread ")
+            + b.struct.field("tid").cast(pl.String)
+            + pl.lit(" blocked in ")
+            + b.struct.field("api")
+            + pl.when(b.struct.field("op").is_not_null())
+            .then(
+                pl.lit(" (")
+                + b.struct.field("op")
+                + pl.when(b.struct.field("range").is_not_null())
+                .then(pl.lit(" in ") + b.struct.field("range"))
+                .otherwise(pl.lit(""))
+                + pl.lit(")")
+            )
+            .otherwise(pl.lit(""))
         )
         .alias("meanwhile")
     )
@@ -180,9 +196,15 @@ def _memory(rep: IncidentReport, trace: Trace) -> None:
         rep.text("no [memory] events in this trace (capture with profile_memory=True to see allocations)")
         return
     s = charts.memory_series(trace)
-    peaks = s.group_by("device").agg(peak_allocated_mb=pl.col("allocated_mb").max(), peak_reserved_mb=pl.col("reserved_mb").max()).sort("device")
+    peaks = (
+        s.group_by("device")
+        .agg(peak_allocated_mb=pl.col("allocated_mb").max(), peak_reserved_mb=pl.col("reserved_mb").max())
+        .sort("device")
+    )
     if trace.memory["total_allocated"].drop_nulls().len() == 0:
-        rep.text("This trace's [memory] events carry sizes only: allocated memory is the running sum from the trace start.")
+        rep.text(
+            "This trace's [memory] events carry sizes only: allocated memory is the running sum from the trace start."
+        )
     rep.table(peaks)
     rep.picture("memory.png", charts.memory_timeline(trace, series=s), "Memory over time")
 
@@ -192,7 +214,9 @@ def _findings(rep: IncidentReport, trace: Trace) -> None:
     rep.items([f"**[{f.severity}] {f.rule}**: {f.message} — {f.recommendation}" for f in found] or ["no rule fired"])
 
 
-def build_report(trace: Trace, options: GapOptions | None = None, top: int = 10, width: int = 1600, height: int = 900, dpi: int = 100) -> IncidentReport:
+def build_report(
+    trace: Trace, options: GapOptions | None = None, top: int = 10, width: int = 1600, height: int = 900, dpi: int = 100
+) -> IncidentReport:
     from traceanalyzer.render.timeline import render_timeline
 
     gaps = analyse_gaps(trace, options)
@@ -203,7 +227,9 @@ def build_report(trace: Trace, options: GapOptions | None = None, top: int = 10,
 
     def timeline() -> None:
         pic = render_timeline(trace, gaps, width=width, height=height, dpi=dpi)
-        rep.text(f"Window: {pic.window.label}. CPU threads on top, GPU streams below; shaded: GPU idle, coloured by cause.")
+        rep.text(
+            f"Window: {pic.window.label}. CPU threads on top, GPU streams below; shaded: GPU idle, coloured by cause."
+        )
         rep.picture("timeline.png", pic.png, f"Timeline, {pic.window.label}")
 
     _guard(rep, "timeline", timeline)
@@ -254,7 +280,8 @@ def _html_table(df: pl.DataFrame) -> str:
     rows = []
     for r in df.iter_rows():
         tds = "".join(
-            f'<td class="{"num" if df.schema[c].is_numeric() else ""}">{html.escape(cell(v, c))}</td>' for c, v in zip(df.columns, r)
+            f'<td class="{"num" if df.schema[c].is_numeric() else ""}">{html.escape(cell(v, c))}</td>'
+            for c, v in zip(df.columns, r)
         )
         rows.append(f"<tr>{tds}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -268,8 +295,10 @@ code{background:#f4f4f4;padding:0 3px}"""
 
 def to_html(rep: IncidentReport) -> str:
     """One self-contained page: the images inline as base64 data URIs."""
-    out = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(rep.title)}</title><style>{STYLE}</style></head><body>",
-           f"<h1>{html.escape(rep.title)}</h1><p><em>traceanalyzer {__version__}</em></p>"]
+    out = [
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(rep.title)}</title><style>{STYLE}</style></head><body>',
+        f"<h1>{html.escape(rep.title)}</h1><p><em>traceanalyzer {__version__}</em></p>",
+    ]
     for b in rep.blocks:
         if b.kind != "image":
             b = Block(b.kind, scrub_text(b.text), b.table, tuple(scrub_text(i) for i in b.items), b.image)
@@ -287,7 +316,9 @@ def to_html(rep: IncidentReport) -> str:
             out.append("<ul>" + "".join(f"<li>{_inline_md(i)}</li>" for i in b.items) + "</ul>")
         elif b.kind == "image":
             data = base64.b64encode(rep.images[b.image]).decode()
-            out.append(f'<figure><img alt="{html.escape(b.text)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(b.text)}</figcaption></figure>')
+            out.append(
+                f'<figure><img alt="{html.escape(b.text)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(b.text)}</figcaption></figure>'
+            )
     out.append("</body></html>")
     return "\n".join(out)
 
@@ -313,5 +344,3 @@ def write_report(rep: IncidentReport, directory: str, html_too: bool = False) ->
 
 def report_sections(markdown: str) -> list[str]:
     return [line[3:].strip() for line in markdown.splitlines() if line.startswith("## ")]
-
-

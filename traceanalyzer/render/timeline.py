@@ -95,7 +95,7 @@ class Layout:
         """top, bottom pixel rows of a lane's bar."""
         _, top, _, bottom = self.axes_px
         n = len(self.lanes)
-        lane = next(l for l in self.lanes if l.key == key)
+        lane = next(x for x in self.lanes if x.key == key)
         per = (bottom - top) / n
         return top + (lane.index + 0.1) * per, top + (lane.index + 0.9) * per
 
@@ -111,7 +111,9 @@ class Picture:
 # -- data preparation (pure polars) -----------------------------------------------------------
 
 
-def choose_window(trace: Trace, step: int | None = None, start_ms: float | None = None, end_ms: float | None = None) -> Window:
+def choose_window(
+    trace: Trace, step: int | None = None, start_ms: float | None = None, end_ms: float | None = None
+) -> Window:
     """--step N, or --start/--end in ms from the trace start, or by default the slowest step
     (the whole trace when it has no ProfilerStep)."""
     origin = trace.meta.origin_ns
@@ -119,7 +121,10 @@ def choose_window(trace: Trace, step: int | None = None, start_ms: float | None 
         a = origin + int(round((start_ms or 0.0) * 1e6))
         b = origin + int(round(end_ms * 1e6)) if end_ms is not None else trace.meta.end_ns
         if b <= a:
-            raise UsageError(trace.path, f"empty window: --end ({(b - origin) / 1e6:g} ms) is not after --start ({(a - origin) / 1e6:g} ms)")
+            raise UsageError(
+                trace.path,
+                f"empty window: --end ({(b - origin) / 1e6:g} ms) is not after --start ({(a - origin) / 1e6:g} ms)",
+            )
         return Window(a, b, f"{(a - origin) / 1e6:,.1f}–{(b - origin) / 1e6:,.1f} ms")
     steps = trace.steps
     if step is not None:
@@ -144,11 +149,15 @@ def merge_by_pixel(df: pl.DataFrame, by: list[str], lo_ns: int, ns_per_px: float
     one pixel wide. Vectorised: O(events) polars, no Python loop."""
     if df.is_empty():
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "px0": pl.Int64, "px1": pl.Int64})
-    s = df.select(
-        *by,
-        px0=((pl.col("ts_ns") - lo_ns) / ns_per_px).floor().cast(pl.Int64),
-        px1=((pl.col("end_ns") - lo_ns) / ns_per_px).ceil().cast(pl.Int64),
-    ).with_columns(px1=pl.max_horizontal("px1", pl.col("px0") + 1)).sort([*by, "px0"])
+    s = (
+        df.select(
+            *by,
+            px0=((pl.col("ts_ns") - lo_ns) / ns_per_px).floor().cast(pl.Int64),
+            px1=((pl.col("end_ns") - lo_ns) / ns_per_px).ceil().cast(pl.Int64),
+        )
+        .with_columns(px1=pl.max_horizontal("px1", pl.col("px0") + 1))
+        .sort([*by, "px0"])
+    )
     reach = pl.col("px1").cum_max().shift(1).over(by)
     s = s.with_columns(_new=(reach.is_null() | (pl.col("px0") > reach)).cast(pl.Int64))
     s = s.with_columns(_grp=pl.col("_new").cum_sum().over(by))
@@ -163,7 +172,12 @@ def _main_thread(trace: Trace) -> tuple[int, int] | None:
     if trace.steps.height:
         r = trace.steps.row(0, named=True)
         return r["pid"], r["tid"]
-    g = trace.gpu.filter(pl.col("launch_tid").is_not_null()).group_by("launch_pid", "launch_tid").len().sort("len", descending=True)
+    g = (
+        trace.gpu.filter(pl.col("launch_tid").is_not_null())
+        .group_by("launch_pid", "launch_tid")
+        .len()
+        .sort("len", descending=True)
+    )
     if g.height:
         return g["launch_pid"][0], g["launch_tid"][0]
     if trace.ops.height:
@@ -202,10 +216,13 @@ def choose_lanes(trace: Trace, w: Window, cpu: pl.DataFrame, gpu: pl.DataFrame) 
     )
     launches = (
         _in_window(trace.runtime, w).group_by("pid", "tid").agg(launches=pl.len())
-        if trace.runtime.height else pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "launches": pl.UInt32})
+        if trace.runtime.height
+        else pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "launches": pl.UInt32})
     )
     score = score.join(launches, on=["pid", "tid"], how="full", coalesce=True).fill_null(0)
-    score = score.filter((pl.col("special") > 0) | (pl.col("busy") > 0.01 * span)).sort(["special", "busy", "launches"], descending=True)
+    score = score.filter((pl.col("special") > 0) | (pl.col("busy") > 0.01 * span)).sort(
+        ["special", "busy", "launches"], descending=True
+    )
     threads = [(r["pid"], r["tid"]) for r in score.iter_rows(named=True)]
     if main is not None:
         threads = [main] + [t for t in threads if t != main]
@@ -244,7 +261,9 @@ def _gap_label(r: dict[str, Any]) -> str:
     other = r.get("blocked_thread")
     if isinstance(other, dict) and other.get("api"):
         where = ", ".join(x for x in (other.get("op"), other.get("range")) if x)
-        lines.append(_short(f"meanwhile CPU {other.get('tid')} blocked in {other['api']}" + (f" ({where})" if where else ""), 60))
+        lines.append(
+            _short(f"meanwhile CPU {other.get('tid')} blocked in {other['api']}" + (f" ({where})" if where else ""), 60)
+        )
     return "\n".join(lines)
 
 
@@ -270,7 +289,9 @@ def _device_name(trace: Trace, devices: list[int]) -> str:
     names = {d.id: d.name for d in trace.meta.devices}
     if not devices:
         return "no GPU work in window"
-    return ", ".join(f"GPU {d} {names[d]}" if d in names else f"GPU {d}" for d in devices[:2]) + (" …" if len(devices) > 2 else "")
+    return ", ".join(f"GPU {d} {names[d]}" if d in names else f"GPU {d}" for d in devices[:2]) + (
+        " …" if len(devices) > 2 else ""
+    )
 
 
 def render_timeline(
@@ -296,11 +317,13 @@ def render_timeline(
     lo_ns, hi_ns = w.start_ns - pad, w.end_ns + pad
     ns_per_px = (hi_ns - lo_ns) / plot_w
 
-    gpu = _in_window(trace.gpu.filter(pl.col("device").is_not_null()), w).select("device", "stream", "kind", "ts_ns", "end_ns")
+    gpu = _in_window(trace.gpu.filter(pl.col("device").is_not_null()), w).select(
+        "device", "stream", "kind", "ts_ns", "end_ns"
+    )
     cpu = cpu_events(trace, w, gaps.options.data_loading_pattern if gaps.options else DATA_LOADING_PATTERN)
     lanes = choose_lanes(trace, w, cpu, gpu)
     n = max(len(lanes), 1)
-    index = {l.key: l.index for l in lanes}
+    index = {lane.key: lane.index for lane in lanes}
 
     fig = _figure(width, height, dpi)
     ax = fig.add_axes((left_px / width, bottom_px / height, plot_w / width, plot_h / height))
@@ -310,9 +333,9 @@ def render_timeline(
     ax.set_ylim(n, 0)
 
     # GPU lanes band; gaps shaded across it, under the bars.
-    gpu_idx = [l.index for l in lanes if l.key[0] == "gpu"]
+    gpu_idx = [lane.index for lane in lanes if lane.key[0] == "gpu"]
     band = (min(gpu_idx), max(gpu_idx) + 1) if gpu_idx else None
-    shown_devices = sorted({l.key[1] for l in lanes if l.key[0] == "gpu"})
+    shown_devices = sorted({lane.key[1] for lane in lanes if lane.key[0] == "gpu"})
     gap_rows = pl.DataFrame()
     if band is not None and gaps.has_gpu_work and gaps.all_gaps.height:
         a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
@@ -324,8 +347,17 @@ def render_timeline(
             & (pl.col("duration_us") >= min_us)
         ).sort("duration_us", descending=True)
         for r in gap_rows.select("start_us", "duration_us", "cause").iter_rows(named=True):
-            ax.add_patch(Rectangle((r["start_us"] / 1000, band[0]), r["duration_us"] / 1000, band[1] - band[0],
-                                   facecolor=CAUSE_COLORS.get(r["cause"], "#7f7f7f"), alpha=GAP_ALPHA, linewidth=0, zorder=1))
+            ax.add_patch(
+                Rectangle(
+                    (r["start_us"] / 1000, band[0]),
+                    r["duration_us"] / 1000,
+                    band[1] - band[0],
+                    facecolor=CAUSE_COLORS.get(r["cause"], "#7f7f7f"),
+                    alpha=GAP_ALPHA,
+                    linewidth=0,
+                    zorder=1,
+                )
+            )
 
     # Bars, merged per pixel column. CPU kinds are drawn in order so sync and data loading
     # sit on top of the ops that contain them.
@@ -344,17 +376,23 @@ def render_timeline(
         i = index[key]
         x0 = (part["px0"].cast(pl.Float64) * ns_per_px + lo_ns - origin) / 1e6
         wd = (part["px1"] - part["px0"]).cast(pl.Float64) * ns_per_px / 1e6
-        ax.broken_barh(list(zip(x0.to_list(), wd.to_list())), (i + 0.1, 0.8), facecolors=KIND_COLORS[kind], linewidth=0, zorder=2 + order[kind])
+        ax.broken_barh(
+            list(zip(x0.to_list(), wd.to_list())),
+            (i + 0.1, 0.8),
+            facecolors=KIND_COLORS[kind],
+            linewidth=0,
+            zorder=2 + order[kind],
+        )
         kinds_drawn.add(kind)
 
     # Lane separators and labels.
-    ax.set_yticks([l.index + 0.5 for l in lanes])
-    ax.set_yticklabels([l.label for l in lanes], fontsize=9)
+    ax.set_yticks([lane.index + 0.5 for lane in lanes])
+    ax.set_yticklabels([lane.label for lane in lanes], fontsize=9)
     ax.tick_params(axis="y", length=0)
     if band is not None and band[0] > 0:
         ax.axhline(band[0], color="black", linewidth=0.8, zorder=6)
-    for l in lanes:
-        ax.axhline(l.index, color="#e0e0e0", linewidth=0.5, zorder=0)
+    for lane in lanes:
+        ax.axhline(lane.index, color="#e0e0e0", linewidth=0.5, zorder=0)
 
     # Step boundaries.
     steps = trace.steps.filter((pl.col("end_ns") >= lo_ns) & (pl.col("start_ns") <= hi_ns))
@@ -364,9 +402,19 @@ def render_timeline(
             ax.axvline((b - origin) / 1e6, color="black", linestyle="--", linewidth=1.0, zorder=7)
     for r in steps.iter_rows(named=True):
         mid = (max(r["start_ns"], lo_ns) + min(r["end_ns"], hi_ns)) / 2
-        ax.text((mid - origin) / 1e6, 1.003, f"step {r['step']}  ({(r['end_ns'] - r['start_ns']) / 1e6:,.1f} ms)",
-                transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8, clip_on=False, color="black", zorder=8,
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+        ax.text(
+            (mid - origin) / 1e6,
+            1.003,
+            f"step {r['step']}  ({(r['end_ns'] - r['start_ns']) / 1e6:,.1f} ms)",
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            clip_on=False,
+            color="black",
+            zorder=8,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+        )
 
     # The largest gaps, labelled with cause, op and Python line.
     # Only gaps that matter at this zoom: at least 3% of the window (and always the largest).
@@ -380,8 +428,18 @@ def render_timeline(
             mid_ms = (r["start_us"] + r["duration_us"] / 2) / 1000
             y = band[0] + span_rows * (0.12 + 0.22 * (k % 4))
             ax.annotate(
-                _gap_label(r), xy=(mid_ms, y), ha="center", va="top", fontsize=8, zorder=9,
-                bbox={"facecolor": "white", "edgecolor": CAUSE_COLORS.get(r["cause"], "#7f7f7f"), "alpha": 0.92, "boxstyle": "round,pad=0.3"},
+                _gap_label(r),
+                xy=(mid_ms, y),
+                ha="center",
+                va="top",
+                fontsize=8,
+                zorder=9,
+                bbox={
+                    "facecolor": "white",
+                    "edgecolor": CAUSE_COLORS.get(r["cause"], "#7f7f7f"),
+                    "alpha": 0.92,
+                    "boxstyle": "round,pad=0.3",
+                },
             )
 
     # The longest blocking calls, named on their CPU lane.
@@ -391,8 +449,18 @@ def render_timeline(
         key = ("cpu", r["pid"], r["tid"])
         if key in index:
             a_ns, b_ns = max(r["ts_ns"], lo_ns), min(r["end_ns"], hi_ns)
-            ax.text(((a_ns + b_ns) / 2 - origin) / 1e6, index[key] + 0.5, f"{r['name']} {r['_d'] / 1e6:,.1f} ms",
-                    ha="center", va="center", fontsize=8, color="white", weight="bold", zorder=9, clip_on=True)
+            ax.text(
+                ((a_ns + b_ns) / 2 - origin) / 1e6,
+                index[key] + 0.5,
+                f"{r['name']} {r['_d'] / 1e6:,.1f} ms",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white",
+                weight="bold",
+                zorder=9,
+                clip_on=True,
+            )
 
     ax.set_xlabel("time from trace start (ms)", fontsize=9)
     ax.tick_params(axis="x", labelsize=8)
@@ -402,11 +470,17 @@ def render_timeline(
     busy_line = ""
     if band is not None and gaps.has_gpu_work:
         a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
-        in_w = gaps.all_gaps.filter(pl.col("device").is_in(shown_devices) & (pl.col("start_us") >= a_us - 1e-6) & (pl.col("start_us") < b_us))
+        in_w = gaps.all_gaps.filter(
+            pl.col("device").is_in(shown_devices) & (pl.col("start_us") >= a_us - 1e-6) & (pl.col("start_us") < b_us)
+        )
         idle_ms = in_w["duration_us"].sum() / 1000 / max(len(shown_devices), 1)
         win_ms = (w.end_ns - w.start_ns) / 1e6
         by = in_w.group_by("cause").agg(pl.col("duration_us").sum()).sort("duration_us", descending=True)
-        top = f", mostly {by['cause'][0]} ({by['duration_us'][0] / max(in_w['duration_us'].sum(), 1e-9):.0%})" if by.height else ""
+        top = (
+            f", mostly {by['cause'][0]} ({by['duration_us'][0] / max(in_w['duration_us'].sum(), 1e-9):.0%})"
+            if by.height
+            else ""
+        )
         busy_line = f"GPU idle {idle_ms:,.1f} of {win_ms:,.1f} ms ({idle_ms / win_ms:.0%}){top}"
     title = f"{os.path.basename(trace.path)}  —  {_device_name(trace, shown_devices)}  —  {w.label}"
     fig.text(0.5, 1 - 12 / height, _short(title, 160), ha="center", va="top", fontsize=12, weight="bold")
@@ -416,10 +490,20 @@ def render_timeline(
     # Legend under the axis: what each colour means.
     handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in kinds_drawn]
     causes = gap_rows["cause"].unique().to_list() if gap_rows.height else []
-    handles += [Patch(facecolor=CAUSE_COLORS[c], alpha=GAP_ALPHA + 0.15, label=f"GPU idle: {c}") for c in CAUSE_COLORS if c in causes]
+    handles += [
+        Patch(facecolor=CAUSE_COLORS[c], alpha=GAP_ALPHA + 0.15, label=f"GPU idle: {c}")
+        for c in CAUSE_COLORS
+        if c in causes
+    ]
     if handles:
-        fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=9, frameon=False,
-                   bbox_to_anchor=(0.5, 4 / height))
+        fig.legend(
+            handles=handles,
+            loc="lower center",
+            ncol=min(len(handles), 6),
+            fontsize=9,
+            frameon=False,
+            bbox_to_anchor=(0.5, 4 / height),
+        )
 
     png = png_bytes(fig, dpi)
     band_px = None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 IDENTIFIERS = {"tid", "pid", "step", "device", "stream", "rank", "launch_tid", "next_stream", "correlation"}
 
 

@@ -1,0 +1,57 @@
+"""Every name pattern the analyses match, defined once.
+
+Patterns are regular expressions in the syntax of polars' `str.contains` (Rust `regex`). The
+ones a user may need to change (data loading, backward, optimizer, collectives) are defaults of
+`options.PatternOptions`, so they are flags of every command; the rest are facts of the format.
+"""
+
+from __future__ import annotations
+
+# -- ranges and ops (CPU side) ----------------------------------------------------------------
+
+# torch.profiler's step marker; group 1 is the step number.
+PROFILER_STEP = r"^ProfilerStep#(\d+)$"
+DATA_LOADING = r"(?i)enumerate\(DataLoader\)|DataLoaderIter|DataLoader.*__next__|data[_ ]?load"
+# The TensorBoard plugin's own DataLoader category (its step breakdown), narrower than the above.
+TB_DATALOADER = r"^enumerate\(DataLoader\)#.*__next__"
+BACKWARD = r"autograd::engine::evaluate_function|Backward"
+OPTIMIZER = r"Optimizer\.(step|zero_grad)|optimizer_step"
+# A namespaced op (aten::to, c10d::allreduce_, vllm::unified_attention) is what user code
+# called; anything else in an op chain is a range (record_function, module, DataLoader).
+NAMESPACED_OP = r"^[A-Za-z_][\w.]*::\w"
+NN_MODULE = r"^nn\.Module:"
+# CPU work that belongs to the model's forward when no phase range says otherwise.
+MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
+SINGLE_TENSOR_OPTIMIZER = "_single_tensor_"  # a literal, not a pattern
+
+# Frames of the framework, the standard library and the interpreter: a gap's "Python line" is
+# the innermost frame that is none of these, i.e. the user's own code.
+LIBRARY_FRAME = (
+    r"^<|^nn\.Module:|^torch/|/torch/|site-packages/|dist-packages/|/lib/python3[.\d]*/|"
+    r"^(threading|contextlib|functools|typing|logging/__init__|selectors|queue|multiprocessing/\S+)\.py|"
+    r"^(logging|multiprocessing|concurrent|asyncio|importlib|json|collections)/"
+)
+
+# -- runtime calls --------------------------------------------------------------------------
+
+# Calls that hold the CPU thread until the GPU catches up (CUDA runtime, driver, HIP).
+SYNC_API = (
+    r"^(cuda|hip)(Stream|Device|Event|Ctx)Synchronize$|^(cuda|hip)Memcpy(2D|3D)?$|^hipMemcpyWithStream$"
+    r"|^cuCtxSynchronize$|^cuStreamSynchronize$|^cuEventSynchronize$|^cuMemcpy(DtoH|HtoD)?(_v2)?$"
+)
+# A wait on the GPU side (a stream waits for an event); it does not hold the CPU.
+GPU_WAIT_API = r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent$"
+GRAPH_LAUNCH = r"GraphLaunch"
+
+# -- GPU activities -------------------------------------------------------------------------
+
+# Collective communication kernels: NCCL (`ncclKernel_*`, and `ncclDevKernel_*` since NCCL
+# 2.19), RCCL, and the names other backends give them.
+COLLECTIVE = (
+    r"(?i)nccl|rccl|allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|alltoall|broadcast|sendrecv"
+)
+PAGEABLE_COPY = r"(?i)pageable"
+PINNED_COPY = r"(?i)pinned"
+COPY_DIRECTION = r"^Memcpy\s+(\w+)"  # group 1: HtoD, DtoH, DtoD, PtoP, HtoH
+H2D_COPY = r"HtoD|Host -> Device"
+D2H_COPY = r"DtoH|Device -> Host"
