@@ -103,9 +103,12 @@ def test_busy_plus_idle_is_the_window_and_causes_sum_to_idle(kernels, steps, fra
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(kernel, min_size=1, max_size=15))
 def test_busy_time_is_the_union_of_kernels(kernels):
-    """Without steps the window is the GPU span; busy is the union of [ts, ts + max(dur, 0)]
-    per device, computed here by a plain sweep over integer microseconds."""
+    """Without steps the window is the GPU span of the whole trace (every device is judged over
+    the same one step); busy is the union of [ts, ts + max(dur, 0)] per device, computed here by
+    a plain sweep over integer microseconds."""
     result = analyse_gaps(_load(_trace(kernels, [], False)))
+    all_spans = [(ts, ts + max(dur, 0)) for _d, _s, ts, dur, _l, _ld in kernels]
+    window = max(b for _a, b in all_spans) - min(a for a, _b in all_spans)
     for dev in {k[0] for k in kernels}:
         spans = sorted((ts, ts + max(dur, 0)) for d, _s, ts, dur, _l, _ld in kernels if d == dev)
         busy, reach = 0, None
@@ -116,7 +119,6 @@ def test_busy_time_is_the_union_of_kernels(kernels):
             elif b > reach:
                 busy += b - reach
                 reach = b
-        window = max(b for _a, b in spans) - min(a for a, _b in spans)
         row = result.devices.filter(result.devices["device"] == dev).row(0, named=True)
         assert abs(row["busy_us"] - busy) < 1e-6
         assert abs(row["window_us"] - window) < 1e-6

@@ -1,8 +1,11 @@
 """traceanalyzer: offline post-mortem analysis of PyTorch profiler (Kineto) traces.
 
     import traceanalyzer as ta
-    trace = ta.load("trace.pt.trace.json.gz")
-    result = ta.analyse_gaps(trace)
+    ses = ta.Session.open("trace.pt.trace.json.gz")   # or ta.Session(ta.load(path), ta.Options())
+    ses.gaps.idle_by_cause, ses.syncs.sync_idle_us, [f.rule for f in ses.findings]
+
+Every analysis is also a pure function (`ta.analyse_gaps(trace, options)`); a Session computes
+each once and hands the same result to everything that reads it.
 
 Neither click nor matplotlib is imported here: they load only with the CLI and the pictures.
 """
@@ -30,15 +33,23 @@ from traceanalyzer.options import (
     KernelOptions,
     MemoryOptions,
     OpsOptions,
+    Options,
+    PatternOptions,
+    RankOptions,
     StageOptions,
     StepOptions,
     SyncOptions,
 )
+from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace, TraceMeta
 
 __all__ = [
     "__version__",
     "load",
+    "Session",
+    "Options",
+    "PatternOptions",
+    "RankOptions",
     "Trace",
     "TraceMeta",
     "ANALYSES",

@@ -1,47 +1,81 @@
-"""Click flags generated from the option dataclasses, and the output options every command
-shares (`--format`, `--top`, `-o`)."""
+"""Click flags generated from the option groups of `options.Options`, and the output options
+every command shares (`--format`, `--top`, `-o`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
+
+from traceanalyzer.errors import UsageError
+from traceanalyzer.options import GROUPS, Options
 
 FORMATS = ("table", "json", "csv", "markdown")
 
 
 def _flag(f: dataclasses.Field) -> str:
-    return f.metadata.get("flag") or "--" + f.name.replace("_us", "").replace("_", "-")
+    return f.metadata.get("flag") or "--" + f.name.removesuffix("_us").replace("_", "-")
 
 
-def dataclass_options(cls: type) -> Callable[[Callable], Callable]:
-    """Decorate a click command with one flag per field of `cls`; the values arrive as keyword
-    arguments named after the fields. Use `build(cls, kwargs)` to get the dataclass back."""
+def _cli_fields(groups: Iterable[str]) -> list[dataclasses.Field]:
+    return [f for g in groups for f in dataclasses.fields(GROUPS[g]) if f.metadata.get("cli", True)]
+
+
+def option_flags(*groups: str) -> Callable[[Callable], Callable]:
+    """Decorate a click command with one flag per field of the named option groups (see
+    `options.GROUPS`); the values arrive as keyword arguments named after the fields. A field's
+    aliases (`--min-finding`) are added when no other flag of the command claims them. With the
+    `stages` group comes `--stages FILE`, the stage mapping. `build_options` gives the bundle
+    back."""
+    fields = _cli_fields(groups)
+    primary = {_flag(f) for f in fields}
+    alias_count = Counter(a for f in fields for a in f.metadata.get("aliases", ()))
 
     def decorate(fn: Callable) -> Callable:
-        for f in reversed(dataclasses.fields(cls)):
+        if "stages" in groups:
+            fn = click.option(
+                "--stages",
+                "stages_file",
+                type=click.Path(dir_okay=False),
+                default=None,
+                help="TOML file: [stages] table of stage = regular expression (on the op chain), in priority order",
+            )(fn)
+        for f in reversed(fields):
             default = f.default
             help_text = f.metadata.get("help", "")
-            unit = " µs" if f.name.endswith("_us") and "µs" not in help_text else ""
+            unit = " (µs)" if f.name.endswith("_us") and "µs" not in help_text else ""
+            aliases = [a for a in f.metadata.get("aliases", ()) if a not in primary and alias_count[a] == 1]
             fn = click.option(
                 _flag(f),
+                *aliases,
                 f.name,
-                type=type(default) if default is not None else str,
+                type=click.Choice(f.metadata["choices"]) if f.metadata.get("choices") else type(default),
                 default=default,
                 show_default=True,
-                help=f"{help_text}{' (' + unit.strip() + ')' if unit else ''}",
+                help=f"{help_text}{unit}",
             )(fn)
         return fn
 
     return decorate
 
 
-def build(cls: type, kwargs: dict[str, Any]) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
+def build_options(kwargs: dict[str, Any], *groups: str) -> Options:
+    """The Options bundle from a command's keyword arguments (popping the option fields and
+    `stages_file` out of `kwargs`); fields of groups the command has not keep their defaults."""
+    names = {f.name for f in _cli_fields(groups)}
+    values = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+    stages_file = kwargs.pop("stages_file", None)
+    if stages_file:
+        from traceanalyzer.analyses.stages import read_mapping
+
+        if values.get("stage_view", "pipeline") == "tensorboard":
+            raise UsageError(None, "--stages cannot be combined with --view tensorboard")
+        values["stage_mapping"] = tuple(read_mapping(stages_file))
+    return Options().with_values(values)
 
 
 def output_options(fn: Callable) -> Callable:

@@ -1,8 +1,10 @@
-"""Analysis options: one frozen dataclass per analysis, a documented default per field.
+"""Analysis options: one frozen dataclass per analysis, composed into one `Options` bundle.
 
-The CLI flags and the JSON `thresholds` are both generated from these fields (see
-`traceanalyzer.cli_options`), so the two cannot drift apart. No click import here: the
-library's import path stays free of the CLI.
+Every field has a documented default and a name that is unique across the bundle, so that the
+CLI flags and the JSON `thresholds` (both generated from these fields, see
+`traceanalyzer.cli_options`) are flat, cannot collide, and cannot drift apart. A value that
+several analyses read (the DataLoader pattern, say) lives in one group only (`PatternOptions`).
+No click import here: the library's import path stays free of the CLI.
 """
 
 from __future__ import annotations
@@ -11,16 +13,35 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-DATA_LOADING_PATTERN = r"(?i)enumerate\(DataLoader\)|DataLoaderIter|DataLoader.*__next__|data[_ ]?load"
-SYNC_API_PATTERN = (
-    r"^(cuda|hip)(Stream|Device|Event|Ctx)Synchronize$|^(cuda|hip)Memcpy(2D|3D)?$|^hipMemcpyWithStream$"
-    r"|^cuCtxSynchronize$|^cuStreamSynchronize$|^cuEventSynchronize$|^cuMemcpy(DtoH|HtoD)?(_v2)?$"
-)
+from traceanalyzer import patterns
 
 
-def opt(default: Any, help: str, *, flag: str | None = None) -> Any:
-    """A dataclass field carrying its CLI help text (and optionally its flag name)."""
-    return field(default=default, metadata={"help": help, "flag": flag})
+def opt(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    aliases: tuple[str, ...] = (),
+    choices: tuple[str, ...] = (),
+    cli: bool = True,
+) -> Any:
+    """A dataclass field carrying its CLI help text, its flag name (derived from the field name
+    when not given), shorter aliases a command may also accept when no other option claims them,
+    the values it may take, and whether it is a flag at all."""
+    meta = {"help": help, "flag": flag, "aliases": aliases, "choices": choices, "cli": cli}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class PatternOptions:
+    """Name patterns more than one analysis reads (regular expressions, polars syntax)."""
+
+    data_loading_pattern: str = opt(
+        patterns.DATA_LOADING, "regular expression naming data-loading ranges (DataLoader __next__ ...)"
+    )
+    backward_pattern: str = opt(patterns.BACKWARD, "regular expression naming backward (autograd) ops, searched in the op chain")
+    optimizer_pattern: str = opt(patterns.OPTIMIZER, "regular expression naming optimizer ranges, searched in the op chain")
+    collective_pattern: str = opt(patterns.COLLECTIVE, "regular expression naming collective communication kernels (NCCL/RCCL)")
 
 
 @dataclass(frozen=True)
@@ -32,26 +53,40 @@ class GapOptions:
         "launch call returning (queued before the gap) or was launched this soon after the gap began",
         flag="--launch-latency",
     )
-    data_loading_pattern: str = opt(
-        DATA_LOADING_PATTERN, "regular expression naming data-loading ranges (DataLoader __next__ ...)"
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    min_blocked_us: float = opt(0.0, "list only syncs that held the CPU at least this many µs", flag="--min-blocked")
+    sync_min_finding_us: float = opt(
+        100.0,
+        "report a sync site as a finding only when its blocked plus bubble time per step reaches this many µs",
+        flag="--sync-min-finding",
+        aliases=("--min-finding",),
+    )
+    sync_stall_share: float = opt(
+        0.05, "sync_stalls fires when GPU idle caused by syncs (sync_idle_us) reaches this share of the window"
     )
 
 
-def thresholds(options: Any) -> dict[str, Any]:
-    """The options as the JSON `thresholds` object: field name -> value."""
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-
-
-def option_fields(cls: type) -> list[dataclasses.Field]:
-    return list(dataclasses.fields(cls))
-
-
-# --- steps, stages, ops, kernels, findings (the overview) ---
-
-BACKWARD_PATTERN = r"autograd::engine::evaluate_function|Backward"
-OPTIMIZER_PATTERN = r"Optimizer\.(step|zero_grad)|optimizer_step"
-TB_DATALOADER_PATTERN = r"^enumerate\(DataLoader\)#.*__next__"
-SHORT_KERNEL_US = 10.0
+@dataclass(frozen=True)
+class CopyOptions:
+    small_copy_bytes: int = opt(
+        65536, "a host-device copy of fewer bytes than this counts as small (for the 'many small copies' finding)"
+    )
+    many_small_per_step: int = opt(
+        20, "report 'many small copies' when a step issues at least this many small copies", flag="--many-small"
+    )
+    copy_min_finding_us: float = opt(
+        100.0,
+        "report a copy finding only when the time it costs (blocked, exposed or copy time) reaches this many µs",
+        flag="--copy-min-finding",
+        aliases=("--min-finding",),
+    )
+    pageable_copy_bytes: int = opt(
+        1 << 20,
+        "pageable_copies also fires when copies to/from pageable host memory move at least this many bytes",
+    )
 
 
 @dataclass(frozen=True)
@@ -62,59 +97,30 @@ class StepOptions:
 
 @dataclass(frozen=True)
 class StageOptions:
-    data_loading_pattern: str = opt(
-        DATA_LOADING_PATTERN, "regular expression naming data-loading ranges (searched in the op chain)"
+    stage_view: str = opt(
+        "pipeline",
+        "stage breakdown: pipeline stages, or tensorboard (the TensorBoard plugin's categories)",
+        flag="--view",
+        choices=("pipeline", "tensorboard"),
     )
-    backward_pattern: str = opt(
-        BACKWARD_PATTERN, "regular expression naming backward (autograd) ops, searched in the op chain"
-    )
-    optimizer_pattern: str = opt(
-        OPTIMIZER_PATTERN, "regular expression naming optimizer ranges, searched in the op chain"
-    )
+    # Set from `--stages FILE` (see `analyses.stages.read_mapping`): (stage, regex) in priority order.
+    stage_mapping: tuple[tuple[str, str], ...] = opt((), "stage = regular expression rules, in priority order", cli=False)
 
 
 @dataclass(frozen=True)
 class OpsOptions:
     group_by: str = opt(
-        "name", "group ops by: name, shapes (name + input shapes) or module (innermost nn.Module range)"
+        "name",
+        "group ops by: name, shapes (name + input shapes) or module (innermost nn.Module range)",
+        choices=("name", "shapes", "module"),
     )
 
 
 @dataclass(frozen=True)
 class KernelOptions:
     short_kernel_us: float = opt(
-        SHORT_KERNEL_US, "kernels shorter than this count as short (the launch-bound census)", flag="--short-kernel"
+        10.0, "kernels shorter than this count as short (the launch-bound census)", flag="--short-kernel"
     )
-
-
-@dataclass(frozen=True)
-class FindingOptions:
-    data_loading_share: float = opt(0.10, "data_loading fires when data loading takes at least this share of step time")
-    sync_stall_share: float = opt(
-        0.05,
-        "sync_stalls fires when the GPU sits idle while a CPU thread waits in a synchronising call for at least this share of the window",
-    )
-    pageable_copy_bytes: int = opt(
-        1 << 20, "pageable_copies fires when copies to/from pageable host memory move at least this many bytes"
-    )
-    launch_bound_short_share: float = opt(
-        0.5,
-        "launch_bound fires when at least this share of (non-graph) kernels are short and GPU busy is below low_gpu_utilization",
-    )
-    launch_bound_min_kernels: int = opt(
-        100, "launch_bound needs at least this many kernels outside CUDA graphs (a smaller census says nothing)"
-    )
-    launch_latency_share: float = opt(
-        0.05, "launch_bound also needs GPU idle from launch latency (see gaps) of at least this share of the window"
-    )
-    no_tensor_cores_share: float = opt(
-        0.2,
-        "no_tensor_cores fires when matmul/conv kernels without Tensor Cores take at least this share of kernel time",
-    )
-    single_tensor_min: int = opt(
-        1, "single_tensor_optimizer fires at this many `_single_tensor_` events (ops, frames, kernels)"
-    )
-    low_gpu_utilization: float = opt(0.6, "low_gpu_utilization fires when GPU busy share over the steps is below this")
 
 
 @dataclass(frozen=True)
@@ -125,9 +131,7 @@ class MemoryOptions:
         flag="--near-capacity",
     )
     growth_mb_per_step: float = opt(
-        1.0,
-        "flag steady growth when allocated memory rose in every step by this many MB on average",
-        flag="--growth-mb",
+        1.0, "flag steady growth when allocated memory rose in every step by this many MB on average", flag="--growth-mb"
     )
     min_growth_steps: int = opt(3, "steps needed before steady growth is judged", flag="--min-growth-steps")
     dominant_op_share: float = opt(
@@ -142,37 +146,126 @@ class MemoryOptions:
 
 
 @dataclass(frozen=True)
+class FindingOptions:
+    """Thresholds of the rules that read more than one analysis (see `analyses.findings`)."""
+
+    data_loading_share: float = opt(
+        0.10, "data_loading fires when data loading takes at least this share of step time"
+    )
+    launch_bound_short_share: float = opt(
+        0.5,
+        "launch_bound fires when at least this share of (non-graph) kernels are short and GPU busy is below low_gpu_utilization",
+    )
+    launch_bound_min_kernels: int = opt(
+        100, "launch_bound needs at least this many kernels outside CUDA graphs (a smaller census says nothing)"
+    )
+    launch_latency_share: float = opt(
+        0.05, "launch_bound also needs GPU idle from launch latency (see gaps) of at least this share of the window"
+    )
+    no_tensor_cores_share: float = opt(
+        0.2, "no_tensor_cores fires when matmul/conv kernels without Tensor Cores take at least this share of kernel time"
+    )
+    single_tensor_min: int = opt(
+        1, "single_tensor_optimizer fires at this many `_single_tensor_` events (ops, frames, kernels)"
+    )
+    low_gpu_utilization: float = opt(0.6, "low_gpu_utilization fires when GPU busy share over the steps is below this")
+
+
+@dataclass(frozen=True)
 class DiffOptions:
     min_change_pct: float = opt(
         2.0,
         "a step-time change below this many percent is within noise even when steps do not vary",
         flag="--min-change",
     )
-    data_loading_pattern: str = opt(
-        DATA_LOADING_PATTERN, "regular expression naming data-loading ranges (DataLoader __next__ ...)"
-    )
 
 
 @dataclass(frozen=True)
-class CopyOptions:
-    small_copy_bytes: int = opt(
-        65536, "a host-device copy of fewer bytes than this counts as small (for the 'many small copies' finding)"
+class RankOptions:
+    straggler_min_us: float = opt(
+        1000.0,
+        "call a rank a straggler when it starts a step or a collective this many µs after the median rank",
+        flag="--straggler-min",
     )
-    many_small_per_step: int = opt(
-        20, "report 'many small copies' when a step issues at least this many small copies", flag="--many-small"
-    )
-    min_finding_us: float = opt(
-        100.0,
-        "report a finding only when the time it costs (blocked, exposed or copy time) reaches this many µs",
-        flag="--min-finding",
-    )
+
+
+GROUPS: dict[str, type] = {
+    "patterns": PatternOptions,
+    "gaps": GapOptions,
+    "syncs": SyncOptions,
+    "copies": CopyOptions,
+    "steps": StepOptions,
+    "stages": StageOptions,
+    "ops": OpsOptions,
+    "kernels": KernelOptions,
+    "memory": MemoryOptions,
+    "findings": FindingOptions,
+    "diff": DiffOptions,
+    "ranks": RankOptions,
+}
 
 
 @dataclass(frozen=True)
-class SyncOptions:
-    min_blocked_us: float = opt(0.0, "list only syncs that held the CPU at least this many µs", flag="--min-blocked")
-    min_finding_us: float = opt(
-        100.0,
-        "report a site as a finding only when its blocked plus bubble time per step reaches this many µs",
-        flag="--min-finding",
-    )
+class Options:
+    """Every option of every analysis, one group per analysis. `Session` hands the one bundle to
+    every analysis, so one trace is read with one set of thresholds everywhere."""
+
+    patterns: PatternOptions = field(default_factory=PatternOptions)
+    gaps: GapOptions = field(default_factory=GapOptions)
+    syncs: SyncOptions = field(default_factory=SyncOptions)
+    copies: CopyOptions = field(default_factory=CopyOptions)
+    steps: StepOptions = field(default_factory=StepOptions)
+    stages: StageOptions = field(default_factory=StageOptions)
+    ops: OpsOptions = field(default_factory=OpsOptions)
+    kernels: KernelOptions = field(default_factory=KernelOptions)
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
+    findings: FindingOptions = field(default_factory=FindingOptions)
+    diff: DiffOptions = field(default_factory=DiffOptions)
+    ranks: RankOptions = field(default_factory=RankOptions)
+
+    @classmethod
+    def of(cls, options: Any = None) -> Options:
+        """The bundle for `options`: itself, the defaults for None, or the defaults with one
+        group replaced when given that group's dataclass (`GapOptions(min_gap_us=5)`)."""
+        if options is None:
+            return cls()
+        if isinstance(options, cls):
+            return options
+        for name, group in GROUPS.items():
+            if isinstance(options, group):
+                return dataclasses.replace(cls(), **{name: options})
+        raise TypeError(f"not an options object: {options!r}")
+
+    def value(self, name: str) -> Any:
+        """A field by its (unique) name, whatever its group."""
+        return getattr(getattr(self, GROUP_OF[name]), name)
+
+    def with_values(self, values: dict[str, Any]) -> Options:
+        """A copy with fields replaced by name (`{"min_gap_us": 5, "stage_view": "tensorboard"}`)."""
+        by_group: dict[str, dict[str, Any]] = {}
+        for name, v in values.items():
+            if name not in GROUP_OF:
+                raise KeyError(f"no option named {name!r}")
+            by_group.setdefault(GROUP_OF[name], {})[name] = v
+        return dataclasses.replace(
+            self, **{g: dataclasses.replace(getattr(self, g), **vals) for g, vals in by_group.items()}
+        )
+
+    def thresholds(self, groups: tuple[str, ...] | list[str] | None = None) -> dict[str, Any]:
+        """The JSON `thresholds` object: field name -> value, for `groups` (default: all)."""
+        out: dict[str, Any] = {}
+        for g in groups or GROUPS:
+            out.update(thresholds(getattr(self, g)))
+        return out
+
+
+def thresholds(options: Any) -> dict[str, Any]:
+    """One group's options as a JSON object: field name -> value (mappings as tables)."""
+    out = {}
+    for f in dataclasses.fields(options):
+        v = getattr(options, f.name)
+        out[f.name] = {k: p for k, p in v} if f.name == "stage_mapping" else v
+    return out
+
+
+GROUP_OF: dict[str, str] = {f.name: g for g, cls in GROUPS.items() for f in dataclasses.fields(cls)}

@@ -11,6 +11,7 @@ import pytest
 
 from tests.synthetic import write_events, x_event
 from traceanalyzer.analyses.copies import analyse_copies
+from traceanalyzer.analyses.findings import analyse_findings
 from traceanalyzer.load import load
 
 PID, TID = 100, 100
@@ -53,7 +54,9 @@ def test_pageable_blocking_htod_copy(tmp_path):
     assert c["blocked_us"] == 500 and c["op"] == "aten::to" and c["step"] == 3 and c["api"] == "cudaMemcpyAsync"
     # no compute at all: the copy is fully exposed
     assert c["overlap_fraction"] == 0 and c["exposed_us"] == 100
-    assert [f["finding"] for f in r.findings][0] == "pageable_host_memory"
+    found = analyse_findings(load(_write(tmp_path, events)))
+    assert [f.rule for f in found if f.rule in ("pageable_copies", "device_to_host_in_step")] == ["pageable_copies"]
+    assert found[[f.rule for f in found].index("pageable_copies")].evidence["blocked_us"] == 500
 
 
 def test_pinned_copy_hidden_under_compute_on_side_stream(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from tests.synthetic import MAIN_TID, TraceBuilder
 from traceanalyzer import GapOptions, analyse_gaps, load
-from traceanalyzer.analyses import gpu_time
+from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.intervals import merge
 
 OPTS = GapOptions(min_gap_us=20.0)
@@ -165,7 +165,7 @@ def test_busy_plus_idle_is_window(SHARED_TRACES, name):
 def test_kernel_utilisation_matches_tensorboard(SHARED_TRACES, name, published):
     t = _load(str(SHARED_TRACES / name))
     kernels = merge(t.gpu.filter(pl.col("kind") == "kernel"), ["device"])
-    per = gpu_time.busy_by_window(kernels, gpu_time.windows(t))
+    per = gpu_time.busy_by_window(kernels, windows.device_windows(t))
     util = 100 * per["busy_ns"].sum() / per["window_ns"].sum()
     assert util == pytest.approx(published, abs=1.0)
 

@@ -14,7 +14,7 @@ import pytest
 from traceanalyzer import load
 from traceanalyzer.analyses.gaps import analyse_gaps
 from traceanalyzer.analyses.multirank import MultiRankOptions, cross_rank, rank_result
-from traceanalyzer.commands.ranks import analyse_dir, rank_files
+from traceanalyzer.ranks import analyse_dir, rank_files
 
 
 @pytest.fixture(scope="module")

@@ -138,11 +138,22 @@ def test_bad_mapping_files(tmp_path):
         read_mapping(str(tmp_path / "missing.toml"))
 
 
-def test_without_steps_one_window_over_the_trace(tmp_path):
+def test_without_steps_one_window_over_the_gpu_span(tmp_path):
+    # Without ProfilerStep the trace is one step spanning its GPU work (analyses.windows): the
+    # kernel's [10, 100] µs; the CPU op at [0, 10] lies before it.
     b = TraceBuilder()
     b.op("aten::mm", 0, 10)
     b.kernel("gemm", ts=10, dur=90, launch_ts=2)
     r = analyse_stages(load(b.write(tmp_path)))
-    assert r.window_kind == "trace" and r.table["step"].to_list() == [None]
+    assert r.window_kind == "gpu_span" and r.table["step"].to_list() == [None]
     row = r.table.row(0, named=True)
-    assert row["duration_us"] == 100 and row["forward"] == 100  # kernel [10, 100] + CPU [0, 10]
+    assert row["duration_us"] == 90 and row["forward"] == 90
+
+
+def test_without_steps_or_gpu_work_one_window_over_the_trace(tmp_path):
+    b = TraceBuilder()
+    b.op("aten::mm", 0, 10)
+    b.op("aten::add", 20, 10)
+    r = analyse_stages(load(b.write(tmp_path)))
+    assert r.window_kind == "trace_span" and r.table["duration_us"].to_list() == [30]
+    assert r.average["forward"] == 20 and r.average["gpu_idle"] == 10

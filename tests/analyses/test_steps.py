@@ -46,7 +46,9 @@ def test_too_few_steps_no_steps_and_loading_outside(tmp_path):
     empty = TraceBuilder()
     empty.op("aten::mm", 0, 10)
     r = analyse_steps(load(empty.write(tmp_path, "nosteps.json")))
-    assert r.count == 0 and [c.kind for c in r.caveats] == ["no_gpu_activity", "no_steps"]
+    # Without ProfilerStep the trace counts as one step (step null) over its span, 10 µs here.
+    assert r.count == 1 and r.table["step"].to_list() == [None] and r.table["duration_us"].to_list() == [10.0]
+    assert r.window_kind == "trace_span" and [c.kind for c in r.caveats] == ["no_gpu_activity", "no_steps"]
 
 
 def test_resnet_step_average_and_kernel_utilisation(SHARED_TRACES):

@@ -10,8 +10,7 @@ from click.testing import CliRunner
 
 from tests.conftest import SHARED_TRACES_DIR
 from traceanalyzer import __version__
-from traceanalyzer.analyses.copies import analyse_copies
-from traceanalyzer.analyses.syncs import analyse_syncs
+from traceanalyzer import Session
 from traceanalyzer.cli import cli
 from traceanalyzer.commands.copies import copies_report
 from traceanalyzer.commands.syncs import syncs_report
@@ -52,8 +51,8 @@ SMALL = [p for p in ALL_TRACES if p.stat().st_size < 1_000_000]
 def test_runs_on_every_shared_trace(trace):
     """Load once, then what each command does after loading: analyse, build the report, render
     every format (the CLI path below is exercised on the small traces)."""
-    t = load(trace)
-    for report in (copies_report(analyse_copies(t), 20, t.warnings), syncs_report(analyse_syncs(t), 20, t.warnings)):
+    ses = Session(load(trace))
+    for report in (copies_report(ses, 20), syncs_report(ses, 20)):
         for renderer in RENDERERS.values():
             assert renderer.render(report)
         doc = json.loads(RENDERERS["json"].render(report))
@@ -83,11 +82,18 @@ def test_copies_json_fields_and_thresholds(SHARED_TRACES):
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["thresholds"] == {"small_copy_bytes": 1024, "many_small_per_step": 20, "min_finding_us": 100.0}
+    # Every option that changes a number `copies` prints, its own and the shared patterns.
+    th = doc["thresholds"]
+    assert {k: th[k] for k in ("small_copy_bytes", "many_small_per_step", "copy_min_finding_us")} == {
+        "small_copy_bytes": 1024,
+        "many_small_per_step": 20,
+        "copy_min_finding_us": 100.0,
+    }
+    assert th["pageable_copy_bytes"] == 1 << 20 and "collective_pattern" in th
     assert len(doc["copies"]) == 3 and COPY_FIELDS <= set(doc["copies"][0])
     first = doc["copies"][0]
     assert (first["bytes"], first["op"], first["range"]) == (704, "aten::to", "## sparse_data_dist ##")
-    assert {f["finding"] for f in doc["findings"]} >= {"pageable_host_memory", "device_to_host_in_step"}
+    assert {f["rule"] for f in doc["findings"]} >= {"pageable_copies", "device_to_host_in_step"}
     assert doc["summary"]["copies"] == 1667  # 1,390 memcpys + 277 memsets in the raw JSON
 
 
@@ -104,7 +110,10 @@ def test_syncs_json_fields_and_thresholds(SHARED_TRACES):
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["thresholds"] == {"min_blocked_us": 1000.0, "min_finding_us": 100.0}
+    th = doc["thresholds"]
+    assert th["min_blocked_us"] == 1000.0 and th["sync_min_finding_us"] == 100.0 and th["sync_stall_share"] == 0.05
+    # the gap classification the bubbles come from is part of what syncs prints
+    assert th["launch_latency_us"] == 30.0 and "data_loading_pattern" in th
     assert SYNC_FIELDS <= set(doc["syncs"][0])
     stalls = [s for s in doc["syncs"] if s["kind"] != "gpu_wait"]
     assert stalls and all(s["blocked_us"] >= 1000 for s in stalls)

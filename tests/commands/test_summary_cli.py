@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from tests.conftest import SHARED_TRACES_DIR
 from traceanalyzer.analyses.findings import RULE_IDS
 from traceanalyzer.cli import cli, main
-from traceanalyzer.commands import kernels, ops, stages, summary
+from traceanalyzer.commands import common
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.load import load
 
@@ -39,8 +39,7 @@ def _load(path: str):
 @pytest.fixture
 def cached(monkeypatch):
     """Each trace is loaded once for the whole module (loading has its own tests)."""
-    for mod in (summary, stages, ops, kernels):
-        monkeypatch.setattr(mod, "load_trace", lambda p, *a, **k: _load(str(p)))
+    monkeypatch.setattr(common, "load_trace", lambda p, *a, **k: _load(str(p)))
 
 
 def _run(*args: str, code: int = 0):

@@ -1,5 +1,6 @@
 """What each CPU thread was doing over time, as disjoint interval sets with prefix sums, so
-that "how long was thread T blocked / loading data / busy inside [a, b]" is one join."""
+that "how long was thread T blocked / loading data / busy inside [a, b]" is one join; and which
+thread is the main one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.intervals import coverage_index, merge
-from traceanalyzer.options import SYNC_API_PATTERN
+from traceanalyzer.patterns import PAGEABLE_COPY, PROFILER_STEP, SYNC_API
 from traceanalyzer.trace import Trace
 
 THREAD = ["pid", "tid"]
@@ -19,19 +20,52 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
     and memcpy calls whose copy involves pageable host memory (those block even when Async)."""
     pageable = (
         trace.gpu.select("kind", "name", "runtime_id")
-        .filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains("(?i)pageable"))
+        .filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains(PAGEABLE_COPY))
         .get_column("runtime_id")
         .drop_nulls()
         .unique()
     )
     # A filter, not a join: the runtime table is one of the largest and is copied only in part.
     return trace.runtime.filter(
-        pl.col("name").str.contains(SYNC_API_PATTERN) | pl.col("runtime_id").is_in(pageable.implode())
+        pl.col("name").str.contains(SYNC_API) | pl.col("runtime_id").is_in(pageable.implode())
     )
 
 
 def data_loading_ranges(trace: Trace, pattern: str) -> pl.DataFrame:
+    """The ops and ranges whose name matches the data-loading pattern."""
     return trace.ops.filter(pl.col("name").str.contains(pattern))
+
+
+def main_thread(trace: Trace) -> tuple[int, int] | None:
+    """The thread that drives the program: the one running the ProfilerSteps, else the one
+    that launched the most GPU work, else the one with the most CPU op time."""
+    if trace.steps.height:
+        r = trace.steps.sort("cpu_start_ns").row(0, named=True)
+        return r["pid"], r["tid"]
+    g = (
+        trace.gpu.filter(pl.col("launch_tid").is_not_null())
+        .group_by("launch_pid", "launch_tid")
+        .len()
+        .sort(["len", "launch_pid", "launch_tid"], descending=[True, False, False])
+    )
+    if g.height:
+        return g["launch_pid"][0], g["launch_tid"][0]
+    if trace.ops.height:
+        g = trace.ops.group_by("pid", "tid").agg(pl.col("dur_ns").sum()).sort(["dur_ns", "pid", "tid"], descending=[True, False, False])
+        return g["pid"][0], g["tid"][0]
+    return None
+
+
+def step_threads(trace: Trace) -> pl.DataFrame:
+    """step, pid, tid: the thread each step window is judged from (its ProfilerStep's thread;
+    without steps, the main thread for the one window)."""
+    if trace.steps.height:
+        return trace.steps.select("step", "pid", "tid")
+    main = main_thread(trace)
+    return pl.DataFrame(
+        {"step": [None], "pid": [main[0] if main else None], "tid": [main[1] if main else None]},
+        schema={"step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64},
+    )
 
 
 @dataclass(frozen=True)
@@ -52,7 +86,7 @@ class CpuActivity:
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
         # Narrow columns first: these tables are the biggest of a trace.
         real_ops = trace.ops.select(*THREAD, "ts_ns", "end_ns", "kind", "name").filter(
-            (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$")
+            (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)
         )
         anything = pl.concat([t.select(*THREAD, "ts_ns", "end_ns") for t in (real_ops, trace.runtime, data)])
         return cls(

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.findings import Overview, evaluate
-from traceanalyzer.analyses.gaps import CAUSES
-from traceanalyzer.analyses.syncs import analyse_syncs
-from traceanalyzer.options import DiffOptions, GapOptions, StageOptions
+from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.gap_causes import CAUSES
+from traceanalyzer.analyses.op_tree import self_time
+from traceanalyzer.options import DiffOptions, Options
+from traceanalyzer.patterns import PROFILER_STEP
+from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
 MAD_TO_SD = 1.4826
-STEP_RE = r"^ProfilerStep#\d+$"
 
 
 @dataclass(frozen=True)
@@ -61,20 +62,6 @@ class DiffResult:
     stages_source: str  # always "stages" (the analysis stage times come from); kept in the JSON output
 
 
-def _windows(trace: Trace) -> pl.DataFrame:
-    """step, start_ns, end_ns: the steps, or one window over the GPU work (else all events)."""
-    if trace.steps.height:
-        return trace.steps.select("step", "start_ns", "end_ns")
-    if trace.gpu.height:
-        lo, hi = trace.gpu["ts_ns"].min(), trace.gpu["end_ns"].max()
-    else:
-        lo, hi = trace.meta.origin_ns, trace.meta.end_ns
-    return pl.DataFrame(
-        {"step": [None], "start_ns": [lo], "end_ns": [hi]},
-        schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
-    )
-
-
 def _clip(df: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     """Rows of df (ts_ns, end_ns) intersected with the windows, clipped to them."""
     if df.is_empty():
@@ -100,11 +87,8 @@ def _op_table(trace: Trace, wins: pl.DataFrame, n: int) -> pl.DataFrame:
     ops = trace.ops
     if ops.is_empty():
         return pl.DataFrame(schema={"name": pl.String, "count_per_step": pl.Float64, "self_us_per_step": pl.Float64})
-    child = ops.filter(pl.col("parent_id").is_not_null()).group_by("parent_id").agg(_child=pl.col("dur_ns").sum())
-    ops = ops.join(child, left_on="op_id", right_on="parent_id", how="left").with_columns(
-        _self=(pl.col("dur_ns") - pl.col("_child").fill_null(0)).clip(0)
-    )
-    ops = _starting_in(ops.filter(~pl.col("name").str.contains(STEP_RE)), wins)
+    ops = ops.join(self_time(ops).rename({"self_ns": "_self"}), on="op_id", how="left")
+    ops = _starting_in(ops.filter(~pl.col("name").str.contains(PROFILER_STEP)), wins)
     return ops.group_by("name").agg(count_per_step=pl.len() / n, self_us_per_step=pl.col("_self").sum() / 1000.0 / n)
 
 
@@ -130,43 +114,38 @@ def _copies(per: pl.DataFrame, n: int) -> dict[str, float]:
     return out
 
 
-def _syncs(trace: Trace, n: int) -> dict[str, float]:
-    """Syncs per step, as the `syncs` analysis counts them."""
-    per = analyse_syncs(trace).per_step
+def _syncs(per: pl.DataFrame, n: int) -> dict[str, float]:
+    """Syncs per step, from the `syncs` analysis' totals per step."""
     out = {"syncs_per_step": float(per["syncs"].sum()) / n if per.height else 0.0}
-    # per_step has no columns at all without syncs or without ProfilerStep.
+    # per_step has no columns at all without syncs.
     for col in ("blocked_us", "bubble_us"):
         if col in per.columns:
             out[f"sync_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
     return out
 
 
-def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
-    opts = options or DiffOptions()
-    wins = _windows(trace)
-    n = max(wins.height, 1)
+def profile(trace: Trace | Session, options: Options | DiffOptions | None = None) -> TraceProfile:
+    """One trace reduced to per-step numbers, all read from one Session (the findings read the
+    same gaps, stages, copies and syncs as the metrics)."""
+    ses = trace if isinstance(trace, Session) else Session(trace, options)
+    trace = ses.trace
+    wins = windows.step_windows(trace)
+    n = windows.step_count(trace)
     times = tuple(((wins["end_ns"] - wins["start_ns"]) / 1000.0).to_list())
-    # One Overview: the findings read the same gaps, stages and copies as the metrics below.
-    ov = Overview(
-        trace,
-        gap_options=GapOptions(data_loading_pattern=opts.data_loading_pattern),
-        stage_options=StageOptions(data_loading_pattern=opts.data_loading_pattern),
-    )
-    gaps = ov.gaps
+    gaps = ses.gaps
     metrics: dict[str, float | None] = {}
     if gaps.has_gpu_work:
         d = gaps.devices
-        metrics["gpu_busy_pct"] = 100.0 * d["busy_us"].sum() / d["window_us"].sum() if d["window_us"].sum() else None
-        idle = {r["cause"]: r["idle_us"] for r in gaps.idle_by_cause.iter_rows(named=True)}
+        metrics["gpu_busy_pct"] = 100.0 * gaps.busy_share if gaps.busy_share is not None else None
         metrics["idle_us_per_step"] = d["idle_us"].sum() / n
         for c in CAUSES:
-            metrics[f"idle_{c}_us_per_step"] = idle.get(c, 0.0) / n
+            metrics[f"idle_{c}_us_per_step"] = gaps.idle_us(c) / n
     else:
         metrics["gpu_busy_pct"] = None
-    for k, v in ov.stages.average.items():
+    for k, v in ses.stages.average.items():
         metrics[f"stage_{k}_us_per_step"] = v
-    metrics.update(_copies(ov.copies.per_step, n))
-    metrics.update(_syncs(trace, n))
+    metrics.update(_copies(ses.copies.per_step, n))
+    metrics.update(_syncs(ses.syncs.per_step, n))
     kernels = _kernel_table(trace, wins, n)
     metrics["kernels_per_step"] = kernels["count_per_step"].sum() if kernels.height else 0.0
     metrics["kernel_us_per_step"] = kernels["us_per_step"].sum() if kernels.height else 0.0
@@ -178,7 +157,7 @@ def profile(trace: Trace, options: DiffOptions | None = None) -> TraceProfile:
         metrics=metrics,
         ops=_op_table(trace, wins, n),
         kernels=kernels,
-        findings=tuple(f"{f.rule}: {f.message}" for f in evaluate(ov)),
+        findings=tuple(f"{f.rule}: {f.message}" for f in ses.findings),
     )
 
 
@@ -209,6 +188,7 @@ def _matched(before: pl.DataFrame, after: pl.DataFrame, value: str) -> pl.DataFr
 
 
 def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | None = None) -> DiffResult:
+    """The per-step numbers of two profiles side by side, with a noise-aware verdict."""
     opts = options or DiffOptions()
     med_b = float(pl.Series(before.step_times_us).median()) if before.step_times_us else None
     med_a = float(pl.Series(after.step_times_us).median()) if after.step_times_us else None
@@ -268,6 +248,9 @@ def _kind(finding: str) -> str:
     return finding.split(":")[0]
 
 
-def analyse_diff(before: Trace, after: Trace, options: DiffOptions | None = None) -> DiffResult:
-    opts = options or DiffOptions()
-    return compare(profile(before, opts), profile(after, opts), opts)
+def analyse_diff(
+    before: Trace | Session, after: Trace | Session, options: Options | DiffOptions | None = None
+) -> DiffResult:
+    """Compare two traces (or Sessions) of the same program, per step."""
+    bundle = Options.of(options)
+    return compare(profile(before, bundle), profile(after, bundle), bundle.diff)

@@ -1,8 +1,9 @@
-"""GPU busy time and analysis windows, shared by every analysis that speaks of idle time.
+"""GPU busy and idle time inside the analysis windows, shared by every analysis that speaks of
+idle time.
 
 Work is the union over all streams of a device of kernels, memcpys and memsets; `cuda_sync`
-markers are not work. The window is the profiled steps (GPU-extended ProfilerStep ranges) or,
-when there are none, the span from the first to the last GPU activity.
+markers are not work. The windows are those of `analyses.windows` (the steps, or the trace as
+one step).
 """
 
 from __future__ import annotations
@@ -12,25 +13,10 @@ import polars as pl
 from traceanalyzer.analyses.intervals import merge
 from traceanalyzer.trace import Trace
 
-WINDOW_SCHEMA = {"device": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
-
-
-def devices(trace: Trace) -> list[int]:
-    return sorted(trace.gpu["device"].drop_nulls().unique().to_list())
-
 
 def busy_intervals(trace: Trace) -> pl.DataFrame:
     """Disjoint busy intervals per device: device, start_ns, end_ns."""
     return merge(trace.gpu.select("device", "ts_ns", "end_ns").filter(pl.col("device").is_not_null()), ["device"])
-
-
-def windows(trace: Trace) -> pl.DataFrame:
-    """Analysis windows per device: device, step (null without steps), start_ns, end_ns."""
-    devs = pl.DataFrame({"device": devices(trace)}, schema={"device": pl.Int64})
-    if trace.steps.height:
-        return devs.join(trace.steps.select("step", "start_ns", "end_ns"), how="cross").select(list(WINDOW_SCHEMA))
-    span = trace.gpu.group_by("device").agg(start_ns=pl.col("ts_ns").min(), end_ns=pl.col("end_ns").max())
-    return span.with_columns(step=pl.lit(None, pl.Int64)).select(list(WINDOW_SCHEMA)).cast(WINDOW_SCHEMA).sort("device")
 
 
 def clip_to_windows(intervals: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:

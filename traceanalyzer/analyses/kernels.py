@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context
-from traceanalyzer.options import KernelOptions
+from traceanalyzer.options import KernelOptions, Options
+from traceanalyzer.patterns import GRAPH_LAUNCH
 from traceanalyzer.trace import Trace
 
 TENSOR_CORE_PATTERN = (
@@ -90,10 +91,11 @@ def _launchers(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def analyse_kernels(trace: Trace, options: KernelOptions | None = None) -> KernelsResult:
-    opts = options or KernelOptions()
+def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None) -> KernelsResult:
+    """Per kernel name: time, shape, Tensor Core use, launching ops; the short-kernel census."""
+    opts = Options.of(options).kernels
     k = trace.gpu.filter(pl.col("kind") == "kernel").with_columns(
-        graph=pl.col("launch_api").fill_null("").str.contains("GraphLaunch"),
+        graph=pl.col("launch_api").fill_null("").str.contains(GRAPH_LAUNCH),
         short=pl.col("dur_ns") < int(opts.short_kernel_us * 1000),
     )
     total_ns = int(k["dur_ns"].sum()) if k.height else 0

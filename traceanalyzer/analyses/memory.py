@@ -21,13 +21,15 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.attribution import NAMESPACED_OP, op_context
+from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.links import innermost_containing
-from traceanalyzer.options import MemoryOptions
+from traceanalyzer.options import MemoryOptions, Options
+from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.trace import Trace
 
 MB = 1024 * 1024
-_MAX_DEPTH = 256
 NO_MEMORY_NOTE = (
     "no [memory] events in this trace: capture it with torch.profiler.profile(profile_memory=True) "
     "to see allocations, the peak and who made it"
@@ -47,7 +49,7 @@ class MemoryResult:
     never_freed: pl.DataFrame  # allocations with no free inside the trace, largest first
     steps: pl.DataFrame  # allocated/reserved at each step boundary, per device
     timeline: pl.DataFrame  # device, t_us, allocated_bytes, reserved_bytes (max per bucket)
-    findings: tuple[str, ...] = ()
+    has_addresses: bool = True  # False for 2021 traces: allocations cannot be paired with frees
     note: str | None = None
 
 
@@ -85,7 +87,6 @@ def _attribute(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     ev = innermost_containing(ev, trace.ops, "op_id", "alloc_op_id", point_end="ts_ns")
     ids = ev["alloc_op_id"]
     ctx = op_context(trace, ids).rename({"op_id": "alloc_op_id"})
-    named = _named_op_id(trace, ids)
     shapes = trace.ops.select(
         pl.col("op_id").alias("named_op_id"),
         input_dims=pl.col("input_dims").str.replace_all(r"\s+", ""),
@@ -93,39 +94,9 @@ def _attribute(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     inner = trace.ops.select(pl.col("op_id").alias("alloc_op_id"), pl.col("name").alias("inner_op"))
     return (
         ev.join(ctx, on="alloc_op_id", how="left")
-        .join(named, on="alloc_op_id", how="left")
         .join(shapes, on="named_op_id", how="left")
         .join(inner, on="alloc_op_id", how="left")
     )
-
-
-def _named_op_id(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
-    """For each op id, the id of the op `op_context` names: the outermost namespaced op of its
-    chain, else the op itself."""
-    ids = pl.DataFrame({"alloc_op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique()
-    ops = trace.ops.select("op_id", "parent_id", ns=pl.col("name").str.contains(NAMESPACED_OP))
-    if ids.is_empty() or ops.is_empty():
-        return pl.DataFrame(schema={"alloc_op_id": pl.Int64, "named_op_id": pl.Int64})
-    cur = ids.join(ops.rename({"op_id": "alloc_op_id"}), on="alloc_op_id", how="left").select(
-        "alloc_op_id",
-        named_op_id=pl.when(pl.col("ns")).then(pl.col("alloc_op_id")),
-        _up=pl.col("parent_id"),
-    )
-    up = ops.select(pl.col("op_id").alias("_up"), pl.col("parent_id").alias("_pp"), pl.col("ns").alias("_pns"))
-    for _ in range(_MAX_DEPTH):
-        if cur.filter(pl.col("_up").is_not_null()).is_empty():
-            break
-        cur = (
-            cur.join(up, on="_up", how="left")
-            .with_columns(
-                named_op_id=pl.when(pl.col("_pns").fill_null(False))
-                .then(pl.col("_up"))
-                .otherwise(pl.col("named_op_id")),
-                _up=pl.col("_pp"),
-            )
-            .drop("_pp", "_pns")
-        )
-    return cur.select("alloc_op_id", named_op_id=pl.coalesce("named_op_id", "alloc_op_id"))
 
 
 def _pair(ev: pl.DataFrame) -> pl.DataFrame:
@@ -147,20 +118,8 @@ def _pair(ev: pl.DataFrame) -> pl.DataFrame:
 
 def _ancestor_names(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     """op_id -> every distinct name on its chain (itself included): for inclusive totals."""
-    ids = pl.DataFrame({"op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique()
-    ops = trace.ops.select("op_id", "name", "parent_id")
-    cur = ids.join(ops, on="op_id", how="left").select(
-        "op_id", _at=pl.col("op_id"), name="name", _up=pl.col("parent_id")
-    )
-    out = [cur.select("op_id", "name")]
-    up = ops.select(pl.col("op_id").alias("_up"), pl.col("name").alias("_pname"), pl.col("parent_id").alias("_pp"))
-    for _ in range(_MAX_DEPTH):
-        cur = cur.filter(pl.col("_up").is_not_null())
-        if cur.is_empty():
-            break
-        cur = cur.join(up, on="_up", how="left").select("op_id", name=pl.col("_pname"), _up=pl.col("_pp"))
-        out.append(cur.select("op_id", "name"))
-    return pl.concat(out).drop_nulls().unique()
+    names = trace.ops.select(pl.col("op_id").alias("ancestor_id"), "name")
+    return ancestors(trace.ops, op_ids).join(names, on="ancestor_id").select("op_id", "name").drop_nulls().unique()
 
 
 def _top_ops(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
@@ -193,7 +152,7 @@ def _top_ops(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     out = (
         total.join(self_alloc, on=["device", "name"], how="full", coalesce=True)
         .join(self_free, on=["device", "name"], how="full", coalesce=True)
-        .filter(pl.col("name").is_not_null() & ~pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
+        .filter(pl.col("name").is_not_null() & ~pl.col("name").str.contains(PROFILER_STEP))
         .fill_null(0)
     )
     return (
@@ -289,8 +248,9 @@ def _timeline(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
     )
 
 
-def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> MemoryResult:
-    opts = options or MemoryOptions()
+def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None) -> MemoryResult:
+    """The peak per device, who holds it, top allocating ops, growth per step, never freed."""
+    opts = Options.of(options).memory
     ev = _events(trace)
     if ev.is_empty():
         empty = pl.DataFrame()
@@ -335,8 +295,6 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
         },
         schema={"device_id": pl.Int64, "capacity": pl.Int64},
     )
-    step_of_peak = pl.lit(None, pl.Int64)
-    steps_df = trace.steps.select("step", "start_ns", "end_ns")
 
     if has_addr:
         pairs = _pair(ev)
@@ -357,20 +315,7 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
         .with_columns(_cap_id=pl.when(pl.col("device_type") == 1).then(pl.col("device_id")))
         .join(capacity.rename({"device_id": "_cap_id"}), on="_cap_id", how="left")
     )
-    if steps_df.height:
-        devices = (
-            devices.sort("peak_ts_ns")
-            .join_asof(
-                steps_df.sort("start_ns").rename({"end_ns": "_step_end"}),
-                left_on="peak_ts_ns",
-                right_on="start_ns",
-                strategy="backward",
-                check_sortedness=False,
-            )
-            .with_columns(step=pl.when(pl.col("peak_ts_ns") < pl.col("_step_end")).then(pl.col("step")))
-        )
-    else:
-        devices = devices.with_columns(step=step_of_peak)
+    devices = windows.step_of(devices, trace.steps, "peak_ts_ns", "start_ns", "end_ns")
     devices = devices.sort("device_type", "device_id", descending=[True, False]).select(
         "device",
         peak_allocated_mb=pl.col("peak_bytes") / MB,
@@ -433,48 +378,9 @@ def analyse_memory(trace: Trace, options: MemoryOptions | None = None) -> Memory
         never_freed=listing(never),
         steps=_step_boundaries(trace, ev),
         timeline=_timeline(trace, ev, opts.timeline_points),
+        has_addresses=has_addr,
         note=None
         if has_totals
         else "this trace (2021 schema) has no allocator totals or addresses: allocated memory is counted from the trace start and allocations are not paired with frees",
     )
-    return _with_findings(result, has_addr)
-
-
-def _with_findings(r: MemoryResult, has_addr: bool) -> MemoryResult:
-    o = r.options
-    found: list[str] = []
-    for d in r.devices.iter_rows(named=True):
-        share = (
-            d["reserved_share_of_capacity"] if d["reserved_share_of_capacity"] is not None else d["share_of_capacity"]
-        )
-        if share is not None and share >= o.near_capacity_share:
-            found.append(
-                f"{d['device']}: memory near the device's capacity: {d['max_reserved_mb'] or d['peak_allocated_mb']:,.0f} MB reserved "
-                f"of {d['capacity_mb']:,.0f} MB ({share:.0%}); an out-of-memory error is close"
-            )
-    if r.steps.height:
-        per = r.steps.group_by("device").agg(
-            n=pl.len(),
-            rising=(pl.col("growth_mb") > 0).all(),
-            growth=pl.col("growth_mb").sum(),
-            mean=pl.col("growth_mb").mean(),
-        )
-        for g in per.filter(
-            (pl.col("n") >= o.min_growth_steps)
-            & (pl.col("growth") >= o.min_finding_mb)
-            & pl.col("rising")
-            & (pl.col("mean") >= o.growth_mb_per_step)
-        ).iter_rows(named=True):
-            found.append(
-                f"{g['device']}: allocated memory rose in every one of {g['n']} steps ({g['mean']:,.1f} MB per step, "
-                f"{g['growth']:,.1f} MB in all): a leak suspect (tensors kept across steps, e.g. a loss summed without .item())"
-            )
-    if has_addr and r.live_by_op.height:
-        top = r.live_by_op.sort("mb", descending=True).unique("device", keep="first")
-        big = (pl.col("share_of_live") >= o.dominant_op_share) & (pl.col("mb") >= o.min_finding_mb)
-        for t in top.filter(big).iter_rows(named=True):
-            found.append(
-                f"{t['device']}: {t['op'] or '(outside any op)'}{' in ' + t['range'] if t['range'] else ''} holds {t['share_of_live']:.0%} "
-                f"of the memory allocated in the trace and alive at the peak ({t['mb']:,.1f} MB)"
-            )
-    return MemoryResult(**{**r.__dict__, "findings": tuple(found)})
+    return result

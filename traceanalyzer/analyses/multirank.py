@@ -34,22 +34,15 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer.analyses.gaps import CAUSES, GapsResult, analyse_gaps
-from traceanalyzer.options import GapOptions, opt
+from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.gap_causes import CAUSES
+from traceanalyzer.analyses.gaps import GapsResult
+from traceanalyzer.options import Options, RankOptions
+from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
-COLLECTIVE_PATTERN = r"(?i)nccl|rccl|allreduce|all_reduce|allgather|reducescatter|alltoall|broadcast|sendrecv"
+MultiRankOptions = RankOptions  # the name this module used before the options bundle
 _RANK_IN_NAME = re.compile(r"(?i)(?:rank|worker|node|proc)[-_]?(\d+)")
-
-
-@dataclass(frozen=True)
-class MultiRankOptions:
-    straggler_min_us: float = opt(
-        1000.0,
-        "call a rank a straggler when it starts a step or a collective this many µs after the median rank",
-        flag="--straggler-min",
-    )
-    collective_pattern: str = opt(COLLECTIVE_PATTERN, "regular expression naming collective kernels (NCCL/RCCL)")
 
 
 @dataclass(frozen=True)
@@ -70,7 +63,7 @@ class RankResult:
 
 @dataclass(frozen=True)
 class MultiRankResult:
-    options: MultiRankOptions
+    options: RankOptions
     ranks: pl.DataFrame  # one row per rank, see cross_rank
     stragglers: pl.DataFrame  # rank, what, late_by_us, cause, cause_us, op, python_frame
     collectives: (
@@ -83,32 +76,25 @@ class MultiRankResult:
 
 
 def rank_from_name(path: str) -> int | None:
+    """The rank a file name states (`worker3`, `rank_3`, `node-3`), if any."""
     m = _RANK_IN_NAME.search(path.replace("\\", "/").rsplit("/", 1)[-1])
     return int(m.group(1)) if m else None
 
 
-def rank_result(
-    trace: Trace, gap_options: GapOptions | None = None, options: MultiRankOptions | None = None
-) -> RankResult:
-    """One rank's contribution: a pure function of one trace."""
-    opts = options or MultiRankOptions()
-    gaps = analyse_gaps(trace, gap_options)
+def rank_result(trace: Trace | Session, options: Options | None = None) -> RankResult:
+    """One rank's contribution: a pure function of one trace (or of a Session over it)."""
+    ses = trace if isinstance(trace, Session) else Session(trace, options)
+    trace = ses.trace
+    gaps = ses.gaps
     if trace.meta.rank is not None:
         rank, source = trace.meta.rank, "distributedInfo"
     else:
         rank = rank_from_name(trace.path)
         source = "file name" if rank is not None else "none"
-    if trace.steps.height:
-        steps = trace.steps.select("step", "start_ns", "end_ns")
-    elif trace.gpu.height:
-        steps = pl.DataFrame(
-            {"step": [None], "start_ns": [trace.gpu["ts_ns"].min()], "end_ns": [trace.gpu["end_ns"].max()]},
-            schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
-        )
-    else:
-        steps = pl.DataFrame(schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    # A rank with neither steps nor GPU work has nothing to align or compare.
+    steps = windows.step_windows(trace) if trace.steps.height or trace.gpu.height else windows.step_windows(trace).clear()
     coll = (
-        trace.gpu.filter((pl.col("kind") == "kernel") & pl.col("name").str.contains(opts.collective_pattern))
+        trace.gpu.filter((pl.col("kind") == "kernel") & pl.col("name").str.contains(ses.options.patterns.collective_pattern))
         .sort("ts_ns")
         .select("name", "device", "ts_ns", "end_ns")
         .with_columns(k=pl.int_range(pl.len()).over("name").cast(pl.Int64))
@@ -179,9 +165,9 @@ def _lateness_cause(r: RankResult, start_ns: int, late_ns: int) -> dict:
     return {"cause": cause, "cause_us": by["ns"][0] / 1000.0, "op": top["op"], "python_frame": top["python_frame"]}
 
 
-def cross_rank(results: list[RankResult], options: MultiRankOptions | None = None) -> MultiRankResult:
+def cross_rank(results: list[RankResult], options: Options | RankOptions | None = None) -> MultiRankResult:
     """Compare the ranks of one job. `results` in any order; rows come out sorted by rank."""
-    opts = options or MultiRankOptions()
+    opts = Options.of(options).ranks
     rows = pl.DataFrame([_per_rank_row(i, r) for i, r in enumerate(results)]) if results else pl.DataFrame()
     by_i = dict(enumerate(results))
     rank_of = {row["_i"]: row["rank"] for row in rows.iter_rows(named=True)} if results else {}

@@ -17,8 +17,10 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.op_tree import ancestors, self_time
 from traceanalyzer.errors import UsageError
-from traceanalyzer.options import OpsOptions
+from traceanalyzer.options import OpsOptions, Options
+from traceanalyzer.patterns import NN_MODULE
 from traceanalyzer.trace import Trace
 
 GROUPINGS = ("name", "shapes", "module")
@@ -31,50 +33,36 @@ OP_COLUMNS = [
     "self_gpu_activities",
     "total_gpu_activities",
 ]
-_MAX_DEPTH = 512
 
 
 def _per_op(trace: Trace) -> pl.DataFrame:
     """One row per op: op_id, name, input_dims, dur_ns, self_cpu_ns, self_gpu_ns, self_gpu_n,
     total_gpu_ns, total_gpu_n."""
     ops = trace.ops.select("op_id", "name", "input_dims", "dur_ns", "parent_id")
-    children = ops.filter(pl.col("parent_id").is_not_null()).group_by("parent_id").agg(child_ns=pl.col("dur_ns").sum())
     gpu = (
         trace.gpu.filter(pl.col("op_id").is_not_null())
         .group_by("op_id")
         .agg(self_gpu_ns=pl.col("dur_ns").sum(), self_gpu_n=pl.len().cast(pl.Int64))
     )
     ops = (
-        ops.join(children, left_on="op_id", right_on="parent_id", how="left")
+        ops.join(self_time(ops), on="op_id", how="left")
         .join(gpu, on="op_id", how="left")
         .with_columns(
-            self_cpu_ns=(pl.col("dur_ns") - pl.col("child_ns").fill_null(0)).clip(0),
+            self_cpu_ns=pl.col("self_ns"),
             self_gpu_ns=pl.col("self_gpu_ns").fill_null(0),
             self_gpu_n=pl.col("self_gpu_n").fill_null(0),
         )
+        .drop("self_ns")
     )
-    # Total GPU: push each launching op's self GPU up through all its ancestors.
-    parent_of = ops.select(pl.col("op_id").alias("_at"), pl.col("parent_id").alias("_up"))
-    cur = ops.filter(pl.col("self_gpu_n") > 0).select(pl.col("op_id").alias("_at"), "self_gpu_ns", "self_gpu_n")
-    pieces = []
-    for _ in range(_MAX_DEPTH):
-        if cur.is_empty():
-            break
-        pieces.append(cur)
-        cur = (
-            cur.join(parent_of, on="_at", how="inner")
-            .filter(pl.col("_up").is_not_null())
-            .select(pl.col("_up").alias("_at"), "self_gpu_ns", "self_gpu_n")
-        )
-    if pieces:
-        totals = (
-            pl.concat(pieces)
-            .group_by("_at")
-            .agg(total_gpu_ns=pl.col("self_gpu_ns").sum(), total_gpu_n=pl.col("self_gpu_n").sum())
-        )
-    else:
-        totals = pl.DataFrame(schema={"_at": pl.Int64, "total_gpu_ns": pl.Int64, "total_gpu_n": pl.Int64})
-    return ops.join(totals, left_on="op_id", right_on="_at", how="left").with_columns(
+    # Total GPU: each launching op's self GPU counts for it and for every op enclosing it.
+    launching = ops.filter(pl.col("self_gpu_n") > 0)
+    totals = (
+        ancestors(trace.ops, launching["op_id"])
+        .join(launching.select("op_id", "self_gpu_ns", "self_gpu_n"), on="op_id")
+        .group_by("ancestor_id")
+        .agg(total_gpu_ns=pl.col("self_gpu_ns").sum(), total_gpu_n=pl.col("self_gpu_n").sum())
+    )
+    return ops.join(totals, left_on="op_id", right_on="ancestor_id", how="left").with_columns(
         pl.col("total_gpu_ns").fill_null(0), pl.col("total_gpu_n").fill_null(0)
     )
 
@@ -87,16 +75,16 @@ def _module_of(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
         module=pl.col("op_chain")
         .fill_null("")
         .str.split(" > ")
-        .list.eval(pl.element().filter(pl.element().str.starts_with("nn.Module:")))
+        .list.eval(pl.element().filter(pl.element().str.contains(NN_MODULE)))
         .list.last()
         .fill_null("(no module)"),
     )
 
 
-def analyse_ops(trace: Trace, options: OpsOptions | None = None) -> pl.DataFrame:
+def analyse_ops(trace: Trace, options: Options | OpsOptions | None = None) -> pl.DataFrame:
     """Per group (name; name + input_dims; module + name): OP_COLUMNS, sorted by total GPU then
     total CPU time, descending."""
-    opts = options or OpsOptions()
+    opts = Options.of(options).ops
     if opts.group_by not in GROUPINGS:
         raise UsageError(None, f"unknown grouping {opts.group_by!r}: use one of {', '.join(GROUPINGS)}")
     per = _per_op(trace)

@@ -1,7 +1,8 @@
 """Every single-trace analysis under one signature: `analysis(trace, options=None) -> result`.
 
 The registry lets one test run all of them on degenerate traces, and lets notebooks and
-tools iterate over them without knowing each module."""
+tools iterate over them without knowing each module. `options` is an `Options` bundle or the
+options of that one analysis."""
 
 from __future__ import annotations
 

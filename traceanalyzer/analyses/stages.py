@@ -24,8 +24,8 @@ The "tensorboard" view reproduces the TensorBoard profiler plugin's step breakdo
 Memcpy > Memset > Runtime > DataLoader (ops named `enumerate(DataLoader)#…__next__`) > CPU Exec
 (every other CPU op or annotation, ProfilerStep ranges excluded); Other is the rest.
 
-Windows are the GPU-extended profiler steps (`Trace.steps`); without ProfilerStep, one window
-spanning the whole trace (step null). GPU work of all devices shares one timeline.
+Windows are the steps of `analyses.windows` (without ProfilerStep, the trace as one step, step
+null). GPU work of all devices shares one timeline.
 """
 
 from __future__ import annotations
@@ -35,12 +35,14 @@ from pathlib import Path
 
 import polars as pl
 
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import merge
 from traceanalyzer.errors import UsageError
-from traceanalyzer.options import TB_DATALOADER_PATTERN, StageOptions
-from traceanalyzer.trace import STEP_NAME, Trace
+from traceanalyzer.options import Options, PatternOptions, StageOptions
+from traceanalyzer.patterns import D2H_COPY, H2D_COPY, MODEL_CPU, PROFILER_STEP, TB_DATALOADER
+from traceanalyzer.trace import Trace
 
 PIPELINE_STAGES = (
     "data_loading",
@@ -55,7 +57,6 @@ PIPELINE_STAGES = (
 )
 TENSORBOARD_STAGES = ("Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other")
 RESERVED = {"sync_wait", "other_gpu", "other_cpu", "gpu_idle"}
-MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
 _IV = {"start_ns": pl.Int64, "end_ns": pl.Int64}
 
 
@@ -67,7 +68,7 @@ class StagesResult:
     table: pl.DataFrame  # step, duration_us, then one column per stage (µs)
     average: dict[str, float]  # stage -> mean µs per step
     average_step_us: float
-    window_kind: str  # steps | trace
+    window_kind: str  # see analyses.windows.window_kind
 
 
 def read_mapping(path: str) -> list[tuple[str, str]]:
@@ -97,15 +98,6 @@ def read_mapping(path: str) -> list[tuple[str, str]]:
             raise UsageError(path, f"stage {name!r}: bad regular expression {pattern!r}: {exc}") from exc
         rules.append((str(name), pattern))
     return rules
-
-
-def _windows(trace: Trace) -> tuple[pl.DataFrame, str]:
-    if trace.steps.height:
-        return trace.steps.select("step", "start_ns", "end_ns").sort("start_ns"), "steps"
-    return pl.DataFrame(
-        {"step": [None], "start_ns": [trace.meta.origin_ns], "end_ns": [trace.meta.end_ns]},
-        schema={"step": pl.Int64, **_IV},
-    ), "trace"
 
 
 def _iv(df: pl.DataFrame) -> pl.DataFrame:
@@ -167,7 +159,7 @@ def _labelled(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(cpu intervals, gpu intervals), each with `label`."""
     chains = _chains(trace)
-    not_step = ~trace.ops["name"].str.contains(STEP_NAME)
+    not_step = ~trace.ops["name"].str.contains(PROFILER_STEP)
     ops = trace.ops.filter(not_step).select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
     rt = trace.runtime.select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
     cpu = pl.concat([ops, rt]).with_columns(label=_label(rules, cpu_fallback))
@@ -179,7 +171,7 @@ def _labelled(
     return cpu, gpu
 
 
-def _pipeline_layers(trace: Trace, opts: StageOptions) -> list[tuple[str, pl.DataFrame]]:
+def _pipeline_layers(trace: Trace, opts: PatternOptions, blocked: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     rules = [
         ("data_loading", opts.data_loading_pattern),
         ("backward", opts.backward_pattern),
@@ -191,10 +183,9 @@ def _pipeline_layers(trace: Trace, opts: StageOptions) -> list[tuple[str, pl.Dat
         .otherwise(pl.lit("other_cpu"))
     )
     cpu, gpu = _labelled(trace, rules, cpu_fallback, "forward")
-    h2d = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(r"HtoD|Host -> Device")
-    d2h = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(r"DtoH|Device -> Host")
+    h2d = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(H2D_COPY)
+    d2h = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(D2H_COPY)
     copy_free = gpu.filter(~h2d & ~d2h)
-    blocked = blocking_calls(trace)
 
     def g(label: str) -> pl.DataFrame:
         return _iv(copy_free.filter(pl.col("label") == label))
@@ -217,10 +208,10 @@ def _pipeline_layers(trace: Trace, opts: StageOptions) -> list[tuple[str, pl.Dat
     ]
 
 
-def _mapping_layers(trace: Trace, rules: list[tuple[str, str]]) -> list[tuple[str, pl.DataFrame]]:
+def _mapping_layers(trace: Trace, rules: list[tuple[str, str]], blocked: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     cpu, gpu = _labelled(trace, rules, pl.lit("other_cpu"), "other_gpu")
     layers = [(name, _iv(gpu.filter(pl.col("label") == name))) for name, _ in rules]
-    layers.append(("sync_wait", _iv(blocking_calls(trace))))
+    layers.append(("sync_wait", _iv(blocked)))
     layers += [(name, _iv(cpu.filter(pl.col("label") == name))) for name, _ in rules]
     layers += [
         ("other_gpu", _iv(gpu.filter(pl.col("label") == "other_gpu"))),
@@ -230,8 +221,8 @@ def _mapping_layers(trace: Trace, rules: list[tuple[str, str]]) -> list[tuple[st
 
 
 def _tensorboard_layers(trace: Trace) -> list[tuple[str, pl.DataFrame]]:
-    ops = trace.ops.filter(~pl.col("name").str.contains(STEP_NAME))
-    loader = pl.col("name").str.contains(TB_DATALOADER_PATTERN)
+    ops = trace.ops.filter(~pl.col("name").str.contains(PROFILER_STEP))
+    loader = pl.col("name").str.contains(TB_DATALOADER)
     return [
         ("Kernel", _iv(trace.gpu.filter(pl.col("kind") == "kernel"))),
         ("Memcpy", _iv(trace.gpu.filter(pl.col("kind") == "memcpy"))),
@@ -244,23 +235,33 @@ def _tensorboard_layers(trace: Trace) -> list[tuple[str, pl.DataFrame]]:
 
 def analyse_stages(
     trace: Trace,
-    options: StageOptions | None = None,
-    view: str = "pipeline",
+    options: Options | StageOptions | None = None,
+    view: str | None = None,
     mapping: list[tuple[str, str]] | None = None,
+    *,
+    blocking: pl.DataFrame | None = None,
 ) -> StagesResult:
-    opts = options or StageOptions()
+    """Each moment of each step given to one stage. `view` and `mapping` default to the
+    options' `stage_view` and `stage_mapping`; `blocking` is the trace's blocking calls when
+    already computed (`cpu_activity.blocking_calls`)."""
+    bundle = Options.of(options)
+    view = view or bundle.stages.stage_view
+    mapping = list(mapping or bundle.stages.stage_mapping)
+    blocked = blocking if blocking is not None else (blocking_calls(trace) if view != "tensorboard" else None)
     if view == "tensorboard":
+        if mapping:
+            raise UsageError(None, "a stage mapping cannot be combined with the tensorboard view")
         layers, remainder, view_name = _tensorboard_layers(trace), "Other", "tensorboard"
         stages = TENSORBOARD_STAGES
-    elif mapping:
-        layers, remainder, view_name = _mapping_layers(trace, mapping), "gpu_idle", "mapping"
-        stages = tuple(n for n, _ in mapping) + ("sync_wait", "other_gpu", "other_cpu", "gpu_idle")
-    elif view == "pipeline":
-        layers, remainder, view_name = _pipeline_layers(trace, opts), "gpu_idle", "pipeline"
-        stages = PIPELINE_STAGES
-    else:
+    elif view != "pipeline":
         raise UsageError(None, f"unknown view {view!r}: use pipeline or tensorboard")
-    wins, window_kind = _windows(trace)
+    elif mapping:
+        layers, remainder, view_name = _mapping_layers(trace, mapping, blocked), "gpu_idle", "mapping"
+        stages = tuple(n for n, _ in mapping) + ("sync_wait", "other_gpu", "other_cpu", "gpu_idle")
+    else:
+        layers, remainder, view_name = _pipeline_layers(trace, bundle.patterns, blocked), "gpu_idle", "pipeline"
+        stages = PIPELINE_STAGES
+    wins, window_kind = windows.step_windows(trace), windows.window_kind(trace)
     long = priority_breakdown(layers, wins, remainder)
     times = (
         wins.select("step", "start_ns")

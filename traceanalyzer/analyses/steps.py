@@ -1,9 +1,8 @@
 """Profiled steps: duration, GPU busy share, outliers, and caveats about how the trace was
 captured.
 
-A step is a `ProfilerStep#N` range extended to the GPU side (see `Trace.steps`): it runs from
-the later of its start and the previous step's end to the later of its end and the end of the
-last GPU activity launched inside it. Busy share is the union of GPU work (kernels, memcpys,
+A step is an analysis window (`analyses.windows`): a `ProfilerStep#N` range extended to the GPU
+side, or, without ProfilerStep, the whole trace as one step (step null). Busy share is the union of GPU work (kernels, memcpys,
 memsets; all streams) inside the step over the step's duration, per device, summed over the
 devices that did work; `kernel_share` counts kernels only (the TensorBoard plugin's "GPU
 utilization").
@@ -15,9 +14,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses import gpu_time
+from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.intervals import merge
-from traceanalyzer.options import DATA_LOADING_PATTERN, StepOptions
+from traceanalyzer.options import Options, StepOptions
 from traceanalyzer.trace import Trace
 
 STEP_COLUMNS = {
@@ -46,36 +45,42 @@ class StepsResult:
     median_us: float | None
     mean_us: float | None
     caveats: tuple[Caveat, ...]
+    window_kind: str = "steps"  # see analyses.windows.window_kind
 
     @property
     def count(self) -> int:
+        """How many steps the table holds (1 for a trace without ProfilerStep)."""
         return self.table.height
 
 
 def _busy_per_step(trace: Trace, kinds: list[str]) -> pl.DataFrame:
     """step, busy_ns (summed over devices), device_window_ns (window × devices with work)."""
     gpu = trace.gpu.filter(pl.col("kind").is_in(kinds) & pl.col("device").is_not_null())
-    wins = gpu_time.windows(trace)
+    wins = windows.device_windows(trace)
     busy = merge(gpu, ["device"])
     per = gpu_time.busy_by_window(busy, wins)
     return per.group_by("step").agg(busy_ns=pl.col("busy_ns").sum(), device_window_ns=pl.col("window_ns").sum())
 
 
 def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
-    steps = trace.steps.sort("start_ns")
-    if steps.is_empty():
-        return pl.DataFrame(schema=STEP_COLUMNS)
+    """One row per analysis window: the ProfilerSteps, or the trace as one step (step null)."""
+    steps = windows.step_windows(trace)
+    if trace.steps.height:
+        cpu = trace.steps.select("step", cpu_ns=pl.col("cpu_end_ns") - pl.col("cpu_start_ns"))
+        steps = steps.join(cpu, on="step", how="left")
+    else:
+        steps = steps.with_columns(cpu_ns=pl.col("end_ns") - pl.col("start_ns"))
     origin = trace.meta.origin_ns
     t = steps.select(
         "step",
         start_us=(pl.col("start_ns") - origin) / 1000.0,
         duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0,
-        cpu_duration_us=(pl.col("cpu_end_ns") - pl.col("cpu_start_ns")) / 1000.0,
+        cpu_duration_us=pl.col("cpu_ns") / 1000.0,
     )
     if trace.has_gpu_work:
         work = _busy_per_step(trace, ["kernel", "memcpy", "memset"])
         kern = _busy_per_step(trace, ["kernel"]).select("step", kernel_ns="busy_ns")
-        t = t.join(work, on="step", how="left").join(kern, on="step", how="left")
+        t = t.join(work, on="step", how="left", nulls_equal=True).join(kern, on="step", how="left", nulls_equal=True)
         t = t.with_columns(
             gpu_busy_us=pl.col("busy_ns") / 1000.0,
             busy_share=pl.col("busy_ns") / pl.col("device_window_ns"),
@@ -93,7 +98,7 @@ def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
     )
 
 
-def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions) -> list[Caveat]:
+def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern: str) -> list[Caveat]:
     out: list[Caveat] = []
     if not trace.has_gpu_work:
         out.append(
@@ -104,11 +109,12 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions) -> list[Cavea
                 {"gpu_events": 0, "cpu_ops": trace.ops.height},
             )
         )
-    if table.is_empty():
+    if trace.steps.is_empty():
         out.append(
             Caveat(
                 "no_steps",
-                "no ProfilerStep in this trace: per-step numbers are over the whole trace; profile with "
+                "no ProfilerStep in this trace: it counts as one step, so per-step numbers are over the whole "
+                "trace; profile with "
                 "torch.profiler.schedule(...) and call prof.step() every iteration",
                 {"steps": 0},
             )
@@ -135,7 +141,7 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions) -> list[Cavea
                     )
                 )
     # Data loading outside every step window: time the loop spent that no step accounts for.
-    data = trace.ops.filter(pl.col("name").str.contains(DATA_LOADING_PATTERN))
+    data = trace.ops.filter(pl.col("name").str.contains(data_pattern))
     if data.height and trace.steps.height:
         inside = (
             data.select("op_id", "ts_ns", "end_ns")
@@ -160,9 +166,12 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions) -> list[Cavea
     return out
 
 
-def analyse_steps(trace: Trace, options: StepOptions | None = None) -> StepsResult:
-    opts = options or StepOptions()
+def analyse_steps(trace: Trace, options: Options | StepOptions | None = None) -> StepsResult:
+    """The profiled steps: durations, GPU busy share, outliers, capture caveats."""
+    bundle = Options.of(options)
+    opts = bundle.steps
     table = _step_table(trace, opts)
     median = table["duration_us"].median() if table.height else None
     mean = table["duration_us"].mean() if table.height else None
-    return StepsResult(opts, table, median, mean, tuple(_caveats(trace, table, opts)))
+    caveats = tuple(_caveats(trace, table, opts, bundle.patterns.data_loading_pattern))
+    return StepsResult(opts, table, median, mean, caveats, windows.window_kind(trace))

@@ -33,18 +33,17 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses import gpu_time
-from traceanalyzer.analyses.attribution import NAMESPACED_OP, op_context
-from traceanalyzer.analyses.copies import step_of
+from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 
 # The gap pieces, their classification and the sync a gap is blamed on come from gaps itself, so
 # that a sync's bubble is by construction the gap `gaps` blames on it.
-from traceanalyzer.analyses.gaps import classify_gaps
-from traceanalyzer.options import GapOptions, SyncOptions
+from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
+from traceanalyzer.options import Options, SyncOptions
+from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
 from traceanalyzer.trace import Trace
 
-GPU_WAIT_API = r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent$"
 SYNC_COLUMNS = [
     "sync_id",
     "kind",
@@ -73,19 +72,21 @@ class SyncsResult:
     summary: pl.DataFrame  # by site (kind, op, range, python_frame)
     by_api: pl.DataFrame  # every call, whatever min_blocked_us: kind, api, calls, blocked_us, bubble_us
     per_step: pl.DataFrame  # step, step_us, syncs, blocked_us, bubble_us, shares
-    findings: tuple[dict, ...]
     steps: int  # steps the per-step figures divide by (1 without ProfilerStep)
+    sync_idle_us: float = 0.0  # GPU idle caused by syncs: bubbles + idle while blocked = gaps' `sync` idle
+    blocked_us: float = 0.0  # CPU time blocked in synchronising calls (all of them)
+    window_us: float = 0.0  # the analysis windows' total duration
     note: str | None = None
 
 
-def charged_gaps(trace: Trace, gap_options: GapOptions | None = None) -> pl.DataFrame:
+def charged_gaps(trace: Trace, options: Options | None = None, classified: ClassifiedGaps | None = None) -> pl.DataFrame:
     """GPU idle pieces exactly as `gaps` builds and classifies them, each gap whose cause is
     `sync` with the blocking call `gaps` names for it: device, step, start_ns, end_ns, runtime_id
     (null for the gaps of other causes)."""
     schema = {"device": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "runtime_id": pl.Int64}
     if not trace.has_gpu_work:
         return pl.DataFrame(schema=schema)
-    pieces = classify_gaps(trace, gap_options or GapOptions()).pieces
+    pieces = (classified or classify_gaps(trace, options)).pieces
     return pieces.with_columns(runtime_id=pl.col("sync_call")).select(list(schema)).cast(schema)
 
 
@@ -102,7 +103,7 @@ def _device_of_calls(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
         .select(pid="launch_pid", tid="launch_tid", _lts="launch_ts_ns", _ldev="device")
         .sort("_lts")
     )
-    devs = gpu_time.devices(trace)
+    devs = windows.devices(trace)
     calls = calls.join(own, on="runtime_id", how="left").sort("ts_ns")
     if launched.height:
         calls = calls.join_asof(
@@ -135,25 +136,22 @@ def _waited_for(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     ).drop("_gend")
 
 
-def _step_windows(trace: Trace) -> tuple[pl.DataFrame, int]:
-    """Step durations (GPU-extended), or the traced span as one window without steps."""
-    if trace.steps.height:
-        return trace.steps.select("step", step_ns=pl.col("end_ns") - pl.col("start_ns")), trace.steps.height
-    return pl.DataFrame(
-        {"step": [None], "step_ns": [trace.meta.end_ns - trace.meta.origin_ns]},
-        schema={"step": pl.Int64, "step_ns": pl.Int64},
-    ), 1
-
-
-def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResult:
-    opts = options or SyncOptions()
+def analyse_syncs(
+    trace: Trace, options: Options | SyncOptions | None = None, *, classified: ClassifiedGaps | None = None
+) -> SyncsResult:
+    """Every sync, its bubble and its site; `classified` is the trace's `classify_gaps` result
+    when already computed with the same options (the bubbles come from it)."""
+    bundle = Options.of(options)
+    opts = bundle.syncs
     blocking = blocking_calls(trace)
     waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
     calls = pl.concat(
         [blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))],
         how="diagonal_relaxed",
     )
-    step_table, n_steps = _step_windows(trace)
+    step_table = windows.step_windows(trace).select("step", step_ns=pl.col("end_ns") - pl.col("start_ns"))
+    n_steps = windows.step_count(trace)
+    total_ns = int(step_table["step_ns"].sum() or 0)
     if calls.is_empty():
         empty = pl.DataFrame(schema={c: pl.Null for c in SYNC_COLUMNS})
         return SyncsResult(
@@ -163,11 +161,11 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
             pl.DataFrame(),
             pl.DataFrame(),
             pl.DataFrame(),
-            (),
             n_steps,
+            window_us=total_ns / 1000.0,
             note="no synchronising runtime call in this trace",
         )
-    gaps = charged_gaps(trace)
+    gaps = charged_gaps(trace, bundle, classified)
     # The gap the call returned into is its bubble; gaps that opened and closed while it still
     # held the CPU (a pageable copy staged in chunks, say) are idle time while blocked.
     ends = blocking.select("runtime_id", _call_end="end_ns")
@@ -183,7 +181,7 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
     )
     calls = _device_of_calls(trace, calls)
     calls = _waited_for(trace, calls)
-    calls = step_of(calls, trace.steps, "ts_ns", "cpu_start_ns", "cpu_end_ns")
+    calls = windows.step_of(calls, trace.steps, "ts_ns")
     ctx = op_context(trace, calls["op_id"])
     calls = calls.join(ctx, on="op_id", how="left").join(bubble, on="runtime_id", how="left")
     kind = (
@@ -222,7 +220,6 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
         .otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
     )
     table = table.with_columns(_point=point)
-    total_ns = int(step_table["step_ns"].sum() or 0)
     stalls = table.filter(pl.col("kind") != "gpu_wait")
     summary = (
         stalls.group_by("kind", "op", "range", "python_frame")
@@ -260,58 +257,31 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
             "bubble_share",
         )
     )
-    per_step = pl.DataFrame()
-    if trace.steps.height:
-        agg = (
-            stalls.filter(pl.col("step").is_not_null())
-            .group_by("step")
-            .agg(
-                syncs=pl.len(),
-                sync_points=pl.col("_point").n_unique(),
-                blocked_us=pl.col("blocked_us").sum(),
-                bubble_us=pl.col("bubble_us").sum(),
-            )
+    agg = (
+        stalls.filter(pl.col("step").is_not_null() | pl.lit(trace.steps.is_empty()))
+        .group_by("step")
+        .agg(
+            syncs=pl.len(),
+            sync_points=pl.col("_point").n_unique(),
+            blocked_us=pl.col("blocked_us").sum(),
+            bubble_us=pl.col("bubble_us").sum(),
         )
-        per_step = (
-            step_table.join(agg, on="step", how="left")
-            .with_columns(pl.col("syncs", "sync_points").fill_null(0), pl.col("blocked_us", "bubble_us").fill_null(0.0))
-            .select(
-                "step",
-                step_us=pl.col("step_ns") / 1000.0,
-                syncs="syncs",
-                sync_points="sync_points",
-                blocked_us="blocked_us",
-                bubble_us="bubble_us",
-                blocked_share=pl.col("blocked_us") * 1000 / pl.col("step_ns"),
-                bubble_share=pl.col("bubble_us") * 1000 / pl.col("step_ns"),
-            )
-            .sort("step")
+    )
+    per_step = (
+        step_table.join(agg, on="step", how="left", nulls_equal=True)
+        .with_columns(pl.col("syncs", "sync_points").fill_null(0), pl.col("blocked_us", "bubble_us").fill_null(0.0))
+        .select(
+            "step",
+            step_us=pl.col("step_ns") / 1000.0,
+            syncs="syncs",
+            sync_points="sync_points",
+            blocked_us="blocked_us",
+            bubble_us="bubble_us",
+            blocked_share=pl.col("blocked_us") * 1000 / pl.col("step_ns"),
+            bubble_share=pl.col("bubble_us") * 1000 / pl.col("step_ns"),
         )
-    findings = []
-    unit = "step" if trace.steps.height else "trace"
-    for r in summary.iter_rows(named=True):
-        cost = r["blocked_us_per_step"] + r["bubble_us_per_step"]
-        if cost < opts.min_finding_us:
-            continue
-        where = (
-            (r["op"] or "a call outside any op")
-            + (f" in {r['range']}" if r["range"] else "")
-            + (f" at {r['python_frame']}" if r["python_frame"] else "")
-        )
-        findings.append(
-            {
-                "finding": f"{r['kind']}_sync",
-                "site": where,
-                "apis": r["apis"],
-                "sync_points_per_step": r["points_per_step"],
-                "blocked_us_per_step": r["blocked_us_per_step"],
-                "bubble_us_per_step": r["bubble_us_per_step"],
-                "bubble_share": r["bubble_share"],
-                "message": f"{r['points_per_step']:,.1f} {r['kind']} syncs per {unit} from {where} ({r['apis']}), holding the CPU "
-                f"{r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}, followed by {r['bubble_us_per_step'] / 1000:,.2f} ms of GPU idle "
-                f"per {unit} ({(r['bubble_share'] or 0):.1%} of {unit} time)",
-            }
-        )
+        .sort("step")
+    )
     by_api = (
         table.group_by("kind", "api")
         .agg(calls=pl.len(), blocked_us=pl.col("blocked_us").sum(), bubble_us=pl.col("bubble_us").sum())
@@ -319,4 +289,15 @@ def analyse_syncs(trace: Trace, options: SyncOptions | None = None) -> SyncsResu
     )
     listed = table.filter((pl.col("kind") == "gpu_wait") | (pl.col("blocked_us") >= opts.min_blocked_us))
     listed = listed.sort("blocked_us", "sync_id", descending=[True, False]).select(SYNC_COLUMNS)
-    return SyncsResult(trace.path, opts, listed, summary, by_api, per_step, tuple(findings), n_steps)
+    return SyncsResult(
+        trace.path,
+        opts,
+        listed,
+        summary,
+        by_api,
+        per_step,
+        n_steps,
+        sync_idle_us=float(stalls["bubble_us"].sum() + stalls["idle_while_blocked_us"].sum()),
+        blocked_us=float(stalls["blocked_us"].sum()),
+        window_us=total_ns / 1000.0,
+    )

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.analyses.copies import analyse_copies
-from traceanalyzer.analyses.gaps import analyse_gaps
-from traceanalyzer.cli_options import build, dataclass_options
-from traceanalyzer.commands.common import load_trace
-from traceanalyzer.options import GapOptions
+from traceanalyzer.cli_options import build_options, option_flags
+from traceanalyzer.commands.common import open_session
+
+GROUPS = ("patterns", "gaps")
 
 
 @click.command("annotate")
@@ -21,15 +20,15 @@ from traceanalyzer.options import GapOptions
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), required=True, help="the annotated trace (.json or .json.gz)"
 )
-@dataclass_options(GapOptions)
+@option_flags(*GROUPS)
 def command(trace: str, output: str, **kwargs) -> None:
     """Write the trace plus tracks marking gaps, sync stalls and exposed copies (for Perfetto)."""
     from traceanalyzer.render.annotate import annotated_document, build_annotations, compress, read_document
     from traceanalyzer.render.output import write_atomic
 
-    options = build(GapOptions, kwargs)
-    t = load_trace(trace)
-    ann = build_annotations(t, analyse_gaps(t, options), analyse_copies(t).copies)
+    options = build_options(kwargs, *GROUPS)
+    ses = open_session(trace, options)
+    ann = build_annotations(ses.trace, ses.gaps, ses.copies.copies, syncs=ses.syncs)
     top, events = read_document(trace)
     data = annotated_document(top, events, ann.events)
     write_atomic(output, compress(data) if output.endswith(".gz") else data)

@@ -1,20 +1,26 @@
-"""Helpers every subcommand uses: load with progress, emit a report, print warnings."""
+"""Helpers every subcommand uses: open a Session with progress and warnings, emit a report,
+show findings."""
 
 from __future__ import annotations
 
 import sys
 
 import click
+import polars as pl
 
+from traceanalyzer.analyses.findings import Finding
 from traceanalyzer.cli_options import progress_printer, resolve_format
 from traceanalyzer.load import load
+from traceanalyzer.options import Options
 from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.output import write_atomic
 from traceanalyzer.report import Report
+from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
 
 def load_trace(path: str, max_decompressed: int | None = None) -> Trace:
+    """Load with a progress bar on a terminal; warnings go to stderr, one line each."""
     if max_decompressed is None:  # the group's --max-decompressed (cli.py)
         ctx = click.get_current_context(silent=True)
         obj = ctx.find_root().obj if ctx is not None else None
@@ -26,7 +32,13 @@ def load_trace(path: str, max_decompressed: int | None = None) -> Trace:
     return trace
 
 
+def open_session(path: str, options: Options) -> Session:
+    """The Session a command reads all its numbers from."""
+    return Session(load_trace(path), options)
+
+
 def emit(report: Report, fmt: str | None, output: str | None) -> None:
+    """Render `report` in the asked format to stdout or, atomically, to `output`."""
     name = resolve_format(fmt, output)
     data = RENDERERS[name].render(report)
     if output:
@@ -36,5 +48,38 @@ def emit(report: Report, fmt: str | None, output: str | None) -> None:
         sys.stdout.write(data if isinstance(data, str) else data.decode())
 
 
-def head(df, top: int):
+def head(df: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The first `top` rows (all of them for 0)."""
     return df if not top else df.head(top)
+
+
+FINDING_SCHEMA = {"rule": pl.String, "severity": pl.String, "message": pl.String, "recommendation": pl.String}
+
+
+def findings_table(findings: list[Finding]) -> pl.DataFrame:
+    """rule, severity, message, recommendation: one row per finding."""
+    rows = [(f.rule, f.severity, f.message, f.recommendation) for f in findings]
+    return pl.DataFrame(rows, schema=FINDING_SCHEMA, orient="row")
+
+
+def findings_text(findings: list[Finding]) -> str:
+    """The findings as the text block the table renderer prints."""
+    if not findings:
+        return "none fired (`traceanalyzer rules` lists the rules and thresholds)"
+    return "\n".join(f"[{f.severity}] {f.rule}: {f.message}\n    -> {f.recommendation}" for f in findings)
+
+
+def findings_payload(findings: list[Finding]) -> list[dict]:
+    """The findings as JSON objects (`findings[].rule` and so on)."""
+    return [
+        {
+            "rule": f.rule,
+            "severity": f.severity,
+            "message": f.message,
+            "evidence": f.evidence,
+            "thresholds": f.thresholds,
+            "recommendation": f.recommendation,
+            "events": list(f.events),
+        }
+        for f in findings
+    ]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
-from traceanalyzer.cli_options import build, dataclass_options, output_options
-from traceanalyzer.commands.common import emit, head, load_trace
-from traceanalyzer.options import CopyOptions, thresholds
+from traceanalyzer.analyses.findings import rules_for
+from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session
 from traceanalyzer.report import Report, Section
+from traceanalyzer.session import Session
+
+GROUPS = ("patterns", "copies")
 
 TABLE_COLUMNS = [
     "direction",
@@ -53,8 +55,11 @@ JSON_COLUMNS = [
 ]
 
 
-def copies_report(result: CopiesResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
-    th = thresholds(result.options)
+def copies_report(ses: Session, top: int) -> Report:
+    """The `copies` Report: findings of the copy rules, copies by site, every copy, per step."""
+    result = ses.copies
+    th = ses.options.thresholds(GROUPS)
+    warnings = ses.warnings
     if result.note:
         return Report(
             "copies",
@@ -71,9 +76,9 @@ def copies_report(result: CopiesResult, top: int, warnings: tuple[str, ...] = ()
         f"{c.height:,} copies and memsets, {int(c['bytes'].fill_null(0).sum()):,} bytes, {c['duration_us'].sum() / 1000:,.1f} ms on the GPU "
         f"({c['exposed_us'].sum() / 1000:,.1f} ms not hidden under compute); their calls held the CPU {blocked / 1000:,.1f} ms"
     )
-    findings = "\n".join(f"- {f['message']}" for f in result.findings) or "(none)"
+    found = ses.findings_of(rules_for("copies"))
     sections = (
-        Section("Findings", text=findings),
+        Section("Findings", text=findings_text(found)),
         Section("By direction, host memory, op and Python frame", head(result.summary, top)),
         Section(f"Copies, longest CPU block first ({c.height} in all)", head(c.select(TABLE_COLUMNS), top), main=True),
         Section("Per step", result.per_step),
@@ -88,7 +93,7 @@ def copies_report(result: CopiesResult, top: int, warnings: tuple[str, ...] = ()
             "groups": head(result.summary, top),
             "per_step": result.per_step,
         },
-        "findings": [{k: v for k, v in f.items()} for f in result.findings],
+        "findings": findings_payload(found),
         "copies": head(c.select(JSON_COLUMNS), top),
     }
     return Report("copies", result.trace_path, th, sections, payload, headline=headline, warnings=warnings)
@@ -96,10 +101,9 @@ def copies_report(result: CopiesResult, top: int, warnings: tuple[str, ...] = ()
 
 @click.command("copies")
 @click.argument("trace", type=click.Path())
-@dataclass_options(CopyOptions)
+@option_flags(*GROUPS)
 @output_options
 def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Every GPU memcpy and memset, the op and Python line that issued it, and what it cost."""
-    options = build(CopyOptions, kwargs)
-    t = load_trace(trace)
-    emit(copies_report(analyse_copies(t, options), top, t.warnings), fmt, output)
+    options = build_options(kwargs, *GROUPS)
+    emit(copies_report(open_session(trace, options), top), fmt, output)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import click
 
 from traceanalyzer.analyses.diff import DiffResult, analyse_diff
-from traceanalyzer.cli_options import build, dataclass_options, output_options
-from traceanalyzer.commands.common import emit, head, load_trace
+from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.commands.common import emit, head, open_session
+from traceanalyzer.commands.summary import GROUPS as SUMMARY_GROUPS
 from traceanalyzer.errors import RegressionDetected
-from traceanalyzer.options import DiffOptions, thresholds
 from traceanalyzer.report import Report, Section
+
+GROUPS = tuple(g for g in SUMMARY_GROUPS if g != "ranks") + ("diff",)
 
 
 def headline(r: DiffResult) -> str:
@@ -30,9 +32,9 @@ def headline(r: DiffResult) -> str:
 
 
 def diff_report(
-    r: DiffResult, top: int, before_path: str, after_path: str, extra_thresholds: dict, warnings: tuple[str, ...] = ()
+    r: DiffResult, top: int, before_path: str, after_path: str, th: dict, warnings: tuple[str, ...] = ()
 ) -> Report:
-    th = {**thresholds(r.options), **extra_thresholds}
+    """The `diff` Report: the verdict, per-step metrics, findings, kernels and ops matched."""
     findings = [f"appeared: {f}" for f in r.findings_appeared] + [f"resolved: {f}" for f in r.findings_resolved]
     ops_cols = [
         "name",
@@ -96,7 +98,7 @@ def diff_report(
 @click.command("diff")
 @click.argument("before", type=click.Path())
 @click.argument("after", type=click.Path())
-@dataclass_options(DiffOptions)
+@option_flags(*GROUPS)
 @click.option(
     "--fail-if-slower",
     "fail_if_slower_pct",
@@ -110,15 +112,12 @@ def command(
 ) -> None:
     """Compare two traces (before and after one change): step time with a noise-aware verdict,
     GPU busy, idle by cause, stage times, copies and syncs per step, ops and kernels by name."""
-    options = build(DiffOptions, kwargs)
-    tb = load_trace(before)
-    ta = load_trace(after)
-    result = analyse_diff(tb, ta, options)
-    emit(
-        diff_report(result, top, before, after, {"fail_if_slower_pct": fail_if_slower_pct}, tb.warnings + ta.warnings),
-        fmt,
-        output,
-    )
+    options = build_options(kwargs, *GROUPS)
+    sb = open_session(before, options)
+    sa = open_session(after, options)
+    result = analyse_diff(sb, sa, options)
+    th = {**options.thresholds(GROUPS), "fail_if_slower_pct": fail_if_slower_pct}
+    emit(diff_report(result, top, before, after, th, sb.warnings + sa.warnings), fmt, output)
     if fail_if_slower_pct is not None and result.change_pct is not None and result.change_pct > fail_if_slower_pct:
         raise RegressionDetected(
             None,

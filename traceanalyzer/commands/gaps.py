@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.analyses.gaps import HINTS, GapsResult, analyse_gaps
-from traceanalyzer.cli_options import build, dataclass_options, output_options
-from traceanalyzer.commands.common import emit, head, load_trace
-from traceanalyzer.options import GapOptions, thresholds
+from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.gaps import HINTS
+from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.commands.common import emit, head, open_session
 from traceanalyzer.report import Report, Section
+from traceanalyzer.session import Session
+
+GROUPS = ("patterns", "gaps", "ranks")
 
 GAP_TABLE_COLUMNS = [
     "device",
@@ -31,8 +34,11 @@ GAP_TABLE_COLUMNS = [
 ]
 
 
-def gaps_report(result: GapsResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
-    th = thresholds(result.options)
+def gaps_report(ses: Session, top: int) -> Report:
+    """The `gaps` Report: summary, causes, culprits, the gaps and the per-step table."""
+    result = ses.gaps
+    th = ses.options.thresholds(GROUPS)
+    warnings = ses.warnings
     if not result.has_gpu_work:
         return Report(
             "gaps",
@@ -47,9 +53,8 @@ def gaps_report(result: GapsResult, top: int, warnings: tuple[str, ...] = ()) ->
     total_idle = dev["idle_us"].sum()
     top_cause = result.idle_by_cause.row(0, named=True) if result.idle_by_cause.height else None
     headline = (
-        f"GPU busy {dev['busy_us'].sum() / dev['window_us'].sum():.1%} of {dev['window_us'].sum() / 1000:,.1f} ms "
-        f"({'over the profiled steps' if result.window_kind == 'steps' else 'over the GPU span: no ProfilerStep in this trace'}); "
-        f"idle {total_idle / 1000:,.1f} ms"
+        f"GPU busy {result.busy_share:.1%} of {result.window_us / 1000:,.1f} ms "
+        f"({windows.describe(result.window_kind)}); idle {total_idle / 1000:,.1f} ms"
         + (
             f", mostly {top_cause['cause']} ({top_cause['share_of_idle']:.0%}): {HINTS[top_cause['cause']]}"
             if top_cause
@@ -86,24 +91,25 @@ def gaps_report(result: GapsResult, top: int, warnings: tuple[str, ...] = ()) ->
 
 @click.command("gaps")
 @click.argument("trace", type=click.Path())
-@dataclass_options(GapOptions)
+@option_flags(*GROUPS)
 @output_options
 @click.option(
     "--plot", type=click.Path(dir_okay=False), default=None, help="also write a PNG timeline with gaps shaded by cause"
 )
 def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str | None, **kwargs) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
-    options = build(GapOptions, kwargs)
+    options = build_options(kwargs, *GROUPS)
     from traceanalyzer.commands import ranks  # a directory of per-rank files: cross-rank report
 
     if ranks.is_rank_dir(trace):
-        emit(ranks.dir_report("gaps", trace, options, top), fmt, output)
+        emit(ranks.dir_report("gaps", trace, options, top, GROUPS), fmt, output)
         return
-    t = load_trace(trace)
-    result = analyse_gaps(t, options)
-    emit(gaps_report(result, top, t.warnings), fmt, output)
+    ses = open_session(trace, options)
+    emit(gaps_report(ses, top), fmt, output)
+    result = ses.gaps
     if plot and result.has_gpu_work:
         from traceanalyzer.render.gap_plot import write_gap_plot
+        from traceanalyzer.render.timeline import TimelineInputs
 
-        write_gap_plot(t, result, plot)
+        write_gap_plot(TimelineInputs.of(ses), plot)
         click.echo(f"wrote {plot}", err=True)

@@ -10,12 +10,13 @@ import dataclasses
 import click
 import polars as pl
 
-from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
+from traceanalyzer.analyses.kernels import KernelsResult
 from traceanalyzer.analyses.ops import sort_table
-from traceanalyzer.cli_options import build, dataclass_options, output_options
-from traceanalyzer.commands.common import emit, head, load_trace
-from traceanalyzer.options import KernelOptions, thresholds
+from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.commands.common import emit, head, open_session
 from traceanalyzer.report import Report, Section
+
+GROUPS = ("kernels",)
 
 
 def census_table(result: KernelsResult) -> pl.DataFrame:
@@ -46,7 +47,7 @@ def kernels_payload(result: KernelsResult, table: pl.DataFrame) -> dict:
 
 @click.command("kernels")
 @click.argument("trace", type=click.Path())
-@dataclass_options(KernelOptions)
+@option_flags(*GROUPS)
 @click.option(
     "--sort",
     "sort",
@@ -57,9 +58,9 @@ def kernels_payload(result: KernelsResult, table: pl.DataFrame) -> dict:
 @output_options
 def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Per kernel name: calls, time, share, grid/block, Tensor Cores, launching ops; short-kernel census."""
-    options = build(KernelOptions, kwargs)
-    t = load_trace(trace)
-    result = analyse_kernels(t, options)
+    options = build_options(kwargs, *GROUPS)
+    ses = open_session(trace, options)
+    result = ses.kernels
     table = head(sort_table(result.table, sort), top)
     s = result.short
     headline = (
@@ -81,11 +82,11 @@ def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None
     )
     report = Report(
         "kernels",
-        t.path,
-        {**thresholds(options), "sort": sort},
+        ses.path,
+        {**options.thresholds(GROUPS), "sort": sort},
         sections,
         kernels_payload(result, table),
         headline=headline,
-        warnings=t.warnings,
+        warnings=ses.warnings,
     )
     emit(report, fmt, output)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
-from traceanalyzer.cli_options import build, dataclass_options, output_options
-from traceanalyzer.commands.common import emit, head, load_trace
-from traceanalyzer.options import MemoryOptions, thresholds
+from traceanalyzer.analyses.findings import rules_for
+from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session
 from traceanalyzer.report import Report, Section
+from traceanalyzer.session import Session
+
+GROUPS = ("memory",)
 
 DEVICE_COLUMNS = [
     "device",
@@ -33,8 +35,11 @@ DEVICE_COLUMNS = [
 LIVE_COLUMNS = ["device", "mb", "at_us", "freed_at_us", "op", "inner_op", "input_dims", "range", "python_frame"]
 
 
-def memory_report(result: MemoryResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
-    th = thresholds(result.options)
+def memory_report(ses: Session, top: int) -> Report:
+    """The `memory` Report: findings of the memory rules, peaks, who holds them, growth."""
+    result = ses.memory
+    th = ses.options.thresholds(GROUPS)
+    warnings = ses.warnings
     if not result.has_memory:
         return Report(
             "memory",
@@ -58,8 +63,9 @@ def memory_report(result: MemoryResult, top: int, warnings: tuple[str, ...] = ()
             else ""
         )
     )
+    found = ses.findings_of(rules_for("memory"))
     sections = [
-        Section("Findings", text="\n".join(f"- {f}" for f in result.findings) or "(none)"),
+        Section("Findings", text=findings_text(found)),
         Section(
             "Per device (MB; cache = reserved − allocated at the peak)",
             dev.select([c for c in DEVICE_COLUMNS if c in dev.columns]),
@@ -84,7 +90,7 @@ def memory_report(result: MemoryResult, top: int, warnings: tuple[str, ...] = ()
         "summary": {
             "has_totals": result.has_totals,
             "devices": dev,
-            "findings": list(result.findings),
+            "findings": findings_payload(found),
             "note": result.note,
         },
         "live_at_peak_by_op": head(result.live_by_op, top),
@@ -99,11 +105,10 @@ def memory_report(result: MemoryResult, top: int, warnings: tuple[str, ...] = ()
 
 @click.command("memory")
 @click.argument("trace", type=click.Path())
-@dataclass_options(MemoryOptions)
+@option_flags(*GROUPS)
 @output_options
 def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Device memory from profile_memory traces: the peak, who holds it, top allocating ops,
     growth per step, allocator cache, and allocations never freed."""
-    options = build(MemoryOptions, kwargs)
-    t = load_trace(trace)
-    emit(memory_report(analyse_memory(t, options), top, t.warnings), fmt, output)
+    options = build_options(kwargs, *GROUPS)
+    emit(memory_report(open_session(trace, options), top), fmt, output)

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.analyses.ops import analyse_ops, sort_table
-from traceanalyzer.cli_options import build, dataclass_options, output_options
-from traceanalyzer.commands.common import emit, head, load_trace
-from traceanalyzer.options import OpsOptions, thresholds
+from traceanalyzer.analyses.ops import sort_table
+from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.commands.common import emit, head, open_session
 from traceanalyzer.report import Report, Section
+
+GROUPS = ("ops",)
 
 
 @click.command("ops")
 @click.argument("trace", type=click.Path())
-@dataclass_options(OpsOptions)
+@option_flags(*GROUPS)
 @click.option(
     "--sort",
     "sort",
@@ -27,18 +28,19 @@ from traceanalyzer.report import Report, Section
 @output_options
 def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Per op name: calls, self/total CPU time and self/total GPU time (key_averages from the trace)."""
-    options = build(OpsOptions, kwargs)
-    t = load_trace(trace)
-    table = sort_table(analyse_ops(t, options), sort)
+    options = build_options(kwargs, *GROUPS)
+    ses = open_session(trace, options)
+    table = sort_table(ses.ops, sort)
     shown = head(table, top)
-    headline = f"{table.height:,} op groups (by {options.group_by}), sorted by {sort}"
+    group_by = options.ops.group_by
+    headline = f"{table.height:,} op groups (by {group_by}), sorted by {sort}"
     report = Report(
         "ops",
-        t.path,
-        {**thresholds(options), "sort": sort},
+        ses.path,
+        {**options.thresholds(GROUPS), "sort": sort},
         (Section(f"Ops by {sort}", shown, main=True),),
-        {"group_by": options.group_by, "sort": sort, "groups": table.height, "ops": shown},
+        {"group_by": group_by, "sort": sort, "groups": table.height, "ops": shown},
         headline=headline,
-        warnings=t.warnings,
+        warnings=ses.warnings,
     )
     emit(report, fmt, output)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.cli_options import build, dataclass_options
-from traceanalyzer.commands.common import load_trace
+from traceanalyzer.cli_options import build_options, option_flags
+from traceanalyzer.commands.common import open_session
+from traceanalyzer.commands.summary import GROUPS
 from traceanalyzer.commands.timeline import picture_options
-from traceanalyzer.options import GapOptions
 
 
 @click.command("report")
@@ -29,13 +29,12 @@ from traceanalyzer.options import GapOptions
 @click.option("--html", "html_too", is_flag=True, help="also write report.html with the pictures inline")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="rows per table")
 @picture_options
-@dataclass_options(GapOptions)
+@option_flags(*GROUPS)
 def command(trace: str, directory: str, html_too: bool, top: int, width: int, height: int, dpi: int, **kwargs) -> None:
     """Write report.md (+ pictures, + --html) for an incident ticket."""
     from traceanalyzer.render.report_md import build_report, write_report
 
-    options = build(GapOptions, kwargs)
-    t = load_trace(trace)
-    rep = build_report(t, options, top=top, width=width, height=height, dpi=dpi)
+    options = build_options(kwargs, *GROUPS)
+    rep = build_report(open_session(trace, options), top=top, width=width, height=height, dpi=dpi)
     for p in write_report(rep, directory, html_too):
         click.echo(f"wrote {p}", err=True)

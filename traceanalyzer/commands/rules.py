@@ -1,4 +1,5 @@
-"""Every finding rule: its id, what it checks, its thresholds (flags of `summary`) and advice."""
+"""Every finding rule: its id, what it checks, its thresholds (flags of `summary`, and of the
+command that shows it), the commands that show it, and its advice."""
 
 from __future__ import annotations
 
@@ -6,34 +7,38 @@ import click
 import polars as pl
 
 from traceanalyzer.analyses.findings import RULES
-from traceanalyzer.cli_options import build, dataclass_options, output_options
+from traceanalyzer.cli_options import build_options, option_flags, output_options
 from traceanalyzer.commands.common import emit
-from traceanalyzer.options import FindingOptions, thresholds
+from traceanalyzer.options import Options
 from traceanalyzer.report import Report, Section
 
+GROUPS = ("syncs", "copies", "steps", "memory", "findings")
 
-def rules_table(options: FindingOptions) -> pl.DataFrame:
+
+def rules_table(options: Options) -> pl.DataFrame:
+    """rule, checks, thresholds (name=value), shown_by, advice: one row per rule."""
     return pl.DataFrame(
         {
             "rule": [r.id for r in RULES],
             "checks": [r.title for r in RULES],
-            "thresholds": [", ".join(f"{n}={getattr(options, n)}" for n in r.thresholds) or "-" for r in RULES],
+            "thresholds": [", ".join(f"{n}={options.value(n)}" for n in r.thresholds) or "-" for r in RULES],
+            "shown_by": [", ".join(("summary", "report", *r.commands)) for r in RULES],
             "advice": [r.advice for r in RULES],
         }
     )
 
 
 @click.command("rules")
-@dataclass_options(FindingOptions)
+@option_flags(*GROUPS)
 @output_options
 def command(fmt: str | None, top: int, output: str | None, **kwargs) -> None:
-    """List every finding rule with its threshold and advice."""
-    options = build(FindingOptions, kwargs)
+    """List every finding rule with its thresholds, the commands that show it, and its advice."""
+    options = build_options(kwargs, *GROUPS)
     table = rules_table(options)
     report = Report(
         "rules",
         "-",
-        thresholds(options),
+        options.thresholds(GROUPS),
         (Section("Rules (ids for `summary --fail-on`)", table, main=True),),
         {"rules": table},
         headline=f"{table.height} rules; thresholds are flags of `traceanalyzer summary`",

@@ -13,12 +13,12 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from traceanalyzer.analyses.stages import StagesResult, analyse_stages, read_mapping
-from traceanalyzer.cli_options import build, dataclass_options, output_options
-from traceanalyzer.commands.common import emit, head, load_trace
-from traceanalyzer.errors import UsageError
-from traceanalyzer.options import StageOptions, thresholds
+from traceanalyzer.analyses.stages import StagesResult
+from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.commands.common import emit, head, open_session
 from traceanalyzer.report import Report, Section
+
+GROUPS = ("patterns", "stages")
 
 
 def average_table(result: StagesResult) -> pl.DataFrame:
@@ -53,7 +53,7 @@ def stages_payload(result: StagesResult) -> dict:
 def stages_report(result: StagesResult, path: str, th: dict, top: int, warnings: tuple[str, ...] = ()) -> Report:
     avg = average_table(result)
     ranked = avg.filter(pl.col("us_per_step") > 0).sort("us_per_step", descending=True).head(3)
-    per = "step" if result.window_kind == "steps" else "trace (no ProfilerStep)"
+    per = "step" if result.window_kind == "steps" else "trace (no ProfilerStep: it counts as one step)"
     headline = f"{result.table.height} window(s), {result.average_step_us:,.0f} µs per {per}; " + ", ".join(
         f"{r['stage']} {r['share']:.1%}" for r in ranked.iter_rows(named=True)
     )
@@ -66,32 +66,11 @@ def stages_report(result: StagesResult, path: str, th: dict, top: int, warnings:
 
 @click.command("stages")
 @click.argument("trace", type=click.Path())
-@dataclass_options(StageOptions)
-@click.option(
-    "--view",
-    type=click.Choice(["pipeline", "tensorboard"]),
-    default="pipeline",
-    show_default=True,
-    help="pipeline stages, or the TensorBoard plugin's categories",
-)
-@click.option(
-    "--stages",
-    "stages_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="TOML file: [stages] table of stage = regular expression (on the op chain), in priority order",
-)
+@option_flags(*GROUPS)
 @output_options
-def command(
-    trace: str, view: str, stages_file: str | None, fmt: str | None, top: int, output: str | None, **kwargs
-) -> None:
+def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Per step, each moment given to exactly one stage by priority (data loading, copies,
     forward, backward, optimizer, sync wait, other CPU, GPU idle)."""
-    options = build(StageOptions, kwargs)
-    if stages_file and view == "tensorboard":
-        raise UsageError(None, "--stages cannot be combined with --view tensorboard")
-    mapping = read_mapping(stages_file) if stages_file else None
-    t = load_trace(trace)
-    result = analyse_stages(t, options, view=view, mapping=mapping)
-    th = {**thresholds(options), "view": view, "stages_file": stages_file}
-    emit(stages_report(result, t.path, th, top, t.warnings), fmt, output)
+    options = build_options(kwargs, *GROUPS)
+    ses = open_session(trace, options)
+    emit(stages_report(ses.stages, ses.path, ses.options.thresholds(GROUPS), top, ses.warnings), fmt, output)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
-from traceanalyzer.cli_options import build, dataclass_options, output_options
-from traceanalyzer.commands.common import emit, head, load_trace
-from traceanalyzer.options import SyncOptions, thresholds
+from traceanalyzer.analyses.findings import rules_for
+from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session
 from traceanalyzer.report import Report, Section
+from traceanalyzer.session import Session
+
+GROUPS = ("patterns", "gaps", "syncs")
 
 TABLE_COLUMNS = [
     "kind",
@@ -41,8 +43,11 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def syncs_report(result: SyncsResult, top: int, warnings: tuple[str, ...] = ()) -> Report:
-    th = thresholds(result.options)
+def syncs_report(ses: Session, top: int) -> Report:
+    """The `syncs` Report: findings of the sync rules, sites, every sync, waits, per step."""
+    result = ses.syncs
+    th = ses.options.thresholds(GROUPS)
+    warnings = ses.warnings
     if result.note:
         return Report(
             "syncs",
@@ -58,15 +63,16 @@ def syncs_report(result: SyncsResult, top: int, warnings: tuple[str, ...] = ()) 
     waits = s.filter(pl.col("kind") == "gpu_wait")
     every = result.by_api.filter(pl.col("kind") != "gpu_wait")
     n_waits = int(result.by_api.filter(pl.col("kind") == "gpu_wait")["calls"].sum())
-    unit = "step" if result.per_step.height else "trace"
+    unit = "step" if ses.trace.steps.height else "trace (no ProfilerStep: one step)"
     headline = (
-        f"{int(every['calls'].sum()):,} synchronising calls held the CPU {every['blocked_us'].sum() / 1000:,.1f} ms and were followed by "
-        f"{every['bubble_us'].sum() / 1000:,.1f} ms of GPU idle time ({result.steps} {unit}{'s' if result.steps != 1 else ''}); "
-        f"{n_waits:,} GPU-side waits (cudaStreamWaitEvent)"
+        f"{int(every['calls'].sum()):,} synchronising calls held the CPU {result.blocked_us / 1000:,.1f} ms (blocked_us); "
+        f"they left the GPU idle {result.sync_idle_us / 1000:,.1f} ms (sync_idle_us: {every['bubble_us'].sum() / 1000:,.1f} ms "
+        f"of bubbles after them, the rest while they still blocked) over {result.steps} {unit}"
+        f"{'s' if result.steps != 1 and unit == 'step' else ''}; {n_waits:,} GPU-side waits (cudaStreamWaitEvent)"
     )
-    findings = "\n".join(f"- {f['message']}" for f in result.findings) or "(none)"
+    found = ses.findings_of(rules_for("syncs"))
     sections = (
-        Section("Findings", text=findings),
+        Section("Findings", text=findings_text(found)),
         Section(
             "By site (op, range, Python frame)",
             head(result.summary.select(SUMMARY_COLUMNS), top) if result.summary.height else result.summary,
@@ -86,15 +92,17 @@ def syncs_report(result: SyncsResult, top: int, warnings: tuple[str, ...] = ()) 
         "summary": {
             "syncs": int(every["calls"].sum()),
             "gpu_waits": n_waits,
-            "blocked_us": every["blocked_us"].sum(),
+            "blocked_us": result.blocked_us,
             "bubble_us": every["bubble_us"].sum(),
+            "idle_while_blocked_us": result.sync_idle_us - every["bubble_us"].sum(),
+            "sync_idle_us": result.sync_idle_us,
             "listed": s.height,
             "steps": result.steps,
             "sites": head(result.summary, top),
             "per_step": result.per_step,
             "by_api": result.by_api,
         },
-        "findings": list(result.findings),
+        "findings": findings_payload(found),
         "syncs": head(s, top),
     }
     return Report("syncs", result.trace_path, th, sections, payload, headline=headline, warnings=warnings)
@@ -102,10 +110,9 @@ def syncs_report(result: SyncsResult, top: int, warnings: tuple[str, ...] = ()) 
 
 @click.command("syncs")
 @click.argument("trace", type=click.Path())
-@dataclass_options(SyncOptions)
+@option_flags(*GROUPS)
 @output_options
 def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Every point where the CPU waited for the GPU, the bubble it left, and the op and line behind it."""
-    options = build(SyncOptions, kwargs)
-    t = load_trace(trace)
-    emit(syncs_report(analyse_syncs(t, options), top, t.warnings), fmt, output)
+    options = build_options(kwargs, *GROUPS)
+    emit(syncs_report(open_session(trace, options), top), fmt, output)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.analyses.gaps import analyse_gaps
-from traceanalyzer.cli_options import build, dataclass_options
-from traceanalyzer.commands.common import load_trace
-from traceanalyzer.options import GapOptions
+from traceanalyzer.cli_options import build_options, option_flags
+from traceanalyzer.commands.common import open_session
+
+GROUPS = ("patterns", "gaps")
 
 
 def picture_options(fn):
@@ -43,7 +43,7 @@ def picture_options(fn):
 @click.option("--start", "start_ms", type=float, default=None, help="window start (ms from the trace start)")
 @click.option("--end", "end_ms", type=float, default=None, help="window end (ms from the trace start)")
 @picture_options
-@dataclass_options(GapOptions)
+@option_flags(*GROUPS)
 def command(
     trace: str,
     output: str,
@@ -58,13 +58,13 @@ def command(
     """Draw a timeline PNG of one step: CPU threads, GPU streams, idle gaps shaded by cause."""
     from traceanalyzer.errors import UsageError
     from traceanalyzer.render.output import write_atomic
-    from traceanalyzer.render.timeline import choose_window, render_timeline
+    from traceanalyzer.render.timeline import TimelineInputs, choose_window, render_timeline
 
     if step is not None and (start_ms is not None or end_ms is not None):
         raise UsageError(None, "--step cannot be combined with --start/--end")
-    options = build(GapOptions, kwargs)
-    t = load_trace(trace)
-    window = choose_window(t, step, start_ms, end_ms)
-    pic = render_timeline(t, analyse_gaps(t, options), window, width=width, height=height, dpi=dpi)
+    options = build_options(kwargs, *GROUPS)
+    ses = open_session(trace, options)
+    window = choose_window(ses.trace, step, start_ms, end_ms)
+    pic = render_timeline(TimelineInputs.of(ses), window, width=width, height=height, dpi=dpi)
     write_atomic(output, pic.png)
     click.echo(f"wrote {output} ({window.label})", err=True)

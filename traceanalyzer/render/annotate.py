@@ -19,9 +19,8 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from traceanalyzer.analyses.attribution import op_context
-from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.gaps import HINTS, GapsResult
+from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.redact import redact
 from traceanalyzer.trace import Trace
@@ -108,9 +107,14 @@ def free_pid(trace: Trace) -> int:
 
 
 def build_annotations(
-    trace: Trace, gaps: GapsResult, copies: pl.DataFrame | None = None, min_us: float | None = None
+    trace: Trace,
+    gaps: GapsResult,
+    copies: pl.DataFrame | None = None,
+    min_us: float | None = None,
+    syncs: SyncsResult | None = None,
 ) -> Annotations:
-    """Events marking the gaps (>= the gaps' min_gap_us), sync stalls and exposed copies."""
+    """Events marking the gaps (>= the gaps' min_gap_us), the sync stalls (the `syncs`
+    analysis' synchronising calls blocking that long) and the exposed copies."""
     pid = free_pid(trace)
     min_us = gaps.options.min_gap_us if min_us is None else min_us
     origin = trace.meta.origin_ns
@@ -146,21 +150,23 @@ def build_annotations(
             )
             key = f"GPU {r['device']} idle gaps"
             counts[key] = counts.get(key, 0) + 1
-    stalls = blocking_calls(trace).filter((pl.col("end_ns") - pl.col("ts_ns")) >= min_us * 1000)
+    stalls = (
+        syncs.syncs.filter((pl.col("kind") != "gpu_wait") & (pl.col("blocked_us") >= min_us)).sort("start_us")
+        if syncs is not None and not syncs.note
+        else pl.DataFrame()
+    )
     if stalls.height:
-        ctx = op_context(trace, stalls["op_id"])
-        stalls = stalls.join(ctx, on="op_id", how="left").sort("ts_ns")
         out.append(_meta("thread_name", pid, SYNC_TID, {"name": "sync stalls (CPU blocked until the GPU caught up)"}))
         for r in stalls.iter_rows(named=True):
             out.append(
                 _event(
-                    f"sync stall: {r['name']}",
+                    f"sync stall: {r['api']}",
                     pid,
                     SYNC_TID,
-                    r["ts_ns"],
-                    r["end_ns"] - r["ts_ns"],
+                    origin + round(r["start_us"] * 1000),
+                    round(r["blocked_us"] * 1000),
                     {
-                        "api": r["name"],
+                        "api": r["api"],
                         "thread": r["tid"],
                         "op": r["op"],
                         "range": r["range"],

@@ -16,10 +16,11 @@ import os
 
 import polars as pl
 
-from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
+from traceanalyzer.analyses.copies import CopiesResult
 from traceanalyzer.analyses.gaps import CAUSES, GapsResult
-from traceanalyzer.analyses.stages import StagesResult, analyse_stages
-from traceanalyzer.render.timeline import CAUSE_COLORS, _figure, png_bytes
+from traceanalyzer.analyses.memory import MemoryResult
+from traceanalyzer.analyses.stages import StagesResult
+from traceanalyzer.render.timeline import CAUSE_COLORS, new_figure, png_bytes
 from traceanalyzer.trace import Trace
 
 STAGE_COLORS = {
@@ -56,16 +57,15 @@ def _extra_colors(names: list[str]) -> dict[str, str]:
     return {n: STAGE_COLORS.get(n, matplotlib.colors.to_hex(cmap(i % 20))) for i, n in enumerate(names)}
 
 
-def stage_times(trace: Trace, stages: StagesResult | None = None) -> tuple[pl.DataFrame, tuple[str, ...], str]:
+def stage_times(stages: StagesResult) -> tuple[pl.DataFrame, tuple[str, ...], str]:
     """step, stage, time_us (long form), the stage order, and the view they come from."""
-    r = stages or analyse_stages(trace)
+    r = stages
     return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"stages ({r.view} view)"
 
 
-def stage_bars(
-    trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, stages: StagesResult | None = None
-) -> bytes | None:
-    df, order, source = stage_times(trace, stages)
+def stage_bars(stages: StagesResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+    """One stacked bar per step: the step's time by stage."""
+    df, order, source = stage_times(stages)
     df = df.with_columns(pl.col("step").cast(pl.Int64))
     # One row per step (null: a trace without steps), one column per stage, in ms.
     wide = (
@@ -76,7 +76,7 @@ def stage_bars(
     )
     present = [s for s in order if s in wide.columns and (wide[s].fill_null(0) > 0).any()]
     colors = _extra_colors(present)
-    fig = _figure(width, height, dpi)
+    fig = new_figure(width, height, dpi)
     ax = fig.add_axes((0.08, 0.14, 0.66, 0.76))
     labels = ["all" if s is None else str(s) for s in wide["step"].to_list()] or ["all"]
     bottom = [0.0] * len(labels)
@@ -92,6 +92,7 @@ def stage_bars(
 
 
 def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+    """Idle-gap durations on log bins, stacked by cause: how many, and how much idle time."""
     if not gaps.has_gpu_work or gaps.all_gaps.is_empty():
         return None
     g = gaps.all_gaps.filter(pl.col("duration_us") > 0)
@@ -101,7 +102,7 @@ def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int
     b = b if b > a else a + 1
     edges = [10 ** (a + (b - a) * i / n_bins) for i in range(n_bins + 1)]
     causes = [c for c in CAUSES if g.filter(pl.col("cause") == c).height]
-    fig = _figure(width, height, dpi)
+    fig = new_figure(width, height, dpi)
     values = [g.filter(pl.col("cause") == c)["duration_us"].to_list() for c in causes]
     colors = [CAUSE_COLORS[c] for c in causes]
     # Left: how many gaps; right: how much idle time they add up to (long gaps are few but
@@ -127,19 +128,18 @@ def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int
     return png_bytes(fig, dpi)
 
 
-def copy_rows(trace: Trace, copies: CopiesResult | None = None) -> pl.DataFrame:
+def copy_rows(copies: CopiesResult) -> pl.DataFrame:
     """direction, bytes, duration_us, gbps for every memcpy (as analyses.copies reads them)."""
-    c = (copies or analyse_copies(trace)).copies
+    c = copies.copies
     return c.filter(pl.col("kind") == "memcpy").select("direction", "bytes", "duration_us", "gbps")
 
 
-def copy_bandwidth(
-    trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, copies: CopiesResult | None = None
-) -> bytes | None:
-    c = copy_rows(trace, copies).filter((pl.col("bytes") > 0) & pl.col("gbps").is_not_null() & (pl.col("gbps") > 0))
+def copy_bandwidth(copies: CopiesResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+    """Achieved bandwidth against size, one point per memcpy, by direction."""
+    c = copy_rows(copies).filter((pl.col("bytes") > 0) & pl.col("gbps").is_not_null() & (pl.col("gbps") > 0))
     if c.is_empty():
         return None
-    fig = _figure(width, height, dpi)
+    fig = new_figure(width, height, dpi)
     ax = fig.add_axes((0.08, 0.14, 0.7, 0.76))
     for d in sorted(c["direction"].unique().to_list()):
         part = c.filter(pl.col("direction") == d)
@@ -160,47 +160,16 @@ def copy_bandwidth(
     return png_bytes(fig, dpi)
 
 
-def memory_series(trace: Trace, points: int = 1500) -> pl.DataFrame:
-    """device, t_ms, allocated_mb, reserved_mb (null without totals), at most `points` samples
-    per device (the maximum in each time bucket). Without `Total Allocated` (2021 traces) the
-    allocated curve is the running sum of `Bytes` from the trace start."""
-    m = trace.memory.filter(pl.col("ts_ns").is_not_null())
-    if m.is_empty():
-        return pl.DataFrame(
-            schema={"device": pl.String, "t_ms": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64}
-        )
-    dev = (
-        pl.when(pl.col("device_type") == 1)
-        .then(pl.lit("cuda:") + pl.col("device_id").cast(pl.String))
-        .when(pl.col("device_type") == 0)
-        .then(pl.lit("cpu"))
-        .otherwise(pl.lit("device ") + pl.col("device_type").cast(pl.String))
-    )
-    m = m.sort("ts_ns").with_columns(device=dev)
-    has_totals = m["total_allocated"].drop_nulls().len() > 0
-    alloc = pl.col("total_allocated") if has_totals else pl.col("bytes").fill_null(0).cum_sum().over("device")
-    m = m.with_columns(allocated=alloc.cast(pl.Float64), reserved=pl.col("total_reserved").cast(pl.Float64))
-    lo, hi = m["ts_ns"].min(), m["ts_ns"].max()
-    width = max((hi - lo) // points + 1, 1)
-    return (
-        m.with_columns(_b=(pl.col("ts_ns") - lo) // width)
-        .group_by("device", "_b")
-        .agg(pl.col("allocated").max() / MB, pl.col("reserved").max() / MB, _t=pl.col("ts_ns").min())
-        .sort("device", "_b")
-        .select(
-            "device", t_ms=(pl.col("_t") - trace.meta.origin_ns) / 1e6, allocated_mb="allocated", reserved_mb="reserved"
-        )
-    )
-
-
 def memory_timeline(
-    trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100, *, series: pl.DataFrame | None = None
+    memory: MemoryResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100
 ) -> bytes | None:
-    s = memory_series(trace) if series is None else series
-    if s.is_empty():
+    """Allocated and reserved memory per device over time (the memory analysis' timeline), the
+    peak marked; step starts dotted."""
+    if not memory.has_memory or memory.timeline.is_empty():
         return None
-    has_totals = trace.memory["total_allocated"].drop_nulls().len() > 0
-    fig = _figure(width, height, dpi)
+    s = memory.timeline.with_columns(t_ms=pl.col("t_us") / 1000.0)
+    has_totals = memory.has_totals
+    fig = new_figure(width, height, dpi)
     ax = fig.add_axes((0.08, 0.14, 0.7, 0.76))
     devices = sorted(s["device"].unique().to_list())
     # The GPU's memory is the story; host memory only when there is nothing else.
@@ -220,11 +189,12 @@ def memory_timeline(
                 linestyle="--",
                 label=f"{d} reserved",
             )
-        peak = part.sort("allocated_mb", descending=True, nulls_last=True).row(0, named=True)
-        ax.plot([peak["t_ms"]], [peak["allocated_mb"]], marker="v", color=col, markersize=8)
+        peak = memory.devices.filter(pl.col("device") == d).row(0, named=True)
+        peak_ms = peak["peak_at_us"] / 1000.0
+        ax.plot([peak_ms], [peak["peak_allocated_mb"]], marker="v", color=col, markersize=8)
         ax.annotate(
-            f"peak {peak['allocated_mb']:,.0f} MB",
-            (peak["t_ms"], peak["allocated_mb"]),
+            f"peak {peak['peak_allocated_mb']:,.0f} MB",
+            (peak_ms, peak["peak_allocated_mb"]),
             textcoords="offset points",
             xytext=(0, 8),
             ha="center",

@@ -3,11 +3,10 @@ trace when it has no ProfilerStep), gaps shaded by cause."""
 
 from __future__ import annotations
 
-from traceanalyzer.analyses.gaps import GapsResult
 from traceanalyzer.render.output import write_atomic
-from traceanalyzer.render.timeline import render_timeline
-from traceanalyzer.trace import Trace
+from traceanalyzer.render.timeline import TimelineInputs, render_timeline
 
 
-def write_gap_plot(trace: Trace, gaps_result: GapsResult, path: str) -> None:
-    write_atomic(path, render_timeline(trace, gaps_result).png)
+def write_gap_plot(inputs: TimelineInputs, path: str) -> None:
+    """Draw the default timeline window and write it as a PNG."""
+    write_atomic(path, render_timeline(inputs).png)

@@ -1,8 +1,9 @@
 """The incident report: Markdown with its pictures beside it, or one self-contained HTML file.
 
 Sections: Summary, Timeline, Stages, Idle by cause, Top gaps, Copies, Syncs, Memory, Findings.
-Each section uses the analysis that computes it; an analysis that fails leaves a one-line note
-in its section instead of stopping the report. Nothing from the trace's metadata is copied
+Every number comes from the one `Session` the report is built from, so the report says exactly
+what the commands say with the same options; an analysis that fails leaves a one-line note in
+its section instead of stopping the report. Nothing from the trace's metadata is copied
 except device names and the distributed rank, and every text goes through `scrub_text`.
 """
 
@@ -17,15 +18,14 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer import __version__
-from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
-from traceanalyzer.analyses.findings import analyse_findings
-from traceanalyzer.analyses.gaps import HINTS, GapsResult, analyse_gaps
-from traceanalyzer.analyses.stages import analyse_stages
-from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
-from traceanalyzer.options import GapOptions
+from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.copies import CopiesResult
+from traceanalyzer.analyses.gaps import HINTS, GapsResult
+from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.markdown import table as md_table
 from traceanalyzer.render.values import cell
+from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
 SECTIONS = ("Summary", "Timeline", "Stages", "Idle by cause", "Top gaps", "Copies", "Syncs", "Memory", "Findings")
@@ -91,10 +91,9 @@ def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
         lines.append(f"- Rank {m.rank} of {m.world_size}" + (f" ({m.backend})" if m.backend else ""))
     if gaps.has_gpu_work and gaps.devices.height:
         dev = gaps.devices
-        busy = dev["busy_us"].sum() / dev["window_us"].sum()
+        busy = gaps.busy_share
         idle_ms = dev["idle_us"].sum() / 1000
-        over = "the profiled steps" if gaps.window_kind == "steps" else "the GPU span (no ProfilerStep)"
-        lines.append(f"- **GPU busy {busy:.1%}** over {over}; idle {idle_ms:,.1f} ms")
+        lines.append(f"- **GPU busy {busy:.1%}** {windows.describe(gaps.window_kind)}; idle {idle_ms:,.1f} ms")
         if gaps.idle_by_cause.height:
             top = gaps.idle_by_cause.row(0, named=True)
             lines.append(f"- Most idle time: **{top['cause']}** ({top['share_of_idle']:.0%}): {HINTS[top['cause']]}")
@@ -105,15 +104,13 @@ def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
     rep.text("\n".join(lines))
 
 
-def _stages(rep: IncidentReport, trace: Trace) -> None:
+def _stages(rep: IncidentReport, ses: Session) -> None:
     from traceanalyzer.render import charts
 
-    r = analyse_stages(trace)
-    rep.text(
-        f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs."
-    )
+    r = ses.stages
+    rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs.")
     rep.table(r.table)
-    rep.picture("stages.png", charts.stage_bars(trace, stages=r), "Step time by stage")
+    rep.picture("stages.png", charts.stage_bars(r, ses.trace), "Step time by stage")
 
 
 def _idle(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
@@ -177,56 +174,55 @@ def _note_summary_steps(rep: IncidentReport, result: CopiesResult | SyncsResult,
         rep.table(result.per_step)
 
 
-def _copies(rep: IncidentReport, trace: Trace, top: int) -> None:
+def _copies(rep: IncidentReport, ses: Session, top: int) -> None:
     from traceanalyzer.render import charts
 
-    r = analyse_copies(trace)
-    _note_summary_steps(rep, r, top)
-    rep.picture("copy_bandwidth.png", charts.copy_bandwidth(trace, copies=r), "Copy bandwidth against size")
+    _note_summary_steps(rep, ses.copies, top)
+    rep.picture("copy_bandwidth.png", charts.copy_bandwidth(ses.copies, ses.trace), "Copy bandwidth against size")
 
 
-def _syncs(rep: IncidentReport, trace: Trace, top: int) -> None:
-    _note_summary_steps(rep, analyse_syncs(trace), top)
-
-
-def _memory(rep: IncidentReport, trace: Trace) -> None:
-    from traceanalyzer.render import charts
-
-    if trace.memory.is_empty():
-        rep.text("no [memory] events in this trace (capture with profile_memory=True to see allocations)")
-        return
-    s = charts.memory_series(trace)
-    peaks = (
-        s.group_by("device")
-        .agg(peak_allocated_mb=pl.col("allocated_mb").max(), peak_reserved_mb=pl.col("reserved_mb").max())
-        .sort("device")
-    )
-    if trace.memory["total_allocated"].drop_nulls().len() == 0:
+def _syncs(rep: IncidentReport, ses: Session, top: int) -> None:
+    s = ses.syncs
+    if not s.note:
         rep.text(
-            "This trace's [memory] events carry sizes only: allocated memory is the running sum from the trace start."
+            f"GPU idle caused by syncs (`sync_idle_us`): {s.sync_idle_us:,.0f} µs; CPU time blocked in synchronising "
+            f"calls (`blocked_us`): {s.blocked_us:,.0f} µs."
         )
-    rep.table(peaks)
-    rep.picture("memory.png", charts.memory_timeline(trace, series=s), "Memory over time")
+    _note_summary_steps(rep, s, top)
 
 
-def _findings(rep: IncidentReport, trace: Trace) -> None:
-    found = analyse_findings(trace)
+def _memory(rep: IncidentReport, ses: Session) -> None:
+    from traceanalyzer.render import charts
+
+    m = ses.memory
+    if not m.has_memory:
+        rep.text(m.note or "no [memory] events in this trace")
+        return
+    if m.note:
+        rep.text(m.note)
+    cols = ["device", "peak_allocated_mb", "peak_at_us", "peak_step", "reserved_at_peak_mb", "max_reserved_mb"]
+    rep.table(m.devices.select([c for c in cols if c in m.devices.columns]))
+    rep.picture("memory.png", charts.memory_timeline(m, ses.trace), "Memory over time")
+
+
+def _findings(rep: IncidentReport, ses: Session) -> None:
+    found = ses.findings
     rep.items([f"**[{f.severity}] {f.rule}**: {f.message} — {f.recommendation}" for f in found] or ["no rule fired"])
 
 
-def build_report(
-    trace: Trace, options: GapOptions | None = None, top: int = 10, width: int = 1600, height: int = 900, dpi: int = 100
-) -> IncidentReport:
-    from traceanalyzer.render.timeline import render_timeline
+def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 900, dpi: int = 100) -> IncidentReport:
+    """The incident report of a Session: every section reads the session's results."""
+    from traceanalyzer.render.timeline import TimelineInputs, render_timeline
 
-    gaps = analyse_gaps(trace, options)
+    trace = ses.trace
+    gaps = ses.gaps
     rep = IncidentReport(f"traceanalyzer report: {os.path.basename(trace.path)}")
     rep.heading("Summary")
     _guard(rep, "summary", lambda: _summary(rep, trace, gaps))
     rep.heading("Timeline")
 
     def timeline() -> None:
-        pic = render_timeline(trace, gaps, width=width, height=height, dpi=dpi)
+        pic = render_timeline(TimelineInputs.of(ses), width=width, height=height, dpi=dpi)
         rep.text(
             f"Window: {pic.window.label}. CPU threads on top, GPU streams below; shaded: GPU idle, coloured by cause."
         )
@@ -234,13 +230,13 @@ def build_report(
 
     _guard(rep, "timeline", timeline)
     for title, fn in (
-        ("Stages", lambda: _stages(rep, trace)),
+        ("Stages", lambda: _stages(rep, ses)),
         ("Idle by cause", lambda: _idle(rep, trace, gaps)),
         ("Top gaps", lambda: _top_gaps(rep, gaps, top)),
-        ("Copies", lambda: _copies(rep, trace, top)),
-        ("Syncs", lambda: _syncs(rep, trace, top)),
-        ("Memory", lambda: _memory(rep, trace)),
-        ("Findings", lambda: _findings(rep, trace)),
+        ("Copies", lambda: _copies(rep, ses, top)),
+        ("Syncs", lambda: _syncs(rep, ses, top)),
+        ("Memory", lambda: _memory(rep, ses)),
+        ("Findings", lambda: _findings(rep, ses)),
     ):
         rep.heading(title)
         _guard(rep, title.lower(), fn)

@@ -1,276 +1,47 @@
 """A timeline picture of one window of a trace, readable by someone who did not run the tool.
 
-Lanes, top to bottom: the CPU threads that matter (the launching thread first), then one lane
-per GPU stream. CPU lanes show top-level ops (grey), data-loading ranges (orange) and
+Lanes, top to bottom: the CPU threads that matter (the main thread first), then one lane per
+GPU stream. CPU lanes show top-level ops (grey), data-loading ranges (orange) and
 synchronising calls (red); GPU lanes show kernels, memcpys and memsets by colour. GPU idle
 gaps are shaded across the GPU lanes in the colour of their cause, the largest are labelled
 with the op and Python line that caused them, and step boundaries are dashed lines.
 
-Events narrower than a pixel are merged before drawing (grouped by pixel column with polars),
-so the cost of drawing depends on the picture's width, not on the number of events.
-matplotlib is imported here only, lazily, with the Agg backend.
+What is drawn is prepared in `timeline_layout`; matplotlib is imported here only, lazily, with
+the Agg backend.
 """
 
 from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass, field
-from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
-from traceanalyzer.errors import UsageError
-from traceanalyzer.options import DATA_LOADING_PATTERN
-from traceanalyzer.redact import scrub_text
-from traceanalyzer.trace import STEP_NAME, Trace
-
-# Colours: GPU work kinds, CPU activity kinds and gap causes. A cause shares the colour of the
-# CPU activity that explains it (data_loading = DataLoader ranges, sync = sync calls).
-KIND_COLORS = {
-    "kernel": "#1f5fbf",
-    "memcpy": "#2ca02c",
-    "memset": "#9467bd",
-    "cpu_op": "#a0a0a0",
-    "data_loading": "#ff7f0e",
-    "sync": "#d62728",
-}
-KIND_LABELS = {
-    "kernel": "kernel",
-    "memcpy": "memcpy",
-    "memset": "memset",
-    "cpu_op": "CPU op (top level)",
-    "data_loading": "DataLoader range",
-    "sync": "sync call (CPU blocked)",
-}
-CAUSE_COLORS = {
-    "sync": "#d62728",
-    "data_loading": "#ff7f0e",
-    "cpu_bound": "#8c564b",
-    "launch_latency": "#e377c2",
-    "gpu_wait": "#bcbd22",
-    "untraced": "#7f7f7f",
-}
-GAP_ALPHA = 0.35
-MAX_CPU_LANES = 4
-MAX_GPU_LANES = 8
-LABELLED_GAPS = 4
+from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported for the pictures' users
+    CAUSE_COLORS,
+    GAP_ALPHA,
+    KIND_COLORS,
+    KIND_LABELS,
+    LABELLED_GAPS,
+    MAX_CPU_LANES,
+    MAX_GPU_LANES,
+    Lane,
+    Layout,
+    Picture,
+    TimelineInputs,
+    Window,
+    choose_lanes,
+    choose_window,
+    cpu_events,
+    gap_label,
+    in_window,
+    merge_by_pixel,
+    short_text,
+)
+from traceanalyzer.trace import Trace
 
 
-@dataclass(frozen=True)
-class Window:
-    start_ns: int
-    end_ns: int
-    label: str  # "step 9 (slowest of 6)", "12.0-30.0 ms"
-    step: int | None = None
-
-
-@dataclass(frozen=True)
-class Lane:
-    key: tuple  # ("cpu", pid, tid) or ("gpu", device, stream)
-    label: str
-    index: int  # 0 = top
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where things landed in the picture, for tests and for callers that add to it: pixel
-    coordinates have their origin at the picture's top-left corner."""
-
-    width_px: int
-    height_px: int
-    axes_px: tuple[float, float, float, float]  # left, top, right, bottom
-    xlim_ms: tuple[float, float]
-    lanes: tuple[Lane, ...]
-    gpu_lanes_px: tuple[float, float] | None  # top, bottom of the GPU lanes band
-
-    def x_px(self, ms: float) -> float:
-        left, _, right, _ = self.axes_px
-        a, b = self.xlim_ms
-        return left + (ms - a) / (b - a) * (right - left)
-
-    def lane_px(self, key: tuple) -> tuple[float, float]:
-        """top, bottom pixel rows of a lane's bar."""
-        _, top, _, bottom = self.axes_px
-        n = len(self.lanes)
-        lane = next(x for x in self.lanes if x.key == key)
-        per = (bottom - top) / n
-        return top + (lane.index + 0.1) * per, top + (lane.index + 0.9) * per
-
-
-@dataclass(frozen=True)
-class Picture:
-    png: bytes
-    layout: Layout
-    window: Window
-    extras: dict[str, Any] = field(default_factory=dict)
-
-
-# -- data preparation (pure polars) -----------------------------------------------------------
-
-
-def choose_window(
-    trace: Trace, step: int | None = None, start_ms: float | None = None, end_ms: float | None = None
-) -> Window:
-    """--step N, or --start/--end in ms from the trace start, or by default the slowest step
-    (the whole trace when it has no ProfilerStep)."""
-    origin = trace.meta.origin_ns
-    if start_ms is not None or end_ms is not None:
-        a = origin + int(round((start_ms or 0.0) * 1e6))
-        b = origin + int(round(end_ms * 1e6)) if end_ms is not None else trace.meta.end_ns
-        if b <= a:
-            raise UsageError(
-                trace.path,
-                f"empty window: --end ({(b - origin) / 1e6:g} ms) is not after --start ({(a - origin) / 1e6:g} ms)",
-            )
-        return Window(a, b, f"{(a - origin) / 1e6:,.1f}–{(b - origin) / 1e6:,.1f} ms")
-    steps = trace.steps
-    if step is not None:
-        row = steps.filter(pl.col("step") == step)
-        if row.is_empty():
-            have = ", ".join(str(s) for s in steps["step"].to_list()) or "none"
-            raise UsageError(trace.path, f"no ProfilerStep#{step} in this trace (steps: {have})")
-        r = row.row(0, named=True)
-        return Window(r["start_ns"], r["end_ns"], f"step {step}", step)
-    if steps.height:
-        r = steps.with_columns(_d=pl.col("end_ns") - pl.col("start_ns")).sort("_d", descending=True).row(0, named=True)
-        label = f"step {r['step']} (slowest of {steps.height})" if steps.height > 1 else f"step {r['step']}"
-        return Window(r["start_ns"], r["end_ns"], label, r["step"])
-    if trace.meta.end_ns <= origin:
-        return Window(origin, origin + 1_000_000, "empty trace")
-    return Window(origin, trace.meta.end_ns, "whole trace (no ProfilerStep)")
-
-
-def merge_by_pixel(df: pl.DataFrame, by: list[str], lo_ns: int, ns_per_px: float) -> pl.DataFrame:
-    """Intervals (by..., ts_ns, end_ns) clipped to [lo_ns, ...) and merged where they touch
-    the same or adjacent pixel columns -> (by..., px0, px1) in pixels from lo_ns, each at least
-    one pixel wide. Vectorised: O(events) polars, no Python loop."""
-    if df.is_empty():
-        return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "px0": pl.Int64, "px1": pl.Int64})
-    s = (
-        df.select(
-            *by,
-            px0=((pl.col("ts_ns") - lo_ns) / ns_per_px).floor().cast(pl.Int64),
-            px1=((pl.col("end_ns") - lo_ns) / ns_per_px).ceil().cast(pl.Int64),
-        )
-        .with_columns(px1=pl.max_horizontal("px1", pl.col("px0") + 1))
-        .sort([*by, "px0"])
-    )
-    reach = pl.col("px1").cum_max().shift(1).over(by)
-    s = s.with_columns(_new=(reach.is_null() | (pl.col("px0") > reach)).cast(pl.Int64))
-    s = s.with_columns(_grp=pl.col("_new").cum_sum().over(by))
-    return s.group_by([*by, "_grp"]).agg(pl.col("px0").min(), pl.col("px1").max()).drop("_grp").sort([*by, "px0"])
-
-
-def _in_window(df: pl.DataFrame, w: Window) -> pl.DataFrame:
-    return df.filter((pl.col("end_ns") > w.start_ns) & (pl.col("ts_ns") < w.end_ns))
-
-
-def _main_thread(trace: Trace) -> tuple[int, int] | None:
-    if trace.steps.height:
-        r = trace.steps.row(0, named=True)
-        return r["pid"], r["tid"]
-    g = (
-        trace.gpu.filter(pl.col("launch_tid").is_not_null())
-        .group_by("launch_pid", "launch_tid")
-        .len()
-        .sort("len", descending=True)
-    )
-    if g.height:
-        return g["launch_pid"][0], g["launch_tid"][0]
-    if trace.ops.height:
-        g = trace.ops.group_by("pid", "tid").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)
-        return g["pid"][0], g["tid"][0]
-    return None
-
-
-def cpu_events(trace: Trace, w: Window, data_pattern: str = DATA_LOADING_PATTERN) -> pl.DataFrame:
-    """pid, tid, kind (cpu_op | data_loading | sync), ts_ns, end_ns inside the window."""
-    ops = _in_window(trace.ops, w)
-    step_ids = trace.steps["op_id"] if trace.steps.height else pl.Series([], dtype=pl.Int64)
-    is_step = pl.col("name").str.contains(STEP_NAME)
-    top = ops.filter(~is_step & (pl.col("parent_id").is_null() | pl.col("parent_id").is_in(step_ids.implode())))
-    data = ops.filter(pl.col("name").str.contains(data_pattern))
-    sync = _in_window(blocking_calls(trace), w)
-    cols = ["pid", "tid", "kind", "ts_ns", "end_ns"]
-    return pl.concat(
-        [
-            top.with_columns(kind=pl.lit("cpu_op")).select(cols),
-            data.with_columns(kind=pl.lit("data_loading")).select(cols),
-            sync.with_columns(kind=pl.lit("sync")).select(cols),
-        ]
-    )
-
-
-def choose_lanes(trace: Trace, w: Window, cpu: pl.DataFrame, gpu: pl.DataFrame) -> list[Lane]:
-    """CPU threads that matter (the launching thread first, then threads with data loading,
-    sync calls or launches, by time), then GPU streams by device and stream."""
-    main = _main_thread(trace)
-    span = max(w.end_ns - w.start_ns, 1)
-    clipped = (pl.min_horizontal("end_ns", pl.lit(w.end_ns)) - pl.max_horizontal("ts_ns", pl.lit(w.start_ns))).clip(0)
-    score = cpu.group_by("pid", "tid").agg(
-        busy=clipped.filter(pl.col("kind") == "cpu_op").sum(),
-        special=clipped.filter(pl.col("kind") != "cpu_op").sum(),
-    )
-    launches = (
-        _in_window(trace.runtime, w).group_by("pid", "tid").agg(launches=pl.len())
-        if trace.runtime.height
-        else pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "launches": pl.UInt32})
-    )
-    score = score.join(launches, on=["pid", "tid"], how="full", coalesce=True).fill_null(0)
-    score = score.filter((pl.col("special") > 0) | (pl.col("busy") > 0.01 * span)).sort(
-        ["special", "busy", "launches"], descending=True
-    )
-    threads = [(r["pid"], r["tid"]) for r in score.iter_rows(named=True)]
-    if main is not None:
-        threads = [main] + [t for t in threads if t != main]
-    threads = threads[:MAX_CPU_LANES]
-    lanes: list[Lane] = []
-    for pid, tid in threads:
-        role = "\n(launching thread)" if main == (pid, tid) else ""
-        lanes.append(Lane(("cpu", pid, tid), f"CPU thread {tid}{role}", len(lanes)))
-    streams = gpu.group_by("device", "stream").agg(busy=(pl.col("end_ns") - pl.col("ts_ns")).sum())
-    streams = streams.sort("busy", descending=True).head(MAX_GPU_LANES).sort("device", "stream")
-    for r in streams.iter_rows(named=True):
-        lanes.append(Lane(("gpu", r["device"], r["stream"]), f"GPU {r['device']} stream {r['stream']}", len(lanes)))
-    return lanes
-
-
-def _short(s: str | None, n: int = 48) -> str:
-    if not s:
-        return ""
-    s = scrub_text(str(s))
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def _gap_label(r: dict[str, Any]) -> str:
-    dur = r["duration_us"]
-    head = f"{r['cause']} · {dur / 1000:,.1f} ms" if dur >= 1000 else f"{r['cause']} · {dur:,.0f} µs"
-    lines = [head]
-    what = r.get("op") or r.get("range")
-    if r["cause"] == "gpu_wait" and r.get("waited_on"):
-        lines.append(_short("waited on " + r["waited_on"]))
-    if r["cause"] == "sync" and r.get("sync_api"):
-        lines.append(_short("CPU blocked in " + r["sync_api"]))
-    if what:
-        lines.append(_short(what))
-    if r.get("python_frame"):
-        lines.append(_short(r["python_frame"]))
-    other = r.get("blocked_thread")
-    if isinstance(other, dict) and other.get("api"):
-        where = ", ".join(x for x in (other.get("op"), other.get("range")) if x)
-        lines.append(
-            _short(f"meanwhile CPU {other.get('tid')} blocked in {other['api']}" + (f" ({where})" if where else ""), 60)
-        )
-    return "\n".join(lines)
-
-
-# -- drawing ----------------------------------------------------------------------------------
-
-
-def _figure(width_px: int, height_px: int, dpi: int):
+def new_figure(width_px: int, height_px: int, dpi: int):
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -295,8 +66,7 @@ def _device_name(trace: Trace, devices: list[int]) -> str:
 
 
 def render_timeline(
-    trace: Trace,
-    gaps: GapsResult | None = None,
+    inputs: TimelineInputs,
     window: Window | None = None,
     width: int = 1600,
     height: int = 900,
@@ -306,8 +76,8 @@ def render_timeline(
     """The timeline of `window` (default: the slowest step) as a PNG."""
     from matplotlib.patches import Patch, Rectangle
 
+    trace, gaps = inputs.trace, inputs.gaps
     w = window or choose_window(trace)
-    gaps = gaps if gaps is not None else analyse_gaps(trace)
     origin = trace.meta.origin_ns
     # Fixed margins in pixels, so the layout is the same whatever the content.
     left_px, right_px, top_px, bottom_px = 170, 20, 64, 118
@@ -317,15 +87,15 @@ def render_timeline(
     lo_ns, hi_ns = w.start_ns - pad, w.end_ns + pad
     ns_per_px = (hi_ns - lo_ns) / plot_w
 
-    gpu = _in_window(trace.gpu.filter(pl.col("device").is_not_null()), w).select(
+    gpu = in_window(trace.gpu.filter(pl.col("device").is_not_null()), w).select(
         "device", "stream", "kind", "ts_ns", "end_ns"
     )
-    cpu = cpu_events(trace, w, gaps.options.data_loading_pattern if gaps.options else DATA_LOADING_PATTERN)
-    lanes = choose_lanes(trace, w, cpu, gpu)
+    cpu = cpu_events(inputs, w)
+    lanes = choose_lanes(inputs, w, cpu, gpu)
     n = max(len(lanes), 1)
     index = {lane.key: lane.index for lane in lanes}
 
-    fig = _figure(width, height, dpi)
+    fig = new_figure(width, height, dpi)
     ax = fig.add_axes((left_px / width, bottom_px / height, plot_w / width, plot_h / height))
     to_ms = lambda px: (lo_ns + px * ns_per_px - origin) / 1e6  # noqa: E731
     xlim = (to_ms(0), to_ms(plot_w))
@@ -428,7 +198,7 @@ def render_timeline(
             mid_ms = (r["start_us"] + r["duration_us"] / 2) / 1000
             y = band[0] + span_rows * (0.12 + 0.22 * (k % 4))
             ax.annotate(
-                _gap_label(r),
+                gap_label(r),
                 xy=(mid_ms, y),
                 ha="center",
                 va="top",
@@ -443,7 +213,7 @@ def render_timeline(
             )
 
     # The longest blocking calls, named on their CPU lane.
-    blk = _in_window(blocking_calls(trace), w).with_columns(_d=pl.col("end_ns") - pl.col("ts_ns"))
+    blk = in_window(inputs.blocking, w).with_columns(_d=pl.col("end_ns") - pl.col("ts_ns"))
     blk = blk.filter(pl.col("_d") >= 0.05 * (w.end_ns - w.start_ns)).sort("_d", descending=True).head(3)
     for r in blk.iter_rows(named=True):
         key = ("cpu", r["pid"], r["tid"])
@@ -483,7 +253,7 @@ def render_timeline(
         )
         busy_line = f"GPU idle {idle_ms:,.1f} of {win_ms:,.1f} ms ({idle_ms / win_ms:.0%}){top}"
     title = f"{os.path.basename(trace.path)}  —  {_device_name(trace, shown_devices)}  —  {w.label}"
-    fig.text(0.5, 1 - 12 / height, _short(title, 160), ha="center", va="top", fontsize=12, weight="bold")
+    fig.text(0.5, 1 - 12 / height, short_text(title, 160), ha="center", va="top", fontsize=12, weight="bold")
     if busy_line:
         fig.text(0.5, 1 - 34 / height, busy_line, ha="center", va="top", fontsize=10)
 

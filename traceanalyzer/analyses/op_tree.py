@@ -1,0 +1,49 @@
+"""The nesting tree of CPU ops: the walk up `parent_id` and self time, defined once.
+
+`Trace.ops` carries each op's `parent_id` (the innermost op enclosing it on its thread, see
+`links.nest`). Every question about an op's enclosing ops (its chain of names, the namespaced
+op a user called, the module around it, inclusive totals) is answered from `ancestors`; every
+question about time spent in an op itself, not in the ops nested in it, from `self_time`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# Deeper than any real trace nests (recursion in Python frames stays far below this).
+MAX_DEPTH = 512
+
+ANCESTOR_SCHEMA = {"op_id": pl.Int64, "ancestor_id": pl.Int64, "level": pl.Int32}
+
+
+def ancestors(ops: pl.DataFrame, op_ids: pl.Series) -> pl.DataFrame:
+    """op_id, ancestor_id, level: every op of `op_ids` (distinct, non-null) with itself at level
+    0, its parent at level 1, and so on up to its top-level op. One vectorised join per level."""
+    ids = pl.DataFrame({"op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique()
+    if ids.is_empty() or ops.is_empty():
+        return pl.DataFrame(schema=ANCESTOR_SCHEMA)
+    parent_of = ops.select(pl.col("op_id").alias("ancestor_id"), pl.col("parent_id").alias("_up"))
+    known = ids.join(ops.select("op_id"), on="op_id", how="semi")
+    cur = known.select("op_id", ancestor_id=pl.col("op_id"), level=pl.lit(0, pl.Int32))
+    out = [cur]
+    for _ in range(MAX_DEPTH):
+        cur = (
+            cur.join(parent_of, on="ancestor_id", how="inner")
+            .filter(pl.col("_up").is_not_null())
+            .select("op_id", ancestor_id=pl.col("_up"), level=pl.col("level") + 1)
+        )
+        if cur.is_empty():
+            break
+        out.append(cur)
+    return pl.concat(out)
+
+
+def self_time(ops: pl.DataFrame) -> pl.DataFrame:
+    """op_id, self_ns: an op's duration less the durations of the ops directly nested in it
+    (runtime calls stay in its self time), never below zero."""
+    child = ops.filter(pl.col("parent_id").is_not_null()).group_by("parent_id").agg(_child=pl.col("dur_ns").sum())
+    return (
+        ops.select("op_id", "dur_ns")
+        .join(child, left_on="op_id", right_on="parent_id", how="left")
+        .select("op_id", self_ns=(pl.col("dur_ns") - pl.col("_child").fill_null(0)).clip(0))
+    )

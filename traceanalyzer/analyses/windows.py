@@ -1,0 +1,75 @@
+"""The analysis windows: the one definition of "a step" every analysis uses.
+
+- With ProfilerStep ranges: one window per step, the GPU-extended step of `Trace.steps` (from
+  the later of its start and the previous step's end to the later of its end and the end of the
+  last GPU activity launched inside it, as the TensorBoard plugin defines it).
+- Without: the trace counts as one step (`step` null) spanning its GPU work, from the first GPU
+  activity's start to the last one's end over all devices; a trace without GPU work spans all
+  its timed events.
+
+Every device is judged over the same windows.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.trace import Trace
+
+WINDOW_SCHEMA = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+DEVICE_WINDOW_SCHEMA = {"device": pl.Int64, **WINDOW_SCHEMA}
+
+
+def window_kind(trace: Trace) -> str:
+    """`steps` (ProfilerStep), `gpu_span` (no steps: the GPU work's span) or `trace_span`."""
+    if trace.steps.height:
+        return "steps"
+    return "gpu_span" if trace.gpu.height else "trace_span"
+
+
+def describe(kind: str) -> str:
+    """The window kind in words, for headlines."""
+    return {
+        "steps": "over the profiled steps",
+        "gpu_span": "over the GPU span (no ProfilerStep: the trace counts as one step)",
+        "trace_span": "over the whole trace (no ProfilerStep, no GPU work)",
+    }[kind]
+
+
+def step_windows(trace: Trace) -> pl.DataFrame:
+    """step, start_ns, end_ns: one row per step in time order (one row, step null, without
+    ProfilerStep)."""
+    if trace.steps.height:
+        return trace.steps.select(list(WINDOW_SCHEMA)).sort("start_ns")
+    if trace.gpu.height:
+        lo, hi = trace.gpu["ts_ns"].min(), trace.gpu["end_ns"].max()
+    else:
+        lo, hi = trace.meta.origin_ns, trace.meta.end_ns
+    return pl.DataFrame({"step": [None], "start_ns": [lo], "end_ns": [hi]}, schema=WINDOW_SCHEMA)
+
+
+def step_count(trace: Trace) -> int:
+    """How many steps per-step figures divide by: the ProfilerSteps, else 1."""
+    return max(trace.steps.height, 1)
+
+
+def devices(trace: Trace) -> list[int]:
+    """The devices that did GPU work, in order."""
+    return sorted(trace.gpu["device"].drop_nulls().unique().to_list())
+
+
+def device_windows(trace: Trace) -> pl.DataFrame:
+    """device, step, start_ns, end_ns: every step window for every device with GPU work."""
+    devs = pl.DataFrame({"device": devices(trace)}, schema={"device": pl.Int64})
+    return devs.join(step_windows(trace), how="cross").select(list(DEVICE_WINDOW_SCHEMA)).cast(DEVICE_WINDOW_SCHEMA)
+
+
+def step_of(df: pl.DataFrame, steps: pl.DataFrame, at: str, start: str = "cpu_start_ns", end: str = "cpu_end_ns") -> pl.DataFrame:
+    """Add `step`: the step of `steps` (a `Trace.steps` table) whose [start, end) holds `df[at]`
+    (by default its CPU range); null outside every step or without steps."""
+    if steps.is_empty() or df.is_empty():
+        return df.with_columns(step=pl.lit(None, pl.Int64))
+    s = steps.select(pl.col("step").alias("_step"), pl.col(start).alias("_s"), pl.col(end).alias("_e")).sort("_s")
+    j = df.with_row_index("_r").sort(at).join_asof(s, left_on=at, right_on="_s", strategy="backward", check_sortedness=False)
+    j = j.with_columns(step=pl.when(pl.col(at).is_not_null() & (pl.col(at) < pl.col("_e"))).then(pl.col("_step")))
+    return j.sort("_r").drop("_r", "_step", "_s", "_e")
