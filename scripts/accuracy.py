@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from traceanalyzer import analyse_gaps, load
-from traceanalyzer.analyses.findings import analyse_findings
+from traceanalyzer.session import analyse_findings
 
 BUSY_ENOUGH = 0.95
 

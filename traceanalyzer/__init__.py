@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.diff import DiffResult, analyse_diff
-from traceanalyzer.analyses.findings import Finding, analyse_findings
+from traceanalyzer.analyses.findings import Finding
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
@@ -40,7 +40,7 @@ from traceanalyzer.options import (
     StepOptions,
     SyncOptions,
 )
-from traceanalyzer.session import Session
+from traceanalyzer.session import Session, analyse_findings
 from traceanalyzer.trace import Trace, TraceMeta
 
 __all__ = [

@@ -39,9 +39,15 @@ class PatternOptions:
     data_loading_pattern: str = opt(
         patterns.DATA_LOADING, "regular expression naming data-loading ranges (DataLoader __next__ ...)"
     )
-    backward_pattern: str = opt(patterns.BACKWARD, "regular expression naming backward (autograd) ops, searched in the op chain")
-    optimizer_pattern: str = opt(patterns.OPTIMIZER, "regular expression naming optimizer ranges, searched in the op chain")
-    collective_pattern: str = opt(patterns.COLLECTIVE, "regular expression naming collective communication kernels (NCCL/RCCL)")
+    backward_pattern: str = opt(
+        patterns.BACKWARD, "regular expression naming backward (autograd) ops, searched in the op chain"
+    )
+    optimizer_pattern: str = opt(
+        patterns.OPTIMIZER, "regular expression naming optimizer ranges, searched in the op chain"
+    )
+    collective_pattern: str = opt(
+        patterns.COLLECTIVE, "regular expression naming collective communication kernels (NCCL/RCCL)"
+    )
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,9 @@ class StageOptions:
         choices=("pipeline", "tensorboard"),
     )
     # Set from `--stages FILE` (see `analyses.stages.read_mapping`): (stage, regex) in priority order.
-    stage_mapping: tuple[tuple[str, str], ...] = opt((), "stage = regular expression rules, in priority order", cli=False)
+    stage_mapping: tuple[tuple[str, str], ...] = opt(
+        (), "stage = regular expression rules, in priority order", cli=False
+    )
 
 
 @dataclass(frozen=True)
@@ -131,7 +139,9 @@ class MemoryOptions:
         flag="--near-capacity",
     )
     growth_mb_per_step: float = opt(
-        1.0, "flag steady growth when allocated memory rose in every step by this many MB on average", flag="--growth-mb"
+        1.0,
+        "flag steady growth when allocated memory rose in every step by this many MB on average",
+        flag="--growth-mb",
     )
     min_growth_steps: int = opt(3, "steps needed before steady growth is judged", flag="--min-growth-steps")
     dominant_op_share: float = opt(
@@ -149,9 +159,7 @@ class MemoryOptions:
 class FindingOptions:
     """Thresholds of the rules that read more than one analysis (see `analyses.findings`)."""
 
-    data_loading_share: float = opt(
-        0.10, "data_loading fires when data loading takes at least this share of step time"
-    )
+    data_loading_share: float = opt(0.10, "data_loading fires when data loading takes at least this share of step time")
     launch_bound_short_share: float = opt(
         0.5,
         "launch_bound fires when at least this share of (non-graph) kernels are short and GPU busy is below low_gpu_utilization",
@@ -163,7 +171,8 @@ class FindingOptions:
         0.05, "launch_bound also needs GPU idle from launch latency (see gaps) of at least this share of the window"
     )
     no_tensor_cores_share: float = opt(
-        0.2, "no_tensor_cores fires when matmul/conv kernels without Tensor Cores take at least this share of kernel time"
+        0.2,
+        "no_tensor_cores fires when matmul/conv kernels without Tensor Cores take at least this share of kernel time",
     )
     single_tensor_min: int = opt(
         1, "single_tensor_optimizer fires at this many `_single_tensor_` events (ops, frames, kernels)"

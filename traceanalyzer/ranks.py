@@ -48,7 +48,9 @@ def _init_worker() -> None:
     os.environ["TRACEANALYZER_WORKERS"] = "1"
 
 
-def run_ranks(paths: Sequence[str | os.PathLike[str]], fn: Callable[..., Any], *args: Any, jobs: int | None = None) -> list[Any]:
+def run_ranks(
+    paths: Sequence[str | os.PathLike[str]], fn: Callable[..., Any], *args: Any, jobs: int | None = None
+) -> list[Any]:
     """`[fn(path, *args) for path in paths]`, in worker processes, results in input order.
     `fn` must be a module-level function (it is pickled by name)."""
     from traceanalyzer.load.parallel import cpu_count

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import polars as pl
 
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
+from traceanalyzer.analyses.findings import Finding, Rule, evaluate
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
@@ -32,9 +33,6 @@ from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
-
-if TYPE_CHECKING:
-    from traceanalyzer.analyses.findings import Finding, Rule
 
 
 class Session:
@@ -144,8 +142,6 @@ class Session:
     @cached_property
     def findings(self) -> list[Finding]:
         """Every finding of every rule, in registry order."""
-        from traceanalyzer.analyses.findings import evaluate
-
         return evaluate(self)
 
     def findings_of(self, rules: tuple[Rule, ...]) -> list[Finding]:
@@ -153,6 +149,9 @@ class Session:
         if "findings" in self.__dict__:
             ids = {r.id for r in rules}
             return [f for f in self.findings if f.rule in ids]
-        from traceanalyzer.analyses.findings import evaluate
-
         return evaluate(self, rules)
+
+
+def analyse_findings(trace: Trace, options: Any = None) -> list[Finding]:
+    """Every finding on `trace` with `options` (an `Options` bundle or one group's options)."""
+    return Session(trace, options).findings

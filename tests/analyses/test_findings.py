@@ -6,8 +6,9 @@ import pytest
 
 from tests.synthetic import TraceBuilder
 from traceanalyzer import Session, load
-from traceanalyzer.analyses.findings import RULE_IDS, RULES, analyse_findings, evaluate, rules_for
+from traceanalyzer.analyses.findings import RULE_IDS, RULES, evaluate, rules_for
 from traceanalyzer.options import GROUP_OF, CopyOptions
+from traceanalyzer.session import analyse_findings
 
 
 def _rules(trace, options=None) -> dict:
@@ -31,7 +32,12 @@ def test_rule_ids_keep_the_published_names_and_every_finding_is_a_rule():
     assert {"copies_not_overlapped", "memory_near_capacity", "memory_growth", "memory_dominant_op"} <= set(RULE_IDS)
     assert tuple(r.id for r in RULES) == RULE_IDS
     assert all(set(r.thresholds) <= set(GROUP_OF) for r in RULES)
-    assert {r.id for r in rules_for("copies")} == {"pageable_copies", "many_small_copies", "device_to_host_in_step", "copies_not_overlapped"}
+    assert {r.id for r in rules_for("copies")} == {
+        "pageable_copies",
+        "many_small_copies",
+        "device_to_host_in_step",
+        "copies_not_overlapped",
+    }
     assert {r.id for r in rules_for("syncs")} == {"sync_stalls", "implicit_sync", "explicit_sync"}
     assert rules_for("summary") == RULES
 

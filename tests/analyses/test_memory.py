@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer import load
-from traceanalyzer.analyses.findings import analyse_findings
 from traceanalyzer.analyses.memory import analyse_memory
 from traceanalyzer.options import MemoryOptions
+from traceanalyzer.session import analyse_findings
 
 MB = 1024 * 1024
 

@@ -9,8 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import SHARED_TRACES_DIR
-from traceanalyzer import __version__
-from traceanalyzer import Session
+from traceanalyzer import Session, __version__
 from traceanalyzer.cli import cli
 from traceanalyzer.commands.copies import copies_report
 from traceanalyzer.commands.syncs import syncs_report

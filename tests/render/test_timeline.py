@@ -19,6 +19,7 @@ from traceanalyzer.render.timeline import render_timeline as _render
 def render_timeline(trace, window=None, **kwargs):
     return _render(TimelineInputs.of(ta.Session(trace)), window, **kwargs)
 
+
 # One step of 10 ms. Kernel A runs 0.1-2.0 ms, kernel B 6.0-9.0 ms; between them the main
 # thread is inside a DataLoader range (2.1-5.8 ms), so the GPU is idle 2.0-6.0 ms for
 # data_loading. Times in µs, as in the JSON.

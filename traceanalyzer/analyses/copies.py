@@ -102,7 +102,9 @@ def copy_table(trace: Trace, collective_pattern: str) -> pl.DataFrame:
         .otherwise(pl.lit(None, pl.String))
     )
     gpu = gpu.with_columns(
-        direction=pl.when(pl.col("kind") == "memset").then(pl.lit("memset")).otherwise(name.str.extract(COPY_DIRECTION, 1))
+        direction=pl.when(pl.col("kind") == "memset")
+        .then(pl.lit("memset"))
+        .otherwise(name.str.extract(COPY_DIRECTION, 1))
     ).with_columns(host_memory=host)
     blocking = blocking_calls(trace).select("runtime_id", _blocking=pl.lit(True))
     calls = trace.runtime.select("runtime_id", pl.col("dur_ns").alias("_call_ns")).join(

@@ -26,9 +26,7 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
         .unique()
     )
     # A filter, not a join: the runtime table is one of the largest and is copied only in part.
-    return trace.runtime.filter(
-        pl.col("name").str.contains(SYNC_API) | pl.col("runtime_id").is_in(pageable.implode())
-    )
+    return trace.runtime.filter(pl.col("name").str.contains(SYNC_API) | pl.col("runtime_id").is_in(pageable.implode()))
 
 
 def data_loading_ranges(trace: Trace, pattern: str) -> pl.DataFrame:
@@ -51,7 +49,11 @@ def main_thread(trace: Trace) -> tuple[int, int] | None:
     if g.height:
         return g["launch_pid"][0], g["launch_tid"][0]
     if trace.ops.height:
-        g = trace.ops.group_by("pid", "tid").agg(pl.col("dur_ns").sum()).sort(["dur_ns", "pid", "tid"], descending=[True, False, False])
+        g = (
+            trace.ops.group_by("pid", "tid")
+            .agg(pl.col("dur_ns").sum())
+            .sort(["dur_ns", "pid", "tid"], descending=[True, False, False])
+        )
         return g["pid"][0], g["tid"][0]
     return None
 

@@ -88,7 +88,6 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
     )
 
 
-
 def _prev_activity(trace: Trace) -> pl.DataFrame:
     return (
         trace.gpu.select("device", "ts_ns", "end_ns", "name")
@@ -97,7 +96,6 @@ def _prev_activity(trace: Trace) -> pl.DataFrame:
         .unique(["device", "end_ns"], keep="last")
         .select("device", prev_end_ns=pl.col("end_ns"), prev_name=pl.col("name"))
     )
-
 
 
 def _classify(gaps: pl.DataFrame, act: CpuActivity, launch_latency_us: float) -> pl.DataFrame:
@@ -153,7 +151,6 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, launch_latency_us: float) ->
     return gaps.with_columns(cause=cause)
 
 
-
 def largest_overlap(
     gaps: pl.DataFrame, intervals: pl.DataFrame, id_col: str, out: str, same_thread: bool
 ) -> pl.DataFrame:
@@ -183,7 +180,6 @@ def largest_overlap(
     )
 
 
-
 @dataclass(frozen=True)
 class ClassifiedGaps:
     """Every idle piece (a gap clipped to one window) with its cause, before naming culprits.
@@ -192,7 +188,6 @@ class ClassifiedGaps:
     pieces: pl.DataFrame  # gap_id, device, step, start_ns, end_ns, cause, pid, tid, sync_call, ...
     per_window: pl.DataFrame  # device, step, start_ns, end_ns, window_ns, busy_ns
     activity: CpuActivity
-
 
 
 def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuActivity | None = None) -> ClassifiedGaps:
@@ -218,10 +213,6 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
     act = activity or CpuActivity.of(trace, opts.patterns.data_loading_pattern)
     pieces = _classify(pieces, act, opts.gaps.launch_latency_us).sort("gap_id")
-    sync_call = largest_overlap(
-        pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True
-    )
+    sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
     pieces = pieces.join(sync_call, on="gap_id", how="left").sort("gap_id")
     return ClassifiedGaps(pieces, per_window, act)
-
-

@@ -163,7 +163,9 @@ def analyse_gaps(
     window_kind = windows.window_kind(trace)
     if not trace.has_gpu_work:
         empty = pl.DataFrame()
-        return GapsResult(trace.path, opts, False, window_kind, empty, empty, empty, empty, empty, empty, note=NO_GPU_NOTE)
+        return GapsResult(
+            trace.path, opts, False, window_kind, empty, empty, empty, empty, empty, empty, note=NO_GPU_NOTE
+        )
     classified = classified or classify_gaps(trace, bundle)
     per_window, act = classified.per_window, classified.activity
     pieces = _stream_waits(trace, classified.pieces)

@@ -92,9 +92,13 @@ def rank_result(trace: Trace | Session, options: Options | None = None) -> RankR
         rank = rank_from_name(trace.path)
         source = "file name" if rank is not None else "none"
     # A rank with neither steps nor GPU work has nothing to align or compare.
-    steps = windows.step_windows(trace) if trace.steps.height or trace.gpu.height else windows.step_windows(trace).clear()
+    steps = (
+        windows.step_windows(trace) if trace.steps.height or trace.gpu.height else windows.step_windows(trace).clear()
+    )
     coll = (
-        trace.gpu.filter((pl.col("kind") == "kernel") & pl.col("name").str.contains(ses.options.patterns.collective_pattern))
+        trace.gpu.filter(
+            (pl.col("kind") == "kernel") & pl.col("name").str.contains(ses.options.patterns.collective_pattern)
+        )
         .sort("ts_ns")
         .select("name", "device", "ts_ns", "end_ns")
         .with_columns(k=pl.int_range(pl.len()).over("name").cast(pl.Int64))

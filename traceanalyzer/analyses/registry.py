@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from traceanalyzer.analyses.copies import analyse_copies
-from traceanalyzer.analyses.findings import analyse_findings
 from traceanalyzer.analyses.gaps import analyse_gaps
 from traceanalyzer.analyses.kernels import analyse_kernels
 from traceanalyzer.analyses.memory import analyse_memory
@@ -18,6 +17,7 @@ from traceanalyzer.analyses.ops import analyse_ops
 from traceanalyzer.analyses.stages import analyse_stages
 from traceanalyzer.analyses.steps import analyse_steps
 from traceanalyzer.analyses.syncs import analyse_syncs
+from traceanalyzer.session import analyse_findings
 from traceanalyzer.trace import Trace
 
 ANALYSES: dict[str, Callable[[Trace, Any], Any]] = {

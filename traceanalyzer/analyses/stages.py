@@ -208,7 +208,9 @@ def _pipeline_layers(trace: Trace, opts: PatternOptions, blocked: pl.DataFrame) 
     ]
 
 
-def _mapping_layers(trace: Trace, rules: list[tuple[str, str]], blocked: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+def _mapping_layers(
+    trace: Trace, rules: list[tuple[str, str]], blocked: pl.DataFrame
+) -> list[tuple[str, pl.DataFrame]]:
     cpu, gpu = _labelled(trace, rules, pl.lit("other_cpu"), "other_gpu")
     layers = [(name, _iv(gpu.filter(pl.col("label") == name))) for name, _ in rules]
     layers.append(("sync_wait", _iv(blocked)))

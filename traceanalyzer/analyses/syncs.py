@@ -79,7 +79,9 @@ class SyncsResult:
     note: str | None = None
 
 
-def charged_gaps(trace: Trace, options: Options | None = None, classified: ClassifiedGaps | None = None) -> pl.DataFrame:
+def charged_gaps(
+    trace: Trace, options: Options | None = None, classified: ClassifiedGaps | None = None
+) -> pl.DataFrame:
     """GPU idle pieces exactly as `gaps` builds and classifies them, each gap whose cause is
     `sync` with the blocking call `gaps` names for it: device, step, start_ns, end_ns, runtime_id
     (null for the gaps of other causes)."""

@@ -64,12 +64,18 @@ def device_windows(trace: Trace) -> pl.DataFrame:
     return devs.join(step_windows(trace), how="cross").select(list(DEVICE_WINDOW_SCHEMA)).cast(DEVICE_WINDOW_SCHEMA)
 
 
-def step_of(df: pl.DataFrame, steps: pl.DataFrame, at: str, start: str = "cpu_start_ns", end: str = "cpu_end_ns") -> pl.DataFrame:
+def step_of(
+    df: pl.DataFrame, steps: pl.DataFrame, at: str, start: str = "cpu_start_ns", end: str = "cpu_end_ns"
+) -> pl.DataFrame:
     """Add `step`: the step of `steps` (a `Trace.steps` table) whose [start, end) holds `df[at]`
     (by default its CPU range); null outside every step or without steps."""
     if steps.is_empty() or df.is_empty():
         return df.with_columns(step=pl.lit(None, pl.Int64))
     s = steps.select(pl.col("step").alias("_step"), pl.col(start).alias("_s"), pl.col(end).alias("_e")).sort("_s")
-    j = df.with_row_index("_r").sort(at).join_asof(s, left_on=at, right_on="_s", strategy="backward", check_sortedness=False)
+    j = (
+        df.with_row_index("_r")
+        .sort(at)
+        .join_asof(s, left_on=at, right_on="_s", strategy="backward", check_sortedness=False)
+    )
     j = j.with_columns(step=pl.when(pl.col(at).is_not_null() & (pl.col(at) < pl.col("_e"))).then(pl.col("_step")))
     return j.sort("_r").drop("_r", "_step", "_s", "_e")

@@ -25,7 +25,12 @@ __all__ = ["dir_report", "is_rank_dir", "multirank_report"]
 
 
 def dir_report(
-    command: str, path: str, options: Options | None = None, top: int = 20, groups: tuple[str, ...] = (), jobs: int | None = None
+    command: str,
+    path: str,
+    options: Options | None = None,
+    top: int = 20,
+    groups: tuple[str, ...] = (),
+    jobs: int | None = None,
 ) -> Report:
     """The cross-rank Report for `command` (gaps, summary) over a directory of rank files."""
     opts = Options.of(options)

@@ -27,7 +27,12 @@ SCREEN_ROWS = 5
 def _devices(ses: Session) -> pl.DataFrame:
     meta = pl.DataFrame(
         [
-            {"device": d.id, "name": d.name, "sms": d.sm_count, "memory_gib": (d.total_memory_bytes or 0) / 2**30 or None}
+            {
+                "device": d.id,
+                "name": d.name,
+                "sms": d.sm_count,
+                "memory_gib": (d.total_memory_bytes or 0) / 2**30 or None,
+            }
             for d in ses.trace.meta.devices
         ],
         schema={"device": pl.Int64, "name": pl.String, "sms": pl.Int64, "memory_gib": pl.Float64},
@@ -106,7 +111,9 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
             ops.select("name", "calls", "total_cpu_us", "self_gpu_us", "total_gpu_us").head(rows),
         ),
         Section("Top kernels", kern.head(rows)),
-        Section("Findings", findings_table(findings).select("rule", "severity"), text=findings_text(findings), main=True),
+        Section(
+            "Findings", findings_table(findings).select("rule", "severity"), text=findings_text(findings), main=True
+        ),
     ]
     payload = {
         "devices": _devices(ses),
@@ -128,7 +135,9 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         "top_kernels": kern.head(top) if top else kern,
         "findings": findings_payload(findings),
     }
-    return Report("summary", ses.path, th, tuple(sections), payload, headline=_headline(ses, findings), warnings=ses.warnings)
+    return Report(
+        "summary", ses.path, th, tuple(sections), payload, headline=_headline(ses, findings), warnings=ses.warnings
+    )
 
 
 @click.command("summary")

@@ -63,7 +63,9 @@ def stage_times(stages: StagesResult) -> tuple[pl.DataFrame, tuple[str, ...], st
     return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"stages ({r.view} view)"
 
 
-def stage_bars(stages: StagesResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+def stage_bars(
+    stages: StagesResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100
+) -> bytes | None:
     """One stacked bar per step: the step's time by stage."""
     df, order, source = stage_times(stages)
     df = df.with_columns(pl.col("step").cast(pl.Int64))
@@ -134,7 +136,9 @@ def copy_rows(copies: CopiesResult) -> pl.DataFrame:
     return c.filter(pl.col("kind") == "memcpy").select("direction", "bytes", "duration_us", "gbps")
 
 
-def copy_bandwidth(copies: CopiesResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+def copy_bandwidth(
+    copies: CopiesResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100
+) -> bytes | None:
     """Achieved bandwidth against size, one point per memcpy, by direction."""
     c = copy_rows(copies).filter((pl.col("bytes") > 0) & pl.col("gbps").is_not_null() & (pl.col("gbps") > 0))
     if c.is_empty():

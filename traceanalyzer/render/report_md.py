@@ -108,7 +108,9 @@ def _stages(rep: IncidentReport, ses: Session) -> None:
     from traceanalyzer.render import charts
 
     r = ses.stages
-    rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs.")
+    rep.text(
+        f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs."
+    )
     rep.table(r.table)
     rep.picture("stages.png", charts.stage_bars(r, ses.trace), "Step time by stage")
 

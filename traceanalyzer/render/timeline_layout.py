@@ -256,8 +256,8 @@ def gap_label(r: dict[str, Any]) -> str:
     if isinstance(other, dict) and other.get("api"):
         where = ", ".join(x for x in (other.get("op"), other.get("range")) if x)
         lines.append(
-            short_text(f"meanwhile CPU {other.get('tid')} blocked in {other['api']}" + (f" ({where})" if where else ""), 60)
+            short_text(
+                f"meanwhile CPU {other.get('tid')} blocked in {other['api']}" + (f" ({where})" if where else ""), 60
+            )
         )
     return "\n".join(lines)
-
-

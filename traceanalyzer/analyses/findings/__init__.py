@@ -2,21 +2,21 @@
 
 Each rule reads a `Session`'s results and returns its findings (see `engine`). `summary` and
 `report` show every rule; `copies`, `syncs` and `memory` show their own (`Rule.commands`);
-`rules` lists them all; `--fail-on` takes any rule id.
+`rules` lists them all; `--fail-on` takes any rule id. `traceanalyzer.analyse_findings(trace)`
+(in `session`) evaluates them all on one trace.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traceanalyzer.analyses.findings import copy_rules, memory_rules, overview_rules, sync_rules
 from traceanalyzer.analyses.findings.engine import Finding, Rule
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
-    from traceanalyzer.trace import Trace
 
-__all__ = ["Finding", "Rule", "RULES", "RULES_BY_ID", "RULE_IDS", "evaluate", "rules_for", "analyse_findings"]
+__all__ = ["Finding", "Rule", "RULES", "RULES_BY_ID", "RULE_IDS", "evaluate", "rules_for"]
 
 RULES: tuple[Rule, ...] = (
     overview_rules.RULES[:1]  # data_loading
@@ -40,10 +40,3 @@ def rules_for(command: str) -> tuple[Rule, ...]:
 def evaluate(ses: Session, rules: tuple[Rule, ...] = RULES) -> list[Finding]:
     """Every finding the rules give on `ses`, in registry order."""
     return [f for r in rules for f in r.run(ses)]
-
-
-def analyse_findings(trace: Trace, options: Any = None) -> list[Finding]:
-    """Every finding on `trace` with `options` (an `Options` bundle or one group's options)."""
-    from traceanalyzer.session import Session  # the session holds the analyses the rules read
-
-    return Session(trace, options).findings

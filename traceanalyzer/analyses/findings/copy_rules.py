@@ -13,7 +13,9 @@ from traceanalyzer.analyses.findings.engine import Finding, Rule, severity, site
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
 
-PINNED_ADVICE = "allocate host tensors with pin_memory=True (DataLoader(pin_memory=True)) and copy with non_blocking=True"
+PINNED_ADVICE = (
+    "allocate host tensors with pin_memory=True (DataLoader(pin_memory=True)) and copy with non_blocking=True"
+)
 
 
 def _top_site(df: pl.DataFrame, by: str) -> dict:
@@ -55,7 +57,13 @@ def _pageable(ses: Session) -> list[Finding]:
             sev,
             f"{pageable.height:,} copies to or from pageable host memory moved {moved / 2**20:,.1f} MiB, ran "
             f"{duration / 1000:,.1f} ms on the GPU and held the CPU {blocked / 1000:,.1f} ms (most from {site(s)})",
-            {"copies": pageable.height, "bytes": moved, "duration_us": duration, "blocked_us": blocked, "top_site": site(s)},
+            {
+                "copies": pageable.height,
+                "bytes": moved,
+                "duration_us": duration,
+                "blocked_us": blocked,
+                "top_site": site(s),
+            },
             PINNED_ADVICE,
             tuple(
                 pageable.sort("blocked_us", "bytes", descending=True, nulls_last=True)
@@ -73,11 +81,15 @@ def _many_small(ses: Session) -> list[Finding]:
         return []
     o = ses.options.copies
     small = c.filter(
-        pl.col("direction").is_in(["HtoD", "DtoH"]) & (pl.col("bytes") < o.small_copy_bytes) & pl.col("_step").is_not_null()
+        pl.col("direction").is_in(["HtoD", "DtoH"])
+        & (pl.col("bytes") < o.small_copy_bytes)
+        & pl.col("_step").is_not_null()
     )
     if small.is_empty():
         return []
-    per = small.group_by("_step").agg(n=pl.len(), t=pl.col("duration_us").sum(), b=pl.col("blocked_us").fill_null(0).sum())
+    per = small.group_by("_step").agg(
+        n=pl.len(), t=pl.col("duration_us").sum(), b=pl.col("blocked_us").fill_null(0).sum()
+    )
     many = per.filter(pl.col("n") >= o.many_small_per_step)
     if many.is_empty():
         return []
@@ -110,7 +122,9 @@ def _device_to_host(ses: Session) -> list[Finding]:
     c = _copies(ses)
     if c.is_empty():
         return []
-    dtoh = c.filter((pl.col("direction") == "DtoH") & pl.col("_step").is_not_null() & pl.col("blocked_us").is_not_null())
+    dtoh = c.filter(
+        (pl.col("direction") == "DtoH") & pl.col("_step").is_not_null() & pl.col("blocked_us").is_not_null()
+    )
     floor = ses.options.copies.copy_min_finding_us
     blocked = float(dtoh["blocked_us"].sum()) if dtoh.height else 0.0
     if not dtoh.height or blocked < floor:

@@ -44,7 +44,10 @@ def _growth(ses: Session) -> list[Finding]:
         return []
     o = ses.options.memory
     per = m.steps.group_by("device").agg(
-        n=pl.len(), rising=(pl.col("growth_mb") > 0).all(), growth=pl.col("growth_mb").sum(), mean=pl.col("growth_mb").mean()
+        n=pl.len(),
+        rising=(pl.col("growth_mb") > 0).all(),
+        growth=pl.col("growth_mb").sum(),
+        mean=pl.col("growth_mb").mean(),
     )
     fired = per.filter(
         (pl.col("n") >= o.min_growth_steps)

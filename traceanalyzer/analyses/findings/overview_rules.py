@@ -124,7 +124,9 @@ def _single_tensor(ses: Session) -> list[Finding]:
     th = ses.options.findings.single_tensor_min
     if names.height < max(th, 1):
         return []
-    top = names.group_by("name").agg(events=pl.len()).sort(["events", "name"], descending=[True, False]).head(MAX_EVENTS)
+    top = (
+        names.group_by("name").agg(events=pl.len()).sort(["events", "name"], descending=[True, False]).head(MAX_EVENTS)
+    )
     return [
         Finding(
             "single_tensor_optimizer",

@@ -37,7 +37,9 @@ def _sync_stalls(ses: Session) -> list[Finding]:
     every = s.by_api.filter(pl.col("kind") != "gpu_wait")
     apis = every.group_by("api").agg(pl.col("calls").sum()).sort(["calls", "api"], descending=[True, False])
     by_api = ", ".join(f"{r['api']} ×{r['calls']}" for r in apis.iter_rows(named=True))
-    top = stalls.with_columns(_idle=pl.col("bubble_us") + pl.col("idle_while_blocked_us")).sort("_idle", descending=True)
+    top = stalls.with_columns(_idle=pl.col("bubble_us") + pl.col("idle_while_blocked_us")).sort(
+        "_idle", descending=True
+    )
     return [
         Finding(
             "sync_stalls",
