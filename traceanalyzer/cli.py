@@ -48,6 +48,7 @@ for _name in COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (typed errors become one line on stderr)."""
     try:
         cli.main(args=argv, prog_name="traceanalyzer", standalone_mode=False)
     except RegressionDetected as exc:  # a requested check failed: exit 1, not an error
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
+    """The console script's entry point."""
     sys.exit(main())
 
 

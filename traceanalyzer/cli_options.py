@@ -79,6 +79,7 @@ def build_options(kwargs: dict[str, Any], *groups: str) -> Options:
 
 
 def output_options(fn: Callable) -> Callable:
+    """Add `--format`, `--top` and `-o` to a command."""
     fn = click.option(
         "-o",
         "--output",
@@ -100,6 +101,7 @@ def output_options(fn: Callable) -> Callable:
 
 
 def resolve_format(fmt: str | None, output: str | None) -> str:
+    """The asked format, else the one `-o`'s extension names, else a table."""
     if fmt:
         return fmt
     if output:

@@ -52,6 +52,8 @@ class PatternOptions:
 
 @dataclass(frozen=True)
 class GapOptions:
+    """Options of the gaps analysis (and of the gap classification syncs and the rules read)."""
+
     min_gap_us: float = opt(100.0, "list GPU idle gaps of at least this many µs", flag="--min-gap")
     launch_latency_us: float = opt(
         30.0,
@@ -63,6 +65,8 @@ class GapOptions:
 
 @dataclass(frozen=True)
 class SyncOptions:
+    """Options of the syncs analysis and its rules."""
+
     min_blocked_us: float = opt(0.0, "list only syncs that held the CPU at least this many µs", flag="--min-blocked")
     sync_min_finding_us: float = opt(
         100.0,
@@ -77,6 +81,8 @@ class SyncOptions:
 
 @dataclass(frozen=True)
 class CopyOptions:
+    """Options of the copies analysis and its rules."""
+
     small_copy_bytes: int = opt(
         65536, "a host-device copy of fewer bytes than this counts as small (for the 'many small copies' finding)"
     )
@@ -97,12 +103,16 @@ class CopyOptions:
 
 @dataclass(frozen=True)
 class StepOptions:
+    """Options of the steps analysis (outliers, too few steps)."""
+
     outlier_factor: float = opt(1.5, "a step is an outlier when it lasts longer than this many times the median step")
     min_steps: int = opt(3, "fewer profiled steps than this are too few to trust")
 
 
 @dataclass(frozen=True)
 class StageOptions:
+    """Options of the stage breakdown: the view and a stage mapping."""
+
     stage_view: str = opt(
         "pipeline",
         "stage breakdown: pipeline stages, or tensorboard (the TensorBoard plugin's categories)",
@@ -117,6 +127,8 @@ class StageOptions:
 
 @dataclass(frozen=True)
 class OpsOptions:
+    """Options of the ops table."""
+
     group_by: str = opt(
         "name",
         "group ops by: name, shapes (name + input shapes) or module (innermost nn.Module range)",
@@ -126,6 +138,8 @@ class OpsOptions:
 
 @dataclass(frozen=True)
 class KernelOptions:
+    """Options of the kernels table and its short-kernel census."""
+
     short_kernel_us: float = opt(
         10.0, "kernels shorter than this count as short (the launch-bound census)", flag="--short-kernel"
     )
@@ -133,6 +147,8 @@ class KernelOptions:
 
 @dataclass(frozen=True)
 class MemoryOptions:
+    """Options of the memory analysis and its rules."""
+
     near_capacity_share: float = opt(
         0.9,
         "flag a device whose reserved (else allocated) memory reached this share of its totalGlobalMem",
@@ -182,6 +198,8 @@ class FindingOptions:
 
 @dataclass(frozen=True)
 class DiffOptions:
+    """Options of `diff`."""
+
     min_change_pct: float = opt(
         2.0,
         "a step-time change below this many percent is within noise even when steps do not vary",
@@ -191,6 +209,8 @@ class DiffOptions:
 
 @dataclass(frozen=True)
 class RankOptions:
+    """Options of the cross-rank comparison."""
+
     straggler_min_us: float = opt(
         1000.0,
         "call a rank a straggler when it starts a step or a collective this many µs after the median rank",

@@ -55,3 +55,11 @@ PINNED_COPY = r"(?i)pinned"
 COPY_DIRECTION = r"^Memcpy\s+(\w+)"  # group 1: HtoD, DtoH, DtoD, PtoP, HtoH
 H2D_COPY = r"HtoD|Host -> Device"
 D2H_COPY = r"DtoH|Device -> Host"
+# Kernels that use Tensor Cores, by the instruction family their names state (cuBLAS, cuDNN,
+# CUTLASS, FlashAttention), and kernels that do matmul or convolution work.
+TENSOR_CORE_KERNEL = (
+    r"(?i)tensorop|wmma|xmma|hmma|imma|wgmma|tcgen|warpgroup|_mma|mma_|s1688|h1688|s884|h884|s16816|h16816|i8816|"
+    r"s161616|nvjet|fmha|flash|GemmUniversal|CollectiveMma|hgemm|bf16.*gemm|gemm.*bf16|fp16.*gemm|tf32|"
+    r"bmm_.*(E4m3|E2m1|Bfloat16|Fp16)|(volta|turing|ampere|hopper)_(h|bf16|fp16|tf32|i8)"
+)
+MATMUL_CONV_KERNEL = r"(?i)gemm|gemv|matmul|convolve|convolution|conv[23]d|cudnn.*conv|cutlass|cublas|wgrad|dgrad|fprop|xmma|nvjet|scudnn|winograd|bmm_|fmha|flash"

@@ -13,6 +13,8 @@ import polars as pl
 
 @dataclass(frozen=True)
 class Section:
+    """One titled part of a Report: a paragraph, a table, or both."""
+
     title: str
     table: pl.DataFrame | None = None
     text: str | None = None  # a paragraph shown before the table
@@ -21,6 +23,8 @@ class Section:
 
 @dataclass(frozen=True)
 class Report:
+    """What a command hands to a renderer."""
+
     command: str
     input: str
     thresholds: dict[str, Any]
@@ -30,6 +34,7 @@ class Report:
     warnings: tuple[str, ...] = field(default=())
 
     def main_table(self) -> pl.DataFrame:
+        """The table `--format csv` writes: the section marked main, else the first table."""
         for s in self.sections:
             if s.main and s.table is not None:
                 return s.table

@@ -55,6 +55,7 @@ class Session:
 
     @property
     def path(self) -> str:
+        """The trace's path."""
         return self.trace.path
 
     @property

@@ -6,7 +6,6 @@ trace start, and analyses report microseconds relative to it.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,17 +13,9 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.links import GROUP, innermost_containing, nest
+from traceanalyzer.patterns import LIBRARY_FRAME as LIBRARY_FRAME_PATTERN
+from traceanalyzer.patterns import PROFILER_STEP as STEP_NAME
 
-# Frames of the framework, the standard library and the interpreter: a gap's "Python line" is
-# the innermost frame that is none of these, i.e. the user's own code.
-LIBRARY_FRAME = re.compile(
-    r"^<|^nn\.Module:|^torch/|/torch/|site-packages/|dist-packages/|/lib/python3[.\d]*/|"
-    r"^(threading|contextlib|functools|typing|logging/__init__|selectors|queue|multiprocessing/\S+)\.py|"
-    r"^(logging|multiprocessing|concurrent|asyncio|importlib|json|collections)/"
-)
-LIBRARY_FRAME_PATTERN = LIBRARY_FRAME.pattern
-
-STEP_NAME = r"^ProfilerStep#(\d+)$"
 GPU_KINDS = {
     "kernel": "kernel",
     "Kernel": "kernel",
@@ -37,6 +28,8 @@ GPU_KINDS = {
 
 @dataclass(frozen=True)
 class Device:
+    """One GPU as the trace's `deviceProperties` describe it."""
+
     id: int
     name: str
     total_memory_bytes: int | None
@@ -46,6 +39,8 @@ class Device:
 
 @dataclass(frozen=True)
 class TraceMeta:
+    """What the trace says about itself: schema, rank, devices, span, capture settings."""
+
     path: str
     schema_version: Any
     rank: int | None
@@ -95,10 +90,12 @@ class Trace:
 
     @property
     def path(self) -> str:
+        """The path the trace was read from."""
         return self.meta.path
 
     @property
     def has_gpu_work(self) -> bool:
+        """Whether the trace holds any kernel, memcpy or memset."""
         return self.gpu.height > 0
 
     def rel_us(self, ns: int | None) -> float | None:
@@ -300,6 +297,7 @@ def build_trace(
 ) -> Trace:
     # Takes the tables over: each is dropped from `tables` as it is read, so that the input is
     # freed once its replacement is built (a 1 GB trace's tables are hundreds of MB).
+    """The Trace from the loader's raw tables: links, steps and metadata."""
     warnings = list(warnings)
     python = _python_frames(tables.pop("python"), warnings)
     ops = _ops(tables.pop("op"), python, warnings)

@@ -57,6 +57,8 @@ COPY_COLUMNS = [
 
 @dataclass(frozen=True)
 class CopiesResult:
+    """Every memcpy and memset of a trace, by site and per step (see the module docstring)."""
+
     trace_path: str
     options: CopyOptions
     copies: pl.DataFrame  # one row per memcpy/memset, COPY_COLUMNS

@@ -83,6 +83,7 @@ class CpuActivity:
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
+        """Build the indexes from a trace and the data-loading pattern."""
         blocking = blocking_calls(trace)
         data = data_loading_ranges(trace, data_pattern)
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.

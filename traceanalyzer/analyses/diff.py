@@ -44,6 +44,8 @@ class TraceProfile:
 
 @dataclass(frozen=True)
 class DiffResult:
+    """Two traces compared per step: the verdict, the metrics side by side, ops and kernels matched."""
+
     before: TraceProfile
     after: TraceProfile
     options: DiffOptions

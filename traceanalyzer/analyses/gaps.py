@@ -29,6 +29,8 @@ NO_GPU_NOTE = (
 
 @dataclass(frozen=True)
 class GapsResult:
+    """Every GPU idle gap of a trace with its cause and culprit, and the totals per device and step."""
+
     trace_path: str
     options: GapOptions
     has_gpu_work: bool

@@ -17,15 +17,8 @@ import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.options import KernelOptions, Options
-from traceanalyzer.patterns import GRAPH_LAUNCH
+from traceanalyzer.patterns import GRAPH_LAUNCH, MATMUL_CONV_KERNEL, TENSOR_CORE_KERNEL
 from traceanalyzer.trace import Trace
-
-TENSOR_CORE_PATTERN = (
-    r"(?i)tensorop|wmma|xmma|hmma|imma|wgmma|tcgen|warpgroup|_mma|mma_|s1688|h1688|s884|h884|s16816|h16816|i8816|"
-    r"s161616|nvjet|fmha|flash|GemmUniversal|CollectiveMma|hgemm|bf16.*gemm|gemm.*bf16|fp16.*gemm|tf32|"
-    r"bmm_.*(E4m3|E2m1|Bfloat16|Fp16)|(volta|turing|ampere|hopper)_(h|bf16|fp16|tf32|i8)"
-)
-MATMUL_CONV_PATTERN = r"(?i)gemm|gemv|matmul|convolve|convolution|conv[23]d|cudnn.*conv|cutlass|cublas|wgrad|dgrad|fprop|xmma|nvjet|scudnn|winograd|bmm_|fmha|flash"
 
 KERNEL_COLUMNS = [
     "kernel",
@@ -46,6 +39,8 @@ KERNEL_COLUMNS = [
 
 @dataclass(frozen=True)
 class ShortKernels:
+    """The short-kernel census: how many kernels run under `threshold_us`, inside and outside CUDA graphs."""
+
     threshold_us: float
     count: int
     total: int
@@ -59,6 +54,8 @@ class ShortKernels:
 
 @dataclass(frozen=True)
 class KernelsResult:
+    """Per-kernel table, the short-kernel census and the Tensor Core figures."""
+
     options: KernelOptions
     table: pl.DataFrame  # KERNEL_COLUMNS, longest total first
     total_us: float
@@ -113,8 +110,8 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         )
         .with_columns(
             share=pl.col("total_us") / (total_ns / 1000.0) if total_ns else pl.lit(None, pl.Float64),
-            tensor_cores=pl.col("name").str.contains(TENSOR_CORE_PATTERN),
-            matmul_conv=pl.col("name").str.contains(MATMUL_CONV_PATTERN),
+            tensor_cores=pl.col("name").str.contains(TENSOR_CORE_KERNEL),
+            matmul_conv=pl.col("name").str.contains(MATMUL_CONV_KERNEL),
         )
         .join(_launchers(trace, k), on="name", how="left")
         .rename({"name": "kernel"})

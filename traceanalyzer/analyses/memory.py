@@ -38,6 +38,8 @@ NO_MEMORY_NOTE = (
 
 @dataclass(frozen=True)
 class MemoryResult:
+    """Device memory of a trace: peaks, who holds them, top allocating ops, growth, never freed."""
+
     trace_path: str
     options: MemoryOptions
     has_memory: bool
@@ -54,6 +56,7 @@ class MemoryResult:
 
 
 def device_label(device_type: pl.Expr, device_id: pl.Expr) -> pl.Expr:
+    """`cuda:N`, `cpu` or `typeT:N` for the allocator's device type and id."""
     return (
         pl.when(device_type == 1)
         .then(pl.lit("cuda:") + device_id.cast(pl.String))

@@ -63,6 +63,8 @@ class RankResult:
 
 @dataclass(frozen=True)
 class MultiRankResult:
+    """The ranks of one job compared: per-rank rows, stragglers, collectives, clock alignment."""
+
     options: RankOptions
     ranks: pl.DataFrame  # one row per rank, see cross_rank
     stragglers: pl.DataFrame  # rank, what, late_by_us, cause, cause_us, op, python_frame

@@ -62,6 +62,8 @@ _IV = {"start_ns": pl.Int64, "end_ns": pl.Int64}
 
 @dataclass(frozen=True)
 class StagesResult:
+    """Each step's time by stage, in priority order, with the average step."""
+
     view: str  # pipeline | tensorboard | mapping
     stages: tuple[str, ...]  # in priority order; the last one is the remainder
     times: pl.DataFrame  # step, stage, time_us (long form, every step × stage)

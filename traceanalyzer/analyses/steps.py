@@ -33,6 +33,8 @@ STEP_COLUMNS = {
 
 @dataclass(frozen=True)
 class Caveat:
+    """Something about how the trace was captured that limits what it can tell."""
+
     kind: str  # first_step_warmup | too_few_steps | no_steps | data_loading_outside_steps
     message: str
     evidence: dict
@@ -40,6 +42,8 @@ class Caveat:
 
 @dataclass(frozen=True)
 class StepsResult:
+    """The steps (analysis windows) with their duration and GPU busy share, and the capture caveats."""
+
     options: StepOptions
     table: pl.DataFrame  # STEP_COLUMNS, one row per step in time order
     median_us: float | None

@@ -66,6 +66,8 @@ SYNC_COLUMNS = [
 
 @dataclass(frozen=True)
 class SyncsResult:
+    """Every sync of a trace, its bubble and its site, with the totals that other outputs quote."""
+
     trace_path: str
     options: SyncOptions
     syncs: pl.DataFrame  # every sync (all kinds), SYNC_COLUMNS, longest blocked first

@@ -22,6 +22,7 @@ GROUPS = tuple(g for g in SUMMARY_GROUPS if g != "ranks") + ("diff",)
 
 
 def headline(r: DiffResult) -> str:
+    """The verdict in one line."""
     if r.verdict == "not comparable":
         return "not comparable: a trace without timed events has no step time"
     ms_b, ms_a = r.median_before_us / 1000, r.median_after_us / 1000

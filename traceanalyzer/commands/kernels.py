@@ -20,6 +20,7 @@ GROUPS = ("kernels",)
 
 
 def census_table(result: KernelsResult) -> pl.DataFrame:
+    """The short-kernel census as a two-row table (all kernels, outside CUDA graphs)."""
     s = result.short
     return pl.DataFrame(
         {
@@ -33,6 +34,7 @@ def census_table(result: KernelsResult) -> pl.DataFrame:
 
 
 def kernels_payload(result: KernelsResult, table: pl.DataFrame) -> dict:
+    """The `kernels` JSON body."""
     return {
         "total_us": result.total_us,
         "calls": result.calls,

@@ -35,6 +35,7 @@ def average_table(result: StagesResult) -> pl.DataFrame:
 
 
 def stages_payload(result: StagesResult) -> dict:
+    """The stage breakdown as JSON: per step, the average, the order."""
     stage_cols = [s for s in result.stages if s in result.table.columns]
     steps = [
         {"step": r["step"], "duration_us": r["duration_us"], "stages": {s: r[s] for s in stage_cols}}
@@ -51,6 +52,7 @@ def stages_payload(result: StagesResult) -> dict:
 
 
 def stages_report(result: StagesResult, path: str, th: dict, top: int, warnings: tuple[str, ...] = ()) -> Report:
+    """The `stages` Report."""
     avg = average_table(result)
     ranked = avg.filter(pl.col("us_per_step") > 0).sort("us_per_step", descending=True).head(3)
     per = "step" if result.window_kind == "steps" else "trace (no ProfilerStep: it counts as one step)"

@@ -17,6 +17,7 @@ from traceanalyzer.commands import ranks
 from traceanalyzer.commands.common import emit, findings_payload, findings_table, findings_text, open_session
 from traceanalyzer.commands.stages import average_table, stages_payload
 from traceanalyzer.errors import RegressionDetected
+from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
@@ -88,7 +89,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     rows = top if top and top < SCREEN_ROWS else SCREEN_ROWS
     findings = ses.findings
     g = ses.gaps
-    ops = ses.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
+    ops = ses.ops.filter(~pl.col("name").str.contains(PROFILER_STEP))
     kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
     stages = average_table(ses.stages)
     idle = g.idle_by_cause if g.has_gpu_work else pl.DataFrame()

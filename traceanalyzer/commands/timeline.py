@@ -16,6 +16,7 @@ GROUPS = ("patterns", "gaps")
 
 
 def picture_options(fn):
+    """Add `--width`, `--height` and `--dpi` to a command that draws."""
     fn = click.option(
         "--dpi", type=click.IntRange(min=20, max=600), default=100, show_default=True, help="dots per inch"
     )(fn)

@@ -1,0 +1,144 @@
+"""The layout the contributors' notes promise: data flows one way, no import cycle, renderers
+never run an analysis, modules stay small, each basic notion is defined once."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "traceanalyzer"
+MAX_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = list(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """Modules of the package imported at module level (not inside functions, not under
+    `if TYPE_CHECKING:`): the imports that run when the module is imported."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.ClassDef):
+                visit(node.body)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+                for h in getattr(node, "handlers", []):
+                    visit(h.body)
+
+    visit(tree.body)
+    return {m for m in found if m in modules}
+
+
+def test_no_import_cycle():
+    mods = _modules()
+    names = set(mods)
+    graph = {m: _imports(p, names) - {m} for m, p in mods.items()}
+    # A package's __init__ importing its own submodules is how packages work, not a cycle.
+    for m in graph:
+        graph[m] = {d for d in graph[m] if not (d.startswith(m + ".") and mods[m].name == "__init__.py")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d) :] + [d]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if d not in state:
+                dfs(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            dfs(m)
+
+
+def test_the_loader_and_its_worker_pool_do_not_import_each_other():
+    mods = _modules()
+    names = set(mods)
+    assert "traceanalyzer.load.loader" not in _imports(mods["traceanalyzer.load.parallel"], names)
+    text = mods["traceanalyzer.load.parallel"].read_text()
+    # no reach into private names of another module
+    assert not re.search(r"\b(loader|source|tables)\._\w", text) and "._owns" not in text and "._fh" not in text
+
+
+def test_renderers_never_run_an_analysis():
+    for p in (PACKAGE / "render").rglob("*.py"):
+        text = p.read_text()
+        assert "analyse_" not in text, p
+        assert "blocking_calls(" not in text and "op_context(" not in text and "classify_gaps(" not in text, p
+
+
+def test_commands_read_a_session():
+    for p in (PACKAGE / "commands").rglob("*.py"):
+        assert not re.search(
+            r"\banalyse_(gaps|syncs|copies|stages|steps|kernels|memory|ops|findings)\(", p.read_text()
+        ), p
+
+
+def test_modules_stay_small():
+    big = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not big, big
+
+
+def _code_strings(path: Path) -> list[str]:
+    """String constants of a module's code (docstrings left out)."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+def test_patterns_are_defined_once():
+    """The ProfilerStep, DataLoader, collective and sync-API patterns live in patterns.py only."""
+    pieces = [
+        "ProfilerStep#(",
+        r"enumerate\(DataLoader",
+        "nccl|rccl",
+        "Synchronize$",
+        "StreamWaitEvent$",
+        "(?i)pageable",
+    ]
+    for p in PACKAGE.rglob("*.py"):
+        if p.name == "patterns.py":
+            continue
+        for s in _code_strings(p):
+            assert not any(piece in s for piece in pieces), (p, s)
