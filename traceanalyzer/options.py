@@ -57,9 +57,26 @@ class GapOptions:
     min_gap_us: float = opt(100.0, "list GPU idle gaps of at least this many µs", flag="--min-gap")
     launch_latency_us: float = opt(
         30.0,
-        "a gap counts as launch latency when the next kernel started within this many µs of its "
-        "launch call returning (queued before the gap) or was launched this soon after the gap began",
+        "a gap counts as launch latency when its work was launched within this many µs of the gap's start "
+        "(or the thread spent the gap issuing launches), and started no later than this after the launch returned",
         flag="--launch-latency",
+    )
+    kernel_spacing_us: float = opt(
+        10.0,
+        "a gap shorter than this before work already queued is the device's own spacing between kernels "
+        "(kernel_spacing: shown, never a headline or finding)",
+        flag="--kernel-spacing",
+    )
+    slow_launch_us: float = opt(
+        1000.0,
+        "a launch call lasting at least this long that covers most of a gap is a slow_launch",
+        flag="--slow-launch",
+    )
+    startup_gap_us: float = opt(
+        1000.0,
+        "runtime_call and slow_launch gaps at least this long at the start of the trace are start-up, set aside "
+        "from the steady-state verdict",
+        flag="--startup-gap",
     )
 
 
@@ -70,7 +87,7 @@ class SyncOptions:
     min_blocked_us: float = opt(0.0, "list only syncs that held the CPU at least this many µs", flag="--min-blocked")
     sync_min_finding_us: float = opt(
         100.0,
-        "report a sync site as a finding only when its blocked plus bubble time per step reaches this many µs",
+        "report a sync site as a finding only when the GPU idle it caused (bubbles + idle while blocked) reaches this many µs per step",
         flag="--sync-min-finding",
         aliases=("--min-finding",),
     )
@@ -193,7 +210,9 @@ class FindingOptions:
     single_tensor_min: int = opt(
         1, "single_tensor_optimizer fires at this many `_single_tensor_` events (ops, frames, kernels)"
     )
-    low_gpu_utilization: float = opt(0.6, "low_gpu_utilization fires when GPU busy share over the steps is below this")
+    low_gpu_utilization: float = opt(
+        0.6, "low_gpu_utilization fires when GPU busy share over the steps (start-up set aside) is below this"
+    )
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ NN_MODULE = r"^nn\.Module:"
 # CPU work that belongs to the model's forward when no phase range says otherwise.
 MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
 SINGLE_TENSOR_OPTIMIZER = "_single_tensor_"  # a literal, not a pattern
+# Signs of a model compiled with torch.compile: its autograd function and Inductor's kernels.
+COMPILED_OP = r"^CompiledFunction|CompiledFunctionBackward|^Torch-Compiled Region"
+TRITON_KERNEL = r"^triton_"
 
 # Frames of the framework, the standard library and the interpreter: a gap's "Python line" is
 # the innermost frame that is none of these, i.e. the user's own code.
@@ -42,6 +45,11 @@ SYNC_API = (
 # A wait on the GPU side (a stream waits for an event); it does not hold the CPU.
 GPU_WAIT_API = r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent$"
 GRAPH_LAUNCH = r"GraphLaunch"
+# Calls that put work on a stream and return (CUDA runtime and driver, HIP).
+LAUNCH_API = (
+    r"Launch(Kernel|CooperativeKernel|HostFunc)|GraphLaunch|LaunchKernelEx|^cuLaunch|^hipExtLaunch|"
+    r"^(cuda|hip)Memcpy\w*Async$|^(cuda|hip)Memset\w*Async$|^cuMemcpy\w*Async|^cuMemset\w*Async"
+)
 
 # -- GPU activities -------------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from traceanalyzer.analyses.ops import analyse_ops
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
+from traceanalyzer.analyses.verdict import Verdict, verdict
+from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
 
@@ -93,6 +95,11 @@ class Session:
         """Every GPU idle gap, its cause and culprit (`analyse_gaps`)."""
         classified = self.classified if self.trace.has_gpu_work else None
         return analyse_gaps(self.trace, self.options, classified=classified)
+
+    @cached_property
+    def verdict(self) -> Verdict:
+        """The cause to lead with and the advice that fits, over the steady state."""
+        return verdict(self.gaps, step_count(self.trace), self.trace.meta.with_stack)
 
     @cached_property
     def syncs(self) -> SyncsResult:

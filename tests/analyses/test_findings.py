@@ -49,28 +49,31 @@ def workers(SHARED_TRACES):
 
 def test_data_loading_fires_on_workers0_only(workers):
     f0 = _rules(workers["workers0"])
-    assert "data_loading" in f0
     ev = f0["data_loading"].evidence
-    # Pipeline stage share (data-loading ranges take priority over GPU work): 39.0 % of the
-    # 177,592 µs step; the TensorBoard plugin's lower-priority DataLoader category is 33.37 %.
-    assert ev["step_us"] == pytest.approx(177_592, abs=1) and ev["share"] > 0.3337
+    # GPU idle blamed on data loading: the six DataLoader gaps, 354,290 µs of the 1,065,553 µs
+    # of steps (33.2 %); the pipeline stage view (priority over GPU work) gives 69,298 µs a step.
+    assert ev["data_loading_idle_us"] == pytest.approx(354_290) and ev["window_us"] == pytest.approx(1_065_553)
+    assert ev["share"] == pytest.approx(0.3325, abs=1e-4) and ev["data_loading_stage_us_per_step"] > 60_000
     assert f0["data_loading"].severity == "high" and f0["data_loading"].events
     assert "data_loading" not in _rules(workers["workers4"])  # 0.84 % in the plugin
 
 
 def test_sync_stalls_read_the_gaps_sync_idle(SHARED_TRACES, workers):
-    # a100: the syncs leave the GPU idle 6,889 µs (0.9 % of the window; the rest of its idle is
-    # gpu_wait), so sync_stalls stays silent although the CPU sits 146 ms per step in
+    # a100: the syncs leave the GPU idle under 7 ms (0.6 % of the 1.23 s window; the rest of its
+    # idle is gpu_wait), so sync_stalls stays silent although the CPU sits 146 ms per step in
     # cudaMemcpyAsync: that is the implicit_sync site finding, a different quantity.
     a100 = Session.open(SHARED_TRACES / "a100_multistream_syncs.json.gz")
-    assert a100.gaps.idle_us("sync") == pytest.approx(6889.0)
+    assert 6000 < a100.gaps.idle_us("sync") < 7000
     fired = {f.rule for f in a100.findings}
     assert "sync_stalls" not in fired and "implicit_sync" in fired
-    # workers4: 47,833 µs of sync idle over 846,408 µs of steps = 5.65 %, above the 5 % default.
+    # workers4: step 5 opens with a 44,992 µs gap while the main thread sits 39,996 µs in a
+    # pageable cudaMemcpyAsync (aten::to of the batch, raw JSON); with the other bubbles, sync
+    # idle is 5.7 % of the 846,408 µs of steps, above the 5 % default.
+    ses = Session(workers["workers4"])
+    ev = next(f for f in ses.findings if f.rule == "sync_stalls").evidence
+    assert ev["sync_idle_us"] == ses.gaps.idle_us("sync") and ev["window_us"] == pytest.approx(846_408.0)
+    assert 44_992 < ev["sync_idle_us"] < 0.06 * 846_408 and ev["share"] > 0.05
     f = _rules(workers["workers4"])
-    ev = f["sync_stalls"].evidence
-    assert ev["sync_idle_us"] == pytest.approx(47_833.0) and ev["window_us"] == pytest.approx(846_408.0)
-    assert ev["share"] == pytest.approx(0.05651, abs=1e-5)
     assert f["sync_stalls"].thresholds == {"sync_stall_share": 0.05}
 
 

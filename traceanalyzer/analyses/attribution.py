@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.op_tree import ancestors
+from traceanalyzer.links import innermost_containing, nest
 from traceanalyzer.patterns import NAMESPACED_OP, PROFILER_STEP
 from traceanalyzer.trace import Trace
 
@@ -26,16 +27,22 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     - op: the outermost namespaced op of the chain (`aten::item` rather than its inner
       `aten::_local_scalar_dense`, `aten::to` rather than `aten::copy_`), else the innermost op;
       `named_op_id` is its id;
-    - range: the innermost other range above `op` that is not a ProfilerStep;
+    - range: the innermost other range above `op`;
+    ProfilerStep ranges are left out of the chain: an op directly in the step loop has no op
+    above it, and a call made directly in the loop has no op at all (no row).
     - op_chain: names from the outermost to the innermost op, joined by " > ";
     - python_frame: the user-code line around the innermost op, if the trace has stacks.
     """
     anc = ancestors(trace.ops, op_ids)
     if anc.is_empty():
         return pl.DataFrame(schema=CONTEXT_SCHEMA)
-    names = trace.ops.select(pl.col("op_id").alias("ancestor_id"), "name")
+    # A step is where the call happened, not what made it: a call made directly in the loop
+    # belongs to no op (its site is then its API and Python line), not to ProfilerStep#N.
+    names = trace.ops.select(pl.col("op_id").alias("ancestor_id"), "name").filter(
+        ~pl.col("name").fill_null("").str.contains(PROFILER_STEP)
+    )
     chains = (
-        anc.join(names, on="ancestor_id", how="left")
+        anc.join(names, on="ancestor_id", how="inner")
         .sort(["op_id", "level"], descending=[False, True])
         .group_by("op_id", maintain_order=True)
         .agg(chain=pl.col("name"), ids=pl.col("ancestor_id"))
@@ -46,10 +53,20 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     out = chains.with_columns(_pos=op_pos).with_columns(
         op=chain.list.get(pl.col("_pos")),
         named_op_id=pl.col("ids").list.get(pl.col("_pos")),
-        range=chain.list.head(pl.col("_pos"))
-        .list.eval(pl.element().filter(~pl.element().fill_null("").str.contains(PROFILER_STEP)))
-        .list.last(),
+        range=chain.list.head(pl.col("_pos")).list.last(),
         op_chain=chain.list.join(" > "),
     )
     frames = trace.ops.select("op_id", "python_frame")
     return out.join(frames, on="op_id", how="left").select(list(CONTEXT_SCHEMA)).cast(CONTEXT_SCHEMA)
+
+
+def python_line_at(trace: Trace, points: pl.DataFrame, key: str) -> pl.DataFrame:
+    """key, python_frame: for each point (key, pid, tid, ts_ns), the innermost user-code frame
+    its thread was in at that instant (traces captured with with_stack; none otherwise)."""
+    user = trace.python.filter(pl.col("is_user"))
+    if user.is_empty() or points.is_empty():
+        return pl.DataFrame(schema={key: points.schema.get(key, pl.Int64), "python_frame": pl.String})
+    user = nest(user.drop("depth", "parent_id"), "frame_id")
+    found = innermost_containing(points, user, "frame_id", "_frame", point_end="ts_ns")
+    names = user.select(pl.col("frame_id").alias("_frame"), pl.col("name").alias("python_frame"))
+    return found.join(names, on="_frame", how="inner").select(key, "python_frame")

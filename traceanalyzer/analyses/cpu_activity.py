@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.intervals import coverage_index, merge
-from traceanalyzer.patterns import PAGEABLE_COPY, PROFILER_STEP, SYNC_API
+from traceanalyzer.patterns import LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
 from traceanalyzer.trace import Trace
 
 THREAD = ["pid", "tid"]
@@ -70,32 +70,60 @@ def step_threads(trace: Trace) -> pl.DataFrame:
     )
 
 
+def launch_calls(trace: Trace) -> pl.DataFrame:
+    """Runtime calls that put work on the GPU: those whose correlation reaches a GPU activity,
+    and every call named like a launch (`cudaLaunchKernel`, `cudaGraphLaunch`, async memcpy or
+    memset) even when its work was not recorded."""
+    with_work = trace.gpu.get_column("runtime_id").drop_nulls().unique()
+    return trace.runtime.filter(
+        pl.col("runtime_id").is_in(with_work.implode()) | pl.col("name").str.contains(LAUNCH_API)
+    )
+
+
+# What a thread can be doing, in priority order: each moment of a CPU interval goes to the first
+# of these that covers it. Data loading first: whatever a DataLoader range does inside (a sync,
+# a runtime call) is data loading to the person who reads the verdict.
+LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op", "python")
+
+
 @dataclass(frozen=True)
 class CpuActivity:
-    """Per-thread coverage indexes: blocked in sync calls, in data-loading ranges, in any op
-    or runtime call."""
+    """Per-thread coverage indexes: `blocked` (in synchronising calls) and, for the exclusive
+    split of a CPU interval, `cumulative[k]`: the union of LAYERS[0..k], so that the time of
+    layer k alone is covered(cumulative[k]) - covered(cumulative[k-1])."""
 
     blocked: pl.DataFrame
-    data: pl.DataFrame
-    busy: pl.DataFrame
+    cumulative: tuple[pl.DataFrame, ...]
     blocking: pl.DataFrame  # the blocking calls themselves (runtime rows)
     data_ranges: pl.DataFrame
+    runtime_other: pl.DataFrame  # runtime calls that neither launch nor synchronise
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
         """Build the indexes from a trace and the data-loading pattern."""
         blocking = blocking_calls(trace)
         data = data_loading_ranges(trace, data_pattern)
+        launches = launch_calls(trace).join(blocking.select("runtime_id"), on="runtime_id", how="anti")
+        other = trace.runtime.join(
+            pl.concat([blocking.select("runtime_id"), launches.select("runtime_id")]), on="runtime_id", how="anti"
+        )
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
         # Narrow columns first: these tables are the biggest of a trace.
         real_ops = trace.ops.select(*THREAD, "ts_ns", "end_ns", "kind", "name").filter(
             (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)
         )
-        anything = pl.concat([t.select(*THREAD, "ts_ns", "end_ns") for t in (real_ops, trace.runtime, data)])
+        sets = (data, blocking, other, launches, real_ops, trace.python)
+        cumulative = []
+        union = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64})
+        for df in sets:
+            both = pl.concat([union, df.select(*THREAD, "ts_ns", "end_ns").cast(union.schema)])
+            merged = merge(both, THREAD)
+            cumulative.append(coverage_index(merged, THREAD))
+            union = merged.rename({"start_ns": "ts_ns"})
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD),
-            data=coverage_index(merge(data, THREAD), THREAD),
-            busy=coverage_index(merge(anything, THREAD), THREAD),
+            cumulative=tuple(cumulative),
             blocking=blocking,
             data_ranges=data,
+            runtime_other=other,
         )

@@ -1,19 +1,27 @@
-"""GPU idle gaps and their CPU-side causes.
+"""GPU idle gaps and their CPU-side causes: the one classification `gaps`, `syncs`, the rules
+and the report read.
 
 For each device, idle time is the complement of the union of its kernels, memcpys and memsets
-inside the analysis windows (see analyses.windows and gpu_time). Each gap gets one cause, decided from the thread
-that launched the work which ended the gap (the "next" activity):
+inside the analysis windows (see analyses.windows and gpu_time). Each gap gets one cause, decided
+from the work that ended it (the "next" activity) and the thread that launched that work:
 
-- queued before the gap began (its launch call started before the gap):
-  `launch_latency` when it started within `launch_latency_us` of its launch call returning,
-  else `gpu_wait` (the GPU waited on another stream, an event, a collective's peers or a
-  dependency inside a CUDA graph replay);
-- launched during the gap: `data_loading` when a data-loading range fills over half the time
-  before the launch; `sync` when the thread was blocked in a synchronising call at the
-  instant the GPU went idle (the sync drained the queue; the gap is its bubble);
-  `launch_latency` when the call came within `launch_latency_us` of the gap's start; otherwise what the thread did for the largest part of the time between the
-  gap's start and the launch: `sync` (blocked in a synchronising call), `data_loading`,
-  `cpu_bound` (in ops that launched nothing) or `untraced` (no event at all).
+- the work was queued before the gap began (its launch call had returned, or it was launched
+  before the trace): `kernel_spacing` when the gap is shorter than `kernel_spacing_us` (the
+  device's own spacing between kernels already queued: shown, never a headline), else `gpu_wait`
+  (it waited on another stream, an event, a collective's peers or a graph dependency);
+- it was launched during the gap, by a call that itself took at least `slow_launch_us` and
+  covers most of the gap: `slow_launch` (first launch of a module, lazy initialisation, JIT);
+- otherwise the CPU interval from the gap's start until that launch call returned decides:
+  `data_loading` when a data-loading range fills over half of it; `sync` when the thread was
+  blocked in a synchronising call at the instant the GPU went idle (the sync drained the queue;
+  the gap is its bubble); `gpu_wait` when the work, once launched, still waited longer than the
+  CPU took to launch it (and over `launch_latency_us`); `launch_latency` when the launch came
+  within `launch_latency_us` of the gap's start; else what the thread did for the largest part
+  of the interval, each moment counted once, by priority: `data_loading` (in a data-loading
+  range), `sync` (blocked in a synchronising call), `runtime_call` (a runtime call that neither
+  launches nor synchronises: stream or event creation, cudaMalloc/cudaFree, module loading),
+  `launch_latency` (issuing launches), `cpu_bound` (in ops that launched nothing, or in Python
+  frames with no op under them), `untraced` (no event at all).
 A gap with no next activity (idle until the window ends) is judged from the step's thread.
 """
 
@@ -24,18 +32,34 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
-from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, step_threads
+from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, step_threads
 from traceanalyzer.analyses.intervals import covered
-from traceanalyzer.options import Options
+from traceanalyzer.analyses.startup import find_startup
+from traceanalyzer.options import GapOptions, Options
 from traceanalyzer.trace import Trace
 
-CAUSES = ("sync", "data_loading", "cpu_bound", "launch_latency", "gpu_wait", "untraced")
+CAUSES = (
+    "sync",
+    "data_loading",
+    "cpu_bound",
+    "runtime_call",
+    "slow_launch",
+    "launch_latency",
+    "gpu_wait",
+    "kernel_spacing",
+    "untraced",
+)
 HINTS = {
     "sync": "the CPU waited for the GPU; remove the synchronising call or move it out of the loop",
     "data_loading": "the CPU was loading data; raise DataLoader num_workers, pin_memory, prefetch_factor",
-    "cpu_bound": "the CPU was busy in ops that launched no GPU work; move that work off the critical path",
+    "cpu_bound": "the CPU was busy in ops or Python code that launched no GPU work; move that work off the critical path",
+    "runtime_call": "the CPU sat in a CUDA/HIP runtime call (allocation, stream or event creation, module loading); "
+    "one-time at start-up, else allocator churn: reuse buffers, set PYTORCH_CUDA_ALLOC_CONF",
+    "slow_launch": "a launch call itself took the time (first launch of a module, lazy initialisation, JIT); "
+    "warm up before profiling",
     "launch_latency": "kernels too short for their launch overhead; fuse them (torch.compile) or use CUDA graphs",
     "gpu_wait": "work was queued but waited on another stream, an event, a collective or a graph dependency",
+    "kernel_spacing": "the device's own spacing between kernels already queued: nothing to fix on the CPU",
     "untraced": "no CPU event explains the gap; profile with with_stack=True and record_function ranges",
 }
 
@@ -66,6 +90,7 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
             "launch_pid",
             "launch_tid",
             "op_id",
+            "runtime_id",
         )
         .filter(pl.col("device").is_not_null())
         .with_columns(launched_before_trace=before)
@@ -83,6 +108,7 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
             launch_pid=pl.col("launch_pid"),
             launch_tid=pl.col("launch_tid"),
             launch_op_id=pl.col("op_id"),
+            launch_runtime_id=pl.col("runtime_id"),
             launched_before_trace=pl.col("launched_before_trace"),
         )
     )
@@ -98,53 +124,77 @@ def _prev_activity(trace: Trace) -> pl.DataFrame:
     )
 
 
-def _classify(gaps: pl.DataFrame, act: CpuActivity, launch_latency_us: float) -> pl.DataFrame:
-    L = int(launch_latency_us * 1000)
-    queued = (pl.col("launch_ts_ns").is_not_null() & (pl.col("launch_ts_ns") <= pl.col("start_ns"))) | pl.col(
-        "launched_before_trace"
-    ).fill_null(False)
+def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions) -> pl.DataFrame:
+    latency = int(o.launch_latency_us * 1000)
+    spacing = int(o.kernel_spacing_us * 1000)
+    slow = int(o.slow_launch_us * 1000)
+    start, end = pl.col("start_ns"), pl.col("end_ns")
+    known = pl.col("launch_ts_ns").is_not_null()
+    queued = (known & (pl.col("launch_end_ns") <= start)) | pl.col("launched_before_trace").fill_null(False)
     gaps = gaps.with_columns(
         # The CPU interval that explains a gap: from its start until the call launching the
         # next work returned. A blocking launch (a pageable cudaMemcpyAsync staging its data)
         # is part of the wait, so it counts as time blocked.
-        cpu_a=pl.col("start_ns"),
-        cpu_b=pl.min_horizontal(pl.coalesce("launch_end_ns", "end_ns"), "end_ns").clip(lower_bound=pl.col("start_ns")),
+        cpu_a=start,
+        cpu_b=pl.min_horizontal(pl.coalesce("launch_end_ns", "end_ns"), "end_ns").clip(lower_bound=start),
     )
-    gaps = covered(
-        gaps.with_columns(_gs1=pl.col("start_ns") + 1), act.blocked, THREAD, "start_ns", "_gs1", "_blocked_at_start"
-    ).drop("_gs1")
-    gaps = covered(gaps, act.blocked, THREAD, "cpu_a", "cpu_b", "t_sync")
-    gaps = covered(gaps, act.data, THREAD, "cpu_a", "cpu_b", "t_data")
-    gaps = covered(gaps, act.busy, THREAD, "cpu_a", "cpu_b", "t_busy")
+    gaps = covered(gaps.with_columns(_gs1=start + 1), act.blocked, THREAD, "start_ns", "_gs1", "_blocked_at_start")
+    # A launch that blocks (a pageable cudaMemcpyAsync staging its data) is time blocked, not a
+    # slow launch: the copy rules and `sync` speak of it.
+    blocking_ids = act.blocking.get_column("runtime_id").implode()
+    gaps = gaps.with_columns(_launch_blocks=pl.col("launch_runtime_id").is_in(blocking_ids).fill_null(False))
+    for k, index in enumerate(act.cumulative):
+        gaps = covered(gaps, index, THREAD, "cpu_a", "cpu_b", f"_u{k}")
+    # Each moment of the interval to the first layer covering it (cpu_activity.LAYERS).
+    gaps = gaps.with_columns(
+        [
+            (pl.col(f"_u{k}") - (pl.col(f"_u{k - 1}") if k else 0)).clip(0).alias(f"t_{name}")
+            for k, name in enumerate(LAYERS)
+        ]
+    ).with_columns(t_none=(pl.col("cpu_b") - pl.col("cpu_a") - pl.col(f"_u{len(LAYERS) - 1}")).clip(0))
+    gaps = gaps.drop([f"_u{k}" for k in range(len(LAYERS))])
     span = pl.col("cpu_b") - pl.col("cpu_a")
-    t_data = (pl.col("t_data") - pl.col("t_sync")).clip(0)
-    t_cpu = (pl.col("t_busy") - pl.col("t_data") - pl.col("t_sync")).clip(0)
-    t_none = (span - pl.col("t_busy")).clip(0)
-    largest = pl.max_horizontal(pl.col("t_sync"), t_data, t_cpu, t_none)
-    by_cpu = (
-        pl.when(pl.col("pid").is_null())
-        .then(pl.lit("untraced"))
-        .when((pl.col("t_sync") > 0) & (pl.col("t_sync") >= largest))
-        .then(pl.lit("sync"))
-        .when((t_data > 0) & (t_data >= largest))
-        .then(pl.lit("data_loading"))
-        .when((t_cpu > 0) & (t_cpu >= largest))
-        .then(pl.lit("cpu_bound"))
-        .otherwise(pl.lit("untraced"))
+    t_cpu = pl.col("t_cpu_op") + pl.col("t_python")
+    shares = [
+        (pl.col("t_data_loading"), "data_loading"),
+        (pl.col("t_sync"), "sync"),
+        (pl.col("t_runtime_call"), "runtime_call"),
+        (pl.col("t_launch"), "launch_latency"),
+        (t_cpu, "cpu_bound"),
+        (pl.col("t_none"), "untraced"),
+    ]
+    largest = pl.max_horizontal([t for t, _ in shares])
+    by_cpu = pl.when(pl.col("pid").is_null()).then(pl.lit("untraced"))
+    for t, name in shares:
+        by_cpu = by_cpu.when((t > 0) & (t >= largest)).then(pl.lit(name))
+    by_cpu = by_cpu.otherwise(pl.lit("untraced"))
+    launch_in_gap = (pl.min_horizontal("launch_end_ns", "end_ns") - pl.max_horizontal("launch_ts_ns", "start_ns")).clip(
+        0
     )
+    waited_after = end - pl.col("launch_end_ns")
     cause = (
-        pl.when(queued & ((pl.col("end_ns") - pl.max_horizontal("launch_end_ns", "start_ns")) <= L))
-        .then(pl.lit("launch_latency"))
+        pl.when(queued & ((end - start) < spacing))
+        .then(pl.lit("kernel_spacing"))
         .when(queued)
         .then(pl.lit("gpu_wait"))
+        .when(
+            known
+            & ~pl.col("_launch_blocks")
+            & ((pl.col("launch_end_ns") - pl.col("launch_ts_ns")) >= slow)
+            & (launch_in_gap * 2 >= end - start)
+        )
+        .then(pl.lit("slow_launch"))
         # Data loading that fills most of the gap is the cause even right after a sync.
-        .when(~queued & (t_data > span / 2))
+        .when(pl.col("t_data_loading") > span / 2)
         .then(pl.lit("data_loading"))
         # The thread was blocked in a sync when the GPU ran dry: the sync drained the queue,
         # and the gap is its bubble (the time to launch new work after it returned).
         .when(pl.col("_blocked_at_start") > 0)
         .then(pl.lit("sync"))
-        .when(pl.col("launch_ts_ns").is_not_null() & ((pl.col("launch_ts_ns") - pl.col("start_ns")) <= L))
+        # Launched, then still waiting longer than the CPU took: the GPU waited on something.
+        .when(known & (waited_after > latency) & (waited_after > span))
+        .then(pl.lit("gpu_wait"))
+        .when(known & (span <= latency))
         .then(pl.lit("launch_latency"))
         .otherwise(by_cpu)
     )
@@ -185,9 +235,12 @@ class ClassifiedGaps:
     """Every idle piece (a gap clipped to one window) with its cause, before naming culprits.
     `syncs` builds on this so that a sync's bubble is by construction the gap blamed on it."""
 
-    pieces: pl.DataFrame  # gap_id, device, step, start_ns, end_ns, cause, pid, tid, sync_call, ...
+    pieces: pl.DataFrame  # gap_id, device, step, start_ns, end_ns, cause, phase, pid, tid, sync_call, t_*, ...
     per_window: pl.DataFrame  # device, step, start_ns, end_ns, window_ns, busy_ns
     activity: CpuActivity
+    startup_end_ns: int | None = None  # where the start-up set aside ends (see analyses.startup)
+    startup_window_ns: int = 0  # window time inside the start-up, summed over devices
+    startup_busy_ns: int = 0  # GPU busy time inside it
 
 
 def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuActivity | None = None) -> ClassifiedGaps:
@@ -212,7 +265,14 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     pieces = pieces.join(threads, on="step", how="left", nulls_equal=True)
     pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
     act = activity or CpuActivity.of(trace, opts.patterns.data_loading_pattern)
-    pieces = _classify(pieces, act, opts.gaps.launch_latency_us).sort("gap_id")
+    pieces = _classify(pieces, act, opts.gaps).sort("gap_id")
     sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
     pieces = pieces.join(sync_call, on="gap_id", how="left").sort("gap_id")
-    return ClassifiedGaps(pieces, per_window, act)
+    first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
+    startup = find_startup(pieces, wins, busy, opts.gaps.startup_gap_us, first_step)
+    pieces = pieces.with_columns(phase=pl.lit("startup") if startup.end_ns is not None else pl.lit("steady"))
+    if startup.end_ns is not None:
+        pieces = pieces.with_columns(
+            phase=pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup")).otherwise(pl.lit("steady"))
+        )
+    return ClassifiedGaps(pieces, per_window, act, startup.end_ns, startup.window_ns, startup.busy_ns)

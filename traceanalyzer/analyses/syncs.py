@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 
 # The gap pieces, their classification and the sync a gap is blamed on come from gaps itself, so
@@ -188,6 +188,15 @@ def analyse_syncs(
     calls = windows.step_of(calls, trace.steps, "ts_ns")
     ctx = op_context(trace, calls["op_id"])
     calls = calls.join(ctx, on="op_id", how="left").join(bubble, on="runtime_id", how="left")
+    # A call outside any op (torch.cuda.synchronize() in the loop) is named by its Python line.
+    lines = python_line_at(
+        trace, calls.filter(pl.col("python_frame").is_null()).select("runtime_id", "pid", "tid", "ts_ns"), "runtime_id"
+    )
+    calls = (
+        calls.join(lines.rename({"python_frame": "_line"}), on="runtime_id", how="left")
+        .with_columns(python_frame=pl.coalesce("python_frame", "_line"))
+        .drop("_line")
+    )
     kind = (
         pl.when(~pl.col("_blocking"))
         .then(pl.lit("gpu_wait"))

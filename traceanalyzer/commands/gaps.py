@@ -10,7 +10,6 @@ from __future__ import annotations
 import click
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.gaps import HINTS
 from traceanalyzer.cli_options import build_options, option_flags, output_options
 from traceanalyzer.commands.common import emit, head, open_session
 from traceanalyzer.report import Report, Section
@@ -27,6 +26,7 @@ GAP_TABLE_COLUMNS = [
     "op",
     "range",
     "python_frame",
+    "call_api",
     "launch_delay_us",
     "next_activity",
     "waited_on",
@@ -50,21 +50,19 @@ def gaps_report(ses: Session, top: int) -> Report:
             warnings=warnings,
         )
     dev = result.devices
-    total_idle = dev["idle_us"].sum()
-    top_cause = result.idle_by_cause.row(0, named=True) if result.idle_by_cause.height else None
-    headline = (
-        f"GPU busy {result.busy_share:.1%} of {result.window_us / 1000:,.1f} ms "
-        f"({windows.describe(result.window_kind)}); idle {total_idle / 1000:,.1f} ms"
-        + (
-            f", mostly {top_cause['cause']} ({top_cause['share_of_idle']:.0%}): {HINTS[top_cause['cause']]}"
-            if top_cause
-            else ""
-        )
-    )
+    headline = ses.verdict.sentence(windows.describe(result.window_kind))
     listed = result.gaps.select([c for c in GAP_TABLE_COLUMNS if c in result.gaps.columns])
     sections = (
         Section("GPU time per device", dev),
-        Section("Idle time by cause (all gaps)", result.idle_by_cause),
+        Section(
+            "Idle time by cause (all gaps)"
+            + (
+                f"; start-up set aside: the first {result.startup_window_us / 1000:,.1f} ms"
+                if result.startup_window_us
+                else ""
+            ),
+            result.idle_by_cause,
+        ),
         Section("Top culprits (cause, op, Python frame)", head(result.culprits, top)),
         Section(
             f"Gaps of at least {result.options.min_gap_us:g} µs, longest first ({result.gaps.height} in all)",
@@ -80,6 +78,16 @@ def gaps_report(ses: Session, top: int) -> Report:
             "steps": result.steps,
             "idle_by_cause": {r["cause"]: r["idle_us"] for r in result.idle_by_cause.iter_rows(named=True)},
             "idle_by_cause_detail": result.idle_by_cause,
+            "steady_idle_by_cause": {
+                r["cause"]: r["idle_us"] for r in result.steady_idle_by_cause.iter_rows(named=True)
+            },
+            "steady_busy_share": result.steady_busy_share,
+            "startup": {
+                "end_us": result.startup_end_us,
+                "window_us": result.startup_window_us,
+                "idle_us": result.startup_idle_us,
+            },
+            "verdict": {"cause": ses.verdict.top_cause, "advice": ses.verdict.advice, "detail": ses.verdict.detail},
             "culprits": head(result.culprits, top),
             "gap_count": result.all_gaps.height,
             "listed_gap_count": result.gaps.height,

@@ -22,6 +22,7 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.copies import CopiesResult
 from traceanalyzer.analyses.gaps import HINTS, GapsResult
 from traceanalyzer.analyses.syncs import SyncsResult
+from traceanalyzer.analyses.verdict import Verdict
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.markdown import table as md_table
 from traceanalyzer.render.values import cell
@@ -78,7 +79,7 @@ def _guard(rep: IncidentReport, what: str, fn: Callable[[], None]) -> None:
         rep.text(f"_{what} not available: {type(exc).__name__}: {exc}_")
 
 
-def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
+def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult, verdict: Verdict) -> None:
     m = trace.meta
     devices = sorted({d.name for d in m.devices}) or ["none listed"]
     lines = [
@@ -94,9 +95,19 @@ def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
         busy = gaps.busy_share
         idle_ms = dev["idle_us"].sum() / 1000
         lines.append(f"- **GPU busy {busy:.1%}** {windows.describe(gaps.window_kind)}; idle {idle_ms:,.1f} ms")
-        if gaps.idle_by_cause.height:
-            top = gaps.idle_by_cause.row(0, named=True)
-            lines.append(f"- Most idle time: **{top['cause']}** ({top['share_of_idle']:.0%}): {HINTS[top['cause']]}")
+        if gaps.startup_window_us:
+            lines.append(
+                f"- Start-up set aside: the first {gaps.startup_window_us / 1000:,.1f} ms "
+                f"({gaps.startup_idle_us / 1000:,.1f} ms idle in one-time initialisation); "
+                f"steady state: GPU busy {verdict.busy_share:.1%}"
+            )
+        if verdict.top_cause:
+            lines.append(
+                f"- Most idle time: **{verdict.top_cause}** ({verdict.top_share:.0%}): {verdict.advice}"
+                + (f"; {verdict.detail}" if verdict.detail else "")
+            )
+        else:
+            lines.append(f"- {verdict.advice}")
     else:
         lines.append(f"- {gaps.note or 'no GPU work'}")
     for w in trace.warnings:
@@ -220,7 +231,7 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
     gaps = ses.gaps
     rep = IncidentReport(f"traceanalyzer report: {os.path.basename(trace.path)}")
     rep.heading("Summary")
-    _guard(rep, "summary", lambda: _summary(rep, trace, gaps))
+    _guard(rep, "summary", lambda: _summary(rep, trace, gaps, ses.verdict))
     rep.heading("Timeline")
 
     def timeline() -> None:

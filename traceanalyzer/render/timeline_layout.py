@@ -46,6 +46,9 @@ CAUSE_COLORS = {
     "launch_latency": "#e377c2",
     "gpu_wait": "#bcbd22",
     "untraced": "#7f7f7f",
+    "runtime_call": "#9edae5",
+    "slow_launch": "#17becf",
+    "kernel_spacing": "#dbdb8d",
 }
 GAP_ALPHA = 0.35
 MAX_CPU_LANES = 4

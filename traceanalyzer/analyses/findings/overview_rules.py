@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.analyses.findings.engine import MAX_EVENTS, Finding, Rule, events_of, per_unit, severity
-from traceanalyzer.patterns import SINGLE_TENSOR_OPTIMIZER
+from traceanalyzer.analyses.steps import Caveat
+from traceanalyzer.analyses.windows import step_count
+from traceanalyzer.patterns import COMPILED_OP, SINGLE_TENSOR_OPTIMIZER, TRITON_KERNEL
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -20,26 +22,35 @@ DATA_ADVICE = (
 
 
 def _data_loading(ses: Session) -> list[Finding]:
-    st = ses.pipeline_stages
-    if "data_loading" not in st.average or not st.average_step_us:
+    # Data loading that left the GPU idle, not loading hidden behind GPU work: the gaps `gaps`
+    # blames on it, as a share of the steady-state window.
+    g = ses.gaps
+    if not g.has_gpu_work:
+        return _data_loading_cpu_only(ses)
+    window = g.steady_window_us
+    if window <= 0:
         return []
-    share = st.average["data_loading"] / st.average_step_us
+    idle = g.steady_idle_us("data_loading")
+    share = idle / window
     th = ses.options.findings.data_loading_share
     if share < th:
         return []
     pattern = ses.options.patterns.data_loading_pattern
     ranges = ses.trace.ops.filter(pl.col("name").str.contains(pattern)).sort("dur_ns", descending=True)
     per = per_unit(ses)
+    n = step_count(ses.trace)
+    stage = ses.pipeline_stages
     return [
         Finding(
             "data_loading",
             severity(share, th),
-            f"data loading takes {share:.1%} of {per} time ({st.average['data_loading']:,.0f} of "
-            f"{st.average_step_us:,.0f} µs per {per})",
+            f"the GPU sat idle {idle / 1000:,.1f} ms ({share:.1%} of the window) while the CPU loaded data "
+            f"({idle / n / 1000:,.1f} ms per {per})",
             {
-                "data_loading_us_per_step": st.average["data_loading"],
-                "step_us": st.average_step_us,
+                "data_loading_idle_us": idle,
+                "window_us": window,
                 "share": share,
+                "data_loading_stage_us_per_step": stage.average.get("data_loading"),
                 "ranges": ranges.height,
             },
             DATA_ADVICE,
@@ -48,15 +59,42 @@ def _data_loading(ses: Session) -> list[Finding]:
     ]
 
 
+def _data_loading_cpu_only(ses: Session) -> list[Finding]:
+    """Without GPU work no idle GPU waits on the loader: the share of step time spent loading
+    (the pipeline stage) is what a CPU-only run loses to it."""
+    st = ses.pipeline_stages
+    if "data_loading" not in st.average or not st.average_step_us:
+        return []
+    share = st.average["data_loading"] / st.average_step_us
+    th = ses.options.findings.data_loading_share
+    if share < th:
+        return []
+    per = per_unit(ses)
+    return [
+        Finding(
+            "data_loading",
+            severity(share, th),
+            f"no GPU work in this trace; data loading takes {share:.1%} of {per} time "
+            f"({st.average['data_loading']:,.0f} of {st.average_step_us:,.0f} µs per {per})",
+            {
+                "data_loading_stage_us_per_step": st.average["data_loading"],
+                "step_us": st.average_step_us,
+                "share": share,
+            },
+            DATA_ADVICE,
+        )
+    ]
+
+
 def _launch_bound(ses: Session) -> list[Finding]:
     s = ses.kernels.short
     g = ses.gaps
-    busy = g.busy_share
+    busy = g.steady_busy_share
     o = ses.options.findings
     if s.total_outside_graphs < o.launch_bound_min_kernels or s.count_share_outside_graphs is None or busy is None:
         return []
-    latency_us = g.idle_us("launch_latency")
-    latency_share = latency_us / g.window_us if g.window_us else 0.0
+    latency_us = g.steady_idle_us("launch_latency")
+    latency_share = latency_us / g.steady_window_us if g.steady_window_us > 0 else 0.0
     th = o.launch_bound_short_share
     if s.count_share_outside_graphs < th or busy >= o.low_gpu_utilization or latency_share < o.launch_latency_share:
         return []
@@ -81,11 +119,26 @@ def _launch_bound(ses: Session) -> list[Finding]:
                 "launch_latency_idle_us": latency_us,
                 "launch_latency_share": latency_share,
             },
-            "fuse small kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs), capture the step "
-            "in a CUDA graph, or batch more work per launch",
+            _launch_advice(ses),
             tuple(short_names.to_dicts()),
         )
     ]
+
+
+def _launch_advice(ses: Session) -> str:
+    """Fusion advice that fits: a model already compiled is told about CUDA graphs instead."""
+    compiled = (
+        ses.trace.ops["name"].str.contains(COMPILED_OP).any() or ses.trace.gpu["name"].str.contains(TRITON_KERNEL).any()
+    )
+    if compiled:
+        return (
+            "the model is already compiled (torch.compile): launch overhead remains between its kernels; capture it "
+            "in CUDA graphs (torch.compile(mode='reduce-overhead')) or batch more work per launch"
+        )
+    return (
+        "fuse small kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs), capture the step "
+        "in a CUDA graph, or batch more work per launch"
+    )
 
 
 def _no_tensor_cores(ses: Session) -> list[Finding]:
@@ -141,13 +194,15 @@ def _single_tensor(ses: Session) -> list[Finding]:
 
 def _low_gpu_utilization(ses: Session) -> list[Finding]:
     g = ses.gaps
-    busy = g.busy_share
+    busy = g.steady_busy_share
     th = ses.options.findings.low_gpu_utilization
     if busy is None or busy >= th:
         return []
-    causes = g.idle_by_cause.head(3)
+    causes = g.steady_idle_by_cause.head(3)
     top = ", ".join(f"{r['cause']} {r['share_of_idle']:.0%}" for r in causes.iter_rows(named=True))
     where = "over the profiled steps" if g.window_kind == "steps" else "over the GPU span"
+    if g.startup_window_us:
+        where += f", start-up ({g.startup_window_us / 1000:,.1f} ms) set aside"
     return [
         Finding(
             "low_gpu_utilization",
@@ -155,17 +210,29 @@ def _low_gpu_utilization(ses: Session) -> list[Finding]:
             f"the GPU was busy {busy:.1%} of the time {where}" + (f"; idle by cause: {top}" if top else ""),
             {
                 "busy_share": busy,
-                "window_us": g.window_us,
-                "idle_by_cause": {r["cause"]: r["idle_us"] for r in g.idle_by_cause.iter_rows(named=True)},
+                "window_us": g.steady_window_us,
+                "startup_set_aside_us": g.startup_window_us,
+                "idle_by_cause": {r["cause"]: r["idle_us"] for r in g.steady_idle_by_cause.iter_rows(named=True)},
             },
             "see `traceanalyzer gaps` for every idle gap and the op and Python line behind it",
-            tuple(g.culprits.head(MAX_EVENTS).to_dicts()),
+            tuple(g.culprits.filter(pl.col("phase") == "steady").head(MAX_EVENTS).to_dicts()),
         )
     ]
 
 
 def _capture_caveats(ses: Session) -> list[Finding]:
-    cav = ses.steps.caveats
+    cav = list(ses.steps.caveats)
+    g = ses.gaps
+    if g.has_gpu_work and g.window_us and g.startup_window_us * 2 >= g.window_us:
+        cav.append(
+            Caveat(
+                "mostly_startup",
+                f"start-up (one-time CUDA/cuDNN/cuBLAS initialisation, first launches) takes "
+                f"{g.startup_window_us / 1000:,.1f} of the {g.window_us / 1000:,.1f} ms analysed: the steady state "
+                "after it is short; profile after a warm-up",
+                {"startup_us": g.startup_window_us, "window_us": g.window_us},
+            )
+        )
     if not cav:
         return []
     return [
@@ -182,7 +249,13 @@ def _capture_caveats(ses: Session) -> list[Finding]:
 
 
 RULES = (
-    Rule("data_loading", "Data loading share of step time", ("data_loading_share",), DATA_ADVICE, _data_loading),
+    Rule(
+        "data_loading",
+        "GPU idle while the CPU loaded data (gaps of cause data_loading), as a share of the window",
+        ("data_loading_share",),
+        DATA_ADVICE,
+        _data_loading,
+    ),
     Rule(
         "launch_bound",
         "Many short kernels and launch latency",

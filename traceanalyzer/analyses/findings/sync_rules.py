@@ -3,8 +3,9 @@
 Two different quantities, two names (see the README's definitions):
 - `sync_idle_us`: GPU idle caused by syncs, the gaps `gaps` gives the cause `sync` (a sync's
   bubble plus idle while it still blocked); `sync_stalls` fires on its share of the window;
-- `blocked_us`: CPU time spent inside synchronising calls; the per-site rules (`implicit_sync`,
-  `explicit_sync`) fire on a site's blocked plus bubble time per step.
+- `blocked_us`: CPU time spent inside synchronising calls. A CPU waiting on a busy GPU is the
+  healthy state, so the per-site rules (`implicit_sync`, `explicit_sync`) fire on the GPU idle a
+  site caused per step (its bubbles and its idle while blocked), and report its blocked time.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def _sites(kind: str):
         unit = per_unit(ses)
         out = []
         for r in s.summary.filter(pl.col("kind") == kind).iter_rows(named=True):
-            cost = r["blocked_us_per_step"] + r["bubble_us_per_step"]
+            # A CPU waiting on a busy GPU is the healthy state: a site is a finding for the GPU
+            # idle it caused (its bubbles and the idle while it blocked), not for its blocked time.
+            cost = (r["bubble_us"] + r["idle_while_blocked_us"]) / s.steps
             if cost < th:
                 continue
             where = site(r)
@@ -80,16 +83,15 @@ def _sites(kind: str):
                 Finding(
                     f"{kind}_sync",
                     severity(cost, th),
-                    f"{r['points_per_step']:,.1f} {kind} syncs per {unit} from {where} ({r['apis']}), holding the CPU "
-                    f"{r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}, followed by {r['bubble_us_per_step'] / 1000:,.2f} ms "
-                    f"of GPU idle per {unit} ({(r['bubble_share'] or 0):.1%} of {unit} time)",
+                    f"{r['points_per_step']:,.1f} {kind} syncs per {unit} from {where} ({r['apis']}) left the GPU idle "
+                    f"{cost / 1000:,.2f} ms per {unit}, holding the CPU {r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}",
                     {
                         "site": where,
                         "apis": r["apis"],
                         "sync_points_per_step": r["points_per_step"],
                         "blocked_us_per_step": r["blocked_us_per_step"],
                         "bubble_us_per_step": r["bubble_us_per_step"],
-                        "cost_us_per_step": cost,
+                        "sync_idle_us_per_step": cost,
                         "bubble_share": r["bubble_share"],
                     },
                     SYNC_ADVICE,
@@ -111,7 +113,7 @@ RULES = (
     ),
     Rule(
         "implicit_sync",
-        "A site where an op synchronised for user code (.item(), .cpu(), nonzero, ...): blocked + bubble per step",
+        "A site where an op synchronised for user code (.item(), .cpu(), nonzero, ...): GPU idle it caused per step",
         ("sync_min_finding_us",),
         "keep the value on the GPU or read it every N steps",
         _sites("implicit"),
@@ -119,7 +121,7 @@ RULES = (
     ),
     Rule(
         "explicit_sync",
-        "A site of explicit synchronize() calls: blocked + bubble per step",
+        "A site of explicit synchronize() calls: GPU idle it caused per step",
         ("sync_min_finding_us",),
         "drop the synchronize() from the loop (time with CUDA events instead)",
         _sites("explicit"),

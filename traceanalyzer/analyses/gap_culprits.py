@@ -1,0 +1,206 @@
+"""Who caused each idle gap: the op, range and Python line behind it, the call it sat in, what the
+GPU waited on, and any other thread of the process blocked meanwhile. Reads the classified gaps
+of `gap_causes`; `gaps` turns the result into its tables."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses.attribution import op_context, python_line_at
+from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
+from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
+from traceanalyzer.trace import Trace
+
+
+def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
+    """For cpu_bound gaps, the op with the most self time inside [cpu_a, cpu_b] on the thread."""
+    g = gaps.filter(pl.col("cause") == "cpu_bound").select("gap_id", "pid", "tid", "cpu_a", "cpu_b")
+    if g.is_empty():
+        return pl.DataFrame(schema={"gap_id": pl.UInt32, "cpu_op_id": pl.Int64})
+    ops = trace.ops.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)).select(
+        "op_id",
+        "parent_id",
+        pl.col("pid").alias("_pid"),
+        pl.col("tid").alias("_tid"),
+        pl.col("ts_ns").alias("_s"),
+        pl.col("end_ns").alias("_e"),
+    )
+    j = g.join_where(ops, pl.col("_s") < pl.col("cpu_b"), pl.col("_e") > pl.col("cpu_a")).filter(
+        (pl.col("_tid") == pl.col("tid")) & (pl.col("_pid") == pl.col("pid"))
+    )
+    j = j.with_columns(_ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a"))
+    child = j.group_by("gap_id", "parent_id").agg(_child=pl.col("_ov").sum()).rename({"parent_id": "op_id"})
+    j = j.join(child, on=["gap_id", "op_id"], how="left").with_columns(
+        _self=pl.col("_ov") - pl.col("_child").fill_null(0)
+    )
+    return j.sort("_self", descending=True).unique("gap_id", keep="first").select("gap_id", cpu_op_id=pl.col("op_id"))
+
+
+def _waited_on(gaps: pl.DataFrame) -> pl.Expr:
+    name = pl.col("next_name").fill_null("")
+    api = pl.col("launch_api").fill_null("")
+    return (
+        pl.when(pl.col("cause") != "gpu_wait")
+        .then(pl.lit(None, pl.String))
+        .when(pl.col("launched_before_trace").fill_null(False))
+        .then(pl.lit("work queued before the trace began (its launch is not in the trace)"))
+        .when(api.str.contains(GRAPH_LAUNCH))
+        .then(pl.lit("a dependency inside a CUDA graph replay (") + api + pl.lit(")"))
+        .when(name.str.contains(COLLECTIVE))
+        .then(pl.lit("a collective's peers (") + name.str.slice(0, 40) + pl.lit(")"))
+        .when(pl.col("stream_wait").is_not_null())
+        .then(
+            pl.lit("an event recorded on stream ")
+            + pl.col("stream_wait").cast(pl.String)
+            + pl.lit(" (Stream Wait Event)")
+        )
+        .otherwise(
+            pl.lit("another stream or an event (queued ")
+            + ((pl.col("start_ns") - pl.col("launch_ts_ns")) / 1000).round(1).cast(pl.String)
+            + pl.lit(" µs before the gap)")
+        )
+    )
+
+
+def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
+    """Latest `Stream Wait Event` marker on the next activity's stream before it started."""
+    marks = trace.sync_markers.filter(pl.col("name").str.contains("Wait")).select(
+        "device", "stream", "wait_on_stream", pl.col("ts_ns").alias("_mts")
+    )
+    if marks.is_empty() or gaps.is_empty():
+        return gaps.with_columns(stream_wait=pl.lit(None, pl.Int64))
+    j = gaps.sort("end_ns").join_asof(
+        marks.sort("_mts").rename({"stream": "next_stream"}),
+        left_on="end_ns",
+        right_on="_mts",
+        by=["device", "next_stream"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return j.with_columns(
+        stream_wait=pl.when(pl.col("_mts") >= pl.col("launch_ts_ns").fill_null(0)).then(pl.col("wait_on_stream"))
+    ).drop("_mts", "wait_on_stream")
+
+
+def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
+    """Where no op names a Python line, the user-code line the thread was at in the middle of
+    the CPU interval."""
+    need = gaps.filter(pl.col("python_frame").is_null() & pl.col("pid").is_not_null()).select(
+        "gap_id", "pid", "tid", ts_ns=((pl.col("cpu_a") + pl.col("cpu_b")) // 2)
+    )
+    found = python_line_at(trace, need, "gap_id")
+    return (
+        gaps.join(found.rename({"python_frame": "_line"}), on="gap_id", how="left")
+        .with_columns(python_frame=pl.coalesce("python_frame", "_line"))
+        .drop("_line")
+    )
+
+
+def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
+    """The classified pieces with, per gap: op, range, op_chain, python_frame (the culprit's
+    context), sync_api, call_api / call_us (the runtime call a sync, slow_launch or
+    runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
+    act = classified.activity
+    pieces = _stream_waits(trace, classified.pieces)
+    # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
+    data_range = largest_overlap(
+        pieces.filter(pl.col("cause") == "data_loading"), act.data_ranges, "op_id", "data_op", True
+    )
+    busiest = _most_self_time_op(trace, pieces)
+    pieces = (
+        pieces.join(data_range, on="gap_id", how="left")
+        .join(busiest, on="gap_id", how="left")
+        .join(
+            trace.runtime.select(
+                pl.col("runtime_id").alias("sync_call"),
+                pl.col("op_id").alias("sync_op_id"),
+                pl.col("name").alias("sync_api"),
+            ),
+            on="sync_call",
+            how="left",
+        )
+    )
+    # The runtime call a runtime_call gap sat in (the longest on the thread in the interval).
+    rt_call = largest_overlap(
+        pieces.filter(pl.col("cause") == "runtime_call"), act.runtime_other, "runtime_id", "rt_call", True
+    ).join(
+        trace.runtime.select(
+            pl.col("runtime_id").alias("rt_call"),
+            pl.col("op_id").alias("rt_op_id"),
+            pl.col("name").alias("rt_api"),
+            pl.col("dur_ns").alias("rt_ns"),
+        ),
+        on="rt_call",
+        how="left",
+    )
+    sync_ns = trace.runtime.select(pl.col("runtime_id").alias("sync_call"), pl.col("dur_ns").alias("sync_ns"))
+    pieces = pieces.join(rt_call, on="gap_id", how="left").join(sync_ns, on="sync_call", how="left")
+    cause = pl.col("cause")
+    python_only = pl.col("t_python") > pl.col("t_cpu_op")
+    culprit_op = (
+        pl.when(cause == "sync")
+        .then(pl.col("sync_op_id"))
+        .when(cause == "data_loading")
+        .then(pl.col("data_op"))
+        # CPU time in Python frames with no op under them: the frame names it (python_frame).
+        .when((cause == "cpu_bound") & python_only)
+        .then(None)
+        .when(cause == "cpu_bound")
+        .then(pl.col("cpu_op_id"))
+        .when(cause == "runtime_call")
+        .then(pl.col("rt_op_id"))
+        .when(cause.is_in(["gpu_wait", "launch_latency", "slow_launch", "kernel_spacing"]))
+        .then(pl.col("launch_op_id"))
+        .otherwise(None)
+    )
+    pieces = pieces.with_columns(
+        call_api=pl.when(cause == "sync")
+        .then(pl.col("sync_api"))
+        .when(cause == "slow_launch")
+        .then(pl.col("launch_api"))
+        .when(cause == "runtime_call")
+        .then(pl.col("rt_api")),
+        call_us=pl.when(cause == "sync")
+        .then(pl.col("sync_ns") / 1000.0)
+        .when(cause == "slow_launch")
+        .then((pl.col("launch_end_ns") - pl.col("launch_ts_ns")) / 1000.0)
+        .when(cause == "runtime_call")
+        .then(pl.col("rt_ns") / 1000.0),
+    )
+    pieces = pieces.with_columns(culprit_op_id=culprit_op)
+    ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})
+    pieces = pieces.join(ctx, on="culprit_op_id", how="left")
+    pieces = _python_line_fallback(trace, pieces)
+    # Any other thread of the process sitting in a blocking call during the gap.
+    # The launching thread is left out (its state is the cause); with no known launch, none is.
+    span = pieces.select(
+        "gap_id",
+        "pid",
+        pl.col("launch_tid").alias("tid"),
+        cpu_a=pl.col("start_ns"),
+        cpu_b=pl.col("end_ns"),
+    )
+    other = largest_overlap(span, act.blocking, "runtime_id", "blocked_call", False)
+    blocked = other.join(
+        trace.runtime.select(
+            pl.col("runtime_id").alias("blocked_call"), "tid", pl.col("name").alias("api"), "op_id", "dur_ns"
+        ),
+        on="blocked_call",
+        how="left",
+    )
+    bctx = op_context(trace, blocked["op_id"])
+    blocked = blocked.join(bctx, on="op_id", how="left").select(
+        "gap_id",
+        blocked_thread=pl.struct(
+            "tid",
+            "api",
+            "op",
+            "range",
+            "python_frame",
+            blocked_us=pl.col("blocked_call_overlap_ns") / 1000.0,
+            call_id="blocked_call",
+            call_us=pl.col("dur_ns") / 1000.0,
+        ),
+    )
+    pieces = pieces.join(blocked, on="gap_id", how="left").sort("gap_id")
+    return pieces.with_columns(waited_on=_waited_on(pieces)).sort("gap_id")

@@ -1,0 +1,138 @@
+"""The verdict on a trace's GPU idle time: the cause to lead with and advice that fits.
+
+- The verdict speaks of the steady state: the start-up (see `analyses.startup`) is set aside
+  and said so.
+- `kernel_spacing` never leads: it is the device's own spacing between kernels already queued.
+- Advice must fit the trace: at `busy_enough` GPU busy or more there is little idle to recover,
+  and no fusion or CUDA-graph advice is given.
+- `gpu_wait` says what the GPU waited on and, when another thread of the process sat in a
+  blocking call meanwhile, which thread, call and op, with that call's time per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.gap_causes import HINTS
+from traceanalyzer.analyses.gaps import GapsResult
+
+BUSY_ENOUGH = 0.9
+NOT_A_HEADLINE = ("kernel_spacing",)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to say first about a trace's GPU idle time."""
+
+    busy_share: float | None  # steady state
+    window_us: float  # steady-state window time
+    idle_us: float  # steady-state idle time
+    top_cause: str | None
+    top_share: float | None  # of steady idle
+    advice: str
+    detail: str | None  # what the top cause came down to (a call, a wait, a blocked thread)
+    startup_window_us: float
+    startup_idle_us: float
+
+    def sentence(self, where: str) -> str:
+        """The verdict in one line; `where` says what the window is (`over the profiled steps`)."""
+        if self.busy_share is None:
+            return self.advice
+        parts = [f"GPU busy {self.busy_share:.1%} of {self.window_us / 1000:,.1f} ms ({where})"]
+        if self.startup_window_us:
+            parts.append(
+                f"start-up set aside: the first {self.startup_window_us / 1000:,.1f} ms "
+                f"({self.startup_idle_us / 1000:,.1f} ms idle in one-time initialisation)"
+            )
+        head = f"idle {self.idle_us / 1000:,.1f} ms"
+        if self.top_cause:
+            head += f", mostly {self.top_cause} ({self.top_share:.0%})"
+        parts.append(head + f": {self.advice}" + (f"; {self.detail}" if self.detail else ""))
+        return "; ".join(parts)
+
+
+def _top(df: pl.DataFrame, by: str, *keys: str) -> dict | None:
+    df = df.filter(pl.all_horizontal(pl.col(k).is_not_null() for k in keys))
+    if df.is_empty():
+        return None
+    return (
+        df.group_by(*keys)
+        .agg(pl.col(by).sum())
+        .sort([by, *keys], descending=[True] + [False] * len(keys))
+        .row(0, named=True)
+    )
+
+
+def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
+    g = gaps.filter(pl.col("cause") == cause)
+    per = "per step" if steps > 1 else "in all"
+    if cause == "gpu_wait":
+        kind = g.with_columns(what=pl.col("waited_on").str.replace(r"\s*\(.*$", ""))
+        top = _top(kind, "duration_us", "what")
+        text = f"the GPU waited on {top['what']}" if top else None
+        b = g.filter(pl.col("blocked_thread").is_not_null()).select("blocked_thread").unnest("blocked_thread")
+        if b.height:
+            calls = b.unique("call_id")
+            who = _top(calls, "call_us", "tid", "api", "op")
+            if who:
+                rng = calls.filter((pl.col("tid") == who["tid"]) & (pl.col("op") == who["op"]))["range"].drop_nulls()
+                where = who["op"] + (f" in {rng[0]}" if rng.len() else "")
+                text = (text + "; " if text else "") + (
+                    f"meanwhile thread {who['tid']} sat in {who['api']} ({where}), "
+                    f"{who['call_us'] / steps / 1000:,.1f} ms {per}"
+                )
+        return text
+    if cause in ("sync", "runtime_call", "slow_launch"):
+        top = _top(g, "duration_us", "call_api")
+        return f"in {top['call_api']} ({top['duration_us'] / 1000:,.1f} ms of idle)" if top else None
+    top = _top(g, "duration_us", "op") or _top(g, "duration_us", "python_frame")
+    if not top:
+        return None
+    name = top.get("op") or top.get("python_frame")
+    return f"most from {name} ({top['duration_us'] / 1000:,.1f} ms)"
+
+
+def advice_for(cause: str, busy_share: float | None, with_stack: bool) -> str:
+    """The advice for a cause, fitted to the trace."""
+    if busy_share is not None and busy_share >= BUSY_ENOUGH:
+        return f"the GPU is {busy_share:.0%} busy: little idle time is left to recover"
+    if cause == "untraced" and with_stack:
+        return (
+            "no op, range or Python frame covers the thread then: it was outside the profiled code "
+            "(native code, another library, or the profiler itself)"
+        )
+    return HINTS[cause]
+
+
+def verdict(gaps: GapsResult, steps: int = 1, with_stack: bool = False) -> Verdict:
+    """The verdict on `gaps` (steady state; `steps` to give figures per step)."""
+    if not gaps.has_gpu_work:
+        return Verdict(None, 0.0, 0.0, None, None, gaps.note or "no GPU work", None, 0.0, 0.0)
+    steady = gaps.all_gaps.filter(pl.col("phase") == "steady")
+    by = gaps.steady_idle_by_cause.filter(~pl.col("cause").is_in(NOT_A_HEADLINE))
+    busy = gaps.steady_busy_share
+    idle = gaps.steady_idle_us()
+    if by.is_empty() or not idle:
+        advice = (
+            "its idle time is the device's own spacing between kernels already queued: nothing to recover on the CPU"
+            if idle
+            else "no idle time"
+        )
+        return Verdict(
+            busy, gaps.steady_window_us, idle, None, None, advice, None, gaps.startup_window_us, gaps.startup_idle_us
+        )
+    top = by.row(0, named=True)
+    cause = top["cause"]
+    return Verdict(
+        busy,
+        gaps.steady_window_us,
+        idle,
+        cause,
+        top["idle_us"] / idle,
+        advice_for(cause, busy, with_stack),
+        _detail(cause, steady, steps),
+        gaps.startup_window_us,
+        gaps.startup_idle_us,
+    )
