@@ -266,3 +266,37 @@ def test_workers4_pageable_copy_is_not_a_slow_launch(real):
     ses = real("v100_resnet50_dataloader_workers4.pt.trace.json.gz")
     assert ses.gaps.idle_us("slow_launch") < 2000
     assert _gap(ses, ses.gaps.all_gaps.sort("duration_us", descending=True)["start_us"][0])["cause"] == "sync"
+
+
+def test_startup_in_the_first_profiler_step(tmp_path):
+    # Four steps of 10 ms. Step 1 spends 6 ms in cudaEventCreateWithFlags before its work;
+    # steps 2-4 spend 6 ms in the DataLoader. Start-up: step 1's initialisation only.
+    b = TraceBuilder()
+    for i in range(4):
+        t0 = 10_000 * i
+        b.step(i + 1, t0, 10_000)
+        if i == 0:
+            b.runtime("cudaEventCreateWithFlags", t0 + 10, 6000)
+        else:
+            b.annotation(LOADER, t0 + 10, 6000)
+        b.kernel("k", ts=t0 + 6020, dur=3900, launch_ts=t0 + 6012)
+    ses = _session(b, tmp_path)
+    g = ses.gaps
+    assert g.startup_end_us == pytest.approx(6020) and g.all_gaps.filter(pl.col("phase") == "startup").height == 1
+    assert ses.verdict.top_cause == "data_loading" and ses.verdict.top_share > 0.95
+
+
+def test_the_readme_cause_table_is_the_code(SHARED_TRACES):
+    from pathlib import Path
+
+    from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, MEANINGS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = {line.split("`")[1] for line in readme.splitlines() if line.startswith("  | `")}
+    assert table == set(CAUSES) == set(MEANINGS) == set(HINTS)
+
+
+def test_a_compiled_model_is_told_about_cuda_graphs_not_torch_compile(real):
+    ses = real("v100_memory_events.json.gz")  # CompiledFunction ranges: torch.compile is on
+    f = next(f for f in ses.findings if f.rule == "launch_bound")
+    assert "already compiled" in f.recommendation

@@ -7,6 +7,7 @@ import click
 import polars as pl
 
 from traceanalyzer.analyses.findings import RULES
+from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, MEANINGS
 from traceanalyzer.cli_options import build_options, option_flags, output_options
 from traceanalyzer.commands.common import emit
 from traceanalyzer.options import Options
@@ -28,6 +29,13 @@ def rules_table(options: Options) -> pl.DataFrame:
     )
 
 
+def causes_table() -> pl.DataFrame:
+    """cause, meaning, advice: the gap causes `gaps` gives, one row each."""
+    return pl.DataFrame(
+        {"cause": list(CAUSES), "meaning": [MEANINGS[c] for c in CAUSES], "advice": [HINTS[c] for c in CAUSES]}
+    )
+
+
 @click.command("rules")
 @option_flags(*GROUPS)
 @output_options
@@ -39,8 +47,11 @@ def command(fmt: str | None, top: int, output: str | None, **kwargs) -> None:
         "rules",
         "-",
         options.thresholds(GROUPS),
-        (Section("Rules (ids for `summary --fail-on`)", table, main=True),),
-        {"rules": table},
+        (
+            Section("Rules (ids for `summary --fail-on`)", table, main=True),
+            Section("Gap causes (the `cause` of every GPU idle gap)", causes_table()),
+        ),
+        {"rules": table, "causes": causes_table()},
         headline=f"{table.height} rules; thresholds are flags of `traceanalyzer summary`",
     )
     emit(report, fmt, output)
