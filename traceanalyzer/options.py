@@ -216,6 +216,24 @@ class FindingOptions:
 
 
 @dataclass(frozen=True)
+class HealthOptions:
+    """Thresholds of the trace-health checks (see `analyses.health`)."""
+
+    missing_gpu_share: float = opt(
+        0.05, "missing_gpu_events fires when this share of launch calls has no GPU activity in the trace"
+    )
+    clock_skew_us: float = opt(
+        1000.0, "clock_skew fires on GPU activity starting this long before its launch, or outside the CPU span"
+    )
+    stream_overlap_share: float = opt(0.01, "stream_overlap fires when this share of kernels overlap on one stream")
+    unlinked_gpu_share: float = opt(0.10, "unlinked_gpu_work fires when this share of GPU work links to no launch call")
+    sampled_density: float = opt(
+        0.1, "sampled fires when CPU op external ids are sparser than this (a complete capture is near 1)"
+    )
+    sampled_min_events: int = opt(1000, "the sampled check needs at least this many CPU ops")
+
+
+@dataclass(frozen=True)
 class DiffOptions:
     """Options of `diff`."""
 
@@ -248,6 +266,7 @@ GROUPS: dict[str, type] = {
     "kernels": KernelOptions,
     "memory": MemoryOptions,
     "findings": FindingOptions,
+    "health": HealthOptions,
     "diff": DiffOptions,
     "ranks": RankOptions,
 }
@@ -268,6 +287,7 @@ class Options:
     kernels: KernelOptions = field(default_factory=KernelOptions)
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     findings: FindingOptions = field(default_factory=FindingOptions)
+    health: HealthOptions = field(default_factory=HealthOptions)
     diff: DiffOptions = field(default_factory=DiffOptions)
     ranks: RankOptions = field(default_factory=RankOptions)
 

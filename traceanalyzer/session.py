@@ -25,6 +25,7 @@ from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
 from traceanalyzer.analyses.findings import Finding, Rule, evaluate
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
+from traceanalyzer.analyses.health import HealthCheck, analyse_health
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
 from traceanalyzer.analyses.ops import analyse_ops
@@ -95,6 +96,11 @@ class Session:
         """Every GPU idle gap, its cause and culprit (`analyse_gaps`)."""
         classified = self.classified if self.trace.has_gpu_work else None
         return analyse_gaps(self.trace, self.options, classified=classified)
+
+    @cached_property
+    def health(self) -> list[HealthCheck]:
+        """The trace-health checks that fire, errors first (see `analyses.health`)."""
+        return analyse_health(self.trace, self.options, self.steps)
 
     @cached_property
     def verdict(self) -> Verdict:

@@ -86,7 +86,10 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
     runtime call's was queued before profiling began: it counts as queued before the gap."""
     first_corr = trace.runtime["correlation"].drop_nulls().min() if trace.runtime.height else None
     before = (
-        pl.col("launch_ts_ns").is_null() & pl.col("correlation").is_not_null() & (pl.col("correlation") < first_corr)
+        pl.col("launch_ts_ns").is_null()
+        & pl.col("correlation").is_not_null()
+        & (pl.col("correlation") > 0)  # id 0 is "no correlation" (AMD), not an early launch
+        & (pl.col("correlation") < first_corr)
         if first_corr is not None
         else pl.lit(False)
     )

@@ -3,6 +3,7 @@ show findings."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import click
@@ -14,7 +15,7 @@ from traceanalyzer.load import load
 from traceanalyzer.options import Options
 from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.output import write_atomic
-from traceanalyzer.report import Report
+from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
@@ -51,6 +52,55 @@ def emit(report: Report, fmt: str | None, output: str | None) -> None:
 def head(df: pl.DataFrame, top: int) -> pl.DataFrame:
     """The first `top` rows (all of them for 0)."""
     return df if not top else df.head(top)
+
+
+def health_payload(ses: Session) -> list[dict]:
+    """The trace-health checks as JSON objects (`health[]`)."""
+    return [
+        {
+            "check": h.check,
+            "severity": h.severity,
+            "message": h.message,
+            "evidence": h.evidence,
+            "unreliable": list(h.unreliable),
+        }
+        for h in ses.health
+    ]
+
+
+def health_section(ses: Session) -> Section | None:
+    """The health checks as the first section of a report, or None when none fires."""
+    if not ses.health:
+        return None
+    text = "\n".join(
+        f"[{h.severity}] {h.check}: {h.message}" + (f" (unreliable: {', '.join(h.unreliable)})" if h.unreliable else "")
+        for h in ses.health
+    )
+    return Section("Trace health (checked before any number)", text=text)
+
+
+def guarded(headline: str | None, ses: Session, *metrics: str) -> str | None:
+    """The headline, or, when a health error spoils one of `metrics`, a line that says so
+    instead of a confident verdict."""
+    errors = [h for h in ses.health if h.severity == "error" and set(h.unreliable) & set(metrics)]
+    if not errors:
+        return headline
+    spoiled = sorted({m for h in errors for m in h.unreliable})
+    return (
+        f"trace health error ({', '.join(h.check for h in errors)}): {errors[0].message}; "
+        f"these numbers are unreliable: {', '.join(spoiled)}. " + (headline or "")
+    )
+
+
+def with_health(report: Report, ses: Session, *metrics: str) -> Report:
+    """`report` with the trace-health checks first (a section, `health[]` in JSON) and its
+    headline guarded for `metrics` (the ones this report's numbers depend on)."""
+    section = health_section(ses)
+    sections = ((section,) if section else ()) + tuple(report.sections)
+    payload = {**report.payload, "health": health_payload(ses)}
+    return dataclasses.replace(
+        report, sections=sections, payload=payload, headline=guarded(report.headline, ses, *metrics)
+    )
 
 
 FINDING_SCHEMA = {"rule": pl.String, "severity": pl.String, "message": pl.String, "recommendation": pl.String}

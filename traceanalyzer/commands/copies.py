@@ -10,11 +10,11 @@ import click
 
 from traceanalyzer.analyses.findings import rules_for
 from traceanalyzer.cli_options import build_options, option_flags, output_options
-from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session
+from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session, with_health
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "copies")
+GROUPS = ("patterns", "copies", "steps", "health")
 
 TABLE_COLUMNS = [
     "direction",
@@ -106,4 +106,5 @@ def copies_report(ses: Session, top: int) -> Report:
 def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Every GPU memcpy and memset, the op and Python line that issued it, and what it cost."""
     options = build_options(kwargs, *GROUPS)
-    emit(copies_report(open_session(trace, options), top), fmt, output)
+    ses = open_session(trace, options)
+    emit(with_health(copies_report(ses, top), ses), fmt, output)

@@ -11,11 +11,11 @@ import click
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.cli_options import build_options, option_flags, output_options
-from traceanalyzer.commands.common import emit, head, open_session
+from traceanalyzer.commands.common import emit, head, open_session, with_health
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "gaps", "ranks")
+GROUPS = ("patterns", "gaps", "steps", "health", "ranks")
 
 GAP_TABLE_COLUMNS = [
     "device",
@@ -94,7 +94,8 @@ def gaps_report(ses: Session, top: int) -> Report:
         },
         "gaps": head(result.gaps, top),
     }
-    return Report("gaps", result.trace_path, th, sections, payload, headline=headline, warnings=warnings)
+    report = Report("gaps", result.trace_path, th, sections, payload, headline=headline, warnings=warnings)
+    return with_health(report, ses, "busy_share", "gap_causes")
 
 
 @click.command("gaps")

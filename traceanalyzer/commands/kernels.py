@@ -13,10 +13,10 @@ import polars as pl
 from traceanalyzer.analyses.kernels import KernelsResult
 from traceanalyzer.analyses.ops import sort_table
 from traceanalyzer.cli_options import build_options, option_flags, output_options
-from traceanalyzer.commands.common import emit, head, open_session
+from traceanalyzer.commands.common import emit, head, open_session, with_health
 from traceanalyzer.report import Report, Section
 
-GROUPS = ("kernels",)
+GROUPS = ("kernels", "steps", "health")
 
 
 def census_table(result: KernelsResult) -> pl.DataFrame:
@@ -91,4 +91,4 @@ def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None
         headline=headline,
         warnings=ses.warnings,
     )
-    emit(report, fmt, output)
+    emit(with_health(report, ses, "kernel_time"), fmt, output)

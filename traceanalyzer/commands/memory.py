@@ -12,11 +12,11 @@ import click
 
 from traceanalyzer.analyses.findings import rules_for
 from traceanalyzer.cli_options import build_options, option_flags, output_options
-from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session
+from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session, with_health
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("memory",)
+GROUPS = ("memory", "steps", "health")
 
 DEVICE_COLUMNS = [
     "device",
@@ -111,4 +111,5 @@ def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs)
     """Device memory from profile_memory traces: the peak, who holds it, top allocating ops,
     growth per step, allocator cache, and allocations never freed."""
     options = build_options(kwargs, *GROUPS)
-    emit(memory_report(open_session(trace, options), top), fmt, output)
+    ses = open_session(trace, options)
+    emit(with_health(memory_report(ses, top), ses), fmt, output)

@@ -9,10 +9,10 @@ import click
 
 from traceanalyzer.analyses.ops import sort_table
 from traceanalyzer.cli_options import build_options, option_flags, output_options
-from traceanalyzer.commands.common import emit, head, open_session
+from traceanalyzer.commands.common import emit, head, open_session, with_health
 from traceanalyzer.report import Report, Section
 
-GROUPS = ("ops",)
+GROUPS = ("ops", "steps", "health")
 
 
 @click.command("ops")
@@ -43,4 +43,4 @@ def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None
         headline=headline,
         warnings=ses.warnings,
     )
-    emit(report, fmt, output)
+    emit(with_health(report, ses, "op_gpu_time"), fmt, output)

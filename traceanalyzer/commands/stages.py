@@ -15,10 +15,10 @@ import polars as pl
 
 from traceanalyzer.analyses.stages import StagesResult
 from traceanalyzer.cli_options import build_options, option_flags, output_options
-from traceanalyzer.commands.common import emit, head, open_session
+from traceanalyzer.commands.common import emit, head, open_session, with_health
 from traceanalyzer.report import Report, Section
 
-GROUPS = ("patterns", "stages")
+GROUPS = ("patterns", "stages", "steps", "health")
 
 
 def average_table(result: StagesResult) -> pl.DataFrame:
@@ -75,4 +75,5 @@ def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs)
     forward, backward, optimizer, sync wait, other CPU, GPU idle)."""
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
-    emit(stages_report(ses.stages, ses.path, ses.options.thresholds(GROUPS), top, ses.warnings), fmt, output)
+    report = stages_report(ses.stages, ses.path, ses.options.thresholds(GROUPS), top, ses.warnings)
+    emit(with_health(report, ses, "steps"), fmt, output)

@@ -14,14 +14,21 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.findings import RULE_IDS, Finding
 from traceanalyzer.cli_options import build_options, option_flags, output_options
 from traceanalyzer.commands import ranks
-from traceanalyzer.commands.common import emit, findings_payload, findings_table, findings_text, open_session
+from traceanalyzer.commands.common import (
+    emit,
+    findings_payload,
+    findings_table,
+    findings_text,
+    open_session,
+    with_health,
+)
 from traceanalyzer.commands.stages import average_table, stages_payload
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "gaps", "syncs", "copies", "steps", "stages", "kernels", "memory", "findings", "ranks")
+GROUPS = ("patterns", "gaps", "syncs", "copies", "steps", "stages", "kernels", "memory", "findings", "health", "ranks")
 SCREEN_ROWS = 5
 
 
@@ -136,9 +143,10 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         "top_kernels": kern.head(top) if top else kern,
         "findings": findings_payload(findings),
     }
-    return Report(
+    report = Report(
         "summary", ses.path, th, tuple(sections), payload, headline=_headline(ses, findings), warnings=ses.warnings
     )
+    return with_health(report, ses, "busy_share", "gap_causes", "kernel_time", "steps")
 
 
 @click.command("summary")

@@ -11,11 +11,11 @@ import polars as pl
 
 from traceanalyzer.analyses.findings import rules_for
 from traceanalyzer.cli_options import build_options, option_flags, output_options
-from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session
+from traceanalyzer.commands.common import emit, findings_payload, findings_text, head, open_session, with_health
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "gaps", "syncs")
+GROUPS = ("patterns", "gaps", "syncs", "steps", "health")
 
 TABLE_COLUMNS = [
     "kind",
@@ -115,4 +115,5 @@ def syncs_report(ses: Session, top: int) -> Report:
 def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """Every point where the CPU waited for the GPU, the bubble it left, and the op and line behind it."""
     options = build_options(kwargs, *GROUPS)
-    emit(syncs_report(open_session(trace, options), top), fmt, output)
+    ses = open_session(trace, options)
+    emit(with_health(syncs_report(ses, top), ses, "gap_causes"), fmt, output)

@@ -230,6 +230,15 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
     trace = ses.trace
     gaps = ses.gaps
     rep = IncidentReport(f"traceanalyzer report: {os.path.basename(trace.path)}")
+    if ses.health:
+        rep.heading("Trace health")
+        rep.items(
+            [
+                f"**[{h.severity}] {h.check}**: {h.message}"
+                + (f" (unreliable: {', '.join(h.unreliable)})" if h.unreliable else "")
+                for h in ses.health
+            ]
+        )
     rep.heading("Summary")
     _guard(rep, "summary", lambda: _summary(rep, trace, gaps, ses.verdict))
     rep.heading("Timeline")

@@ -1,0 +1,166 @@
+"""Trace health: one synthetic trace per check, built so the damage is known; the shared traces
+raise no error, and every warning they raise is justified from the raw JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import traceanalyzer as ta
+from tests.conftest import SHARED_TRACES_DIR
+from tests.synthetic import TraceBuilder
+from traceanalyzer.cli import cli
+
+
+def _checks(b: TraceBuilder, tmp_path, name: str = "t.json") -> dict:
+    ses = ta.Session(ta.load(b.write(tmp_path, name)))
+    return {h.check: h for h in ses.health}
+
+
+def _base(b: TraceBuilder, n: int = 4) -> TraceBuilder:
+    for i in range(n):
+        b.step(i + 1, 1000 * i, 1000)
+        b.kernel("k", ts=1000 * i + 100, dur=500, launch_ts=1000 * i + 10)
+    return b
+
+
+def test_a_healthy_trace_is_quiet(tmp_path):
+    assert _checks(_base(TraceBuilder()), tmp_path) == {}
+
+
+def test_launches_without_gpu_activity(tmp_path):
+    # Launch calls recorded, not one kernel: the GPU side is missing (an error, not "idle").
+    b = TraceBuilder()
+    for i in range(4):
+        b.step(i + 1, 1000 * i, 1000)
+        b.runtime("cudaLaunchKernel", 1000 * i + 10, 5)
+    h = _checks(b, tmp_path)["missing_gpu_events"]
+    assert h.severity == "error" and h.evidence["without_gpu_activity"] == 4 and "busy_share" in h.unreliable
+
+
+def test_clock_skew(tmp_path):
+    # A kernel that starts 100 s before its own launch call: the clocks disagree.
+    b = _base(TraceBuilder())
+    b.kernel("skewed", ts=-100_000_000, dur=5, launch_ts=3500)
+    h = _checks(b, tmp_path)["clock_skew"]
+    assert h.severity == "error" and h.evidence["before_launch"] == 1 and h.evidence["outside_cpu_span"] == 1
+
+
+def test_kernels_overlapping_on_one_stream(tmp_path):
+    b = _base(TraceBuilder())
+    b.kernel("pdl", ts=3300, dur=100, launch_ts=3005)  # inside the step-4 kernel [3100, 3600] on stream 7
+    h = _checks(b, tmp_path)["stream_overlap"]
+    assert h.severity == "warning" and h.evidence == {"overlapping_kernels": 1, "kernels": 5}
+
+
+def test_gpu_work_linked_to_no_launch(tmp_path):
+    # Two of six kernels carry correlation id 0 (AMD traces do): no launch to link to.
+    b = _base(TraceBuilder())
+    for ts in (200, 1200):
+        b.events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k0",
+                "pid": 0,
+                "tid": 9,
+                "ts": ts,
+                "dur": 10,
+                "args": {"device": 0, "stream": 9, "correlation": 0},
+            }
+        )
+    h = _checks(b, tmp_path)["unlinked_gpu_work"]
+    assert h.evidence == {"unlinked": 2, "gpu_activities": 6, "correlation_zero": 2}
+
+
+def test_overflowing_duration(tmp_path):
+    # A kernel lasting 10^9 µs in a 4 ms trace (an overflowed ROCm duration): the loader cuts it
+    # at the trace's end, and the numbers near that end are approximate.
+    b = _base(TraceBuilder())
+    b.kernel("forever", ts=3700, dur=1_000_000_000, launch_ts=3690)
+    h = _checks(b, tmp_path)["overflowing_durations"]
+    assert h.severity == "warning" and "clipped 1 events" in h.message
+
+
+def test_truncated_file(tmp_path):
+    path = _base(TraceBuilder()).write(tmp_path)
+    text = path.read_text()
+    path.write_text(text[: len(text) - 300])  # cut inside the last events
+    ses = ta.Session.open(path)
+    h = {x.check: x for x in ses.health}["truncated"]
+    assert h.severity == "warning" and "truncated" in h.message
+
+
+def test_down_sampled_trace(tmp_path):
+    # 1,200 CPU ops whose external ids step by 100 (density 1 %), kernels whose correlation ids
+    # step by 200, and no event-record or stream-wait call: what was left out explains the "gaps".
+    b = TraceBuilder()
+    for i in range(1200):
+        b.op("aten::add", 10 * i, 5, **{"External id": 100 * i})
+    for i in range(40):
+        corr = b.runtime("cudaLaunchKernel", 300 * i, 3, correlation=200 * i + 7)
+        b.events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": 7,
+                "ts": 300 * i + 50,
+                "dur": 20,
+                "args": {"device": 0, "stream": 7, "correlation": corr},
+            }
+        )
+    h = _checks(b, tmp_path)["sampled"]
+    assert h.severity == "error" and h.evidence["external_id_density"] == pytest.approx(1200 / 119_901)
+
+
+def test_few_steps_and_warm_up(tmp_path):
+    b = TraceBuilder()
+    b.step(1, 0, 5000)
+    b.kernel("k", ts=100, dur=500, launch_ts=10)
+    b.step(2, 5000, 1000)
+    b.kernel("k", ts=5100, dur=500, launch_ts=5010)
+    checks = _checks(b, tmp_path)
+    assert checks["few_steps"].severity == "info" and checks["warm_up"].severity == "info"
+
+
+def test_a_health_error_replaces_the_confident_verdict(tmp_path):
+    b = TraceBuilder()
+    for i in range(4):
+        b.step(i + 1, 1000 * i, 1000)
+        b.runtime("cudaLaunchKernel", 1000 * i + 10, 5)
+    b.kernel("lonely", ts=100, dur=10, launch_ts=None)
+    path = b.write(tmp_path)
+    out = CliRunner().invoke(cli, ["summary", str(path), "--format", "json"])
+    doc = json.loads(out.stdout)
+    assert doc["health"][0]["check"] == "missing_gpu_events" and doc["health"][0]["severity"] == "error"
+    text = CliRunner().invoke(cli, ["gaps", str(path)]).stdout
+    first = text.splitlines()[0]
+    assert first.startswith("trace health error (missing_gpu_events)") and "unreliable: busy_share, gap_causes" in first
+    md = CliRunner().invoke(cli, ["gaps", str(path), "--format", "markdown"]).stdout
+    assert "Trace health" in md.split("GPU time per device")[0]
+
+
+SHARED_GPU = [
+    p
+    for p in (sorted(SHARED_TRACES_DIR.rglob("*.json*")) if SHARED_TRACES_DIR.is_dir() else [])
+    if not p.name.startswith("edge_")
+]
+
+
+@pytest.mark.parametrize("path", SHARED_GPU, ids=[p.name for p in SHARED_GPU])
+def test_shared_traces_raise_no_health_error(path):
+    checks = {h.check: h for h in ta.Session.open(path).health}
+    assert not [h for h in checks.values() if h.severity == "error"]
+    warnings = {c for c, h in checks.items() if h.severity == "warning"}
+    # b200 (B200) and gb10 (GB10) launch kernels with programmatic dependent launch: in the raw
+    # JSON, 74 of b200's 768 kernels and 3,111 of gb10's 13,530 start before the previous kernel
+    # on their stream ends. No other shared trace gets a warning.
+    expected = {
+        "b200_eager_rank0.json.gz": {"stream_overlap"},
+        "gb10_vllm_cudagraphs.pt.trace.json.gz": {"stream_overlap"},
+    }
+    assert warnings == expected.get(path.name, set())

@@ -1,0 +1,231 @@
+"""Trace health, checked before any number: damage that makes a number wrong without an error.
+
+Each check returns a `HealthCheck` when it fires: `severity` is `error` (the numbers it names
+are wrong: a verdict over them would mislead), `warning` (they are approximate) or `info`;
+`unreliable` names the metrics it spoils (`busy_share`, `gap_causes`, `kernel_time`, `steps`).
+Checks:
+
+- `missing_gpu_events`: launch calls (kernels, graph launches) whose correlation reaches no GPU
+  activity, over `missing_gpu_share` of launches (all of them: an error: the GPU side was not
+  recorded, so "idle" is an artefact);
+- `clock_skew`: GPU activity that starts before its own launch call by more than `clock_skew_us`,
+  or lies outside the CPU events' span by more than that: the two clocks disagree;
+- `stream_overlap`: kernels overlapping on one stream (programmatic dependent launch on
+  Hopper/Blackwell): sums of kernel time count the overlap twice; the busy union is unaffected;
+- `unlinked_gpu_work`: GPU work whose correlation links to no runtime call (id 0 on AMD, lost
+  launches), other than work queued before the trace began, over `unlinked_gpu_share`;
+- `overflowing_durations`: activities lasting longer than the whole CPU span (ROCm durations
+  that overflow, uninitialised end times);
+- `truncated`: the loader salvaged a damaged or cut file (its warnings);
+- `sampled`: a down-sampled trace: CPU op external ids and GPU correlation ids far sparser than
+  a complete capture's, with no event-record or stream-wait calls to explain waits;
+- `few_steps`, `warm_up`: from the steps analysis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.options import HealthOptions, Options
+from traceanalyzer.patterns import GRAPH_LAUNCH
+from traceanalyzer.trace import Trace
+
+KERNEL_LAUNCH = r"Launch(Kernel|CooperativeKernel)|LaunchKernelEx|^cuLaunchKernel|^hipExtLaunch|" + GRAPH_LAUNCH
+EVENT_WAIT_API = r"EventRecord|StreamWaitEvent"
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """One problem found in a trace, and the metrics it makes unreliable."""
+
+    check: str
+    severity: str  # error | warning | info
+    message: str
+    evidence: dict
+    unreliable: tuple[str, ...] = ()
+
+
+def _missing_gpu_events(trace: Trace, o: HealthOptions) -> HealthCheck | None:
+    launches = trace.runtime.filter(pl.col("name").str.contains(KERNEL_LAUNCH) & pl.col("correlation").is_not_null())
+    if launches.is_empty():
+        return None
+    seen = trace.gpu.select("correlation").drop_nulls().unique()
+    missing = launches.join(seen, on="correlation", how="anti")
+    share = missing.height / launches.height
+    if share < o.missing_gpu_share:
+        return None
+    error = trace.gpu.is_empty() or share >= 0.5
+    graphs = missing.filter(pl.col("name").str.contains(GRAPH_LAUNCH)).height
+    return HealthCheck(
+        "missing_gpu_events",
+        "error" if error else "warning",
+        f"{missing.height:,} of {launches.height:,} launch calls ({share:.0%}) have no GPU activity in the trace"
+        + (f" ({graphs:,} of them graph launches with no kernels)" if graphs else "")
+        + ": the GPU side was not fully recorded, so GPU idle time is overstated",
+        {"launches": launches.height, "without_gpu_activity": missing.height, "graph_launches_without_kernels": graphs},
+        ("busy_share", "gap_causes"),
+    )
+
+
+def _clock_skew(trace: Trace, o: HealthOptions) -> HealthCheck | None:
+    tol = int(o.clock_skew_us * 1000)
+    early = trace.gpu.filter(pl.col("launch_ts_ns").is_not_null() & (pl.col("ts_ns") < pl.col("launch_ts_ns") - tol))
+    cpu = [t for t in (trace.ops, trace.runtime) if t.height]
+    outside = 0
+    if cpu and trace.gpu.height:
+        lo = min(t["ts_ns"].min() for t in cpu)
+        hi = max(t["end_ns"].max() for t in cpu)
+        outside = trace.gpu.filter((pl.col("end_ns") < lo - tol) | (pl.col("ts_ns") > hi + tol)).height
+    if not early.height and not outside:
+        return None
+    return HealthCheck(
+        "clock_skew",
+        "error",
+        f"{early.height:,} GPU activities start over {o.clock_skew_us:,.0f} µs before their own launch call and "
+        f"{outside:,} lie that far outside the CPU events: the GPU and CPU clocks disagree",
+        {"before_launch": early.height, "outside_cpu_span": outside, "gpu_activities": trace.gpu.height},
+        ("busy_share", "gap_causes", "steps"),
+    )
+
+
+def _stream_overlap(trace: Trace, o: HealthOptions) -> HealthCheck | None:
+    k = trace.gpu.filter(pl.col("kind") == "kernel").select("device", "stream", "ts_ns", "end_ns")
+    if k.is_empty():
+        return None
+    k = k.sort("device", "stream", "ts_ns").with_columns(
+        _reach=pl.col("end_ns").cum_max().shift(1).over("device", "stream")
+    )
+    over = k.filter(pl.col("ts_ns") < pl.col("_reach"))
+    share = over.height / k.height
+    if share < o.stream_overlap_share:
+        return None
+    return HealthCheck(
+        "stream_overlap",
+        "warning",
+        f"{over.height:,} of {k.height:,} kernels ({share:.0%}) start before the previous kernel on their stream ends "
+        "(programmatic dependent launch): sums of kernel time count the overlap twice; GPU busy time does not",
+        {"overlapping_kernels": over.height, "kernels": k.height},
+        ("kernel_time",),
+    )
+
+
+def _unlinked(trace: Trace, o: HealthOptions) -> HealthCheck | None:
+    if trace.gpu.is_empty():
+        return None
+    first = trace.runtime["correlation"].drop_nulls().min() if trace.runtime.height else None
+    corr = pl.col("correlation")
+    # Queued before the trace began (an id below every traced call's) is not lost; id 0 is.
+    before = corr.is_not_null() & (corr > 0) & (corr < first) if first is not None else pl.lit(False)
+    unlinked = trace.gpu.filter(pl.col("runtime_id").is_null() & ~before)
+    share = unlinked.height / trace.gpu.height
+    if share < o.unlinked_gpu_share:
+        return None
+    zero = unlinked.filter(pl.col("correlation").fill_null(0) == 0).height
+    return HealthCheck(
+        "unlinked_gpu_work",
+        "warning",
+        f"{unlinked.height:,} of {trace.gpu.height:,} GPU activities ({share:.0%}) link to no launch call"
+        + (f" ({zero:,} with correlation id 0)" if zero else "")
+        + ": their gaps cannot be traced to a CPU thread, and ops get no GPU time for them",
+        {"unlinked": unlinked.height, "gpu_activities": trace.gpu.height, "correlation_zero": zero},
+        ("gap_causes", "op_gpu_time"),
+    )
+
+
+def _overflowing(trace: Trace) -> HealthCheck | None:
+    clipped = [w for w in trace.warnings if w.startswith("clipped") and "runs past the end" in w]
+    if clipped:
+        # The loader already cut them at the trace's end: the numbers near that end are approximate.
+        return HealthCheck(
+            "overflowing_durations",
+            "warning",
+            clipped[0] + ": durations that overflowed or were never closed, cut at the end of the trace",
+            {"warnings": clipped},
+            ("busy_share", "kernel_time"),
+        )
+    cpu = [t for t in (trace.ops, trace.runtime) if t.height]
+    if not cpu or trace.gpu.is_empty():
+        return None
+    span = max(t["end_ns"].max() for t in cpu) - min(t["ts_ns"].min() for t in cpu)
+    long = trace.gpu.filter(pl.col("dur_ns") > max(span, 1))
+    if long.is_empty():
+        return None
+    return HealthCheck(
+        "overflowing_durations",
+        "error",
+        f"{long.height:,} GPU activities last longer than the whole CPU span ({span / 1e6:,.1f} ms): durations that "
+        "overflowed or were never closed",
+        {"activities": long.height, "cpu_span_us": span / 1000.0, "longest_us": long["dur_ns"].max() / 1000.0},
+        ("busy_share", "gap_causes", "kernel_time"),
+    )
+
+
+def _truncated(trace: Trace) -> HealthCheck | None:
+    hits = [w for w in trace.warnings if "truncated" in w or "damaged" in w or "could not be read" in w]
+    if not hits:
+        return None
+    return HealthCheck(
+        "truncated",
+        "warning",
+        "the file is damaged or cut short and was read up to where it breaks: " + hits[0],
+        {"warnings": hits},
+        ("steps",),
+    )
+
+
+def _sampled(trace: Trace, o: HealthOptions) -> HealthCheck | None:
+    ext = trace.ops["external_id"].drop_nulls().unique() if "external_id" in trace.ops.columns else pl.Series([])
+    corr = trace.gpu["correlation"].drop_nulls().unique()
+    if ext.len() < o.sampled_min_events or corr.len() < 2:
+        return None
+    ext_density = ext.len() / (ext.max() - ext.min() + 1)
+    corr_density = corr.len() / (corr.max() - corr.min() + 1)
+    waits = trace.runtime.filter(pl.col("name").str.contains(EVENT_WAIT_API)).height
+    if ext_density >= o.sampled_density or waits:
+        return None
+    return HealthCheck(
+        "sampled",
+        "error",
+        f"the trace looks down-sampled: {ext.len():,} CPU ops whose external ids span {ext.max() - ext.min() + 1:,} "
+        f"and {corr.len():,} GPU correlation ids spanning {corr.max() - corr.min() + 1:,}, with no event-record or "
+        "stream-wait calls: idle gaps and their causes are artefacts of the events left out",
+        {"external_id_density": ext_density, "correlation_density": corr_density, "ops": trace.ops.height},
+        ("busy_share", "gap_causes"),
+    )
+
+
+def _from_steps(steps: StepsResult) -> list[HealthCheck]:
+    out = []
+    for c in steps.caveats:
+        if c.kind == "too_few_steps":
+            out.append(HealthCheck("few_steps", "info", c.message, c.evidence, ("steps",)))
+        elif c.kind in ("first_step_warmup", "warm_up"):
+            out.append(HealthCheck("warm_up", "info", c.message, c.evidence, ()))
+    return out
+
+
+def analyse_health(
+    trace: Trace, options: Options | HealthOptions | None = None, steps: StepsResult | None = None
+) -> list[HealthCheck]:
+    """Every health check that fires, errors first; `steps` adds few_steps and warm_up."""
+    o = Options.of(options).health
+    found = [
+        _missing_gpu_events(trace, o),
+        _clock_skew(trace, o),
+        _overflowing(trace),
+        _sampled(trace, o),
+        _unlinked(trace, o),
+        _stream_overlap(trace, o),
+        _truncated(trace),
+    ]
+    out = [h for h in found if h is not None] + (_from_steps(steps) if steps is not None else [])
+    return sorted(out, key=lambda h: SEVERITIES.index(h.severity))
+
+
+def unreliable(checks: list[HealthCheck], *metrics: str, severity: tuple[str, ...] = ("error",)) -> list[HealthCheck]:
+    """The checks of the given severities that spoil any of `metrics`."""
+    return [h for h in checks if h.severity in severity and set(h.unreliable) & set(metrics)]
