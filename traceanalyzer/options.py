@@ -120,8 +120,18 @@ class CopyOptions:
 
 @dataclass(frozen=True)
 class StepOptions:
-    """Options of the steps analysis (outliers, too few steps)."""
+    """Options of the steps: where they come from, warm-up, outliers, too few steps."""
 
+    steps: str = opt(
+        "auto",
+        "where steps come from: auto, profiler, range:REGEX, python:REGEX or none (see analyses.step_detection)",
+        flag="--steps",
+    )
+    warmup_steps: str = opt(
+        "exclude",
+        "warm-up steps (slow steps at the start) in step averages: exclude or include",
+        choices=("exclude", "include"),
+    )
     outlier_factor: float = opt(1.5, "a step is an outlier when it lasts longer than this many times the median step")
     min_steps: int = opt(3, "fewer profiled steps than this are too few to trust")
 

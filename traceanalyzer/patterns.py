@@ -20,6 +20,8 @@ OPTIMIZER = r"Optimizer\.(step|zero_grad)|optimizer_step"
 # called; anything else in an op chain is a range (record_function, module, DataLoader).
 NAMESPACED_OP = r"^[A-Za-z_][\w.]*::\w"
 NN_MODULE = r"^nn\.Module:"
+# Python functions that run one iteration of a serving engine or a training loop.
+STEP_FUNCTION = r"\): (execute_model|step|generate|train_step|training_step|forward_step|run_batch|_process_batch)$"
 # CPU work that belongs to the model's forward when no phase range says otherwise.
 MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
 SINGLE_TENSOR_OPTIMIZER = "_single_tensor_"  # a literal, not a pattern

@@ -30,6 +30,7 @@ from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
 from traceanalyzer.analyses.ops import analyse_ops
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
+from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.analyses.verdict import Verdict, verdict
@@ -42,8 +43,10 @@ class Session:
     """The analyses of one trace under one set of options, each computed once, lazily."""
 
     def __init__(self, trace: Trace, options: Any = None) -> None:
-        self.trace = trace
         self.options = Options.of(options)
+        # Every analysis counts per step over the same steps: those the options ask for.
+        self.trace, self.step_source = with_steps(trace, self.options)
+        self.loaded = trace  # as read, its steps the ProfilerStep ranges
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | BinaryIO, options: Any = None, **load_kwargs: Any) -> Session:
@@ -53,7 +56,7 @@ class Session:
         return cls(load(path, **load_kwargs), options)
 
     def __repr__(self) -> str:
-        done = [k for k in self.__dict__ if k not in ("trace", "options")]
+        done = [k for k in self.__dict__ if k not in ("trace", "options", "step_source", "loaded")]
         return f"Session({self.trace.path!r}, computed={done})"
 
     @property
@@ -121,7 +124,7 @@ class Session:
     @cached_property
     def steps(self) -> StepsResult:
         """The steps, their busy share and the capture caveats (`analyse_steps`)."""
-        return analyse_steps(self.trace, self.options)
+        return analyse_steps(self.trace, self.options, source=self.step_source)
 
     @cached_property
     def stages(self) -> StagesResult:

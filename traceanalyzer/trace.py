@@ -238,22 +238,25 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
 
 
 def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
-    """ProfilerStep ranges, extended to the GPU side as the TensorBoard plugin defines them: a
-    step runs from the later of its start and the previous step's end to the later of its end
-    and the end of the last GPU activity whose runtime call started inside it."""
-    steps = (
-        ops.filter(pl.col("name").str.contains(STEP_NAME))
-        .select(
-            step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
-            name="name",
-            pid="pid",
-            tid="tid",
-            cpu_start_ns="ts_ns",
-            cpu_end_ns="end_ns",
-            op_id="op_id",
-        )
-        .sort("cpu_start_ns")
+    """The ProfilerStep ranges, extended to the GPU side (see `extend_steps`)."""
+    ranges = ops.filter(pl.col("name").str.contains(STEP_NAME)).select(
+        step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
+        name="name",
+        pid="pid",
+        tid="tid",
+        cpu_start_ns="ts_ns",
+        cpu_end_ns="end_ns",
+        op_id="op_id",
     )
+    return extend_steps(ranges, gpu)
+
+
+def extend_steps(ranges: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Step ranges (step, name, pid, tid, cpu_start_ns, cpu_end_ns, op_id) extended to the GPU
+    side as the TensorBoard plugin defines them: a step runs from the later of its start and
+    the previous step's end to the later of its end and the end of the last GPU activity whose
+    runtime call started inside it. The one definition of a step, whatever found its ranges."""
+    steps = ranges.sort("cpu_start_ns")
     if steps.is_empty():
         return steps.with_columns(
             start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"), gpu_end_ns=pl.col("cpu_end_ns")

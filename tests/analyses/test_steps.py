@@ -29,7 +29,7 @@ def test_durations_busy_outliers_and_warmup(tmp_path):
     # Median of (300, 100, 100, 120) is 110: only step 1 exceeds 1.5 × 110.
     assert r.median_us == 110 and t["outlier"].to_list() == [True, False, False, False]
     kinds = [c.kind for c in r.caveats]
-    assert kinds == ["first_step_warmup"]  # 300 > 1.5 × median(100, 100, 120)
+    assert kinds == ["warm_up"]  # 300 > 1.5 × median(100, 100, 120)
 
 
 def test_too_few_steps_no_steps_and_loading_outside(tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.analyses.op_tree import ancestors, self_time
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import OpsOptions, Options
@@ -68,16 +69,23 @@ def _per_op(trace: Trace) -> pl.DataFrame:
 
 
 def _module_of(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
-    """op_id -> the innermost `nn.Module:` range around (or at) the op."""
+    """op_id -> the module the op ran in: its innermost `nn.Module:` Python frame (with_modules
+    traces), else the innermost `nn.Module:` range of its op chain, else "(no module)"."""
     ctx = op_context(trace, op_ids)
-    return ctx.select(
+    from_chain = ctx.select(
         "op_id",
-        module=pl.col("op_chain")
+        _chain_module=pl.col("op_chain")
         .fill_null("")
         .str.split(" > ")
         .list.eval(pl.element().filter(pl.element().str.contains(NN_MODULE)))
-        .list.last()
-        .fill_null("(no module)"),
+        .list.last(),
+    )
+    frames = op_modules(trace).select("op_id", "module")
+    return (
+        pl.DataFrame({"op_id": op_ids.cast(pl.Int64)})
+        .join(frames, on="op_id", how="left")
+        .join(from_chain, on="op_id", how="left")
+        .select("op_id", module=pl.coalesce("module", "_chain_module").fill_null("(no module)"))
     )
 
 

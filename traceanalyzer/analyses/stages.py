@@ -39,6 +39,7 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import Options, PatternOptions, StageOptions
 from traceanalyzer.patterns import D2H_COPY, H2D_COPY, MODEL_CPU, PROFILER_STEP, TB_DATALOADER
@@ -143,8 +144,20 @@ def priority_breakdown(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFram
 
 
 def _chains(trace: Trace) -> pl.DataFrame:
-    """op_id -> op_chain for every op (names from outermost to innermost, ' > ' joined)."""
-    return op_context(trace, trace.ops["op_id"]).select("op_id", pl.col("op_chain").fill_null(""))
+    """op_id -> op_chain for every op: the modules it ran in (`nn.Module: Name` frames of
+    with_modules traces), then its ops and ranges, outermost first, ' > ' joined; stage
+    patterns match against it."""
+    chains = op_context(trace, trace.ops["op_id"]).select("op_id", pl.col("op_chain").fill_null(""))
+    modules = op_modules(trace).select(
+        "op_id",
+        _mods=pl.lit("nn.Module: ") + pl.col("module_path").str.replace_all("/", " > nn.Module: ", literal=True),
+    )
+    return chains.join(modules, on="op_id", how="left").select(
+        "op_id",
+        op_chain=pl.when(pl.col("_mods").is_not_null())
+        .then(pl.col("_mods") + pl.lit(" > ") + pl.col("op_chain"))
+        .otherwise(pl.col("op_chain")),
+    )
 
 
 def _label(rules: list[tuple[str, str]], fallback: pl.Expr) -> pl.Expr:

@@ -10,17 +10,20 @@ utilization").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.analyses.step_detection import step_kind
 from traceanalyzer.options import Options, StepOptions
 from traceanalyzer.trace import Trace
 
 STEP_COLUMNS = {
     "step": pl.Int64,
+    "name": pl.String,
+    "kind": pl.String,  # prefill | decode | mixed for LLM serving steps that say so, else null
     "start_us": pl.Float64,
     "duration_us": pl.Float64,
     "cpu_duration_us": pl.Float64,
@@ -28,6 +31,7 @@ STEP_COLUMNS = {
     "busy_share": pl.Float64,
     "kernel_share": pl.Float64,
     "outlier": pl.Boolean,
+    "warmup": pl.Boolean,  # a slow step at the start (left out of the averages by default)
 }
 
 
@@ -35,7 +39,7 @@ STEP_COLUMNS = {
 class Caveat:
     """Something about how the trace was captured that limits what it can tell."""
 
-    kind: str  # first_step_warmup | too_few_steps | no_steps | data_loading_outside_steps
+    kind: str  # warm_up | too_few_steps | no_steps | data_loading_outside_steps | no_gpu_activity
     message: str
     evidence: dict
 
@@ -50,6 +54,8 @@ class StepsResult:
     mean_us: float | None
     caveats: tuple[Caveat, ...]
     window_kind: str = "steps"  # see analyses.windows.window_kind
+    source: str = "profiler"  # how the steps were found (see analyses.step_detection)
+    by_kind: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, steps, mean_us, median_us
 
     @property
     def count(self) -> int:
@@ -66,17 +72,33 @@ def _busy_per_step(trace: Trace, kinds: list[str]) -> pl.DataFrame:
     return per.group_by("step").agg(busy_ns=pl.col("busy_ns").sum(), device_window_ns=pl.col("window_ns").sum())
 
 
+def _warmup(durations: pl.Series, factor: float) -> pl.Series:
+    """The slow steps at the start: each leading step longer than `factor` times the median of
+    the steps after the leading run (at least two left to judge by)."""
+    n = durations.len()
+    flags = [False] * n
+    if n >= 3:
+        for k in range(n - 2):
+            rest = durations.slice(k + 1).median()
+            if not rest or durations[k] <= factor * rest:
+                break
+            flags[k] = True
+    return pl.Series("warmup", flags, dtype=pl.Boolean)
+
+
 def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
     """One row per analysis window: the ProfilerSteps, or the trace as one step (step null)."""
     steps = windows.step_windows(trace)
     if trace.steps.height:
-        cpu = trace.steps.select("step", cpu_ns=pl.col("cpu_end_ns") - pl.col("cpu_start_ns"))
+        cpu = trace.steps.select("step", "name", cpu_ns=pl.col("cpu_end_ns") - pl.col("cpu_start_ns"))
         steps = steps.join(cpu, on="step", how="left")
     else:
-        steps = steps.with_columns(cpu_ns=pl.col("end_ns") - pl.col("start_ns"))
+        steps = steps.with_columns(name=pl.lit(None, pl.String), cpu_ns=pl.col("end_ns") - pl.col("start_ns"))
     origin = trace.meta.origin_ns
     t = steps.select(
         "step",
+        "name",
+        kind=step_kind(pl.col("name")),
         start_us=(pl.col("start_ns") - origin) / 1000.0,
         duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0,
         cpu_duration_us=pl.col("cpu_ns") / 1000.0,
@@ -95,8 +117,9 @@ def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
             gpu_busy_us=pl.lit(0.0), busy_share=pl.lit(None, pl.Float64), kernel_share=pl.lit(None, pl.Float64)
         )
     median = t["duration_us"].median()
+    t = t.with_columns(outlier=pl.col("duration_us") > opts.outlier_factor * median)
     return (
-        t.with_columns(outlier=pl.col("duration_us") > opts.outlier_factor * median)
+        t.with_columns(warmup=_warmup(t["duration_us"], opts.outlier_factor))
         .select(list(STEP_COLUMNS))
         .cast(STEP_COLUMNS)
     )
@@ -132,18 +155,23 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern:
                     {"steps": table.height, "min_steps": opts.min_steps},
                 )
             )
-        if table.height >= 2:
-            first = table.row(0, named=True)
-            rest_median = table["duration_us"].slice(1).median()
-            if rest_median and first["duration_us"] > opts.outlier_factor * rest_median:
-                out.append(
-                    Caveat(
-                        "first_step_warmup",
-                        f"the first step (#{first['step']}) took {first['duration_us'] / rest_median:.1f}× the median of the others: "
-                        "it includes warm-up (allocator, cuDNN autotuning, compilation); raise `warmup` in the profiler schedule",
-                        {"step": first["step"], "duration_us": first["duration_us"], "median_others_us": rest_median},
-                    )
+        warm = table.filter(pl.col("warmup"))
+        if warm.height:
+            rest_median = table.filter(~pl.col("warmup"))["duration_us"].median()
+            left_out = "left out of the step averages" if opts.warmup_steps == "exclude" else "kept in the averages"
+            out.append(
+                Caveat(
+                    "warm_up",
+                    f"{warm.height} warm-up step(s) at the start ({', '.join(f'#{s}' for s in warm['step'].to_list())}) "
+                    f"took up to {warm['duration_us'].max() / rest_median:.1f}× the median of the others ({left_out}): "
+                    "allocator, cuDNN autotuning, compilation; raise `warmup` in the profiler schedule",
+                    {
+                        "steps": warm["step"].to_list(),
+                        "duration_us": warm["duration_us"].to_list(),
+                        "median_others_us": rest_median,
+                    },
                 )
+            )
     # Data loading outside every step window: time the loop spent that no step accounts for.
     data = trace.ops.filter(pl.col("name").str.contains(data_pattern))
     if data.height and trace.steps.height:
@@ -170,12 +198,20 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern:
     return out
 
 
-def analyse_steps(trace: Trace, options: Options | StepOptions | None = None) -> StepsResult:
-    """The profiled steps: durations, GPU busy share, outliers, capture caveats."""
+def analyse_steps(trace: Trace, options: Options | StepOptions | None = None, source: str = "profiler") -> StepsResult:
+    """The steps: durations, GPU busy share, outliers, warm-up, kinds, capture caveats;
+    `source` says how the trace's steps were found (see analyses.step_detection)."""
     bundle = Options.of(options)
     opts = bundle.steps
     table = _step_table(trace, opts)
-    median = table["duration_us"].median() if table.height else None
-    mean = table["duration_us"].mean() if table.height else None
+    counted = table.filter(~pl.col("warmup")) if opts.warmup_steps == "exclude" else table
+    median = counted["duration_us"].median() if counted.height else None
+    mean = counted["duration_us"].mean() if counted.height else None
     caveats = tuple(_caveats(trace, table, opts, bundle.patterns.data_loading_pattern))
-    return StepsResult(opts, table, median, mean, caveats, windows.window_kind(trace))
+    by_kind = (
+        counted.filter(pl.col("kind").is_not_null())
+        .group_by("kind")
+        .agg(steps=pl.len(), mean_us=pl.col("duration_us").mean(), median_us=pl.col("duration_us").median())
+        .sort("kind")
+    )
+    return StepsResult(opts, table, median, mean, caveats, windows.window_kind(trace), source, by_kind)

@@ -74,6 +74,7 @@ def gaps_report(ses: Session, top: int) -> Report:
     payload = {
         "summary": {
             "window": result.window_kind,
+            "step_source": ses.step_source,
             "devices": dev,
             "steps": result.steps,
             "idle_by_cause": {r["cause"]: r["idle_us"] for r in result.idle_by_cause.iter_rows(named=True)},

@@ -104,7 +104,10 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     per = "step" if ses.stages.window_kind == "steps" else "trace"
     sections = [
         Section("Devices", _devices(ses)),
-        Section("Steps", ses.steps.table.select("step", "duration_us", "busy_share", "kernel_share", "outlier")),
+        Section(
+            f"Steps ({ses.step_source})",
+            ses.steps.table.select("step", "kind", "duration_us", "busy_share", "kernel_share", "outlier", "warmup"),
+        ),
         Section(f"Stages ({ses.stages.view} view, µs per {per})", stages),
     ]
     if g.has_gpu_work:
@@ -128,7 +131,9 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         "gpu_busy_share": g.busy_share,
         "window": g.window_kind,
         "steps": {
+            "step_source": ses.step_source,
             "count": ses.steps.count,
+            "by_kind": ses.steps.by_kind,
             "profiler_steps": ses.trace.steps.height,
             "mean_us": ses.steps.mean_us,
             "median_us": ses.steps.median_us,

@@ -12,7 +12,7 @@ import click
 from traceanalyzer.cli_options import build_options, option_flags
 from traceanalyzer.commands.common import open_session
 
-GROUPS = ("patterns", "gaps")
+GROUPS = ("patterns", "gaps", "steps")
 
 
 def picture_options(fn):
