@@ -88,10 +88,19 @@ def test_a_trace_without_profiler_step_counts_as_one_step(SHARED_TRACES):
     assert ses.copies.copies.height == 19 and ses.syncs.per_step["syncs"].to_list() == [37]
 
 
-@pytest.mark.parametrize("name", ["b200_eager_rank0.json.gz", "gb10_vllm_cudagraphs.pt.trace.json.gz"])
+def test_gb10_counts_per_detected_step(SHARED_TRACES):
+    # No ProfilerStep: its 10 `execute_context_…` ranges are the steps, for diff too.
+    ses = _session(SHARED_TRACES / "gb10_vllm_cudagraphs.pt.trace.json.gz")
+    m = dict(zip(*analyse_diff(ses, ses).summary.select("metric", "before").to_dict(as_series=False).values()))
+    assert m["step_count"] == 10
+    in_steps = ses.copies.copies.filter(pl.col("step").is_not_null()).height
+    assert m["copies_per_step"] == pytest.approx(in_steps / 10)
+
+
+@pytest.mark.parametrize("name", ["b200_eager_rank0.json.gz"])
 def test_traces_without_profiler_step_count_every_copy_and_sync(SHARED_TRACES, name):
     ses = _session(SHARED_TRACES / name)
-    assert ses.trace.steps.is_empty()
+    assert ses.trace.steps.is_empty() and ses.step_source == "auto: none found, one step"
     m = dict(zip(*analyse_diff(ses, ses).summary.select("metric", "before").to_dict(as_series=False).values()))
     assert m["step_count"] == 1 and m["copies_per_step"] == ses.copies.copies.height
     stalls = ses.syncs.syncs.filter(pl.col("kind") != "gpu_wait").height if not ses.syncs.note else 0

@@ -118,12 +118,15 @@ def test_down_sampled_trace(tmp_path):
 
 
 def test_few_steps_and_warm_up(tmp_path):
+    # Four steps, the first 5x the others: a warm-up step; four is under min_steps=5.
     b = TraceBuilder()
-    b.step(1, 0, 5000)
-    b.kernel("k", ts=100, dur=500, launch_ts=10)
-    b.step(2, 5000, 1000)
-    b.kernel("k", ts=5100, dur=500, launch_ts=5010)
-    checks = _checks(b, tmp_path)
+    t0 = 0
+    for i, d in enumerate((5000, 1000, 1000, 1000)):
+        b.step(i + 1, t0, d)
+        b.kernel("k", ts=t0 + 100, dur=500, launch_ts=t0 + 10)
+        t0 += d
+    ses = ta.Session(ta.load(b.write(tmp_path)), ta.StepOptions(min_steps=5))
+    checks = {h.check: h for h in ses.health}
     assert checks["few_steps"].severity == "info" and checks["warm_up"].severity == "info"
 
 
