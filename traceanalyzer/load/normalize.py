@@ -15,6 +15,8 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.load.decode import COLUMN_BUILDERS, SEP, RawTexts
+
 I64 = pl.Int64
 _DIGITS = re.compile(r"-?\d+")
 # Where the loader collects counts of loose values it made uniform (see loader.RawTables);
@@ -70,10 +72,22 @@ def to_str(values: list[Any]) -> pl.Series:
         return pl.Series([v if isinstance(v, str) or v is None else str(v) for v in values], dtype=pl.String)
 
 
-def raw_text(values: list[bytes]) -> pl.Series:
-    """Raw JSON text of a value (b"" when absent) -> String, null when absent."""
-    s = pl.Series(values, dtype=pl.Binary)
-    return s.cast(pl.String, strict=False).replace("", None)
+def texts(raw: RawTexts) -> pl.Series:
+    """The n texts of a `RawTexts` as a String column ("" where absent); a text that is not
+    UTF-8 (msgspec does not check the inside of a Raw value) is null."""
+    if raw.n == 0:
+        return pl.Series([], dtype=pl.String)
+    try:
+        joined = raw.data.decode()
+    except UnicodeDecodeError:
+        parts = pl.Series(raw.data.split(SEP), dtype=pl.Binary)
+        return parts.cast(pl.String, strict=False)
+    return pl.Series([joined]).str.split(SEP.decode()).explode()
+
+
+def raw_text(raw: RawTexts) -> pl.Series:
+    """Raw JSON text of a value (absent: b"") -> String, null when absent."""
+    return texts(raw).replace("", None)
 
 
 def text_to_ns(col: pl.Expr) -> pl.Expr:
@@ -112,28 +126,46 @@ def checked_ns(col: pl.Expr) -> pl.Expr:
 _SCALE = {0: 1000, 1: 100, 2: 10, 3: 1}
 
 
-def ns_series(raw: list[bytes]) -> pl.Series:
-    """`checked_ns` of raw number texts (b"" when absent), with a fast path: a plain integer or
-    decimal of at most three fractional digits (all that Kineto writes) is its digits without
-    the point, scaled. Only the other texts (quoted, exponents, more digits, junk) go through
-    `checked_ns`, which gives the same values for the fast ones."""
-    text = pl.Series(raw, dtype=pl.Binary).cast(pl.String, strict=False)
-    dot = pl.col("t").str.find(".", literal=True)
-    out = pl.DataFrame({"t": text}).select(
-        digits=pl.col("t").str.replace(".", "", literal=True).cast(I64, strict=False),
-        frac=pl.when(dot.is_null()).then(0).otherwise(pl.col("t").str.len_bytes().cast(I64) - dot - 1),
-        estimate=(pl.col("t").cast(pl.Float64, strict=False) * 1000).abs(),
-        empty=pl.col("t").is_null() | (pl.col("t") == ""),
-    )
-    fast = out["digits"].is_not_null() & (out["frac"] <= 3)
-    scale = out["frac"].replace_strict(_SCALE, default=None, return_dtype=I64)
-    ns = out.select(pl.when(fast & (out["estimate"] < 9.2e18)).then(out["digits"] * scale).alias("ns"))["ns"]
-    slow = ~(fast | out["empty"])
-    if slow.any():
-        idx = slow.arg_true()
-        fixed = pl.DataFrame({"t": text.gather(idx)}).select(checked_ns(pl.col("t")).alias("ns"))["ns"]
-        ns = ns.scatter(idx, fixed)
-    return ns
+def _fast_ns(name: str) -> tuple[pl.Expr, pl.Expr]:
+    """(ns, slow) of the text column `name`: a plain integer or decimal of at most three
+    fractional digits (all that Kineto writes) is its digits without the point, scaled;
+    `slow` marks the other non-empty texts (quoted, exponents, more digits, junk), which only
+    `checked_ns` reads right. It gives the same values for the fast ones."""
+    t = pl.col(name)
+    dot = t.str.find(".", literal=True)
+    frac = pl.when(dot.is_null()).then(0).otherwise(t.str.len_bytes().cast(I64) - dot - 1)
+    digits = t.str.replace(".", "", literal=True).cast(I64, strict=False)
+    estimate = (t.cast(pl.Float64, strict=False) * 1000).abs()
+    fast = digits.is_not_null() & (frac <= 3)
+    scale = frac.replace_strict(_SCALE, default=None, return_dtype=I64)
+    return pl.when(fast & (estimate < 9.2e18)).then(digits * scale), ~(fast | t.is_null() | (t == ""))
+
+
+def ns_frame(raw: dict[str, RawTexts]) -> pl.DataFrame:
+    """`checked_ns` of raw number texts (b"" when absent), one int64 column per key. All the
+    columns go through one `select` (polars runs them in parallel, and the per-call overhead
+    is paid once a chunk); only the rare slow texts are read again by `checked_ns`."""
+    text = pl.DataFrame({k: texts(v) for k, v in raw.items()})
+    exprs = {}
+    for k in raw:
+        ns, slow = _fast_ns(k)
+        exprs[k] = ns
+        exprs["_slow_" + k] = slow
+    out = text.select(**exprs)
+    cols = []
+    for k in raw:
+        ns, slow = out[k], out["_slow_" + k]
+        if slow.any():
+            idx = slow.arg_true()
+            fixed = text.select(checked_ns(pl.col(k).gather(idx)).alias(k))[k]
+            ns = ns.scatter(idx, fixed)
+        cols.append(ns)
+    return pl.DataFrame(cols)
+
+
+def ns_series(raw: RawTexts) -> pl.Series:
+    """`checked_ns` of raw number texts (b"" when absent)."""
+    return ns_frame({"ns": raw})["ns"]
 
 
 def timed_frame(cols: dict[str, list], extra: dict[str, pl.Series], ids_label: str | None = "pid/tid") -> pl.DataFrame:
@@ -146,11 +178,9 @@ def timed_frame(cols: dict[str, list], extra: dict[str, pl.Series], ids_label: s
             "pid": to_int(cols["pid"], ids_label),
             "tid": to_int(cols["tid"], ids_label),
             **extra,
-            "ts_ns": ns_series(cols["ts"]),
-            "dur_ns": ns_series(cols["dur"]),
         }
     )
-    return df
+    return df.hstack(ns_frame({"ts_ns": cols["ts"], "dur_ns": cols["dur"]}))
 
 
 def op_frame(c: dict[str, list]) -> pl.DataFrame:
@@ -270,6 +300,4 @@ FRAME_BUILDERS = {
 @functools.cache
 def empty_frame(kind: str) -> pl.DataFrame:
     """The typed empty table of a kind (cached: frames are immutable to their users)."""
-    from traceanalyzer.load.decode import COLUMN_BUILDERS
-
     return FRAME_BUILDERS[kind](COLUMN_BUILDERS[kind]([]))
