@@ -125,20 +125,6 @@ class RawTexts(NamedTuple):
     n: int
 
 
-def merge_columns(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The column lists of several chunks of one kind as one (lists and `RawTexts` alike)."""
-    out: dict[str, Any] = {}
-    for key, first in parts[0].items():
-        if isinstance(first, RawTexts):
-            chunks = [p[key] for p in parts if p[key].n]
-            out[key] = RawTexts(SEP.join(c.data for c in chunks), sum(c.n for c in chunks))
-        else:
-            out[key] = merged = []
-            for p in parts:
-                merged.extend(p[key])
-    return out
-
-
 def _raw(values: list, attr: str) -> RawTexts:
     return RawTexts(SEP.join(map(attrgetter(attr), values)), len(values))
 

@@ -79,7 +79,6 @@ def _decode_chunk(data: bytes) -> tuple[bool, dict[str, pl.DataFrame], Counter, 
     raw = RawTables()
     if not raw.add_chunk(data):
         return False, {}, Counter(), 0, Counter()
-    raw.flush()
     return True, {k: p[0] for k, p in raw.parts.items() if p}, raw.counts, raw.events, getattr(raw, "fixes", Counter())
 
 

@@ -7,15 +7,14 @@ warnings with the same `read_warnings`, so both paths give the same tables."""
 from __future__ import annotations
 
 import re
-from collections import Counter, deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import Counter
 
 import msgspec
 import polars as pl
 
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.load.chunks import CHUNK_BYTES, EventSplitter, Split
-from traceanalyzer.load.decode import COLUMN_BUILDERS, DECODER, Event, bucket, merge_columns
+from traceanalyzer.load.decode import COLUMN_BUILDERS, DECODER, Event, bucket
 from traceanalyzer.load.normalize import BIG_IDS, FRAME_BUILDERS, STATS, STRING_IDS, empty_frame
 from traceanalyzer.load.repair import BARE, CONTROL
 from traceanalyzer.load.repair import fix_utf8 as _fix_utf8
@@ -28,12 +27,6 @@ _BYTE = re.compile(r"\(byte (\d+)\)")
 NOT_UTF8 = "bytes that are not UTF-8"
 NOT_OBJECTS = "entries of traceEvents that are not objects"
 BAD_ARGS = "events whose args is not an object"
-# Rows of one kind gathered (as column lists) before they are made into a polars frame. Each
-# frame costs ~3 ms however small (a 4 MiB chunk holds ~1,500 kernels): 65 frames per 100 MB
-# took a sixth of the load. The lists hold only the field values (names are shared str objects,
-# texts are joined bytes), not the decoded events, so 64k pending rows are a few MB.
-FLUSH_ROWS = 1 << 16
-_MAX_INFLIGHT = 2
 
 
 def _error_position(exc: msgspec.DecodeError) -> int | None:
@@ -44,15 +37,8 @@ def _error_position(exc: msgspec.DecodeError) -> int | None:
 class RawTables:
     """Accumulates the typed tables of a trace chunk by chunk."""
 
-    def __init__(self, flush_rows: int = FLUSH_ROWS, background: bool = False) -> None:
-        # Frames, or (with `background`) futures of (frame, fixes) being built in a thread.
-        self.parts: dict[str, list[pl.DataFrame | Future]] = {k: [] for k in FRAME_BUILDERS}
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="traceanalyzer-frames") if background else None
-        self._inflight: deque[Future] = deque()
-        # Column lists of chunks not yet made into frames, by kind (see `FLUSH_ROWS`).
-        self.pending: dict[str, list[dict]] = {k: [] for k in FRAME_BUILDERS}
-        self.pending_rows: Counter = Counter()
-        self.flush_rows = flush_rows
+    def __init__(self) -> None:
+        self.parts: dict[str, list[pl.DataFrame]] = {k: [] for k in FRAME_BUILDERS}
         self.counts: Counter = Counter()
         self.fixes: Counter = Counter()  # loose values made uniform, entries dropped
         self.events = 0
@@ -112,70 +98,21 @@ class RawTables:
             return False
         self.error_pos = None
         self.events += len(events)
-        for kind, evs in bucket(events, self.counts).items():
-            self.pending[kind].append(COLUMN_BUILDERS[kind](evs))
-            self.pending_rows[kind] += len(evs)
-            if self.pending_rows[kind] >= self.flush_rows:
-                self._flush(kind)
+        token = STATS.set(self.fixes)
+        try:
+            for kind, evs in bucket(events, self.counts).items():
+                self.parts[kind].append(FRAME_BUILDERS[kind](COLUMN_BUILDERS[kind](evs)))
+        finally:
+            STATS.reset(token)
         return True
 
-    def _flush(self, kind: str) -> None:
-        """Make the pending column lists of `kind` into one typed frame."""
-        pending = self.pending[kind]
-        if not pending:
-            return
-        cols = pending[0] if len(pending) == 1 else merge_columns(pending)
-        pending.clear()
-        self.pending_rows[kind] = 0
-        if self._pool is None:
-            self.parts[kind].append(_frame(kind, cols, self.fixes)[0])
-            return
-        # Polars releases the GIL: the frame is built while this thread decodes the next
-        # chunks. At most `_MAX_INFLIGHT` frames wait, so that their lists stay few.
-        job = self._pool.submit(_frame, kind, cols, Counter())
-        self.parts[kind].append(job)
-        self._inflight.append(job)
-        while len(self._inflight) > _MAX_INFLIGHT:
-            self._inflight.popleft().result()
-
-    def flush(self) -> None:
-        """Make every pending column list into frames (`parts`)."""
-        for kind in self.pending:
-            self._flush(kind)
-
-    def close(self) -> None:
-        """Stop the frame-building thread, if any (waits for the frames in progress)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
     def tables(self) -> dict[str, pl.DataFrame]:
-        """The accumulated tables, one per kind (typed and empty where no event had it); the
-        counts of loose values in `fixes` are complete only after this."""
-        self.flush()
-        for parts in self.parts.values():
-            for i, part in enumerate(parts):
-                if isinstance(part, Future):
-                    parts[i], fixes = part.result()
-                    self.fixes.update(fixes)
-        self._inflight.clear()
-        self.close()
         out = {}
         for kind, parts in self.parts.items():
             # No rechunk: it would hold every table twice at the peak; polars works on chunks.
             out[kind] = pl.concat(parts, how="vertical_relaxed", rechunk=False) if parts else empty_frame(kind)
             parts.clear()
         return out
-
-
-def _frame(kind: str, cols: dict, fixes: Counter) -> tuple[pl.DataFrame, Counter]:
-    """The typed frame of one kind's column lists; loose values made uniform are counted in
-    `fixes` (a Counter of its own when built in the background thread)."""
-    token = STATS.set(fixes)
-    try:
-        return FRAME_BUILDERS[kind](cols), fixes
-    finally:
-        STATS.reset(token)
 
 
 def _regions(damaged: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -232,16 +169,12 @@ def read_serial(
     """Decode every event of `source` in this process; returns (tables, metadata, counts,
     warnings). Damage is salvaged (see chunks.py) and reported in the warnings; a source from
     which not one event could be read because of damage raises TraceReadError."""
-    raw = RawTables(background=True)
-    try:
-        splitter = EventSplitter(source, chunk_bytes)
-        for _ in splitter.chunks(raw.add_chunk, raw.error):
-            pass
-        tables = raw.tables()
-    finally:
-        raw.close()
+    raw = RawTables()
+    splitter = EventSplitter(source, chunk_bytes)
+    for _ in splitter.chunks(raw.add_chunk, raw.error):
+        pass
     split = splitter.split
     if raw.events == 0 and (split.truncated or split.damaged or raw.fixes[NOT_OBJECTS]):
         why = split.truncated or ("damaged" if split.damaged else "no entry of traceEvents is an object")
         raise TraceReadError(source.name, f"no complete event could be read ({why})")
-    return tables, split.metadata, raw.counts, read_warnings(split, raw, source)
+    return raw.tables(), split.metadata, raw.counts, read_warnings(split, raw, source)
