@@ -119,13 +119,13 @@ def text_to_ns(col: pl.Expr) -> pl.Expr:
     """JSON number text in microseconds -> int64 nanoseconds, exact to the nanosecond.
 
     Handles integers, decimals (any number of digits; digits past the nanosecond are rounded
-    half up), a sign, quoted numbers, and exponents (through float64, the only lossy path).
+    half up), a sign (- or +), quoted numbers, and exponents (through float64, the only lossy path).
     Anything else (null, "N/A", true) is null.
     """
     text = col.cast(pl.String, strict=False).str.strip_chars().str.strip_chars('"')
-    ok = text.str.contains(r"^-?\d+(\.\d*)?$")
+    ok = text.str.contains(r"^[-+]?\d+(\.\d*)?$")
     neg = text.str.starts_with("-")
-    body = text.str.strip_prefix("-")
+    body = text.str.strip_prefix("-").str.strip_prefix("+")
     parts = body.str.split_exact(".", 1)
     whole = parts.struct.field("field_0").cast(I64, strict=False)
     frac = parts.struct.field("field_1").fill_null("").str.pad_end(4, "0")
@@ -148,35 +148,44 @@ def checked_ns(col: pl.Expr) -> pl.Expr:
     return pl.when(estimate.abs() < 9.2e18).then(text_to_ns(col))
 
 
-_SCALE = {0: 1000, 1: 100, 2: 10, 3: 1}
+_FAST_LIMIT = 9_100_000_000_000_000_000  # |ns| below it fits int64 ns by any estimate
 
 
-def _fast_ns(name: str) -> tuple[pl.Expr, pl.Expr]:
-    """(ns, slow) of the text column `name`: a plain integer or decimal of at most three
-    fractional digits (all that Kineto writes) is its digits without the point, scaled;
-    `slow` marks the other non-empty texts (quoted, exponents, more digits, junk), which only
-    `checked_ns` reads right. It gives the same values for the fast ones."""
-    t = pl.col(name)
-    dot = t.str.find(".", literal=True)
-    frac = pl.when(dot.is_null()).then(0).otherwise(t.str.len_bytes().cast(I64) - dot - 1)
-    digits = t.str.replace(".", "", literal=True).cast(I64, strict=False)
-    estimate = (t.cast(pl.Float64, strict=False) * 1000).abs()
-    fast = digits.is_not_null() & (frac <= 3)
-    scale = frac.replace_strict(_SCALE, default=None, return_dtype=I64)
-    return pl.when(fast & (estimate < 9.2e18)).then(digits * scale), ~(fast | t.is_null() | (t == ""))
+def _fast_ns(text: pl.DataFrame) -> pl.DataFrame:
+    """Per text column k of `text`: k (int64 ns, or null) and `_slow_k` (the non-empty texts
+    only `checked_ns` reads right).
+
+    The text is read as a Decimal of scale 4, whose integer representation is 10x the
+    nanoseconds. Where its last digit is 0 the value lies within half a tenth of a ns of
+    k/1000 us, and `checked_ns` (digits past the ns rounded half up) gives exactly k. One cast
+    instead of taking the digits apart (~5 string passes). Slow: more digits, exponents (read
+    through float64 by `checked_ns`), quoted numbers, junk. In three selects: an eager select
+    computes a shared subexpression once per use, and the one-select form took 4x longer."""
+    names = text.columns
+    col = pl.col
+    s1 = text.select(
+        *[col(k).cast(pl.Decimal(38, 4), strict=False).to_physical().alias(k) for k in names],
+        *[col(k).str.contains("[eE+]").alias("_e" + k) for k in names],
+        *[(col(k).is_null() | (col(k) == "")).alias("_x" + k) for k in names],
+    )
+    s2 = s1.select(
+        *[(col(k) // 10).cast(I64, strict=False).alias(k) for k in names],
+        *[((col(k) % 10 == 0) & ~col("_e" + k)).fill_null(False).alias("_f" + k) for k in names],
+        *[col("_x" + k) for k in names],
+    )
+    # Near the int64 limit `checked_ns` judges by a float64 estimate: leave those to it.
+    fast = {k: col("_f" + k) & (col(k) > -_FAST_LIMIT) & (col(k) < _FAST_LIMIT) for k in names}
+    return s2.select(
+        *[pl.when(fast[k]).then(col(k)).alias(k) for k in names],
+        *[~(fast[k].fill_null(False) | col("_x" + k)).alias("_slow_" + k) for k in names],
+    )
 
 
 def ns_frame(raw: dict[str, RawTexts]) -> pl.DataFrame:
-    """`checked_ns` of raw number texts (b"" when absent), one int64 column per key. All the
-    columns go through one `select` (polars runs them in parallel, and the per-call overhead
-    is paid once a chunk); only the rare slow texts are read again by `checked_ns`."""
+    """`checked_ns` of raw number texts (b"" when absent), one int64 column per key, all in
+    the same few polars calls; only the rare slow texts are read again by `checked_ns`."""
     text = pl.DataFrame({k: texts(v) for k, v in raw.items()})
-    exprs = {}
-    for k in raw:
-        ns, slow = _fast_ns(k)
-        exprs[k] = ns
-        exprs["_slow_" + k] = slow
-    out = text.select(**exprs)
+    out = _fast_ns(text)
     cols = []
     for k in raw:
         ns, slow = out[k], out["_slow_" + k]
