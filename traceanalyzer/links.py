@@ -79,7 +79,8 @@ def innermost_containing(
     point_end: str = "end_ns",
 ) -> pl.DataFrame:
     """For each row of `points` (`ts_ns`, `point_end`, group), the id of the innermost row of
-    `intervals` (`ts_ns`, `end_ns`, `id_col`, `parent_id`, group) containing [ts, point_end].
+    `intervals` (`ts_ns`, `end_ns`, `id_col` (unique), `parent_id`, group; `depth` if known)
+    containing [ts, point_end].
 
     Start from the latest interval that starts at or before the point; while it ended too early,
     climb to its parent. Each climb is one vectorised step; nesting depth bounds the steps.
@@ -111,8 +112,10 @@ def innermost_containing(
     ).filter(pl.col("_cand").is_not_null())
     done = []
     for _ in range(_MAX_CLIMB):
-        pos = ids.search_sorted(cand["_cand"], side="left")
-        cand = cand.with_columns(_cend=ends.gather(pos), _cparent=parents.gather(pos))
+        pos = ids.search_sorted(cand["_cand"], side="left").clip(upper_bound=max(ids.len() - 1, 0))
+        cand = cand.with_columns(_hit=ids.gather(pos), _cend=ends.gather(pos), _cparent=parents.gather(pos))
+        # an id not among the intervals (a dangling parent) drops out, as the join used to do
+        cand = cand.filter(pl.col("_hit") == pl.col("_cand"))
         ok = pl.col("_cend") >= pl.col("_pend")
         done.append(cand.filter(ok).select("_row", "_cand"))
         cand = cand.filter(~ok & pl.col("_cparent").is_not_null()).select(
