@@ -12,8 +12,14 @@ printed as a Markdown table. Cases:
   that command exists;
 - `json.load + columns`: stdlib `json.load` plus building the same per-kind columns as polars
   frames (the naive baseline);
+- `msgspec + columns`: the same with `msgspec.json.decode` (the fastest general decoder to
+  Python objects) instead of `json.load`;
 - `HTA load`: Holistic Trace Analysis' `TraceAnalysis(trace_dir=...)`, run with the Python of
   `--hta-python` (default /work/venv-hta/bin/python) when HTA is installed there.
+
+The baselines hold the whole trace as Python objects (json.load: ~8x the file in RAM), so they
+run only up to `--baseline-max-mb`; HTA up to `--hta-max-mb` (HTA takes ~3.5 min and ~5 GB on
+1 GB of JSON). Ratios compare each baseline with `ta load` and `ta gaps` on the same file.
 """
 
 from __future__ import annotations
@@ -40,7 +46,12 @@ import polars as pl
 p = sys.argv[1]
 with open(p, 'rb') as fh:
     gz = fh.read(2) == b'\x1f\x8b'
-doc = json.load(gzip.open(p) if gz else open(p, 'rb'))
+if sys.argv[2] == 'msgspec':
+    import msgspec
+    with (gzip.open(p) if gz else open(p, 'rb')) as fh:
+        doc = msgspec.json.decode(fh.read())
+else:
+    doc = json.load(gzip.open(p) if gz else open(p, 'rb'))
 kinds = {'cpu_op': 'op', 'user_annotation': 'op', 'python_function': 'python', 'cuda_runtime': 'runtime',
          'cuda_driver': 'runtime', 'kernel': 'gpu', 'gpu_memcpy': 'gpu', 'gpu_memset': 'gpu', 'ac2g': 'flow'}
 buckets = {}
@@ -59,6 +70,11 @@ for kind, evs in buckets.items():
     })
 """
 HTA = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
 
 
 def json_bytes(path: Path) -> int:
@@ -93,6 +109,33 @@ def measure(cmd: list[str], env: dict | None = None) -> dict:
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 1e6, "rc": proc.returncode, "err": err.strip()[-300:]}
 
 
+def _ratios(results: list[tuple[Path, float, dict[str, dict]]]) -> list[str]:
+    """Each baseline against `ta load` and `ta gaps` of the same trace, or of another file of the
+    same JSON size (HTA run once on the plain 1 GB file stands for the gzipped one too)."""
+    lines = []
+    for path, mb, best in results:
+        for base in ("HTA load", "json.load + columns", "msgspec + columns"):
+            src = path
+            b = best.get(base)
+            if b is None:  # the same JSON in another file (plain / gzipped)?
+                for other, omb, obest in results:
+                    if base in obest and abs(omb - mb) < 0.5:
+                        src, b = other, obest[base]
+                        break
+            if b is None or b["rc"] != 0:
+                continue
+            for name in ("ta load", "ta gaps"):
+                r = best.get(name)
+                if r is None or r["rc"] != 0:
+                    continue
+                on = "" if src == path else f" (on {src.name})"
+                lines.append(
+                    f"{path.name}: {name} vs {base}{on}: {b['wall_s'] / r['wall_s']:.1f}x faster (wall), "
+                    f"{b['cpu_s'] / r['cpu_s']:.1f}x less CPU, {r['peak_rss_mb'] / b['peak_rss_mb']:.2f}x the peak RSS"
+                )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="+", type=Path)
@@ -110,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         default=200.0,
         help="run the baselines only on traces up to this size (they need many times the file in RAM)",
     )
+    ap.add_argument(
+        "--hta-max-mb",
+        type=float,
+        default=200.0,
+        help="run HTA only on traces up to this size (1 GB: ~3.5 min, ~5 GB of RAM)",
+    )
+    ap.add_argument("--hta-plain-only", action="store_true", help="run HTA on uncompressed traces only")
     args = ap.parse_args(argv)
     ta = shutil.which("traceanalyzer", path=str(Path(sys.executable).parent)) or "traceanalyzer"
     has_summary = subprocess.run([ta, "summary", "--help"], capture_output=True).returncode == 0
@@ -122,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}, "
         f"load average at start {os.getloadavg()[0]:.1f}\n"
     )
-    print("| trace | JSON MB | case | wall s | CPU s | peak RSS MB | MB/s |")
-    print("|---|---|---|---|---|---|---|")
-    ratios: list[str] = []
+    print("| trace | JSON MB | case | wall s | CPU s | peak RSS MB | RSS / JSON | MB/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    results: list[tuple[Path, float, dict[str, dict]]] = []
     for path in args.traces:
         mb = json_bytes(path) / 1e6
         cases = [("ta load", TA + [LOAD, str(path)]), ("ta gaps", [ta, "gaps", str(path), "--format", "json"])]
@@ -132,11 +182,12 @@ def main(argv: list[str] | None = None) -> int:
             cases.append(("ta summary", [ta, "summary", str(path), "--format", "json"]))
         tmp = None
         if mb <= args.baseline_max_mb:
-            cases.append(("json.load + columns", TA + [BASELINE, str(path)]))
-            if has_hta:
-                tmp = tempfile.mkdtemp()
-                os.symlink(path.resolve(), Path(tmp) / path.name)
-                cases.append(("HTA load", [args.hta_python, "-c", HTA, tmp]))
+            cases.append(("json.load + columns", TA + [BASELINE, str(path), "json"]))
+            cases.append(("msgspec + columns", TA + [BASELINE, str(path), "msgspec"]))
+        if has_hta and mb <= args.hta_max_mb and not (_is_gzip(path) and args.hta_plain_only):
+            tmp = tempfile.mkdtemp()
+            os.symlink(path.resolve(), Path(tmp) / path.name)
+            cases.append(("HTA load", [args.hta_python, "-c", HTA, tmp]))
         cases = [(n, c) for n, c in cases if n not in args.skip]
         runs: dict[str, list[dict]] = {n: [] for n, _ in cases}
         for _ in range(max(1, args.repeat)):  # interleaved: a load spike hits every case alike
@@ -148,22 +199,14 @@ def main(argv: list[str] | None = None) -> int:
             r = best[name] = rs[len(rs) // 2]
             note = "" if r["rc"] == 0 else f" (exit {r['rc']}: {r['err']})"
             print(
-                f"| {path.name} | {mb:,.0f} | {name}{note} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_mb']:,.0f} | {mb / r['wall_s']:.1f} |",
+                f"| {path.name} | {mb:,.0f} | {name}{note} | {r['wall_s']:.2f} | {r['cpu_s']:.1f} | "
+                f"{r['peak_rss_mb']:,.0f} | {r['peak_rss_mb'] / mb:.2f} | {mb / r['wall_s']:.1f} |",
                 flush=True,
             )
-        for base in ("HTA load", "json.load + columns"):
-            if base not in best:
-                continue
-            b = best[base]
-            for name in ("ta load", "ta gaps"):
-                if name in best:
-                    r = best[name]
-                    ratios.append(
-                        f"{path.name}: {name} vs {base}: {b['wall_s'] / r['wall_s']:.1f}x faster (wall), "
-                        f"{b['cpu_s'] / r['cpu_s']:.1f}x less CPU, {r['peak_rss_mb'] / b['peak_rss_mb']:.2f}x the peak RSS"
-                    )
+        results.append((path, mb, best))
         if tmp:
             shutil.rmtree(tmp)
+    ratios = _ratios(results)
     if ratios:
         print()
         for line in ratios:

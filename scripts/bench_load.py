@@ -16,6 +16,7 @@ imports included; summed with any loader worker processes, sampled with psutil, 
 larger) and the RSS the imports alone took. Ratios are baseline / ours (above 1: ours is faster or smaller).
 
     python scripts/bench_load.py [TRACE] [-n 3] [--json]
+    python scripts/bench_load.py TRACE --stages   # where one serial load + gaps spends its time
 """
 
 from __future__ import annotations
@@ -256,15 +257,111 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
+def stages(path: Path) -> list[tuple[str, float, float]]:
+    """Where one serial load + `gaps` spends its time: (stage, CPU s, wall s), measured in this
+    process by wrapping the loader's steps. CPU time includes polars' own threads."""
+    import importlib
+    import time
+    from collections import defaultdict
+
+    tables = importlib.import_module("traceanalyzer.load.tables")
+    source_mod = importlib.import_module("traceanalyzer.load.source")
+    acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+
+    def timed(fn, key):
+        def run(*a, **k):
+            c, w = time.process_time(), time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[key][0] += time.process_time() - c
+                acc[key][1] += time.perf_counter() - w
+
+        return run
+
+    class Decoder:  # msgspec's Decoder cannot be patched: wrap it
+        def __init__(self, d):
+            self.decode = timed(d.decode, "msgspec decode")
+
+    tables.DECODER = Decoder(tables.DECODER)
+    tables.bucket = timed(tables.bucket, "bucket by kind + (cat, ph) counts")
+    for k in list(tables.COLUMN_BUILDERS):
+        tables.COLUMN_BUILDERS[k] = timed(tables.COLUMN_BUILDERS[k], "column lists (Python)")
+        tables.FRAME_BUILDERS[k] = timed(tables.FRAME_BUILDERS[k], "polars frames + exact ns")
+    source_mod.ByteSource.read = timed(source_mod.ByteSource.read, "read + inflate")
+
+    from traceanalyzer.analyses.gaps import analyse_gaps
+    from traceanalyzer.load.sanitize import sanitize
+    from traceanalyzer.options import GapOptions
+    from traceanalyzer.trace import build_trace
+
+    c0, w0 = time.process_time(), time.perf_counter()
+    with source_mod.ByteSource(path) as src:
+        raw, meta, counts, warnings = tables.read_serial(src)
+    read = (time.process_time() - c0, time.perf_counter() - w0)
+    inner = [sum(v[i] for v in acc.values()) for i in (0, 1)]
+    out = [(k, v[0], v[1]) for k, v in acc.items()]
+    out.append(("framing, concat, rest of the read", read[0] - inner[0], read[1] - inner[1]))
+    c, w = time.process_time(), time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal c, w
+        out.append((name, time.process_time() - c, time.perf_counter() - w))
+        c, w = time.process_time(), time.perf_counter()
+
+    raw, more = sanitize(raw, counts)
+    lap("sanitize")
+    trace = build_trace(str(path), raw, meta, counts, warnings + more)
+    lap("build_trace (nesting, links)")
+    analyse_gaps(trace, GapOptions())
+    lap("analyse_gaps")
+    return out
+
+
+def render_stages(path: Path, rows: list[tuple[str, float, float]]) -> str:
+    mb = _json_mb(path)
+    lines = [
+        f"{path.name}: {mb:,.0f} MB of JSON, serial load + gaps, one process",
+        "",
+        "| stage | CPU s | wall s | share of CPU | MB/s if only this stage ran (one core) |",
+        "|---|---|---|---|---|",
+    ]
+    total = sum(r[1] for r in rows)
+    for name, cpu, wall in rows:
+        lines.append(f"| {name} | {cpu:.2f} | {wall:.2f} | {cpu / total:.0%} | {mb / max(cpu, 1e-9):,.0f} |")
+    lines.append(f"| total | {total:.2f} | {sum(r[2] for r in rows):.2f} | 100% | {mb / total:,.0f} |")
+    return "\n".join(lines)
+
+
+def _json_mb(path: Path) -> float:
+    import gzip
+
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    if not gz:
+        return path.stat().st_size / 1e6
+    n = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(16 << 20):
+            n += len(chunk)
+    return n / 1e6
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("-n", "--repeat", type=int, default=3, help="runs per method (default 3)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--child", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--stages", action="store_true", help="instead: CPU and wall time of each stage of one serial load + gaps"
+    )
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, str(args.trace))
+        return
+    if args.stages:
+        print(render_stages(args.trace, stages(args.trace)))
         return
     if not args.trace.is_file():
         parser.error(f"no such trace: {args.trace}")

@@ -63,6 +63,7 @@ class Template:
         self.meta: list[bytes] = []
         self.trace_span: dict | None = None
         body: list[bytes] = []
+        spans: list[tuple[int, int]] = []  # (ts, end) of each body event, for `shorten`
         ts_min, end_max, id_max, steps = None, None, 0, set()
         for ev, text in zip(events, raws):
             if not isinstance(ev, dict):
@@ -76,6 +77,7 @@ class Template:
             body.append(bytes(text))
             ts = int(ev["ts"])
             end = ts + int(Decimal(str(ev.get("dur", 0) or 0)).to_integral_value(rounding="ROUND_CEILING"))
+            spans.append((ts, end))
             ts_min = ts if ts_min is None else min(ts_min, ts)
             end_max = end if end_max is None else max(end_max, end)
             args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
@@ -90,11 +92,30 @@ class Template:
                 steps.add(int(m.group(1)))
         if ts_min is None:
             raise SystemExit("source has no timed events")
+        self.events = body
+        self.spans = spans
         self.body = b",\n  ".join(body)
         self.ts_min = ts_min
         self.period_us = end_max - ts_min + 1  # whole µs: copies never overlap
         self.id_stride = id_max + 1
         self.step_stride = (max(steps) - min(steps) + 1) if steps else 0
+
+    def shorten(self, size_bytes: int) -> None:
+        """Keep only the events of the source's first part of the timeline (those starting
+        before a cut), about `size_bytes` of them: a shorter capture of the same run, for
+        traces smaller than the source. CPU and GPU events of the kept window stay together."""
+        order = sorted(range(len(self.events)), key=lambda i: self.spans[i][0])
+        total, cut = 0, None
+        for i in order:
+            total += len(self.events[i]) + 4
+            if total >= size_bytes:
+                cut = self.spans[i][0]
+                break
+        if cut is None:
+            return
+        keep = [i for i in range(len(self.events)) if self.spans[i][0] <= cut]
+        self.body = b",\n  ".join(self.events[i] for i in keep)
+        self.period_us = max(self.spans[i][1] for i in keep) - self.ts_min + 1
 
     def copy(self, k: int) -> bytes:
         """The timed events of copy k (k = 0 is the source itself)."""
@@ -122,9 +143,11 @@ def _encode_keys(keys: dict) -> bytes:
 
 
 def write_big_trace(source: Path, out: BinaryIO, size_bytes: int = 0, copies: int | None = None) -> dict:
-    """Write a trace of at least `size_bytes` of JSON (whole copies), or of `copies` copies, to
-    `out`; returns stats."""
+    """Write a trace of at least `size_bytes` of JSON (whole copies; below the source's size, a
+    first part of its timeline), or of `copies` copies, to `out`; returns stats."""
     t = Template(_read(source))
+    if size_bytes and copies is None and size_bytes < len(t.body):
+        t.shorten(size_bytes)
     per_copy = len(t.body) + 4
     copies = copies or max(1, -(-size_bytes // per_copy))
     enc = msgspec.json.Encoder(decimal_format="number")

@@ -105,10 +105,10 @@ class Trace:
 
 def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
     """Drop events without a usable ts; clamp missing or negative dur to zero."""
-    bad_ts = df.filter(pl.col("ts_ns").is_null()).height
+    # Counted with a select: `df.filter(...).height` would copy every column of those rows.
+    bad_ts, neg = df.select(pl.col("ts_ns").is_null().sum(), (pl.col("dur_ns") < 0).fill_null(False).sum()).row(0)
     if bad_ts:
         warnings.append(f"{bad_ts:,} {what} events without a readable ts were ignored")
-    neg = df.filter(pl.col("dur_ns") < 0).height
     if neg:
         warnings.append(f"{neg:,} {what} events with a negative dur were given zero duration")
     if bad_ts:  # filtering copies every column: only where there is something to drop
@@ -176,7 +176,9 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         user = nest(user, "frame_id")
         ops = innermost_containing(ops, user, "frame_id", "_frame", point_end="ts_ns")
         names = user.select(pl.col("frame_id").alias("_frame"), pl.col("name").alias("python_frame"))
-        ops = ops.join(names, on="_frame", how="left").drop("_frame")
+        # narrow join, put alongside (see `_gpu`); frame ids are unique, so one row per op
+        found = ops.select("_frame").join(names, on="_frame", how="left", maintain_order="left")
+        ops = ops.drop("_frame").with_columns(found["python_frame"])
     else:
         # 2021 traces: the stack is an arg, innermost frame first.
         first_user = (
@@ -234,7 +236,11 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
             pl.col("tid").alias("launch_tid"),
         )
     )
-    return _in_order(gpu.join(launch, on="correlation", how="left"), "gpu_id")
+    # The launch columns are joined on the narrow key only and put alongside: joining the wide
+    # table copied every column, and sorting it back into gpu_id order copied them again.
+    # (`launch` has one row per correlation, so the left join keeps one row per activity.)
+    found = gpu.select("correlation").join(launch, on="correlation", how="left", maintain_order="left")
+    return gpu.hstack(found.drop("correlation"))
 
 
 def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:

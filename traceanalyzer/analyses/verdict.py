@@ -74,11 +74,10 @@ def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
         text = f"the GPU waited on {top['what']}" if top else None
         b = g.filter(pl.col("blocked_thread").is_not_null()).select("blocked_thread").unnest("blocked_thread")
         if b.height:
-            calls = b.unique("call_id")
-            who = _top(calls, "call_us", "tid", "api", "op")
+            calls = b.unique("call_id").with_columns(pl.col("range").fill_null(""))
+            who = _top(calls, "call_us", "tid", "api", "op", "range")
             if who:
-                rng = calls.filter((pl.col("tid") == who["tid"]) & (pl.col("op") == who["op"]))["range"].drop_nulls()
-                where = who["op"] + (f" in {rng[0]}" if rng.len() else "")
+                where = who["op"] + (f" in {who['range']}" if who["range"] else "")
                 text = (text + "; " if text else "") + (
                     f"meanwhile thread {who['tid']} sat in {who['api']} ({where}), "
                     f"{who['call_us'] / steps / 1000:,.1f} ms {per}"

@@ -34,6 +34,7 @@ _ANY_END = re.compile(rb"\]")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _HEADER_LIMIT = 256 << 20  # metadata before traceEvents is never this large in a real trace
 _MAX_RETRIES = 64
+_RFIND_TRIES = 64
 _MAX_EXTEND = 16  # cuts a damaged-then-repaired event may span (lists of objects inside it)
 _SMALL_WINDOW = 64 << 10  # bytes per chunk right after damage; doubles on each clean chunk
 _WS = b"\xef\xbb\xbf \t\r\n"
@@ -231,7 +232,21 @@ class EventSplitter:
         return last.end() - 1 - start
 
     def _last_boundary(self, buf: bytes, lo: int, hi: int) -> re.Match | None:
-        """The last `},{` starting in [lo, hi), searched backwards in 1 MiB windows."""
+        """The last `},{` starting in [lo, hi) (and ending by hi).
+
+        Found from the back: the last `}` is nearly always an event's end (a Kineto event ends
+        `}` `}`), so a few `rfind`s do it; iterating over every boundary of a 1 MiB window
+        took ~6 % of the load. Past `_RFIND_TRIES` misses (a huge event full of objects),
+        the boundaries are searched in 1 MiB windows instead."""
+        pos = hi
+        for _ in range(_RFIND_TRIES):
+            pos = buf.rfind(b"}", lo, pos)
+            if pos < 0:
+                return None
+            m = _BOUNDARY.match(buf, pos, hi)
+            if m is not None:
+                return m
+        hi = min(hi, pos + 16)
         while hi > lo:
             start = max(lo, hi - (1 << 20))
             last = None

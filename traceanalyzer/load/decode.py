@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from msgspec import Raw, field
 
 _EMPTY = Raw(b"")
+SEP = b"\x00"
 
 
 class Args(msgspec.Struct, gc=False):
@@ -96,10 +97,6 @@ _NO_ARGS = Args()
 SKIPPED_FLOW_CATS = frozenset({"ac2g", "async"})
 
 
-def _raw_text(r: Raw) -> bytes:
-    return bytes(r)
-
-
 def _get(events: list, attr: str) -> list:
     return list(map(attrgetter(attr), events))
 
@@ -116,8 +113,20 @@ def _ext(a: list[Args]) -> list:
     return ext
 
 
-def _raw(values: list, attr: str) -> list[bytes]:
-    return list(map(bytes, map(attrgetter(attr), values)))
+class RawTexts(NamedTuple):
+    """The raw JSON texts of one field of n events, joined by NUL (b"" where absent).
+
+    Joining the `Raw` values (they are buffers) costs ~10 ns an event; making a bytes object
+    of each cost ~100 ns, and polars then had to read them one by one. NUL cannot occur in a
+    JSON text that msgspec accepted (control characters must be escaped inside strings), so
+    `normalize` splits the texts again in one vectorised step."""
+
+    data: bytes
+    n: int
+
+
+def _raw(values: list, attr: str) -> RawTexts:
+    return RawTexts(SEP.join(map(attrgetter(attr), values)), len(values))
 
 
 def _common(events: list[Event]) -> dict[str, list]:

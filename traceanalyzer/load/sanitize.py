@@ -49,7 +49,7 @@ def sanitize(tables: dict[str, pl.DataFrame], counts: Counter) -> tuple[dict[str
     for kind in TIMED:
         df = tables[kind]
         bad = pl.col("ts_ns").abs() >= _TS_LIMIT_NS
-        n = df.filter(bad).height
+        n = _count(df, bad)
         if n:
             wild += n
             tables[kind] = df.with_columns(ts_ns=pl.when(bad).then(None).otherwise(pl.col("ts_ns")))
@@ -99,6 +99,12 @@ def sanitize(tables: dict[str, pl.DataFrame], counts: Counter) -> tuple[dict[str
     return tables, warnings
 
 
+def _count(df: pl.DataFrame, cond: pl.Expr) -> int:
+    """Rows where `cond` holds, counted without copying them (`df.filter(cond).height` copies
+    every column of the matching rows; on a 1 GB trace these checks added ~300 MB)."""
+    return int(df.select(cond.fill_null(False).sum()).item()) if df.height else 0
+
+
 def _may_have_duplicates(df: pl.DataFrame) -> bool:
     """Whether rows may repeat, from one 64-bit hash per row: equal rows hash equal, so when no
     hash repeats there is no duplicate, and the costly check (a group-by over every column,
@@ -118,9 +124,11 @@ def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFr
     # Compare in float64: ts + dur may not fit int64 when dur is garbage.
     past = (pl.col("ts_ns").cast(pl.Float64) + pl.col("dur_ns").cast(pl.Float64)) > float(limit)
     ends = [
-        tables[k]
-        .filter(pl.col("dur_ns").is_not_null() & ~past.fill_null(False))
-        .select(e=(pl.col("ts_ns") + pl.col("dur_ns").clip(0)).max())
+        tables[k].select(
+            e=(pl.col("ts_ns") + pl.col("dur_ns").clip(0))
+            .filter(pl.col("dur_ns").is_not_null() & ~past.fill_null(False))
+            .max()
+        )
         for k in TIMED
         if tables[k].height
     ]
@@ -128,7 +136,7 @@ def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFr
     clipped = 0
     for k in TIMED:
         df = tables[k]
-        n = df.filter(past.fill_null(False)).height
+        n = _count(df, past.fill_null(False))
         if n:
             clipped += n
             tables[k] = df.with_columns(
@@ -141,18 +149,22 @@ def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFr
 
 def _crossing(df: pl.DataFrame) -> int:
     """Events that start inside an earlier event on their thread and end after it: the one
-    just before, or the one reaching furthest (a lower bound where both miss a crossing)."""
+    just before, or the one reaching furthest (a lower bound where both miss a crossing).
+
+    One thread at a time (a trace has a few dozen): windows `.over(["pid", "tid"])` on the
+    whole table held ~170 MB of temporaries on a 1 GB trace, these ~115 MB, and are faster."""
     if df.height < 2:
         return 0
-    s = (
-        df.filter(pl.col("ts_ns").is_not_null())
-        .select("pid", "tid", "ts_ns", end=pl.col("ts_ns") + pl.col("dur_ns").fill_null(0).clip(0))
-        .sort(["pid", "tid", "ts_ns", "end"], descending=[False, False, False, True], nulls_last=True)
+    narrow = df.select("pid", "tid", "ts_ns", end=pl.col("ts_ns") + pl.col("dur_ns").fill_null(0).clip(0)).filter(
+        pl.col("ts_ns").is_not_null()
     )
     # Two cheap witnesses: the furthest end so far, and the end of the event just before.
-    reach = pl.col("end").cum_max().shift(1).over(["pid", "tid"])
-    prev = pl.col("end").shift(1).over(["pid", "tid"])
+    reach = pl.col("end").cum_max().shift(1)
+    prev = pl.col("end").shift(1)
     crosses = ((pl.col("ts_ns") < reach) & (reach < pl.col("end"))) | (
         (pl.col("ts_ns") < prev) & (prev < pl.col("end"))
     )
-    return s.filter(crosses.fill_null(False)).height
+    n = 0
+    for thread in narrow.partition_by(["pid", "tid"], include_key=False):
+        n += _count(thread.sort(["ts_ns", "end"], descending=[False, True], nulls_last=True), crosses)
+    return n
