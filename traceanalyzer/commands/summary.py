@@ -14,7 +14,7 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.findings import RULE_IDS, Finding
 from traceanalyzer.cli_options import build_options, option_flags, output_options
 from traceanalyzer.commands import ranks
-from traceanalyzer.commands.common import emit, findings_payload, findings_table, findings_text, open_session
+from traceanalyzer.commands.common import emit, findings_payload, findings_table, findings_text, open_session, plural
 from traceanalyzer.commands.stages import average_table, stages_payload
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.report import Report, Section
@@ -32,16 +32,23 @@ def _devices(ses: Session) -> pl.DataFrame:
                 "name": d.name,
                 "sms": d.sm_count,
                 "memory_gib": (d.total_memory_bytes or 0) / 2**30 or None,
+                "memory_bytes": d.total_memory_bytes,
             }
             for d in ses.trace.meta.devices
         ],
-        schema={"device": pl.Int64, "name": pl.String, "sms": pl.Int64, "memory_gib": pl.Float64},
+        schema={
+            "device": pl.Int64,
+            "name": pl.String,
+            "sms": pl.Int64,
+            "memory_gib": pl.Float64,
+            "memory_bytes": pl.Int64,
+        },
     )
     g = ses.gaps
     if g.has_gpu_work and g.devices.height:
         busy = g.devices.select("device", "window_us", "busy_us", "busy_share")
         return busy.join(meta, on="device", how="left").select(
-            "device", "name", "sms", "memory_gib", "window_us", "busy_us", "busy_share"
+            "device", "name", "sms", "memory_gib", "memory_bytes", "window_us", "busy_us", "busy_share"
         )
     return meta
 
@@ -68,13 +75,18 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
     used = windows.devices(ses.trace)
     label = sorted({names.get(d, f"device {d}") for d in used})
     parts = (
-        [f"{len(used)} GPU(s) with work" + (f" ({', '.join(label)})" if label else "") + f" of {len(names)} listed"]
+        [
+            plural(len(used), "GPU")
+            + " with work"
+            + (f" ({', '.join(label)})" if label else "")
+            + f" of {len(names)} listed"
+        ]
         if used
         else ["CPU-only trace"]
     )
     st = ses.steps
     if st.window_kind == "steps":
-        parts.append(f"{st.count} steps, mean {st.mean_us:,.0f} µs, median {st.median_us:,.0f} µs")
+        parts.append(f"{plural(st.count, 'step')}, mean {st.mean_us:,.0f} µs, median {st.median_us:,.0f} µs")
     else:
         parts.append("no ProfilerStep (the trace counts as one step)")
     busy = ses.gaps.busy_share
@@ -91,11 +103,15 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     ops = ses.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
     kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
     stages = average_table(ses.stages)
+    if not g.has_gpu_work and "stage" in stages.columns:  # no GPU, so no GPU idle stage
+        stages = stages.filter(pl.col("stage") != "gpu_idle")
     idle = g.idle_by_cause if g.has_gpu_work else pl.DataFrame()
     culprits = g.culprits if g.has_gpu_work else pl.DataFrame()
     per = "step" if ses.stages.window_kind == "steps" else "trace"
     sections = [
-        Section("Devices", _devices(ses)),
+        Section("Devices", _devices(ses).drop("memory_bytes"), export=_devices(ses).drop("memory_gib"))
+        if g.has_gpu_work
+        else Section("Devices", text="none: a CPU-only trace (no GPU activity recorded)"),
         Section("Steps", ses.steps.table.select("step", "duration_us", "busy_share", "kernel_share", "outlier")),
         Section(f"Stages ({ses.stages.view} view, µs per {per})", stages),
     ]
@@ -111,12 +127,10 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
             ops.select("name", "calls", "total_cpu_us", "self_gpu_us", "total_gpu_us").head(rows),
         ),
         Section("Top kernels", kern.head(rows)),
-        Section(
-            "Findings", findings_table(findings).select("rule", "severity"), text=findings_text(findings), main=True
-        ),
+        Section("Findings", findings_table(findings), text=findings_text(findings), main=True, show_table=False),
     ]
     payload = {
-        "devices": _devices(ses),
+        "devices": _devices(ses).drop("memory_gib"),
         "gpu_busy_share": g.busy_share,
         "window": g.window_kind,
         "steps": {
