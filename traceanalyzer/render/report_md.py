@@ -1,6 +1,8 @@
 """The incident report: Markdown with its pictures beside it, or one self-contained HTML file.
 
-Sections: Summary, Timeline, Stages, Idle by cause, Top gaps, Copies, Syncs, Memory, Findings.
+Sections: Verdict and Findings first (what a reader of the ticket needs), then the evidence
+(Trace, Timeline, Stages, Idle by cause, Top gaps, Copies, Syncs, Memory), then Warnings about
+the trace itself. A CPU-only trace says so in one line and leaves out the GPU sections.
 Every number comes from the one `Session` the report is built from, so the report says exactly
 what the commands say with the same options; an analysis that fails leaves a one-line note in
 its section instead of stopping the report. Nothing from the trace's metadata is copied
@@ -28,7 +30,21 @@ from traceanalyzer.render.values import cell
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
-SECTIONS = ("Summary", "Timeline", "Stages", "Idle by cause", "Top gaps", "Copies", "Syncs", "Memory", "Findings")
+SECTIONS = (
+    "Verdict",
+    "Findings",
+    "Trace",
+    "Timeline",
+    "Stages",
+    "Idle by cause",
+    "Top gaps",
+    "Copies",
+    "Syncs",
+    "Memory",
+    "Warnings",
+)
+CPU_ONLY_SECTIONS = ("Verdict", "Findings", "Trace", "Stages", "Memory", "Warnings")
+CPU_ONLY = "CPU-only trace: no GPU activity was recorded, so there is no GPU idle time, copy or kernel to analyse."
 GAP_COLUMNS = ["device", "step", "start_us", "duration_us", "cause", "op", "range", "python_frame", "waited_on"]
 
 
@@ -78,40 +94,66 @@ def _guard(rep: IncidentReport, what: str, fn: Callable[[], None]) -> None:
         rep.text(f"_{what} not available: {type(exc).__name__}: {exc}_")
 
 
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _verdict(rep: IncidentReport, ses: Session) -> None:
+    """One or two sentences: how busy the GPU was and why it waited; or that it is CPU-only."""
+    gaps = ses.gaps
+    if not gaps.has_gpu_work:
+        rep.text(CPU_ONLY)
+        return
+    idle_ms = gaps.devices["idle_us"].sum() / 1000 if gaps.devices.height else 0.0
+    text = f"**GPU busy {gaps.busy_share:.1%}** {windows.describe(gaps.window_kind)}; idle {idle_ms:,.1f} ms"
+    if gaps.idle_by_cause.height:
+        top = gaps.idle_by_cause.row(0, named=True)
+        hint = HINTS.get(top["cause"], "")
+        text += f", mostly **{top['cause']}** ({top['share_of_idle']:.0%})" + (f": {hint}" if hint else "")
+    found = ses.findings
+    rules = list(dict.fromkeys(f.rule for f in found if f.severity in ("high", "medium")))
+    text += ". " + (f"Findings: {', '.join(rules)}." if rules else "No finding of high or medium severity.")
+    rep.text(text)
+
+
 def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
     m = trace.meta
-    devices = sorted({d.name for d in m.devices}) or ["none listed"]
-    lines = [
-        f"- Trace: `{os.path.basename(trace.path)}`",
-        f"- Devices: {', '.join(devices)} ({len(m.devices)} listed; GPU work on {trace.gpu['device'].n_unique() if trace.gpu.height else 0})",
-        f"- Span: {(m.end_ns - m.origin_ns) / 1e6:,.1f} ms; {trace.steps.height} profiler steps; "
-        f"{trace.ops.height:,} CPU ops, {trace.gpu.height:,} GPU activities",
-    ]
+    used = trace.gpu["device"].n_unique() if trace.gpu.height else 0
+    lines = [f"- Trace: `{os.path.basename(trace.path)}`"]
+    if m.devices or used:
+        names = sorted({d.name for d in m.devices})
+        lines.append(
+            f"- Devices: {', '.join(names) or 'not named'} ({_plural(len(m.devices), 'device')} listed; "
+            f"GPU work on {used})"
+        )
+    else:
+        lines.append("- Devices: none (CPU-only trace)")
+    lines.append(
+        f"- Span: {(m.end_ns - m.origin_ns) / 1e6:,.1f} ms; {_plural(trace.steps.height, 'profiler step')}; "
+        f"{_plural(trace.ops.height, 'CPU op')}, {_plural(trace.gpu.height, 'GPU activity')}".replace(
+            "activitys", "activities"
+        )
+    )
     if m.rank is not None:
         lines.append(f"- Rank {m.rank} of {m.world_size}" + (f" ({m.backend})" if m.backend else ""))
-    if gaps.has_gpu_work and gaps.devices.height:
-        dev = gaps.devices
-        busy = gaps.busy_share
-        idle_ms = dev["idle_us"].sum() / 1000
-        lines.append(f"- **GPU busy {busy:.1%}** {windows.describe(gaps.window_kind)}; idle {idle_ms:,.1f} ms")
-        if gaps.idle_by_cause.height:
-            top = gaps.idle_by_cause.row(0, named=True)
-            lines.append(f"- Most idle time: **{top['cause']}** ({top['share_of_idle']:.0%}): {HINTS[top['cause']]}")
-    else:
-        lines.append(f"- {gaps.note or 'no GPU work'}")
-    for w in trace.warnings:
-        lines.append(f"- warning: {w}")
     rep.text("\n".join(lines))
+
+
+def _warnings(rep: IncidentReport, trace: Trace) -> None:
+    """What the reader should know about the trace file itself, apart from the findings."""
+    rep.items(list(trace.warnings) or ["none"])
 
 
 def _stages(rep: IncidentReport, ses: Session) -> None:
     from traceanalyzer.render import charts
 
     r = ses.stages
-    rep.text(
-        f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs."
-    )
-    rep.table(r.table)
+    names = [x for x in r.stages if ses.gaps.has_gpu_work or x != "gpu_idle"]
+    rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(names)}. Times in µs.")
+    table = r.table
+    if not ses.gaps.has_gpu_work:  # no GPU, so no GPU idle stage
+        table = table.drop([c for c in table.columns if c.startswith("gpu_idle")])
+    rep.table(table)
     rep.picture("stages.png", charts.stage_bars(r, ses.trace), "Step time by stage")
 
 
@@ -203,7 +245,9 @@ def _memory(rep: IncidentReport, ses: Session) -> None:
     if m.note:
         rep.text(m.note)
     cols = ["device", "peak_allocated_mb", "peak_at_us", "peak_step", "reserved_at_peak_mb", "max_reserved_mb"]
-    rep.table(m.devices.select([c for c in cols if c in m.devices.columns]))
+    table = m.devices.select([c for c in cols if c in m.devices.columns])
+    rep.text("Memory in MiB (1 MiB = 1,048,576 bytes).")
+    rep.table(table.rename({c: c.removesuffix("_mb") + "_mib" for c in table.columns if c.endswith("_mb")}))
     rep.picture("memory.png", charts.memory_timeline(m, ses.trace), "Memory over time")
 
 
@@ -219,9 +263,7 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
     trace = ses.trace
     gaps = ses.gaps
     rep = IncidentReport(f"traceanalyzer report: {os.path.basename(trace.path)}")
-    rep.heading("Summary")
-    _guard(rep, "summary", lambda: _summary(rep, trace, gaps))
-    rep.heading("Timeline")
+    gpu = gaps.has_gpu_work
 
     def timeline() -> None:
         pic = render_timeline(TimelineInputs.of(ses), width=width, height=height, dpi=dpi)
@@ -230,18 +272,23 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
         )
         rep.picture("timeline.png", pic.png, f"Timeline, {pic.window.label}")
 
-    _guard(rep, "timeline", timeline)
-    for title, fn in (
+    parts = (
+        ("Verdict", lambda: _verdict(rep, ses)),
+        ("Findings", lambda: _findings(rep, ses)),
+        ("Trace", lambda: _summary(rep, trace, gaps)),
+        ("Timeline", timeline),
         ("Stages", lambda: _stages(rep, ses)),
         ("Idle by cause", lambda: _idle(rep, trace, gaps)),
         ("Top gaps", lambda: _top_gaps(rep, gaps, top)),
         ("Copies", lambda: _copies(rep, ses, top)),
         ("Syncs", lambda: _syncs(rep, ses, top)),
         ("Memory", lambda: _memory(rep, ses)),
-        ("Findings", lambda: _findings(rep, ses)),
-    ):
-        rep.heading(title)
-        _guard(rep, title.lower(), fn)
+        ("Warnings", lambda: _warnings(rep, trace)),
+    )
+    for title, fn in parts:
+        if gpu or title in CPU_ONLY_SECTIONS:
+            rep.heading(title)
+            _guard(rep, title.lower(), fn)
     return rep
 
 
