@@ -90,6 +90,13 @@ def _remember(name: str) -> Callable:
     return callback
 
 
+def _table_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a picture extension for a table at once, before the trace is read."""
+    if value and extension(value) in PICTURE_EXTENSIONS:
+        resolve_format(None, value)  # raises the one-line usage error
+    return value
+
+
 def output_options(fn: Callable) -> Callable:
     """`--format`, `--top`, `-o/--output` and `--wide`, shared by every table command. `--top`
     limits the rows of the text tables (20 when not given); given explicitly, it limits the
@@ -108,6 +115,7 @@ def output_options(fn: Callable) -> Callable:
         "--output",
         type=click.Path(dir_okay=False),
         default=None,
+        callback=_table_path,
         help="write to this file (atomically) instead of stdout: .txt, .json, .csv (one file per table), .md",
     )(fn)
     fn = click.option(

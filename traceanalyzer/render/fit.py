@@ -13,6 +13,7 @@ FIXED_WIDTH = 100  # the width when the output is not a terminal and COLUMNS is 
 GUTTER = 2  # spaces between two columns
 MIN_TEXT = 14  # a shortened text column keeps at least this many characters
 MIN_WRAP = 24  # a wrapped column (advice) keeps at least this many
+COMFORTABLE = 32  # low-priority columns are hidden before a text column gets narrower than this
 # Long prose: wrapped over several lines rather than shortened.
 WRAP_COLUMNS = {"advice", "recommendation", "message", "meaning", "checks", "evidence", "note", "thresholds"}
 # Hidden first when a table does not fit, in this order; then the rightmost text columns.
@@ -73,8 +74,11 @@ def middle_ellipsis(text: str, width: int) -> str:
     keep = width - 1
     tail = keep - keep // 3
     base = text.rsplit("/", 1)[-1]
+    func = text.rsplit(": ", 1)[-1]
     if "/" in text and len(base) + 1 <= keep:  # keep the whole file name and function
         tail = max(tail, len(base) + 1)
+    elif ": " in text and len(func) <= keep:  # at least the whole function
+        tail = max(tail, len(func))
     head = keep - tail
     return text[:head] + "…" + text[len(text) - tail :]
 
@@ -110,8 +114,19 @@ def fit_columns(headers: list[str], cells: list[list[str]], numeric: list[bool],
 
     order = [headers.index(c) for c in DROP_FIRST if c in headers]
     order += [i for i in reversed(range(1, len(headers))) if i not in order]
+
+    def comfortable(i: int) -> int:
+        return natural[i] if numeric[i] else min(natural[i], COMFORTABLE + (8 if wrap[i] else 0))
+
     hidden = []
-    for i in order:
+    # First the low-priority columns, while the others cannot have a comfortable width; then
+    # any column from the right, while even the narrowest widths do not fit.
+    for i in [headers.index(c) for c in DROP_FIRST if c in headers]:
+        if total(keep, comfortable) <= width:
+            break
+        keep.remove(i)
+        hidden.append(headers[i])
+    for i in [j for j in order if j in keep]:
         if total(keep, least) <= width or len(keep) <= 1:
             break
         keep.remove(i)
