@@ -78,6 +78,12 @@ def stage_times(stages: StagesResult) -> tuple[pl.DataFrame, tuple[str, ...], st
     return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"{r.view} view"
 
 
+def _thousands():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 100 or v == int(v) else f"{v:,.1f}")
+
+
 MIN_SLOTS = 6  # a chart of 1 step keeps the width of 6, so its bar is a bar, not a wall
 
 
@@ -110,6 +116,18 @@ def stage_bars(
     for stage in present:
         vals = [v / div for v in wide[stage].fill_null(0.0).to_list()]
         ax.bar(xs, vals, 0.7, bottom=bottom, color=colors[stage], label=stage, edgecolor="white", linewidth=0.3)
+        if len(xs) <= 6:  # few bars: each big segment says its stage and time
+            for x, b, v in zip(xs, bottom, vals):
+                if v >= 0.05 * top_us / div:
+                    ax.text(
+                        x,
+                        b + v / 2,
+                        f"{stage} {v:,.3g} {unit}",
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="white" if stage not in ("gpu_idle", "Other", "d2h") else "black",
+                    )
         bottom = [b + v for b, v in zip(bottom, vals)]
     slots = max(len(xs), MIN_SLOTS)
     pad = (slots - len(xs)) / 2
@@ -119,8 +137,9 @@ def stage_bars(
     tiny = top_us / div * 0.01
     for x, total in zip(xs, bottom):
         if total < tiny:  # invisible at this scale: say how long it was
+            us = total * div
             ax.annotate(
-                f"{total:,.3g} {unit}",
+                f"{us:,.0f} µs" if us < 1000 else f"{us / 1000:,.2f} ms",
                 (x, total),
                 xytext=(0, 3),
                 textcoords="offset points",
@@ -131,6 +150,7 @@ def stage_bars(
             )
     ax.set_xlabel("step" if len(labels) > 1 or labels != ["all"] else "the whole trace (no ProfilerStep)")
     ax.set_ylabel(f"time ({unit})")
+    ax.yaxis.set_major_formatter(_thousands())
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     n = len(labels)
     fig.suptitle(_title(trace, f"Step time by stage ({source}, {n} step{'s' if n != 1 else ''})"), fontsize=11)
@@ -162,7 +182,10 @@ def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int
         stacked=True,
         color=colors,
         weights=[[v / 1000 for v in vs] for vs in values],
-        label=[f"{c}: {len(vs):,} gaps, {sum(vs) / 1000:,.1f} ms" for c, vs in zip(causes, values)],
+        label=[
+            f"{c}: {len(vs):,} gap{'' if len(vs) == 1 else 's'}, {sum(vs) / 1000:,.1f} ms"
+            for c, vs in zip(causes, values)
+        ],
     )
     for ax in (ax1, ax2):
         ax.set_xscale("log")
@@ -221,7 +244,10 @@ def copy_bandwidth(
     if pcie and dirs & {"HtoD", "DtoH"}:
         refs.append((pcie, f"{link} peak {pcie:g} GB/s"))
     if hbm and "DtoD" in dirs:
-        refs.append((hbm, f"device memory peak {hbm:,.0f} GB/s"))
+        above = c.filter((pl.col("direction") == "DtoD") & (pl.col("gbps") > hbm)).height
+        refs.append(
+            (hbm, f"device memory peak {hbm:,.0f} GB/s" + (" (copies above it stayed in cache)" if above else ""))
+        )
     if nvlink and "PtoP" in dirs:
         refs.append((nvlink, f"NVLink peak {nvlink:g} GB/s"))
     top = max(c["gbps"].max(), *(r[0] for r in refs)) if refs else c["gbps"].max()
@@ -300,6 +326,7 @@ def memory_timeline(
         ax.axvline((b - trace.meta.origin_ns) / 1e6, color="#bbbbbb", linestyle=":", linewidth=0.8)
     ax.set_xlabel("time from trace start (ms)")
     ax.set_ylabel("memory (MiB)")
+    ax.yaxis.set_major_formatter(_thousands())
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=8, frameon=False)
     fig.suptitle(_title(trace, "Device memory over time"), fontsize=11)
     return png_bytes(fig, dpi)
