@@ -88,7 +88,12 @@ MIN_SLOTS = 6  # a chart of 1 step keeps the width of 6, so its bar is a bar, no
 
 
 def stage_bars(
-    stages: StagesResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100
+    stages: StagesResult,
+    trace: Trace,
+    width: int = 1000,
+    height: int = 500,
+    dpi: int = 100,
+    hide: tuple[str, ...] = (),
 ) -> bytes | None:
     """One stacked bar per step: the step's time by stage. One step draws a bar of ordinary
     width; a step too short to see at this scale is named with its length above its slot; with
@@ -101,7 +106,7 @@ def stage_bars(
         .pivot(on="stage", index="step", values="time_us")
         .sort("step", nulls_last=True)
     )
-    present = [s for s in order if s in wide.columns and (wide[s].fill_null(0) > 0).any()]
+    present = [s for s in order if s in wide.columns and s not in hide and (wide[s].fill_null(0) > 0).any()]
     if not present:
         return None
     totals = wide.select(pl.sum_horizontal([pl.col(s).fill_null(0) for s in present]))
@@ -116,17 +121,18 @@ def stage_bars(
     for stage in present:
         vals = [v / div for v in wide[stage].fill_null(0.0).to_list()]
         ax.bar(xs, vals, 0.7, bottom=bottom, color=colors[stage], label=stage, edgecolor="white", linewidth=0.3)
-        if len(xs) <= 6:  # few bars: each big segment says its stage and time
+        if len(xs) <= 6:  # few bars: each big segment says its time (beside the bar: its stage too)
+            beside = len(xs) == 1
             for x, b, v in zip(xs, bottom, vals):
                 if v >= 0.05 * top_us / div:
                     ax.text(
-                        x,
+                        x + 0.38 if beside else x,
                         b + v / 2,
-                        f"{stage} {v:,.3g} {unit}",
-                        ha="center",
+                        f"{stage} {v:,.3g} {unit}" if beside else f"{v:,.3g}",
+                        ha="left" if beside else "center",
                         va="center",
                         fontsize=8,
-                        color="white" if stage not in ("gpu_idle", "Other", "d2h") else "black",
+                        color="black" if beside or stage in ("gpu_idle", "Other", "d2h") else "white",
                     )
         bottom = [b + v for b, v in zip(bottom, vals)]
     slots = max(len(xs), MIN_SLOTS)

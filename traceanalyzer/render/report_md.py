@@ -154,7 +154,11 @@ def _stages(rep: IncidentReport, ses: Session) -> None:
     if not ses.gaps.has_gpu_work:  # no GPU, so no GPU idle stage
         table = table.drop([c for c in table.columns if c.startswith("gpu_idle")])
     rep.table(table)
-    rep.picture("stages.png", charts.stage_bars(r, ses.trace), "Step time by stage")
+    rep.picture(
+        "stages.png",
+        charts.stage_bars(r, ses.trace, hide=() if ses.gaps.has_gpu_work else ("gpu_idle",)),
+        "Step time by stage",
+    )
 
 
 def _idle(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
@@ -329,13 +333,14 @@ def _html_table(df: pl.DataFrame) -> str:
             for c, v in zip(df.columns, r)
         )
         rows.append(f"<tr>{tds}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    # A wide table scrolls inside its own box, not the whole page.
+    return f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1700px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left}
 td.num{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}img{max-width:100%;border:1px solid #eee}
-code{background:#f4f4f4;padding:0 3px}"""
+code{background:#f4f4f4;padding:0 3px}.tw{overflow-x:auto;max-width:100%}figure{margin:1em 0}"""
 
 
 def to_html(rep: IncidentReport) -> str:
