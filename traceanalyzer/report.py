@@ -25,6 +25,7 @@ class Section:
     main: bool = False  # the table written by `--format csv`
     show_table: bool = True  # False: the table is exported (CSV) but the text says it all on screen
     export: pl.DataFrame | None = None  # what CSV writes instead of `table` (bytes, not MiB)
+    whole: bool = False  # True: shown in full whatever --top says (a short summary table)
 
     @property
     def csv_table(self) -> pl.DataFrame | None:

@@ -69,6 +69,9 @@ def middle_ellipsis(text: str, width: int) -> str:
         text = _strip_signature(text)
         if len(text) <= width:
             return text
+        lt = text.find("<")
+        if 0 < lt and text.endswith(">") and lt + 6 <= width:  # the name whole, its template cut
+            return text[: lt + 1] + middle_ellipsis(text[lt + 1 : -1], width - lt - 2) + ">"
         head = (width - 1) * 2 // 3
         return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
     keep = width - 1

@@ -39,7 +39,7 @@ def render(report: Report, level: int = 2) -> str:
             lines += [s.text, ""]
         if s.table is not None and s.show_table:
             rows = report.table_rows
-            shown = s.table if not rows else s.table.head(rows)
+            shown = s.table if not rows or s.whole else s.table.head(rows)
             lines += table(shown) + [""]
             if shown.height < s.table.height:
                 lines += [f"_{shown.height} of {s.table.height} rows; `--top 0` lists all_", ""]

@@ -89,7 +89,7 @@ def render(report: Report) -> str:
                 lines.append("(none)")
             else:
                 rows = report.table_rows
-                shown = df if rows is None or rows <= 0 else df.head(rows)
+                shown = df if rows is None or rows <= 0 or s.whole else df.head(rows)
                 lines += table_lines(shown, width, wide)
                 if shown.height < df.height:
                     lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all, JSON and CSV hold all)")
