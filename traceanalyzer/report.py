@@ -53,6 +53,7 @@ class Report:
     table_rows: int | None = TABLE_ROWS  # rows per table in text/Markdown (None: all)
     width: int | None = None  # text width in columns (None: detect)
     wide: bool = False  # True: no column hidden or shortened
+    exports_whole: bool = True  # False: --top was given, so JSON and CSV are cut too
 
     def main_table(self) -> pl.DataFrame:
         """The table `--format csv` writes to stdout: the main one, else the first."""

@@ -47,7 +47,8 @@ def _display(report: Report, output: str | None) -> Report:
     top = meta.get("traceanalyzer.top")
     rows = TABLE_ROWS if top is None else (top or None)
     width = terminal_width() if not output else int(os.environ.get("COLUMNS", "0") or 0) or FIXED_WIDTH
-    return replace(report, table_rows=rows, wide=bool(meta.get("traceanalyzer.wide")), width=width)
+    wide = bool(meta.get("traceanalyzer.wide"))
+    return replace(report, table_rows=rows, wide=wide, width=width, exports_whole=top is None)
 
 
 def csv_paths(output: str, report: Report) -> list[tuple[str, pl.DataFrame]]:

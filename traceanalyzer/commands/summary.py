@@ -113,11 +113,11 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         if g.has_gpu_work
         else Section("Devices", text="none: a CPU-only trace (no GPU activity recorded)"),
         Section("Steps", ses.steps.table.select("step", "duration_us", "busy_share", "kernel_share", "outlier")),
-        Section(f"Stages ({ses.stages.view} view, µs per {per})", stages),
+        Section(f"Stages ({ses.stages.view} view, µs per {per})", stages, whole=True),
     ]
     if g.has_gpu_work:
         sections += [
-            Section("GPU idle by cause", idle),
+            Section("GPU idle by cause", idle, whole=True),
             Section("Top idle culprits", culprits.head(rows)),
             Section("Syncs: GPU idle they caused and CPU time they blocked", _sync_figures(ses)),
         ]

@@ -32,6 +32,7 @@ DROP_FIRST = (
     "range",
     "apis",
     "shown_by",
+    "file",
 )
 
 

@@ -67,7 +67,8 @@ def _wrap(text: str, width: int, wide: bool) -> list[str]:
     out = []
     for line in text.splitlines() or [""]:
         indent = line[: len(line) - len(line.lstrip())]
-        more = indent + ("   " if line.lstrip().startswith("->") else "")
+        first = line.lstrip()
+        more = indent + ("   " if first.startswith("->") else "    " if first.startswith(("[", "- ")) else "")
         out += textwrap.wrap(line, width, subsequent_indent=more, break_on_hyphens=False) or [""]
     return out
 
@@ -92,7 +93,8 @@ def render(report: Report) -> str:
                 shown = df if rows is None or rows <= 0 or s.whole else df.head(rows)
                 lines += table_lines(shown, width, wide)
                 if shown.height < df.height:
-                    lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all, JSON and CSV hold all)")
+                    whole = ", JSON and CSV hold all" if report.exports_whole else ""
+                    lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all{whole})")
         lines.append("")
     if report.thresholds:
         if wide:
