@@ -91,3 +91,13 @@ def test_timeline_writes_the_format_of_its_extension(w0, tmp_path, capsys):
     assert main(["timeline", w0, "-o", str(tmp_path / "t.txt")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("traceanalyzer: error:")
     assert not (tmp_path / "t.txt").exists()
+
+
+def test_wide_and_columns(w0, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["gaps", w0, "--top", "3"]) == 0
+    narrow = capsys.readouterr().out
+    assert max(len(line) for line in narrow.splitlines()) <= 80 and "--wide shows every column" in narrow
+    assert main(["gaps", w0, "--top", "3", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in wide and "blocked_thread" in wide

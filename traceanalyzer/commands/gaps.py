@@ -57,7 +57,8 @@ def gaps_report(ses: Session, top: int) -> Report:
         f"GPU busy {result.busy_share:.1%} of {result.window_us / 1000:,.1f} ms "
         f"({windows.describe(result.window_kind)}); idle {total_idle / 1000:,.1f} ms"
         + (
-            f", mostly {top_cause['cause']} ({top_cause['share_of_idle']:.0%}): {HINTS[top_cause['cause']]}"
+            f", mostly {top_cause['cause']} ({top_cause['share_of_idle']:.0%})"
+            + (f": {HINTS[top_cause['cause']]}" if top_cause["cause"] in HINTS else "")
             if top_cause
             else ""
         )
