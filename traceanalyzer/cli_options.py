@@ -78,37 +78,88 @@ def build_options(kwargs: dict[str, Any], *groups: str) -> Options:
     return Options().with_values(values)
 
 
+PICTURE_EXTENSIONS = (".png", ".svg", ".pdf")
+TABLE_EXTENSIONS = {".json": "json", ".csv": "csv", ".md": "markdown", ".txt": "table"}
+
+
+def _remember(name: str) -> Callable:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        ctx.meta[f"traceanalyzer.{name}"] = value
+        return value
+
+    return callback
+
+
+def _table_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a picture extension for a table at once, before the trace is read."""
+    if value and extension(value) in PICTURE_EXTENSIONS:
+        resolve_format(None, value)  # raises the one-line usage error
+    return value
+
+
 def output_options(fn: Callable) -> Callable:
-    """Add `--format`, `--top` and `-o` to a command."""
+    """`--format`, `--top`, `-o/--output` and `--wide`, shared by every table command. `--top`
+    limits the rows of the text tables (20 when not given); given explicitly, it limits the
+    JSON and CSV too, which are otherwise complete. `--wide` reaches `emit` through the click
+    context."""
+    fn = click.option(
+        "--wide",
+        is_flag=True,
+        default=False,
+        expose_value=False,
+        callback=_remember("wide"),
+        help="tables at full width: no column hidden, no cell shortened",
+    )(fn)
     fn = click.option(
         "-o",
         "--output",
         type=click.Path(dir_okay=False),
         default=None,
-        help="write to this file (atomically) instead of stdout",
+        callback=_table_path,
+        help="write to this file (atomically) instead of stdout: .txt, .json, .csv (one file per table), .md",
     )(fn)
     fn = click.option(
-        "--top", type=click.IntRange(min=0), default=20, show_default=True, help="rows per table (0: all)"
+        "--top",
+        type=click.IntRange(min=0),
+        default=None,
+        callback=_remember("top"),
+        help="rows per table (0: all) [default: 20 in tables; JSON and CSV complete]",
     )(fn)
     fn = click.option(
         "--format",
         "fmt",
         type=click.Choice(FORMATS),
         default=None,
-        help="output format [default: table on a terminal, else table unless -o names .json/.csv/.md]",
+        help="output format [default: from the -o extension, else table]",
     )(fn)
     return fn
 
 
+def extension(path: str) -> str:
+    """The lower-case extension of `path` (`.png`), or ''."""
+    name = path.rsplit("/", 1)[-1].lower()
+    return "." + name.rsplit(".", 1)[-1] if "." in name.lstrip(".") else ""
+
+
 def resolve_format(fmt: str | None, output: str | None) -> str:
-    """The asked format, else the one `-o`'s extension names, else a table."""
+    """The renderer to use: `--format`, else the extension of `-o`, else table. A picture
+    extension for a table, or a table extension that contradicts `--format`, is a usage error."""
+    ext = extension(output) if output else ""
+    if ext in PICTURE_EXTENSIONS:
+        raise UsageError(output, f"{ext} is a picture; this command writes tables: use .txt, .json, .csv or .md")
     if fmt:
+        if ext in TABLE_EXTENSIONS and TABLE_EXTENSIONS[ext] != fmt:
+            raise UsageError(output, f"--format {fmt} does not match the extension {ext}")
         return fmt
-    if output:
-        for ext, name in ((".json", "json"), (".csv", "csv"), (".md", "markdown")):
-            if output.endswith(ext):
-                return name
-    return "table"
+    return TABLE_EXTENSIONS.get(ext, "table")
+
+
+def picture_format(output: str) -> str:
+    """png, svg or pdf from the extension of a picture's path; anything else is a usage error."""
+    ext = extension(output)
+    if ext not in PICTURE_EXTENSIONS:
+        raise UsageError(output, f"a picture is written as .png, .svg or .pdf, not {ext or 'a file without extension'}")
+    return ext[1:]
 
 
 def progress_printer() -> Callable[[int, int], None] | None:

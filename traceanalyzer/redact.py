@@ -16,9 +16,11 @@ REDACTED = "[REDACTED]"
 # Keys whose whole value is an environment (every variable in it is redacted).
 ENV_KEY = re.compile(r"(?i)^(env|environ|environment|env_vars|environment_variables|os_environ)$")
 # Keys whose value is a secret by name.
+# "token" only as a word of the name (HF_TOKEN, auth_token, tokens), not inside another word:
+# `tokenizers` is a package, and its version pin is not a secret.
 SECRET_KEY = re.compile(
-    r"(?i)(token|secret|passw(or)?d|passwd|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential|"
-    r"auth|cookie|session[_-]?id|signature|_key$|^key$)"
+    r"(?i)((?<![a-z])tokens?(?![a-z])|secret|passw(or)?d|passwd|api[_-]?key|apikey|access[_-]?key|private[_-]?key|"
+    r"credential|(?<![a-z])auth(?!or)|cookie|session[_-]?id|signature|_key$|^key$)"
 )
 # Values that look like credentials whatever key holds them.
 SECRET_VALUE = re.compile(
@@ -34,7 +36,7 @@ SECRET_VALUE = re.compile(
 )
 # `NAME=value` / `NAME: value` inside free text, where NAME is secret-looking.
 SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)[A-Z0-9_]*)"
+    r"(?i)\b([A-Z0-9_]*(?:TOKENS?|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)(?:_[A-Z0-9_]*)?)\b"
     r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;\"']+)"
 )
 BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{12,}=*")

@@ -23,7 +23,8 @@ def test_memory_json(traces):
     doc = json.loads(res.stdout)
     assert doc["command"] == "memory" and doc["thresholds"]["near_capacity_share"] == 0.9
     cuda = doc["summary"]["devices"][0]
-    assert cuda["device"] == "cuda:0" and cuda["peak_allocated_mb"] * 2**20 == pytest.approx(2_707_847_680)
+    assert cuda["device"] == "cuda:0" and cuda["peak_allocated_bytes"] == 2_707_847_680
+    assert "peak_allocated_mb" not in cuda and isinstance(doc["live_at_peak"][0]["bytes"], int)
     assert doc["live_at_peak"][0]["op"] == "aten::bmm" and len(doc["live_at_peak"]) == 3
     assert doc["timeline"]
 

@@ -115,3 +115,24 @@ def test_gaps_plot_hook(tmp_path):
     src = _secret_trace(tmp_path)
     _run("gaps", src, "--plot", tmp_path / "g.png")
     assert Image.open(tmp_path / "g.png").size == (1600, 900)
+
+
+def test_report_puts_verdict_and_findings_first_and_warnings_apart(real_report):
+    md = (real_report / "report.md").read_text()
+    assert report_sections(md)[:2] == ["Verdict", "Findings"]
+    verdict = md.split("## Verdict")[1].split("##")[0]
+    # workers0: 6 data-loading gaps hold most of the idle time (TensorBoard: DataLoader 33 % of a step)
+    assert "data_loading" in verdict
+    trace_part = md.split("## Trace")[1].split("\n## ")[0]
+    warnings_part = md.split("## Warnings")[1]
+    assert "pid/tid" not in trace_part and "pid/tid" in warnings_part
+
+
+def test_cpu_only_report_says_so_in_one_line(SHARED_TRACES, tmp_path):
+    from traceanalyzer.render.report_md import CPU_ONLY, CPU_ONLY_SECTIONS
+
+    _run("report", SHARED_TRACES / "edge_cpu_only.pt.trace.json.gz", "-o", tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert report_sections(md) == list(CPU_ONLY_SECTIONS)
+    assert md.split("## Verdict")[1].strip().splitlines()[0] == CPU_ONLY
+    assert "gpu_idle" not in md and "none listed" not in md

@@ -31,3 +31,11 @@ def test_secret_keys_and_credential_text_anywhere():
 def test_scrub_text_leaves_ordinary_text():
     s = "aten::to > Memcpy HtoD (Pageable -> Device) resnet50.py(42): <module> 12.5 ms"
     assert scrub_text(s) == s
+
+
+def test_package_pins_are_not_secrets():
+    from traceanalyzer.redact import redact, scrub_text
+
+    assert scrub_text("tokenizers=0.15.0 HF_TOKEN=abc") == "tokenizers=0.15.0 HF_TOKEN=[REDACTED]"
+    out = redact({"tokenizers": "0.15.0", "author": "me", "hf_token": "x", "auth": "y"})
+    assert out == {"tokenizers": "0.15.0", "author": "me", "hf_token": "[REDACTED]", "auth": "[REDACTED]"}

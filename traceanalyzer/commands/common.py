@@ -4,7 +4,9 @@ show findings."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+from dataclasses import replace
 
 import click
 import polars as pl
@@ -13,9 +15,10 @@ from traceanalyzer.analyses.findings import Finding
 from traceanalyzer.cli_options import progress_printer, resolve_format
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
-from traceanalyzer.render import RENDERERS
+from traceanalyzer.render import RENDERERS, csv_format
+from traceanalyzer.render.fit import FIXED_WIDTH, terminal_width
 from traceanalyzer.render.output import write_atomic
-from traceanalyzer.report import Report, Section
+from traceanalyzer.report import TABLE_ROWS, Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
@@ -38,15 +41,51 @@ def open_session(path: str, options: Options) -> Session:
     return Session(load_trace(path), options)
 
 
+def _display(report: Report, output: str | None) -> Report:
+    """The report with the table settings of this command line: `--top`, `--wide`, width."""
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    top = meta.get("traceanalyzer.top")
+    rows = TABLE_ROWS if top is None else (top or None)
+    width = terminal_width() if not output else int(os.environ.get("COLUMNS", "0") or 0) or FIXED_WIDTH
+    wide = bool(meta.get("traceanalyzer.wide"))
+    return replace(report, table_rows=rows, wide=wide, width=width, exports_whole=top is None)
+
+
+def csv_paths(output: str, report: Report) -> list[tuple[str, pl.DataFrame]]:
+    """Where `-o NAME.csv` writes each table: the main table to NAME.csv, every other table to
+    NAME.<table>.csv beside it."""
+    stem = output[: -len(".csv")] if output.lower().endswith(".csv") else output
+    tables = report.tables()
+    return [(output if k == 0 else f"{stem}.{slug}.csv", df) for k, (slug, df) in enumerate(tables)]
+
+
 def emit(report: Report, fmt: str | None, output: str | None) -> None:
-    """Render `report` in the asked format to stdout or, atomically, to `output`."""
+    """Render `report` in the asked format to stdout or, atomically, to `output`. CSV to a
+    file writes one file per table."""
     name = resolve_format(fmt, output)
+    report = _display(report, output)
+    if name == "csv" and output and len(report.tables()) > 1:
+        for path, df in csv_paths(output, report):
+            write_atomic(path, csv_format.table_csv(df))
+            click.echo(f"wrote {path} ({df.height} rows)", err=True)
+        return
     data = RENDERERS[name].render(report)
     if output:
         write_atomic(output, data)
         click.echo(f"wrote {output}", err=True)
     else:
+        if name == "csv" and len(report.tables()) > 1:
+            click.echo(
+                f"traceanalyzer: the main table of {len(report.tables())}; -o FILE.csv writes one file per table",
+                err=True,
+            )
         sys.stdout.write(data if isinstance(data, str) else data.decode())
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 step`, `2 steps`, `1,024 kernels`."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def head(df: pl.DataFrame, top: int) -> pl.DataFrame:
@@ -69,8 +108,9 @@ def health_payload(ses: Session) -> list[dict]:
 
 
 def health_section(ses: Session) -> Section | None:
-    """The health checks as the first section of a report, or None when none fires."""
-    if not ses.health:
+    """The health checks as the first section of a report, or None when only `info` ones fire
+    (those are capture caveats too, among the findings)."""
+    if not any(h.severity != "info" for h in ses.health):
         return None
     text = "\n".join(
         f"[{h.severity}] {h.check}: {h.message}" + (f" (unreliable: {', '.join(h.unreliable)})" if h.unreliable else "")

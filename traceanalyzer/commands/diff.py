@@ -58,6 +58,7 @@ def diff_report(
             "Summary (per step unless named otherwise)",
             r.summary,
             main=True,
+            whole=True,
             text=f"before: {before_path} ({r.before.step_count or 'no'} steps)\nafter:  {after_path} ({r.after.step_count or 'no'} steps)"
             + f"\nstage times from: {r.stages_source}",
         ),

@@ -2,7 +2,8 @@
 
 Idle time is the complement, per device, of the union of kernels, memcpys and memsets on all
 streams, inside the profiled steps (or the GPU span when the trace has no ProfilerStep).
-Causes: sync, data_loading, cpu_bound, launch_latency, gpu_wait, untraced.
+Causes: see `analyses.gap_causes` (sync, data_loading, cpu_bound, launch_latency, gpu_wait,
+untraced, ...).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import click
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.cli_options import build_options, option_flags, output_options, picture_format
 from traceanalyzer.commands.common import emit, head, open_session, with_health
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
@@ -104,10 +105,14 @@ def gaps_report(ses: Session, top: int) -> Report:
 @option_flags(*GROUPS)
 @output_options
 @click.option(
-    "--plot", type=click.Path(dir_okay=False), default=None, help="also write a PNG timeline with gaps shaded by cause"
+    "--plot",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="also write a timeline (.png, .svg or .pdf) with gaps shaded by cause",
 )
 def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str | None, **kwargs) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
+    plot_fmt = picture_format(plot) if plot else None  # a wrong extension fails before the work
     options = build_options(kwargs, *GROUPS)
     from traceanalyzer.commands import ranks  # a directory of per-rank files: cross-rank report
 
@@ -121,5 +126,5 @@ def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str
         from traceanalyzer.render.gap_plot import write_gap_plot
         from traceanalyzer.render.timeline import TimelineInputs
 
-        write_gap_plot(TimelineInputs.of(ses), plot)
+        write_gap_plot(TimelineInputs.of(ses), plot, plot_fmt)
         click.echo(f"wrote {plot}", err=True)

@@ -9,6 +9,7 @@ it belongs to the innermost op around it on the allocating thread.
 from __future__ import annotations
 
 import click
+import polars as pl
 
 from traceanalyzer.analyses.findings import rules_for
 from traceanalyzer.cli_options import build_options, option_flags, output_options
@@ -17,6 +18,7 @@ from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
 GROUPS = ("memory", "steps", "health")
+MIB = 1024 * 1024
 
 DEVICE_COLUMNS = [
     "device",
@@ -32,7 +34,31 @@ DEVICE_COLUMNS = [
     "allocs",
     "never_freed_mb",
 ]
-LIVE_COLUMNS = ["device", "mb", "at_us", "freed_at_us", "op", "inner_op", "input_dims", "range", "python_frame"]
+LIVE_COLUMNS = ["device", "mib", "at_us", "freed_at_us", "op", "inner_op", "input_dims", "range", "python_frame"]
+
+
+def as_bytes(df: pl.DataFrame) -> pl.DataFrame:
+    """The analysis' MiB columns (`peak_allocated_mb`, `mb`) as integer byte counts
+    (`peak_allocated_bytes`, `bytes`), for JSON and CSV; a column already in bytes wins."""
+    out = df
+    for c in df.columns:
+        if c == "mb" or c.endswith("_mb"):
+            name = "bytes" if c == "mb" else c.removesuffix("_mb") + "_bytes"
+            out = out.drop(c)
+            if name not in df.columns:
+                out = out.with_columns((df[c] * MIB).round(0).cast(pl.Int64).alias(name))
+    return out
+
+
+def as_mib(df: pl.DataFrame) -> pl.DataFrame:
+    """The analysis' `_mb` columns named for what they hold, MiB, for the text tables."""
+    return df.rename(
+        {
+            c: ("mib" if c == "mb" else c.removesuffix("_mb") + "_mib")
+            for c in df.columns
+            if c == "mb" or c.endswith("_mb")
+        }
+    )
 
 
 def memory_report(ses: Session, top: int) -> Report:
@@ -53,12 +79,12 @@ def memory_report(ses: Session, top: int) -> Report:
     dev = result.devices
     main = dev.row(0, named=True)
     headline = (
-        f"peak {main['peak_allocated_mb']:,.1f} MB allocated on {main['device']}"
+        f"peak {main['peak_allocated_mb']:,.1f} MiB allocated on {main['device']}"
         + (f" at {main['peak_at_us'] / 1000:,.1f} ms" if main["peak_at_us"] is not None else "")
         + (f" (step {main['peak_step']})" if main["peak_step"] is not None else "")
-        + (f", {main['reserved_at_peak_mb']:,.1f} MB reserved" if main["reserved_at_peak_mb"] is not None else "")
+        + (f", {main['reserved_at_peak_mb']:,.1f} MiB reserved" if main["reserved_at_peak_mb"] is not None else "")
         + (
-            f", {main['share_of_capacity']:.1%} of the device's {main['capacity_mb']:,.0f} MB"
+            f", {main['share_of_capacity']:.1%} of the device's {main['capacity_mb']:,.0f} MiB"
             if main["share_of_capacity"] is not None
             else ""
         )
@@ -67,38 +93,51 @@ def memory_report(ses: Session, top: int) -> Report:
     sections = [
         Section("Findings", text=findings_text(found)),
         Section(
-            "Per device (MB; cache = reserved − allocated at the peak)",
-            dev.select([c for c in DEVICE_COLUMNS if c in dev.columns]),
+            "Per device (MiB; cache = reserved − allocated at the peak)",
+            as_mib(dev.select([c for c in DEVICE_COLUMNS if c in dev.columns])),
+            export=as_bytes(dev),
             text=result.note,
         ),
-        Section("Allocations alive at the peak, by op", head(result.live_by_op, top)),
+        Section(
+            "Allocations alive at the peak, by op",
+            as_mib(head(result.live_by_op, top)),
+            export=as_bytes(head(result.live_by_op, top)),
+        ),
         Section(
             "Allocations alive at the peak, largest first",
-            head(result.live_at_peak.select(LIVE_COLUMNS), top),
+            head(as_mib(result.live_at_peak).select(LIVE_COLUMNS), top),
             main=True,
+            export=as_bytes(head(result.live_at_peak, top)),
         ),
         Section(
-            "Top allocating ops (total = in the op or its children; self = directly in it)", head(result.top_ops, top)
+            "Top allocating ops (total = in the op or its children; self = directly in it)",
+            as_mib(head(result.top_ops, top)),
+            export=as_bytes(head(result.top_ops, top)),
         ),
-        Section("Allocated memory at step boundaries (growth per step)", head(result.steps, top)),
+        Section(
+            "Allocated memory at step boundaries (growth per step)",
+            as_mib(head(result.steps, top)),
+            export=as_bytes(head(result.steps, top)),
+        ),
         Section(
             f"Allocations never freed in the trace ({result.never_freed.height} in all)",
-            head(result.never_freed.select(LIVE_COLUMNS), top),
+            head(as_mib(result.never_freed).select(LIVE_COLUMNS), top),
+            export=as_bytes(head(result.never_freed, top)),
         ),
     ]
     payload = {
         "summary": {
             "has_totals": result.has_totals,
-            "devices": dev,
+            "devices": as_bytes(dev),
             "findings": findings_payload(found),
             "note": result.note,
         },
-        "live_at_peak_by_op": head(result.live_by_op, top),
-        "live_at_peak": head(result.live_at_peak, top),
-        "top_ops": head(result.top_ops, top),
-        "steps": result.steps,
-        "never_freed": head(result.never_freed, top),
-        "timeline": result.timeline,
+        "live_at_peak_by_op": as_bytes(head(result.live_by_op, top)),
+        "live_at_peak": as_bytes(head(result.live_at_peak, top)),
+        "top_ops": as_bytes(head(result.top_ops, top)),
+        "steps": as_bytes(result.steps),
+        "never_freed": as_bytes(head(result.never_freed, top)),
+        "timeline": as_bytes(result.timeline),
     }
     return Report("memory", result.trace_path, th, tuple(sections), payload, headline=headline, warnings=warnings)
 

@@ -36,6 +36,16 @@ def causes_table() -> pl.DataFrame:
     )
 
 
+def rules_text(table: pl.DataFrame) -> str:
+    """One block per rule, for a terminal: the advice in full, wrapped by the renderer."""
+    blocks = [
+        f"{r['rule']}: {r['checks']}\n    thresholds: {r['thresholds']}\n    shown by: {r['shown_by']}"
+        f"\n    -> {r['advice']}"
+        for r in table.iter_rows(named=True)
+    ]
+    return "\n\n".join(blocks)
+
+
 @click.command("rules")
 @option_flags(*GROUPS)
 @output_options
@@ -48,7 +58,7 @@ def command(fmt: str | None, top: int, output: str | None, **kwargs) -> None:
         "-",
         options.thresholds(GROUPS),
         (
-            Section("Rules (ids for `summary --fail-on`)", table, main=True),
+            Section("Rules (ids for `summary --fail-on`)", table, text=rules_text(table), main=True, show_table=False),
             Section("Gap causes (the `cause` of every GPU idle gap)", causes_table()),
         ),
         {"rules": table, "causes": causes_table()},

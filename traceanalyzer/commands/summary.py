@@ -20,6 +20,7 @@ from traceanalyzer.commands.common import (
     findings_table,
     findings_text,
     open_session,
+    plural,
     with_health,
 )
 from traceanalyzer.commands.stages import average_table, stages_payload
@@ -40,16 +41,23 @@ def _devices(ses: Session) -> pl.DataFrame:
                 "name": d.name,
                 "sms": d.sm_count,
                 "memory_gib": (d.total_memory_bytes or 0) / 2**30 or None,
+                "memory_bytes": d.total_memory_bytes,
             }
             for d in ses.trace.meta.devices
         ],
-        schema={"device": pl.Int64, "name": pl.String, "sms": pl.Int64, "memory_gib": pl.Float64},
+        schema={
+            "device": pl.Int64,
+            "name": pl.String,
+            "sms": pl.Int64,
+            "memory_gib": pl.Float64,
+            "memory_bytes": pl.Int64,
+        },
     )
     g = ses.gaps
     if g.has_gpu_work and g.devices.height:
         busy = g.devices.select("device", "window_us", "busy_us", "busy_share")
         return busy.join(meta, on="device", how="left").select(
-            "device", "name", "sms", "memory_gib", "window_us", "busy_us", "busy_share"
+            "device", "name", "sms", "memory_gib", "memory_bytes", "window_us", "busy_us", "busy_share"
         )
     return meta
 
@@ -76,13 +84,18 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
     used = windows.devices(ses.trace)
     label = sorted({names.get(d, f"device {d}") for d in used})
     parts = (
-        [f"{len(used)} GPU(s) with work" + (f" ({', '.join(label)})" if label else "") + f" of {len(names)} listed"]
+        [
+            plural(len(used), "GPU")
+            + " with work"
+            + (f" ({', '.join(label)})" if label else "")
+            + f" of {len(names)} listed"
+        ]
         if used
         else ["CPU-only trace"]
     )
     st = ses.steps
     if st.window_kind == "steps":
-        parts.append(f"{st.count} steps, mean {st.mean_us:,.0f} µs, median {st.median_us:,.0f} µs")
+        parts.append(f"{plural(st.count, 'step')}, mean {st.mean_us:,.0f} µs, median {st.median_us:,.0f} µs")
     else:
         parts.append("no ProfilerStep (the trace counts as one step)")
     busy = ses.gaps.busy_share
@@ -99,20 +112,24 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     ops = ses.ops.filter(~pl.col("name").str.contains(PROFILER_STEP))
     kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
     stages = average_table(ses.stages)
+    if not g.has_gpu_work and "stage" in stages.columns:  # no GPU, so no GPU idle stage
+        stages = stages.filter(pl.col("stage") != "gpu_idle")
     idle = g.idle_by_cause if g.has_gpu_work else pl.DataFrame()
     culprits = g.culprits if g.has_gpu_work else pl.DataFrame()
     per = "step" if ses.stages.window_kind == "steps" else "trace"
     sections = [
-        Section("Devices", _devices(ses)),
+        Section("Devices", _devices(ses).drop("memory_bytes"), export=_devices(ses).drop("memory_gib"))
+        if g.has_gpu_work
+        else Section("Devices", text="none: a CPU-only trace (no GPU activity recorded)"),
         Section(
             f"Steps ({ses.step_source})",
             ses.steps.table.select("step", "kind", "duration_us", "busy_share", "kernel_share", "outlier", "warmup"),
         ),
-        Section(f"Stages ({ses.stages.view} view, µs per {per})", stages),
+        Section(f"Stages ({ses.stages.view} view, µs per {per})", stages, whole=True),
     ]
     if g.has_gpu_work:
         sections += [
-            Section("GPU idle by cause", idle),
+            Section("GPU idle by cause", idle, whole=True),
             Section("Top idle culprits", culprits.head(rows)),
             Section("Syncs: GPU idle they caused and CPU time they blocked", _sync_figures(ses)),
         ]
@@ -122,12 +139,10 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
             ops.select("name", "calls", "total_cpu_us", "self_gpu_us", "total_gpu_us").head(rows),
         ),
         Section("Top kernels", kern.head(rows)),
-        Section(
-            "Findings", findings_table(findings).select("rule", "severity"), text=findings_text(findings), main=True
-        ),
+        Section("Findings", findings_table(findings), text=findings_text(findings), main=True, show_table=False),
     ]
     payload = {
-        "devices": _devices(ses),
+        "devices": _devices(ses).drop("memory_gib"),
         "gpu_busy_share": g.busy_share,
         "window": g.window_kind,
         "steps": {

@@ -37,8 +37,12 @@ def render(report: Report, level: int = 2) -> str:
         lines += [f"{h}# {s.title}", ""]
         if s.text:
             lines += [s.text, ""]
-        if s.table is not None:
-            lines += table(s.table) + [""]
+        if s.table is not None and s.show_table:
+            rows = report.table_rows
+            shown = s.table if not rows or s.whole else s.table.head(rows)
+            lines += table(shown) + [""]
+            if shown.height < s.table.height:
+                lines += [f"_{shown.height} of {s.table.height} rows; `--top 0` lists all_", ""]
     if report.thresholds:
         lines.append("Thresholds: " + ", ".join(f"`{k}={v}`" for k, v in report.thresholds.items()))
     return "\n".join(lines).rstrip() + "\n"

@@ -1,6 +1,8 @@
 """The incident report: Markdown with its pictures beside it, or one self-contained HTML file.
 
-Sections: Summary, Timeline, Stages, Idle by cause, Top gaps, Copies, Syncs, Memory, Findings.
+Sections: Verdict and Findings first (what a reader of the ticket needs), then the evidence
+(Trace, Timeline, Stages, Idle by cause, Top gaps, Copies, Syncs, Memory), then Warnings about
+the trace itself. A CPU-only trace says so in one line and leaves out the GPU sections.
 Every number comes from the one `Session` the report is built from, so the report says exactly
 what the commands say with the same options; an analysis that fails leaves a one-line note in
 its section instead of stopping the report. Nothing from the trace's metadata is copied
@@ -9,8 +11,6 @@ except device names and the distributed rank, and every text goes through `scrub
 
 from __future__ import annotations
 
-import base64
-import html
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,14 +22,26 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.copies import CopiesResult
 from traceanalyzer.analyses.gaps import HINTS, GapsResult
 from traceanalyzer.analyses.syncs import SyncsResult
-from traceanalyzer.analyses.verdict import Verdict
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.markdown import table as md_table
-from traceanalyzer.render.values import cell
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
-SECTIONS = ("Summary", "Timeline", "Stages", "Idle by cause", "Top gaps", "Copies", "Syncs", "Memory", "Findings")
+SECTIONS = (
+    "Verdict",
+    "Findings",
+    "Trace",
+    "Timeline",
+    "Stages",
+    "Idle by cause",
+    "Top gaps",
+    "Copies",
+    "Syncs",
+    "Memory",
+    "Warnings",
+)
+CPU_ONLY_SECTIONS = ("Verdict", "Findings", "Trace", "Stages", "Memory", "Warnings")
+CPU_ONLY = "CPU-only trace: no GPU activity was recorded, so there is no GPU idle time, copy or kernel to analyse."
 GAP_COLUMNS = ["device", "step", "start_us", "duration_us", "cause", "op", "range", "python_frame", "waited_on"]
 
 
@@ -79,51 +91,72 @@ def _guard(rep: IncidentReport, what: str, fn: Callable[[], None]) -> None:
         rep.text(f"_{what} not available: {type(exc).__name__}: {exc}_")
 
 
-def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult, verdict: Verdict) -> None:
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _verdict(rep: IncidentReport, ses: Session) -> None:
+    """One or two sentences: how busy the GPU was and why it waited; or that it is CPU-only."""
+    gaps = ses.gaps
+    if not gaps.has_gpu_work:
+        rep.text(CPU_ONLY)
+        return
+    v = ses.verdict
+    text = v.sentence(windows.describe(gaps.window_kind))
+    errors = [h for h in ses.health if h.severity == "error"]
+    if errors:
+        text = (
+            f"**Trace health error ({', '.join(h.check for h in errors)})**: the numbers below are unreliable. " + text
+        )
+    found = ses.findings
+    rules = list(dict.fromkeys(f.rule for f in found if f.severity in ("high", "medium")))
+    text += ". " + (f"Findings: {', '.join(rules)}." if rules else "No finding of high or medium severity.")
+    rep.text(text)
+
+
+def _summary(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
     m = trace.meta
-    devices = sorted({d.name for d in m.devices}) or ["none listed"]
-    lines = [
-        f"- Trace: `{os.path.basename(trace.path)}`",
-        f"- Devices: {', '.join(devices)} ({len(m.devices)} listed; GPU work on {trace.gpu['device'].n_unique() if trace.gpu.height else 0})",
-        f"- Span: {(m.end_ns - m.origin_ns) / 1e6:,.1f} ms; {trace.steps.height} profiler steps; "
-        f"{trace.ops.height:,} CPU ops, {trace.gpu.height:,} GPU activities",
-    ]
+    used = trace.gpu["device"].n_unique() if trace.gpu.height else 0
+    lines = [f"- Trace: `{os.path.basename(trace.path)}`"]
+    if m.devices or used:
+        names = sorted({d.name for d in m.devices})
+        lines.append(
+            f"- Devices: {', '.join(names) or 'not named'} ({_plural(len(m.devices), 'device')} listed; "
+            f"GPU work on {used})"
+        )
+    else:
+        lines.append("- Devices: none (CPU-only trace)")
+    lines.append(
+        f"- Span: {(m.end_ns - m.origin_ns) / 1e6:,.1f} ms; {_plural(trace.steps.height, 'profiler step')}; "
+        f"{_plural(trace.ops.height, 'CPU op')}, {_plural(trace.gpu.height, 'GPU activity')}".replace(
+            "activitys", "activities"
+        )
+    )
     if m.rank is not None:
         lines.append(f"- Rank {m.rank} of {m.world_size}" + (f" ({m.backend})" if m.backend else ""))
-    if gaps.has_gpu_work and gaps.devices.height:
-        dev = gaps.devices
-        busy = gaps.busy_share
-        idle_ms = dev["idle_us"].sum() / 1000
-        lines.append(f"- **GPU busy {busy:.1%}** {windows.describe(gaps.window_kind)}; idle {idle_ms:,.1f} ms")
-        if gaps.startup_window_us:
-            lines.append(
-                f"- Start-up set aside: the first {gaps.startup_window_us / 1000:,.1f} ms "
-                f"({gaps.startup_idle_us / 1000:,.1f} ms idle in one-time initialisation); "
-                f"steady state: GPU busy {verdict.busy_share:.1%}"
-            )
-        if verdict.top_cause:
-            lines.append(
-                f"- Most idle time: **{verdict.top_cause}** ({verdict.top_share:.0%}): {verdict.advice}"
-                + (f"; {verdict.detail}" if verdict.detail else "")
-            )
-        else:
-            lines.append(f"- {verdict.advice}")
-    else:
-        lines.append(f"- {gaps.note or 'no GPU work'}")
-    for w in trace.warnings:
-        lines.append(f"- warning: {w}")
     rep.text("\n".join(lines))
+
+
+def _warnings(rep: IncidentReport, trace: Trace) -> None:
+    """What the reader should know about the trace file itself, apart from the findings."""
+    rep.items(list(trace.warnings) or ["none"])
 
 
 def _stages(rep: IncidentReport, ses: Session) -> None:
     from traceanalyzer.render import charts
 
     r = ses.stages
-    rep.text(
-        f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(r.stages)}. Times in µs."
+    names = [x for x in r.stages if ses.gaps.has_gpu_work or x != "gpu_idle"]
+    rep.text(f"Each moment of a step goes to one stage, by priority ({r.view} view): {', '.join(names)}. Times in µs.")
+    table = r.table
+    if not ses.gaps.has_gpu_work:  # no GPU, so no GPU idle stage
+        table = table.drop([c for c in table.columns if c.startswith("gpu_idle")])
+    rep.table(table)
+    rep.picture(
+        "stages.png",
+        charts.stage_bars(r, ses.trace, hide=() if ses.gaps.has_gpu_work else ("gpu_idle",)),
+        "Step time by stage",
     )
-    rep.table(r.table)
-    rep.picture("stages.png", charts.stage_bars(r, ses.trace), "Step time by stage")
 
 
 def _idle(rep: IncidentReport, trace: Trace, gaps: GapsResult) -> None:
@@ -214,7 +247,9 @@ def _memory(rep: IncidentReport, ses: Session) -> None:
     if m.note:
         rep.text(m.note)
     cols = ["device", "peak_allocated_mb", "peak_at_us", "peak_step", "reserved_at_peak_mb", "max_reserved_mb"]
-    rep.table(m.devices.select([c for c in cols if c in m.devices.columns]))
+    table = m.devices.select([c for c in cols if c in m.devices.columns])
+    rep.text("Memory in MiB (1 MiB = 1,048,576 bytes).")
+    rep.table(table.rename({c: c.removesuffix("_mb") + "_mib" for c in table.columns if c.endswith("_mb")}))
     rep.picture("memory.png", charts.memory_timeline(m, ses.trace), "Memory over time")
 
 
@@ -230,7 +265,8 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
     trace = ses.trace
     gaps = ses.gaps
     rep = IncidentReport(f"traceanalyzer report: {os.path.basename(trace.path)}")
-    if ses.health:
+    gpu = gaps.has_gpu_work
+    if any(h.severity != "info" for h in ses.health):
         rep.heading("Trace health")
         rep.items(
             [
@@ -239,9 +275,6 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
                 for h in ses.health
             ]
         )
-    rep.heading("Summary")
-    _guard(rep, "summary", lambda: _summary(rep, trace, gaps, ses.verdict))
-    rep.heading("Timeline")
 
     def timeline() -> None:
         pic = render_timeline(TimelineInputs.of(ses), width=width, height=height, dpi=dpi)
@@ -250,18 +283,23 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
         )
         rep.picture("timeline.png", pic.png, f"Timeline, {pic.window.label}")
 
-    _guard(rep, "timeline", timeline)
-    for title, fn in (
+    parts = (
+        ("Verdict", lambda: _verdict(rep, ses)),
+        ("Findings", lambda: _findings(rep, ses)),
+        ("Trace", lambda: _summary(rep, trace, gaps)),
+        ("Timeline", timeline),
         ("Stages", lambda: _stages(rep, ses)),
         ("Idle by cause", lambda: _idle(rep, trace, gaps)),
         ("Top gaps", lambda: _top_gaps(rep, gaps, top)),
         ("Copies", lambda: _copies(rep, ses, top)),
         ("Syncs", lambda: _syncs(rep, ses, top)),
         ("Memory", lambda: _memory(rep, ses)),
-        ("Findings", lambda: _findings(rep, ses)),
-    ):
-        rep.heading(title)
-        _guard(rep, title.lower(), fn)
+        ("Warnings", lambda: _warnings(rep, trace)),
+    )
+    for title, fn in parts:
+        if gpu or title in CPU_ONLY_SECTIONS:
+            rep.heading(title)
+            _guard(rep, title.lower(), fn)
     return rep
 
 
@@ -281,64 +319,11 @@ def to_markdown(rep: IncidentReport, image_prefix: str = "") -> str:
     return scrub_text("\n".join(lines).rstrip() + "\n")
 
 
-def _inline_md(text: str) -> str:
-    """The little Markdown our texts use (**bold**, `code`, _italic_), as HTML."""
-    import re
-
-    t = html.escape(text)
-    t = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", t)
-    t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
-    return re.sub(r"(?<!\w)_(.+?)_(?!\w)", r"<em>\1</em>", t)
-
-
-def _html_table(df: pl.DataFrame) -> str:
-    if df.height == 0:
-        return "<p><em>none</em></p>"
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
-    rows = []
-    for r in df.iter_rows():
-        tds = "".join(
-            f'<td class="{"num" if df.schema[c].is_numeric() else ""}">{html.escape(cell(v, c))}</td>'
-            for c, v in zip(df.columns, r)
-        )
-        rows.append(f"<tr>{tds}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-STYLE = """body{font-family:system-ui,sans-serif;max-width:1700px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left}
-td.num{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}img{max-width:100%;border:1px solid #eee}
-code{background:#f4f4f4;padding:0 3px}"""
-
-
 def to_html(rep: IncidentReport) -> str:
-    """One self-contained page: the images inline as base64 data URIs."""
-    out = [
-        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(rep.title)}</title><style>{STYLE}</style></head><body>',
-        f"<h1>{html.escape(rep.title)}</h1><p><em>traceanalyzer {__version__}</em></p>",
-    ]
-    for b in rep.blocks:
-        if b.kind != "image":
-            b = Block(b.kind, scrub_text(b.text), b.table, tuple(scrub_text(i) for i in b.items), b.image)
-        if b.kind == "heading":
-            out.append(f"<h2>{html.escape(b.text)}</h2>")
-        elif b.kind == "text":
-            body = b.text
-            if body.startswith("- "):
-                out.append("<ul>" + "".join(f"<li>{_inline_md(x[2:])}</li>" for x in body.split("\n")) + "</ul>")
-            else:
-                out.append(f"<p>{_inline_md(body)}</p>")
-        elif b.kind == "table" and b.table is not None:
-            out.append(scrub_text(_html_table(b.table)))
-        elif b.kind == "items":
-            out.append("<ul>" + "".join(f"<li>{_inline_md(i)}</li>" for i in b.items) + "</ul>")
-        elif b.kind == "image":
-            data = base64.b64encode(rep.images[b.image]).decode()
-            out.append(
-                f'<figure><img alt="{html.escape(b.text)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(b.text)}</figcaption></figure>'
-            )
-    out.append("</body></html>")
-    return "\n".join(out)
+    """One self-contained page: the images inline as base64 data URIs (see report_html)."""
+    from traceanalyzer.render.report_html import to_html as html
+
+    return html(rep)
 
 
 def write_report(rep: IncidentReport, directory: str, html_too: bool = False) -> list[str]:

@@ -1,47 +1,105 @@
-"""Plain-text tables for a terminal."""
+"""Plain-text tables for a terminal, drawn with rich and fitted to the width: detected on a
+terminal, `COLUMNS` when set, 100 otherwise; `--wide` shows every column in full.
+
+Columns that do not fit are hidden (named under the table), long names and paths are cut in
+the middle so the function stays visible, prose (advice) wraps. `report.table_rows` rows per
+table, with a line saying how many there are in all."""
 
 from __future__ import annotations
 
-import shutil
+import io
+import textwrap
 
+import polars as pl
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from traceanalyzer.render.fit import GUTTER, fit_columns, middle_ellipsis, terminal_width
 from traceanalyzer.render.values import cell
 from traceanalyzer.report import Report
 
 EXTENSION = ".txt"
 BINARY = False
-MAX_CELL = 60
+UNLIMITED = 100_000  # the "width" of --wide
+
+__all__ = ["EXTENSION", "BINARY", "render", "table_lines", "terminal_width"]
 
 
-def _table(df) -> list[str]:
-    cols = df.columns
-    rows = [[cell(v, c) for c, v in zip(cols, r)] for r in df.iter_rows()]
-    rows = [[v if len(v) <= MAX_CELL else v[: MAX_CELL - 1] + "…" for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-    numeric = [df.schema[c].is_numeric() for c in cols]
+def table_lines(df: pl.DataFrame, width: int, wide: bool = False) -> list[str]:
+    """The table's lines, none longer than `width` (unless `wide`)."""
+    headers = df.columns
+    cells = [[cell(v, c) for c, v in zip(headers, r)] for r in df.iter_rows()]
+    numeric = [df.schema[c].is_numeric() for c in headers]
+    fit = fit_columns(headers, cells, numeric, UNLIMITED if wide else width)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap):
+        table.add_column(
+            Text(middle_ellipsis(headers[i], w)),
+            justify="right" if numeric[i] else "left",
+            width=w,
+            no_wrap=not wrap,
+            overflow="fold" if wrap else "ellipsis",
+        )
+    for r in cells:
+        table.add_row(
+            *(Text(r[i] if wrap else middle_ellipsis(r[i], w)) for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap))
+        )
+    total = sum(fit.widths) + GUTTER * max(len(fit.widths) - 1, 0)
+    buf = io.StringIO()
+    console = Console(
+        file=buf, width=max(total, 1), color_system=None, markup=False, highlight=False, emoji=False, soft_wrap=False
+    )
+    console.print(table)
+    lines = [line.rstrip() for line in buf.getvalue().splitlines()]
+    lines = [line for line in lines if line.strip()]
+    if fit.hidden:
+        note = f"(not shown at this width: {', '.join(fit.hidden)}; --wide shows every column)"
+        lines += _wrap(note, width, wide)
+    return lines
 
-    def fmt(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
 
-    out = [fmt(cols), "  ".join("-" * w for w in widths)]
-    out += [fmt(r) for r in rows]
+def _wrap(text: str, width: int, wide: bool) -> list[str]:
+    """A paragraph wrapped to the width, keeping its own line breaks and indentation."""
+    if wide:
+        return text.splitlines()
+    out = []
+    for line in text.splitlines() or [""]:
+        indent = line[: len(line) - len(line.lstrip())]
+        first = line.lstrip()
+        more = indent + ("   " if first.startswith("->") else "    " if first.startswith(("[", "- ")) else "")
+        out += textwrap.wrap(line, width, subsequent_indent=more, break_on_hyphens=False) or [""]
     return out
 
 
 def render(report: Report) -> str:
-    lines = []
+    """The report as text for a terminal."""
+    width = report.width or terminal_width()
+    wide = report.wide
+    lines: list[str] = []
     if report.headline:
-        lines += [report.headline, ""]
+        lines += _wrap(report.headline, width, wide) + [""]
     for s in report.sections:
-        lines.append(f"== {s.title}")
+        lines += _wrap(f"== {s.title}", width, wide)
         if s.text:
-            lines.append(s.text)
-        if s.table is not None:
-            lines += _table(s.table) if s.table.height else ["(none)"]
+            lines += _wrap(s.text, width, wide)
+        if s.table is not None and s.show_table:
+            df = s.table
+            if not df.height:
+                lines.append("(none)")
+            else:
+                rows = report.table_rows
+                shown = df if rows is None or rows <= 0 or s.whole else df.head(rows)
+                lines += table_lines(shown, width, wide)
+                if shown.height < df.height:
+                    whole = ", JSON and CSV hold all" if report.exports_whole else ""
+                    lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all{whole})")
         lines.append("")
     if report.thresholds:
-        lines.append("thresholds: " + ", ".join(f"{k}={v}" for k, v in report.thresholds.items()))
+        if wide:
+            lines.append("thresholds: " + ", ".join(f"{k}={v}" for k, v in report.thresholds.items()))
+        else:
+            n = len(report.thresholds)
+            lines += _wrap(f"thresholds: {n} values, each a flag (--help); --wide or the JSON lists them", width, wide)
     return "\n".join(lines).rstrip() + "\n"
-
-
-def terminal_width() -> int:
-    return shutil.get_terminal_size((120, 40)).columns

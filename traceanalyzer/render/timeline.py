@@ -19,6 +19,7 @@ import polars as pl
 
 from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported for the pictures' users
     CAUSE_COLORS,
+    FALLBACK_COLORS,
     GAP_ALPHA,
     KIND_COLORS,
     KIND_LABELS,
@@ -30,13 +31,18 @@ from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported f
     Picture,
     TimelineInputs,
     Window,
+    call_runs,
+    cause_color,
+    cause_order,
     choose_lanes,
     choose_window,
     cpu_events,
     gap_label,
     in_window,
     merge_by_pixel,
+    place_labels,
     short_text,
+    window_idle,
 )
 from traceanalyzer.trace import Trace
 
@@ -51,8 +57,19 @@ def new_figure(width_px: int, height_px: int, dpi: int):
 
 
 def png_bytes(fig, dpi: int) -> bytes:
+    """The figure as PNG bytes."""
+    return figure_bytes(fig, dpi, "png")
+
+
+def figure_bytes(fig, dpi: int, fmt: str = "png") -> bytes:
+    """The figure as png, svg or pdf bytes (fonts as paths in SVG, so it looks the same
+    everywhere; no creation date in PDF/SVG, so equal inputs give equal bytes)."""
+    import matplotlib
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    meta = {"Date": None} if fmt in ("svg", "pdf") else None
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "traceanalyzer"}):
+        fig.savefig(buf, format=fmt, dpi=dpi, metadata=meta)
     return buf.getvalue()
 
 
@@ -65,6 +82,40 @@ def _device_name(trace: Trace, devices: list[int]) -> str:
     )
 
 
+CHAR_PX = 6.2  # average width of a character of the 8-point label font at 100 dpi
+LINE_PX = 11.5  # height of one label line at 100 dpi
+LABEL_ROWS = 2
+
+
+def _gap_labels(gap_rows: pl.DataFrame, w: Window, origin: int, labelled_gaps: int) -> pl.DataFrame:
+    """The gaps worth a label at this zoom: the visible part at least 3% of the window (and
+    always the largest), largest first, with the visible start/duration."""
+    if gap_rows.is_empty():
+        return gap_rows
+    a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
+    vis = window_idle(
+        gap_rows.rename({"start_us": "_s", "duration_us": "_d"}).with_columns(
+            start_us=pl.col("_s"), duration_us=pl.col("_d")
+        ),
+        a_us,
+        b_us,
+    ).sort("duration_us", descending=True)
+    big = vis.filter(pl.col("duration_us") >= 0.03 * (b_us - a_us))
+    return (big if big.height else vis).head(labelled_gaps)
+
+
+def _label_text(r: dict) -> str:
+    """The gap's label; a gap cut by the window says how long it is in view and in all."""
+    full = dict(r, duration_us=r["_d"])
+    text = gap_label(full)
+    if r["duration_us"] < r["_d"] - 0.5:
+        first, _, rest = text.partition("\n")
+        v = r["duration_us"]
+        shown = f"{v / 1000:,.1f} ms" if v >= 1000 else f"{v:,.0f} µs"
+        text = f"{first} ({shown} in view)" + ("\n" + rest if rest else "")
+    return text
+
+
 def render_timeline(
     inputs: TimelineInputs,
     window: Window | None = None,
@@ -72,20 +123,16 @@ def render_timeline(
     height: int = 900,
     dpi: int = 100,
     labelled_gaps: int = LABELLED_GAPS,
+    fmt: str = "png",
 ) -> Picture:
-    """The timeline of `window` (default: the slowest step) as a PNG."""
+    """The timeline of `window` (default: the slowest step) as png, svg or pdf bytes."""
     from matplotlib.patches import Patch, Rectangle
 
     trace, gaps = inputs.trace, inputs.gaps
     w = window or choose_window(trace)
     origin = trace.meta.origin_ns
-    # Fixed margins in pixels, so the layout is the same whatever the content.
-    left_px, right_px, top_px, bottom_px = 170, 20, 64, 118
-    plot_w = max(width - left_px - right_px, 50)
-    plot_h = max(height - top_px - bottom_px, 50)
-    pad = (w.end_ns - w.start_ns) * 0.01
-    lo_ns, hi_ns = w.start_ns - pad, w.end_ns + pad
-    ns_per_px = (hi_ns - lo_ns) / plot_w
+    scale = dpi / 100
+    a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
 
     gpu = in_window(trace.gpu.filter(pl.col("device").is_not_null()), w).select(
         "device", "stream", "kind", "ts_ns", "end_ns"
@@ -94,6 +141,34 @@ def render_timeline(
     lanes = choose_lanes(inputs, w, cpu, gpu)
     n = max(len(lanes), 1)
     index = {lane.key: lane.index for lane in lanes}
+    gpu_idx = [lane.index for lane in lanes if lane.key[0] == "gpu"]
+    band = (min(gpu_idx), max(gpu_idx) + 1) if gpu_idx else None
+    shown_devices = sorted({lane.key[1] for lane in lanes if lane.key[0] == "gpu"})
+
+    # Fixed margins in pixels; above the lanes, a strip for the gap labels (so no label
+    # covers a bar) and a line for the step names.
+    left_px, right_px, top_px, bottom_px = 170, 20, 64, 118
+    plot_w = max(width - left_px - right_px, 50)
+    pad = (w.end_ns - w.start_ns) * 0.01
+    lo_ns, hi_ns = w.start_ns - pad, w.end_ns + pad
+    ns_per_px = (hi_ns - lo_ns) / plot_w
+
+    gap_rows = pl.DataFrame()
+    if band is not None and gaps.has_gpu_work and gaps.all_gaps.height:
+        min_us = max(2 * ns_per_px / 1000, 0.0)
+        gap_rows = gaps.all_gaps.filter(
+            pl.col("device").is_in(shown_devices)
+            & (pl.col("start_us") < b_us)
+            & (pl.col("start_us") + pl.col("duration_us") > a_us)
+            & (pl.col("duration_us") >= min_us)
+        ).sort("duration_us", descending=True)
+    labelled = _gap_labels(gap_rows, w, origin, labelled_gaps) if band is not None else pl.DataFrame()
+    texts = [_label_text(r) for r in labelled.iter_rows(named=True)]
+    lines = max((t.count("\n") + 1 for t in texts), default=0)
+    row_px = (lines * LINE_PX + 12) * scale
+    strip_px = LABEL_ROWS * row_px if texts else 0
+    step_px = 18 * scale
+    plot_h = max(height - top_px - bottom_px - strip_px - step_px, 50)
 
     fig = new_figure(width, height, dpi)
     ax = fig.add_axes((left_px / width, bottom_px / height, plot_w / width, plot_h / height))
@@ -102,35 +177,21 @@ def render_timeline(
     ax.set_xlim(*xlim)
     ax.set_ylim(n, 0)
 
-    # GPU lanes band; gaps shaded across it, under the bars.
-    gpu_idx = [lane.index for lane in lanes if lane.key[0] == "gpu"]
-    band = (min(gpu_idx), max(gpu_idx) + 1) if gpu_idx else None
-    shown_devices = sorted({lane.key[1] for lane in lanes if lane.key[0] == "gpu"})
-    gap_rows = pl.DataFrame()
-    if band is not None and gaps.has_gpu_work and gaps.all_gaps.height:
-        a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
-        min_us = max(2 * ns_per_px / 1000, 0.0)
-        gap_rows = gaps.all_gaps.filter(
-            pl.col("device").is_in(shown_devices)
-            & (pl.col("start_us") < b_us)
-            & (pl.col("start_us") + pl.col("duration_us") > a_us)
-            & (pl.col("duration_us") >= min_us)
-        ).sort("duration_us", descending=True)
-        for r in gap_rows.select("start_us", "duration_us", "cause").iter_rows(named=True):
-            ax.add_patch(
-                Rectangle(
-                    (r["start_us"] / 1000, band[0]),
-                    r["duration_us"] / 1000,
-                    band[1] - band[0],
-                    facecolor=CAUSE_COLORS.get(r["cause"], "#7f7f7f"),
-                    alpha=GAP_ALPHA,
-                    linewidth=0,
-                    zorder=1,
-                )
+    for r in gap_rows.iter_rows(named=True):
+        ax.add_patch(
+            Rectangle(
+                (r["start_us"] / 1000, band[0]),
+                r["duration_us"] / 1000,
+                band[1] - band[0],
+                facecolor=cause_color(r["cause"]),
+                alpha=GAP_ALPHA,
+                linewidth=0,
+                zorder=1,
             )
+        )
 
-    # Bars, merged per pixel column. CPU kinds are drawn in order so sync and data loading
-    # sit on top of the ops that contain them.
+    # Bars, merged per pixel column. Memsets go beneath kernels (short and many, they would
+    # otherwise paint a busy lane purple); sync and data loading sit on the ops around them.
     draws: list[tuple[tuple, str, pl.DataFrame]] = []
     cpu_bars = merge_by_pixel(cpu, ["pid", "tid", "kind"], int(lo_ns), ns_per_px)
     gpu_bars = merge_by_pixel(gpu, ["device", "stream", "kind"], int(lo_ns), ns_per_px)
@@ -140,7 +201,7 @@ def render_timeline(
     for (dev, stream, kind), part in gpu_bars.partition_by(["device", "stream", "kind"], as_dict=True).items():
         if ("gpu", dev, stream) in index:
             draws.append((("gpu", dev, stream), kind, part))
-    order = {"cpu_op": 0, "data_loading": 1, "sync": 2, "kernel": 0, "memset": 1, "memcpy": 2}
+    order = {"cpu_op": 0, "data_loading": 1, "sync": 2, "memset": 0, "kernel": 1, "memcpy": 2}
     kinds_drawn: set[str] = set()
     for key, kind, part in sorted(draws, key=lambda d: order[d[1]]):
         i = index[key]
@@ -155,7 +216,6 @@ def render_timeline(
         )
         kinds_drawn.add(kind)
 
-    # Lane separators and labels.
     ax.set_yticks([lane.index + 0.5 for lane in lanes])
     ax.set_yticklabels([lane.label for lane in lanes], fontsize=9)
     ax.tick_params(axis="y", length=0)
@@ -164,90 +224,69 @@ def render_timeline(
     for lane in lanes:
         ax.axhline(lane.index, color="#e0e0e0", linewidth=0.5, zorder=0)
 
-    # Step boundaries.
-    steps = trace.steps.filter((pl.col("end_ns") >= lo_ns) & (pl.col("start_ns") <= hi_ns))
-    bounds = sorted(set(steps["start_ns"].to_list()) | set(steps["end_ns"].to_list()))
-    for b in bounds:
-        if lo_ns <= b <= hi_ns:
-            ax.axvline((b - origin) / 1e6, color="black", linestyle="--", linewidth=1.0, zorder=7)
-    for r in steps.iter_rows(named=True):
-        mid = (max(r["start_ns"], lo_ns) + min(r["end_ns"], hi_ns)) / 2
-        ax.text(
-            (mid - origin) / 1e6,
-            1.003,
-            f"step {r['step']}  ({(r['end_ns'] - r['start_ns']) / 1e6:,.1f} ms)",
-            transform=ax.get_xaxis_transform(),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-            clip_on=False,
-            color="black",
-            zorder=8,
-            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+    _draw_steps(ax, trace, lo_ns, hi_ns, origin)
+    _draw_blocking(ax, inputs, w, index, lo_ns, hi_ns, ns_per_px, origin, scale)
+
+    # Gap labels in the strip above the lanes, each with a line down to its gap.
+    if texts:
+        lab = fig.add_axes(
+            ((left_px) / width, (bottom_px + plot_h + step_px) / height, plot_w / width, strip_px / height)
         )
-
-    # The largest gaps, labelled with cause, op and Python line.
-    # Only gaps that matter at this zoom: at least 3% of the window (and always the largest).
-    labelled = gap_rows
-    if gap_rows.height:
-        big = gap_rows.filter(pl.col("duration_us") >= 0.03 * (w.end_ns - w.start_ns) / 1000)
-        labelled = (big if big.height else gap_rows).head(labelled_gaps)
-    if band is not None and labelled.height:
-        span_rows = band[1] - band[0]
-        for k, r in enumerate(labelled.iter_rows(named=True)):
-            mid_ms = (r["start_us"] + r["duration_us"] / 2) / 1000
-            y = band[0] + span_rows * (0.12 + 0.22 * (k % 4))
-            ax.annotate(
-                gap_label(r),
-                xy=(mid_ms, y),
-                ha="center",
-                va="top",
-                fontsize=8,
-                zorder=9,
-                bbox={
-                    "facecolor": "white",
-                    "edgecolor": CAUSE_COLORS.get(r["cause"], "#7f7f7f"),
-                    "alpha": 0.92,
-                    "boxstyle": "round,pad=0.3",
-                },
+        lab.set_xlim(*xlim)
+        lab.set_ylim(0, LABEL_ROWS)
+        lab.axis("off")
+        ms_per_px = ns_per_px / 1e6
+        spans = [
+            (
+                (r["start_us"] + r["duration_us"] / 2) / 1000,
+                (max(len(x) for x in t.split("\n")) * CHAR_PX * scale + 14) * ms_per_px,
             )
-
-    # The longest blocking calls, named on their CPU lane.
-    blk = in_window(inputs.blocking, w).with_columns(_d=pl.col("end_ns") - pl.col("ts_ns"))
-    blk = blk.filter(pl.col("_d") >= 0.05 * (w.end_ns - w.start_ns)).sort("_d", descending=True).head(3)
-    for r in blk.iter_rows(named=True):
-        key = ("cpu", r["pid"], r["tid"])
-        if key in index:
-            a_ns, b_ns = max(r["ts_ns"], lo_ns), min(r["end_ns"], hi_ns)
-            ax.text(
-                ((a_ns + b_ns) / 2 - origin) / 1e6,
-                index[key] + 0.5,
-                f"{r['name']} {r['_d'] / 1e6:,.1f} ms",
+            for r, t in zip(labelled.iter_rows(named=True), texts)
+        ]
+        for r, t, spot in zip(labelled.iter_rows(named=True), texts, place_labels(spans, *xlim, LABEL_ROWS)):
+            if spot is None:
+                continue
+            centre, row = spot
+            color = cause_color(r["cause"])
+            lab.text(
+                centre,
+                row + 0.06,
+                t,
                 ha="center",
-                va="center",
+                va="bottom",
                 fontsize=8,
-                color="white",
-                weight="bold",
                 zorder=9,
-                clip_on=True,
+                clip_on=False,
+                bbox={"facecolor": "white", "edgecolor": color, "alpha": 0.95, "boxstyle": "round,pad=0.3"},
+            )
+            mid = (r["start_us"] + r["duration_us"] / 2) / 1000
+            ax.annotate(
+                "",
+                xy=(mid, band[0]),
+                xycoords=ax.transData,
+                xytext=(centre, row + 0.06),
+                textcoords=lab.transData,
+                annotation_clip=False,
+                arrowprops={"arrowstyle": "-", "color": color, "linewidth": 0.9, "linestyle": ":"},
             )
 
     ax.set_xlabel("time from trace start (ms)", fontsize=9)
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(axis="x", color="#f0f0f0", zorder=0)
 
-    # Title: file, device, window, and the headline of the window.
+    # Title: file, device, window; under it what the window holds (the gaps' visible parts).
     busy_line = ""
     if band is not None and gaps.has_gpu_work:
-        a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
-        in_w = gaps.all_gaps.filter(
-            pl.col("device").is_in(shown_devices) & (pl.col("start_us") >= a_us - 1e-6) & (pl.col("start_us") < b_us)
-        )
-        idle_ms = in_w["duration_us"].sum() / 1000 / max(len(shown_devices), 1)
+        seen = pl.DataFrame(schema={"cause": pl.String, "duration_us": pl.Float64})
+        if gaps.all_gaps.height:
+            seen = window_idle(gaps.all_gaps.filter(pl.col("device").is_in(shown_devices)), a_us, b_us)
+        total_us = seen["duration_us"].sum() if seen.height else 0.0
+        idle_ms = total_us / 1000 / max(len(shown_devices), 1)
         win_ms = (w.end_ns - w.start_ns) / 1e6
-        by = in_w.group_by("cause").agg(pl.col("duration_us").sum()).sort("duration_us", descending=True)
+        by = seen.group_by("cause").agg(pl.col("duration_us").sum()).sort("duration_us", descending=True)
         top = (
-            f", mostly {by['cause'][0]} ({by['duration_us'][0] / max(in_w['duration_us'].sum(), 1e-9):.0%})"
+            f", mostly {by['cause'][0]} ({by['duration_us'][0] / 1000:,.1f} ms, "
+            f"{by['duration_us'][0] / max(total_us, 1e-9):.0%})"
             if by.height
             else ""
         )
@@ -257,14 +296,9 @@ def render_timeline(
     if busy_line:
         fig.text(0.5, 1 - 34 / height, busy_line, ha="center", va="top", fontsize=10)
 
-    # Legend under the axis: what each colour means.
     handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in kinds_drawn]
-    causes = gap_rows["cause"].unique().to_list() if gap_rows.height else []
-    handles += [
-        Patch(facecolor=CAUSE_COLORS[c], alpha=GAP_ALPHA + 0.15, label=f"GPU idle: {c}")
-        for c in CAUSE_COLORS
-        if c in causes
-    ]
+    causes = cause_order(gap_rows["cause"].unique().to_list()) if gap_rows.height else []
+    handles += [Patch(facecolor=cause_color(c), alpha=GAP_ALPHA + 0.15, label=f"GPU idle: {c}") for c in causes]
     if handles:
         fig.legend(
             handles=handles,
@@ -275,9 +309,81 @@ def render_timeline(
             bbox_to_anchor=(0.5, 4 / height),
         )
 
-    png = png_bytes(fig, dpi)
+    data = figure_bytes(fig, dpi, fmt)
+    axes_top = height - bottom_px - plot_h
     band_px = None
     if band is not None:
-        band_px = (top_px + band[0] / n * plot_h, top_px + band[1] / n * plot_h)
-    layout = Layout(width, height, (left_px, top_px, left_px + plot_w, top_px + plot_h), xlim, tuple(lanes), band_px)
-    return Picture(png, layout, w, {"gaps_shaded": gap_rows.height, "bars": cpu_bars.height + gpu_bars.height})
+        band_px = (axes_top + band[0] / n * plot_h, axes_top + band[1] / n * plot_h)
+    layout = Layout(
+        width, height, (left_px, axes_top, left_px + plot_w, axes_top + plot_h), xlim, tuple(lanes), band_px
+    )
+    extras = {
+        "gaps_shaded": gap_rows.height,
+        "bars": cpu_bars.height + gpu_bars.height,
+        "subtitle": busy_line,
+        "labels": texts,
+    }
+    return Picture(data, layout, w, extras, fmt)
+
+
+def _draw_steps(ax, trace: Trace, lo_ns: float, hi_ns: float, origin: int) -> None:
+    """Step boundaries as dashed lines, each step named above the lanes."""
+    steps = trace.steps.filter((pl.col("end_ns") >= lo_ns) & (pl.col("start_ns") <= hi_ns))
+    bounds = sorted(set(steps["start_ns"].to_list()) | set(steps["end_ns"].to_list()))
+    for b in bounds:
+        if lo_ns <= b <= hi_ns:
+            ax.axvline((b - origin) / 1e6, color="black", linestyle="--", linewidth=1.0, zorder=7)
+    ns_per_px = (hi_ns - lo_ns) / max(ax.get_window_extent().width, 1)
+    for r in steps.iter_rows(named=True):
+        a, b = max(r["start_ns"], lo_ns), min(r["end_ns"], hi_ns)
+        text = f"step {r['step']}  ({(r['end_ns'] - r['start_ns']) / 1e6:,.1f} ms)"
+        if (b - a) / ns_per_px < len(text) * CHAR_PX + 8:  # a sliver of a step: its line is enough
+            text = f"step {r['step']}"
+            if (b - a) / ns_per_px < len(text) * CHAR_PX + 8:
+                continue
+        ax.text(
+            ((a + b) / 2 - origin) / 1e6,
+            1.003,
+            text,
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            clip_on=False,
+            color="black",
+            zorder=8,
+        )
+
+
+def _draw_blocking(ax, inputs: TimelineInputs, w: Window, index: dict, lo_ns, hi_ns, ns_per_px, origin, scale) -> None:
+    """The longest runs of blocking calls, named on their CPU lane: back-to-back calls of the
+    same API are one run (`cudaEventSynchronize ×11`), and a name is written only where it fits
+    inside its bar."""
+    calls = in_window(inputs.blocking, w)
+    if calls.is_empty():
+        return
+    runs = call_runs(calls, 3 * ns_per_px).with_columns(_d=pl.col("end_ns") - pl.col("ts_ns"))
+    runs = runs.filter(pl.col("_d") >= 0.05 * (w.end_ns - w.start_ns)).sort("_d", descending=True).head(6)
+    for r in runs.iter_rows(named=True):
+        key = ("cpu", r["pid"], r["tid"])
+        if key not in index:
+            continue
+        a_ns, b_ns = max(r["ts_ns"], lo_ns), min(r["end_ns"], hi_ns)
+        times = f" ×{r['calls']}" if r["calls"] > 1 else ""
+        text = f"{r['name']}{times} {r['_d'] / 1e6:,.1f} ms"
+        if len(text) * CHAR_PX * scale + 8 > (b_ns - a_ns) / ns_per_px:
+            text = f"{r['name']}{times}"
+            if len(text) * CHAR_PX * scale + 8 > (b_ns - a_ns) / ns_per_px:
+                continue
+        ax.text(
+            ((a_ns + b_ns) / 2 - origin) / 1e6,
+            index[key] + 0.5,
+            text,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white",
+            weight="bold",
+            zorder=9,
+            clip_on=True,
+        )

@@ -44,13 +44,33 @@ CAUSE_COLORS = {
     "data_loading": "#ff7f0e",
     "cpu_bound": "#8c564b",
     "launch_latency": "#e377c2",
+    "slow_launch": "#f7b6d2",
+    "kernel_spacing": "#9edae5",
+    "runtime_call": "#dbdb8d",
     "gpu_wait": "#bcbd22",
-    "untraced": "#7f7f7f",
-    "runtime_call": "#9edae5",
-    "slow_launch": "#17becf",
-    "kernel_spacing": "#dbdb8d",
+    # Not a grey: CPU ops are grey, and an untraced gap must not read as CPU work.
+    "untraced": "#17becf",
 }
+# Causes the palette does not know yet get one of these, the same one for the same name.
+FALLBACK_COLORS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d")
 GAP_ALPHA = 0.35
+
+
+def cause_color(cause: str | None) -> str:
+    """The colour of a gap cause; a cause not in `CAUSE_COLORS` gets a stable fallback."""
+    if cause in CAUSE_COLORS:
+        return CAUSE_COLORS[cause]
+    import zlib
+
+    return FALLBACK_COLORS[zlib.crc32(str(cause).encode()) % len(FALLBACK_COLORS)]
+
+
+def cause_order(present: list[str]) -> list[str]:
+    """Causes in the palette's order, then any unknown ones by name."""
+    known = [c for c in CAUSE_COLORS if c in present]
+    return known + sorted(c for c in set(present) if c not in CAUSE_COLORS)
+
+
 MAX_CPU_LANES = 4
 MAX_GPU_LANES = 8
 LABELLED_GAPS = 4
@@ -115,10 +135,20 @@ class Layout:
 
 @dataclass(frozen=True)
 class Picture:
-    png: bytes
+    """A drawn picture: its bytes in `fmt` (png, svg or pdf), where things landed, its window."""
+
+    data: bytes
     layout: Layout
     window: Window
     extras: dict[str, Any] = field(default_factory=dict)
+    fmt: str = "png"
+
+    @property
+    def png(self) -> bytes:
+        """The bytes of a PNG picture."""
+        if self.fmt != "png":
+            raise ValueError(f"this picture is {self.fmt}, not png")
+        return self.data
 
 
 # -- data preparation (pure polars) -----------------------------------------------------------
@@ -236,10 +266,68 @@ def choose_lanes(inputs: TimelineInputs, w: Window, cpu: pl.DataFrame, gpu: pl.D
 
 
 def short_text(s: str | None, n: int = 48) -> str:
+    """`s` in at most `n` characters, cut in the middle (the function at the end stays)."""
     if not s:
         return ""
-    s = scrub_text(str(s))
-    return s if len(s) <= n else s[: n - 1] + "…"
+    from traceanalyzer.render.fit import middle_ellipsis
+
+    return middle_ellipsis(scrub_text(str(s)), n)
+
+
+def window_idle(gaps: pl.DataFrame, a_us: float, b_us: float) -> pl.DataFrame:
+    """Gaps overlapping [a_us, b_us) clipped to it: start_us, duration_us are the visible part
+    (a gap that began before the window counts from the window's start)."""
+    if gaps.is_empty():
+        return gaps
+    end = pl.col("start_us") + pl.col("duration_us")
+    return gaps.filter((pl.col("start_us") < b_us) & (end > a_us)).with_columns(
+        start_us=pl.max_horizontal(pl.col("start_us"), pl.lit(a_us)),
+        duration_us=pl.min_horizontal(end, pl.lit(b_us)) - pl.max_horizontal(pl.col("start_us"), pl.lit(a_us)),
+    )
+
+
+def call_runs(calls: pl.DataFrame, join_ns: float) -> pl.DataFrame:
+    """Blocking calls (pid, tid, name, ts_ns, end_ns) merged into runs of the same call on the
+    same thread, where one starts within `join_ns` of the previous end -> pid, tid, name, ts_ns,
+    end_ns, calls, busy_ns (time inside the calls)."""
+    if calls.is_empty():
+        return calls.select("pid", "tid", "name", "ts_ns", "end_ns").with_columns(
+            calls=pl.lit(0, pl.UInt32), busy_ns=pl.lit(0, pl.Int64)
+        )
+    by = ["pid", "tid", "name"]
+    s = calls.sort([*by, "ts_ns"])
+    reach = pl.col("end_ns").cum_max().shift(1).over(by)
+    s = s.with_columns(_g=(reach.is_null() | (pl.col("ts_ns") > reach + join_ns)).cast(pl.Int64).cum_sum().over(by))
+    return (
+        s.group_by([*by, "_g"])
+        .agg(
+            pl.col("ts_ns").min(),
+            pl.col("end_ns").max(),
+            calls=pl.len(),
+            busy_ns=(pl.col("end_ns") - pl.col("ts_ns")).sum(),
+        )
+        .drop("_g")
+    )
+
+
+def place_labels(spans: list[tuple[float, float]], lo: float, hi: float, rows: int) -> list[tuple[float, int] | None]:
+    """Positions for labels `spans` (wanted centre, width; same unit as lo..hi): the centre
+    moved so the label stays inside [lo, hi], and a row (0 = nearest the data) where it overlaps
+    no label already placed; None when no row has room. Placed in the given order."""
+    taken: list[list[tuple[float, float]]] = [[] for _ in range(rows)]
+    out: list[tuple[float, int] | None] = []
+    for centre, w in spans:
+        w = min(w, hi - lo)
+        c = min(max(centre, lo + w / 2), hi - w / 2)
+        a, b = c - w / 2, c + w / 2
+        for r in range(rows):
+            if all(b <= x or a >= y for x, y in taken[r]):
+                taken[r].append((a, b))
+                out.append((c, r))
+                break
+        else:
+            out.append(None)
+    return out
 
 
 def gap_label(r: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ def cell(value: Any, column: str = "") -> str:
         # Identifiers read better without thousands separators.
         if column in IDENTIFIERS or column.endswith("_id"):
             return str(value)
-        return f"{value:,}" if abs(value) >= 10000 else str(value)
+        return f"{value:,}"
     if isinstance(value, dict):
         return "; ".join(f"{k}={cell(v, k)}" for k, v in value.items() if v is not None) or "-"
     if isinstance(value, (list, tuple)):

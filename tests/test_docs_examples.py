@@ -1,0 +1,58 @@
+"""The README and docs/ pages: every example command runs as written from the repository root
+(its subcommand exists, every input it names is there), every page the README links exists, the
+README stays short and keeps the two set-up commands."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from traceanalyzer.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SETUP = (
+    "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/traceanalyzer gaps "
+    "sample_traces/cpu_dataloader_workers0.pt.trace.json.gz",
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/ruff check . && "
+    ".venv/bin/ruff format --check . && .venv/bin/python -m pytest -q",
+)
+
+
+def _examples() -> list[tuple[str, str]]:
+    out = []
+    for page in PAGES:
+        for line in page.read_text().splitlines():
+            if line.startswith("$ ") and "traceanalyzer" in line:
+                out.append((page.name, line[2:]))
+    return out
+
+
+def test_readme_is_short_and_keeps_the_setup_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 250
+    for cmd in SETUP:
+        assert cmd in text
+
+
+def test_readme_links_exist():
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\((docs/[^)#]+)\)", text)
+    assert len(links) >= 13
+    for link in links:
+        assert (ROOT / link).is_file(), link
+
+
+@pytest.mark.parametrize("page,cmd", _examples())
+def test_example_runs_as_written(page, cmd, SHARED_TRACES):
+    args = shlex.split(cmd)
+    assert args[0] == ".venv/bin/traceanalyzer", f"{page}: examples call .venv/bin/traceanalyzer: {cmd}"
+    assert args[1] in cli.commands, f"{page}: no command {args[1]}"
+    for a in args[2:]:
+        if a.startswith("-") or a.startswith("/tmp"):
+            continue
+        if "/" in a or a.endswith((".json", ".gz")):
+            assert (ROOT / a).exists(), f"{page}: {a} does not exist from the repository root"
