@@ -103,6 +103,14 @@ def rank_from_name(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _total_order(culprits: pl.DataFrame) -> pl.DataFrame:
+    """The culprits in `gaps`' order (idle desc, cause) with the remaining ties broken by the
+    other columns: `gaps` leaves equal rows in group_by order, and two executors must give the
+    same JSON."""
+    rest = [c for c in ("op", "python_frame", "phase") if c in culprits.columns]
+    return culprits.sort(["idle_us", "cause", *rest], descending=[True] + [False] * (1 + len(rest)), nulls_last=True)
+
+
 def rank_result(
     trace: Trace | Session, options: Options | None = None, comm_args: pl.DataFrame | None = None
 ) -> RankResult:
@@ -161,7 +169,7 @@ def rank_result(
         collectives.exposed_segments(trace.gpu, coll),
         gaps.devices if gaps.has_gpu_work else empty,
         gaps.idle_by_cause if gaps.has_gpu_work else empty,
-        gaps.culprits if gaps.has_gpu_work else empty,
+        _total_order(gaps.culprits) if gaps.has_gpu_work else empty,
         found,
         idle,
         tuple(trace.warnings),

@@ -88,7 +88,7 @@ def check_fail_on(rep: Report, fail_on: tuple[str, ...]) -> None:
     failed = sorted(set(rep.payload.get("fired_rules", ())) & set(fail_on))
     if failed:
         where = {
-            r: sorted(p["rank"] for p in rep.payload["per_rank"] if any(f["rule"] == r for f in p["findings"]))
+            r: sorted(p["rank"] for p in rep.payload["per_rank"] if r in p["findings"]["rule"].to_list())
             for r in failed
         }
         said = ", ".join(f"{r} (ranks {where[r]})" if where[r] else f"{r} (job)" for r in failed)
