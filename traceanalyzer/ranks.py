@@ -192,5 +192,5 @@ def analyse_dir(
     skipped = [x for x in out if isinstance(x, SkippedFile)]
     if not results:
         why = "; ".join(f"{os.path.basename(s.path)}: {s.reason}" for s in skipped[:3])
-        raise NotATraceError(str(path), f"directory holds no trace file ({why})")
+        raise NotATraceError(str(path), f"directory holds no trace files ({why})")
     return results, cross_rank(results, opts), skipped
