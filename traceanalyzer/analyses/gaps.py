@@ -168,9 +168,13 @@ def analyse_gaps(
     culprits = (
         all_gaps.group_by("phase", "cause", "op", "python_frame")
         .agg(gaps=pl.len(), idle_us=pl.col("duration_us").sum())
-        .sort(["idle_us", "cause"], descending=[True, False])
+        .sort(
+            ["idle_us", "cause", "op", "python_frame", "phase"],
+            descending=[True, False, False, False, False],
+            nulls_last=True,
+        )
     )
-    listed = listed.sort("duration_us", descending=True)
+    listed = listed.sort(["duration_us", "device", "start_us"], descending=[True, False, False])
     end = classified.startup_end_ns
     return GapsResult(
         trace.path,

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer.analyses import windows
+from traceanalyzer.analyses import collectives, windows
 from traceanalyzer.analyses.gap_causes import CAUSES
-from traceanalyzer.analyses.gaps import GapsResult
+from traceanalyzer.analyses.stragglers import CollectiveResult, compare
 from traceanalyzer.options import Options, RankOptions
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
@@ -47,18 +47,37 @@ _RANK_IN_NAME = re.compile(r"(?i)(?:rank|worker|node|proc)[-_]?(\d+)")
 
 @dataclass(frozen=True)
 class RankResult:
-    """What one rank file contributes; small, picklable."""
+    """What one rank file contributes: small tables and scalars only (picklable, and written
+    as Parquet by the cache), never the trace or the Session."""
 
     path: str
     rank: int | None
     rank_source: str  # "distributedInfo", "file name" or "none"
     world_size: int | None
     origin_ns: int
+    has_gpu_work: bool
     steps: pl.DataFrame  # step, start_ns, end_ns (this rank's own clock)
-    collectives: pl.DataFrame  # name, k, device, ts_ns, end_ns
-    gaps: GapsResult
+    collectives: pl.DataFrame  # see collectives.RANK_COLL_SCHEMA
+    exposed: pl.DataFrame  # cidx, start_ns, end_ns: collective time no compute kernel hid
+    devices: pl.DataFrame  # as GapsResult.devices
+    idle_by_cause: pl.DataFrame  # as GapsResult.idle_by_cause
+    culprits: pl.DataFrame  # as GapsResult.culprits
+    findings: pl.DataFrame  # rule, severity, message: the rank's own findings
     idle_gaps: pl.DataFrame = field(repr=False)  # start_ns, end_ns, cause, op, python_frame
     warnings: tuple[str, ...] = ()  # the loader's warnings for this file
+
+    @property
+    def damaged(self) -> bool:
+        """Whether the loader had to salvage or fix this file."""
+        return bool(self.warnings)
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file of the directory that is not a trace (a stray `config.json`): skipped, said."""
+
+    path: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -75,6 +94,7 @@ class MultiRankResult:
     longest_idle_by_cause: pl.DataFrame  # cause, idle_us, share_of_idle for longest_rank
     clocks_aligned: bool
     alignment_note: str
+    matched: CollectiveResult | None = None  # collectives matched across ranks (stragglers.compare)
 
 
 def rank_from_name(path: str) -> int | None:
@@ -83,8 +103,19 @@ def rank_from_name(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def rank_result(trace: Trace | Session, options: Options | None = None) -> RankResult:
-    """One rank's contribution: a pure function of one trace (or of a Session over it)."""
+def _total_order(culprits: pl.DataFrame) -> pl.DataFrame:
+    """The culprits in `gaps`' order (idle desc, cause) with the remaining ties broken by the
+    other columns: `gaps` leaves equal rows in group_by order, and two executors must give the
+    same JSON."""
+    rest = [c for c in ("op", "python_frame", "phase") if c in culprits.columns]
+    return culprits.sort(["idle_us", "cause", *rest], descending=[True] + [False] * (1 + len(rest)), nulls_last=True)
+
+
+def rank_result(
+    trace: Trace | Session, options: Options | None = None, comm_args: pl.DataFrame | None = None
+) -> RankResult:
+    """One rank's contribution: a pure function of one trace (or of a Session over it), and of
+    the collectives' metadata read from its raw JSON (`rank_io.comm_args`; None: none known)."""
     ses = trace if isinstance(trace, Session) else Session(trace, options)
     trace = ses.trace
     gaps = ses.gaps
@@ -94,18 +125,21 @@ def rank_result(trace: Trace | Session, options: Options | None = None) -> RankR
         rank = rank_from_name(trace.path)
         source = "file name" if rank is not None else "none"
     # A rank with neither steps nor GPU work has nothing to align or compare.
-    steps = (
-        windows.step_windows(trace) if trace.steps.height or trace.gpu.height else windows.step_windows(trace).clear()
-    )
-    coll = (
-        trace.gpu.filter(
-            (pl.col("kind") == "kernel") & pl.col("name").str.contains(ses.options.patterns.collective_pattern)
-        )
-        .sort("ts_ns")
-        .select("name", "device", "ts_ns", "end_ns")
-        .with_columns(k=pl.int_range(pl.len()).over("name").cast(pl.Int64))
-    )
+    steps = windows.step_windows(trace)
+    steps = steps if trace.steps.height or trace.gpu.height else steps.clear()
+    if comm_args is None:
+        from traceanalyzer.rank_io import COMM_SCHEMA
+
+        comm_args = pl.DataFrame(schema=COMM_SCHEMA)
+    coll = collectives.rank_collectives(trace.gpu, ses.options.patterns.collective_pattern, comm_args)
     origin = trace.meta.origin_ns
+    idle_schema = {
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "cause": pl.String,
+        "op": pl.String,
+        "python_frame": pl.String,
+    }
     idle = (
         gaps.all_gaps.select(
             start_ns=(pl.col("start_us") * 1000).round(0).cast(pl.Int64) + origin,
@@ -113,28 +147,41 @@ def rank_result(trace: Trace | Session, options: Options | None = None) -> RankR
             cause="cause",
             op="op",
             python_frame="python_frame",
-        )
+        ).cast(idle_schema)
         if gaps.has_gpu_work
-        else pl.DataFrame(
-            schema={
-                "start_ns": pl.Int64,
-                "end_ns": pl.Int64,
-                "cause": pl.String,
-                "op": pl.String,
-                "python_frame": pl.String,
-            }
-        )
+        else pl.DataFrame(schema=idle_schema)
     )
-    return RankResult(trace.path, rank, source, trace.meta.world_size, origin, steps, coll, gaps, idle, trace.warnings)
+    found = pl.DataFrame(
+        [(f.rule, f.severity, f.message) for f in ses.findings],
+        schema={"rule": pl.String, "severity": pl.String, "message": pl.String},
+        orient="row",
+    )
+    empty = pl.DataFrame()
+    return RankResult(
+        trace.path,
+        rank,
+        source,
+        trace.meta.world_size,
+        origin,
+        gaps.has_gpu_work,
+        steps,
+        coll,
+        collectives.exposed_segments(trace.gpu, coll),
+        gaps.devices if gaps.has_gpu_work else empty,
+        gaps.idle_by_cause if gaps.has_gpu_work else empty,
+        _total_order(gaps.culprits) if gaps.has_gpu_work else empty,
+        found,
+        idle,
+        tuple(trace.warnings),
+    )
 
 
 def _per_rank_row(i: int, r: RankResult) -> dict:
-    g = r.gaps
     by_cause = {c: 0.0 for c in CAUSES}
-    if g.has_gpu_work:
-        for row in g.idle_by_cause.iter_rows(named=True):
+    if r.has_gpu_work:
+        for row in r.idle_by_cause.iter_rows(named=True):
             by_cause[row["cause"]] = row["idle_us"]
-        window, busy, idle = (g.devices[c].sum() for c in ("window_us", "busy_us", "idle_us"))
+        window, busy, idle = (r.devices[c].sum() for c in ("window_us", "busy_us", "idle_us"))
     else:
         window = busy = idle = 0.0
     step_us = ((r.steps["end_ns"] - r.steps["start_ns"]).mean() / 1000.0) if r.steps.height else None
@@ -149,6 +196,8 @@ def _per_rank_row(i: int, r: RankResult) -> dict:
         "busy_share": busy / window if window else None,
         "idle_us": idle,
         **{f"idle_{c}_us": v for c, v in by_cause.items()},
+        "findings": ", ".join(dict.fromkeys(r.findings["rule"].to_list())) if r.findings.height else "",
+        "damaged": r.damaged,
     }
 
 
@@ -287,8 +336,9 @@ def cross_rank(results: list[RankResult], options: Options | RankOptions | None 
         if timed.height:
             top = timed.sort("step_time_us", descending=True).row(0, named=True)
             longest = top["rank"]
-            g = by_i[top["_i"]].gaps
+            g = by_i[top["_i"]]
             if g.has_gpu_work:
                 longest_idle = g.idle_by_cause
         rows = rows.sort("rank", "_i").drop("_i")
-    return MultiRankResult(opts, rows, stragglers, coll_table, longest, longest_idle, aligned, note)
+    matched = compare(results, shift, rank_of) if results else None
+    return MultiRankResult(opts, rows, stragglers, coll_table, longest, longest_idle, aligned, note, matched)

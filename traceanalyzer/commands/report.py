@@ -1,6 +1,8 @@
 """Write an incident report into a folder: report.md (summary, timeline, stages, idle by cause,
 top gaps, copies, syncs, memory, findings) with its PNG pictures beside it, ready to paste
 into a ticket; --html also writes report.html, one self-contained file with the images inline.
+A DIRECTORY of per-rank files gives report.md with the per-rank table, the job's findings, the
+collective table and skew_map.png, the arrival skew of ranks x collectives.
 
 Nothing from the trace's metadata is copied except device names and the rank: environment
 variables and credential-looking values never reach the report.
@@ -35,6 +37,12 @@ def command(trace: str, directory: str, html_too: bool, top: int, width: int, he
     from traceanalyzer.render.report_md import build_report, write_report
 
     options = build_options(kwargs, *GROUPS)
+    from traceanalyzer.commands import ranks  # a directory of per-rank files: the cross-rank report
+
+    if ranks.is_rank_dir(trace):
+        for p in ranks.write_dir_report(trace, directory, options, top, GROUPS):
+            click.echo(f"wrote {p}", err=True)
+        return
     rep = build_report(open_session(trace, options), top=top, width=width, height=height, dpi=dpi)
     for p in write_report(rep, directory, html_too):
         click.echo(f"wrote {p}", err=True)

@@ -184,7 +184,9 @@ def command(trace: str, fail_on: tuple[str, ...], fmt: str | None, top: int, out
     """One screen: devices, steps, GPU busy, stages, idle causes, syncs, top ops and kernels, findings."""
     options = build_options(kwargs, *GROUPS)
     if ranks.is_rank_dir(trace):
-        emit(ranks.dir_report("summary", trace, options, top, GROUPS), fmt, output)
+        rep = ranks.dir_report("summary", trace, options, top, GROUPS, fail_on=fail_on)
+        emit(rep, fmt, output)
+        ranks.check_fail_on(rep, fail_on)  # any rank, or the job
         return
     ses = open_session(trace, options)
     th = {**options.thresholds(GROUPS), "fail_on": list(fail_on)}

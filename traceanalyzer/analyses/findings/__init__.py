@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from traceanalyzer.analyses.findings import copy_rules, memory_rules, overview_rules, sync_rules
+from traceanalyzer.analyses.findings import copy_rules, job_rules, memory_rules, overview_rules, sync_rules
 from traceanalyzer.analyses.findings.engine import Finding, Rule
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ RULES: tuple[Rule, ...] = (
     + copy_rules.RULES
     + overview_rules.RULES[1:]
     + memory_rules.RULES
+    + job_rules.RULES  # a directory of rank files only (job_rules.job_findings)
 )
 RULES_BY_ID = {r.id: r for r in RULES}
 RULE_IDS = tuple(RULES_BY_ID)

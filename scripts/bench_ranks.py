@@ -1,0 +1,115 @@
+"""Directory mode at scale: N rank files built from a shared multi-rank set, analysed on each
+executor; wall time and peak RSS of the driver and of the workers, side by side as ratios.
+
+    python scripts/bench_ranks.py --ranks 64 256 --set ../shared/traces/dlrm_v100_8ranks
+
+Rank i is a copy of source file i mod k with its `distributedInfo` rank and world size
+rewritten (the timestamps are kept: the copies of one source arrive together). Files go to
+/tmp (never committed). Each configuration runs in a fresh process so its driver RSS is its own;
+a worker's peak RSS is read inside the mapped function. HTA is left out: it is not installed
+here (and holds every rank in memory, its issue #250).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIGS = ("serial", "pool", "dask", "cached")
+
+
+def build(src: Path, n: int, out: Path) -> Path:
+    """N rank files in `out` from the k files of `src`."""
+    files = sorted(p for p in src.iterdir() if p.is_file())
+    out.mkdir(parents=True, exist_ok=True)
+    texts = [gzip.decompress(p.read_bytes()).decode() for p in files]
+    dist = re.compile(r'"distributedInfo"\s*:\s*\{[^}]*\}')
+    for i in range(n):
+        t = texts[i % len(texts)]
+        info = f'"distributedInfo": {{"backend": "nccl", "rank": {i}, "world_size": {n}}}'
+        t = dist.sub(info, t, count=1) if dist.search(t) else t
+        (out / f"rank{i}.json.gz").write_bytes(gzip.compress(t.encode(), compresslevel=1))
+    return out
+
+
+def _measured(path, options, cache):
+    """The per-rank unit plus this worker's peak RSS (MiB)."""
+    from traceanalyzer.ranks import analyse_rank_file
+
+    r = analyse_rank_file(path, options, cache)
+    return r, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one(directory: str, config: str, cache: str) -> dict:
+    """Run one configuration in this process; its numbers as a dict."""
+    from traceanalyzer.analyses.multirank import RankResult, cross_rank
+    from traceanalyzer.options import Options
+    from traceanalyzer.ranks import rank_files, run_ranks
+
+    opts = Options()
+    files = rank_files(directory)
+    t = time.perf_counter()
+    kw = {
+        "serial": {"jobs": 1},
+        "pool": {"jobs": 2},
+        "dask": {"executor": "dask"},
+        "cached": {"jobs": 1},
+    }[config]
+    out = run_ranks(files, _measured, opts, cache if config == "cached" else "", **kw)
+    mr = cross_rank([r for r, _ in out if isinstance(r, RankResult)], opts)
+    wall = time.perf_counter() - t
+    top = mr.matched.stragglers.row(0, named=True) if mr.matched and mr.matched.stragglers.height else {}
+    return {
+        "config": config,
+        "wall_s": wall,
+        "driver_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_rss_mib": max(m for _, m in out),
+        "straggler": top.get("rank"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[64])
+    ap.add_argument("--set", default=str(Path(__file__).resolve().parents[1] / "../shared/traces/dlrm_v100_8ranks"))
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument("--one", nargs=3, metavar=("DIR", "CONFIG", "CACHE"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(*a.one)))
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="bench_ranks_"))
+    print("| ranks | executor | wall s | vs serial | driver peak RSS MiB | worker peak RSS MiB | straggler |")
+    print("|---|---|---|---|---|---|---|")
+    for n in a.ranks:
+        d = build(Path(a.set), n, tmp / f"r{n}")
+        cache = str(tmp / f"cache{n}")
+        if "cached" in a.configs:  # fill the cache first; the row is the re-run
+            subprocess.run([sys.executable, __file__, "--one", str(d), "serial", ""], check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, __file__, "--one", str(d), "cached", cache], check=True, capture_output=True
+            )
+        base = None
+        for c in a.configs:
+            p = subprocess.run(
+                [sys.executable, __file__, "--one", str(d), c, cache], check=True, capture_output=True, text=True
+            )
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            base = base or r["wall_s"]
+            print(
+                f"| {n} | {c} | {r['wall_s']:.1f} | {r['wall_s'] / base:.2f} | {r['driver_rss_mib']:.0f} "
+                f"| {r['worker_rss_mib']:.0f} | {r['straggler']} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Collectives: one rank's collective kernels with their process group and sequence, the time
+compute did not hide, and the same collective matched across ranks.
+
+Definitions:
+- a rank's collectives: GPU kernels matching `collective_pattern`, each joined to the metadata
+  PyTorch records for it (on the kernel by `correlation`, else on its `record_param_comms` op by
+  `External id`): collective name, process group, group size, element counts, dtype.
+- sequence: the k-th collective of a process group on this rank (time order). Ranks issue a
+  group's collectives in the same order, so (group, sequence) names one collective on every
+  rank of the group, as TraceLens matches them. A job where some rank lacks the group metadata
+  (traces before PyTorch 2.3) falls back to (kernel name, occurrence), and says so.
+- exposed communication: time inside collective kernels that no compute kernel (any other
+  kernel on the same device) overlaps.
+- arrival: the kernel's start on the aligned clock; skew = last arrival - first arrival. Every
+  rank's kernel ends when the last has arrived and the data has moved, so the shortest kernel
+  across ranks is the transfer's own time, and a rank's wait = min(last arrival - its arrival,
+  its kernel time).
+- bandwidth (NCCL tests, PERFORMANCE.md): size S = max(in, out) elements x dtype bytes (the
+  total buffer: the gathered output of an all-gather, the input of a reduce-scatter), algbw =
+  S / transfer time, busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
+  reduce-scatter and all-to-all, 1 for broadcast, reduce and send/recv (n: group size).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analyses import intervals
+
+DTYPE_BYTES = {
+    "float": 4,
+    "double": 8,
+    "half": 2,
+    "bfloat16": 2,
+    "long": 8,
+    "int": 4,
+    "short": 2,
+    "byte": 1,
+    "char": 1,
+    "bool": 1,
+    "complexfloat": 8,
+    "complexdouble": 16,
+}
+# Ordered: the first key contained in the normalised name decides ("reducescatter" before "reduce").
+KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv", "send", "recv")
+BUSBW_FACTOR = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+}
+
+RANK_COLL_SCHEMA = {
+    "cidx": pl.Int64,
+    "name": pl.String,
+    "device": pl.Int64,
+    "ts_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "k": pl.Int64,
+    "coll": pl.String,
+    "pg_name": pl.String,
+    "seq": pl.Int64,
+    "group_size": pl.Int64,
+    "bytes": pl.Int64,
+    "dtype": pl.String,
+}
+
+
+def kind_of(name: str | None) -> str | None:
+    """`allreduce`, `allgather`, … from a PyTorch collective name or an NCCL kernel name."""
+    if not name:
+        return None
+    n = name.lower().replace("_", "")
+    n = n.removeprefix("ncclkernel").removeprefix("ncclDevKernel".lower())
+    return next((k for k in KINDS if k in n[:40]), None)
+
+
+def dtype_bytes(dtype: str | None) -> int | None:
+    """Bytes per element of a PyTorch dtype name (`Float`, `BFloat16`, `c10::Half`, `Float8_e4m3fn`)."""
+    if not dtype:
+        return None
+    d = dtype.lower().removeprefix("c10::")
+    return 1 if d.startswith("float8") else DTYPE_BYTES.get(d)
+
+
+def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.DataFrame:
+    """One rank's collective kernels (RANK_COLL_SCHEMA), time order, with their metadata."""
+    k = (
+        gpu.filter((pl.col("kind") == "kernel") & pl.col("name").str.contains(pattern))
+        .sort("ts_ns")
+        .select("name", "device", "ts_ns", "end_ns", "correlation", "external_id")
+        .with_columns(pl.col("device").cast(pl.Int64), k=pl.int_range(pl.len()).over("name").cast(pl.Int64))
+    )
+    meta = ["coll_name", "pg_name", "group_size", "in_nelems", "out_nelems", "dtype"]
+    on_kernel = args.filter("is_kernel").unique("correlation", keep="first").select("correlation", *meta)
+    on_op = args.filter(~pl.col("is_kernel")).unique("external_id", keep="first").select("external_id", *meta)
+    k = k.with_columns(pl.col("correlation").cast(pl.Int64), pl.col("external_id").cast(pl.Int64))
+    k = k.join(on_kernel, on="correlation", how="left").join(on_op, on="external_id", how="left", suffix="_op")
+    k = k.with_columns([pl.coalesce(m, f"{m}_op").alias(m) for m in meta])
+    sizes = pl.col("dtype").map_elements(dtype_bytes, return_dtype=pl.Int64)
+    return (
+        k.with_columns(
+            cidx=pl.int_range(pl.len()).cast(pl.Int64),
+            coll=pl.coalesce("coll_name", "name").map_elements(kind_of, return_dtype=pl.String),
+            seq=pl.when(pl.col("pg_name").is_not_null()).then(pl.int_range(pl.len()).over("pg_name")).cast(pl.Int64),
+            bytes=pl.max_horizontal("in_nelems", "out_nelems") * sizes,
+        )
+        .select(list(RANK_COLL_SCHEMA))
+        .cast(RANK_COLL_SCHEMA)
+    )
+
+
+def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
+    """cidx, start_ns, end_ns: the parts of each collective kernel that no compute kernel on
+    its device overlaps (the union of the other kernels subtracted from each collective)."""
+    schema = {"cidx": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+    if coll.is_empty():
+        return pl.DataFrame(schema=schema)
+    compute = gpu.filter(pl.col("kind") == "kernel").with_columns(pl.col("device").cast(pl.Int64))
+    compute = compute.join(coll.select("device", "ts_ns", "end_ns"), on=["device", "ts_ns", "end_ns"], how="anti")
+    union = intervals.merge(compute, ["device"]).rename({"start_ns": "us", "end_ns": "ue"})
+    c = coll.select("cidx", "device", "ts_ns", "end_ns")
+    j = c.join_where(
+        union.rename({"device": "udev"}),
+        pl.col("device") == pl.col("udev"),
+        pl.col("us") < pl.col("end_ns"),
+        pl.col("ue") > pl.col("ts_ns"),
+    ).with_columns(cs=pl.max_horizontal("us", "ts_ns"), ce=pl.min_horizontal("ue", "end_ns"))
+    j = j.sort("cidx", "cs").with_columns(prev=pl.col("ce").shift(1).over("cidx").fill_null(pl.col("ts_ns")))
+    inner = j.filter(pl.col("cs") > pl.col("prev")).select("cidx", start_ns="prev", end_ns="cs")
+    tail = (
+        j.group_by("cidx")
+        .agg(start_ns=pl.col("ce").max(), end_ns=pl.col("end_ns").first())
+        .filter(pl.col("start_ns") < pl.col("end_ns"))
+    )
+    bare = c.join(j.select("cidx").unique(), on="cidx", how="anti").select("cidx", start_ns="ts_ns", end_ns="end_ns")
+    return (
+        pl.concat([inner, tail.select(list(schema)), bare], how="vertical_relaxed")
+        .cast(schema)
+        .sort("cidx", "start_ns")
+    )
+
+
+def match_key(colls: pl.DataFrame) -> tuple[list[str], str]:
+    """The columns that name one collective across ranks, and the sentence saying which."""
+    if colls.height and colls["pg_name"].null_count() == 0:
+        return ["pg_name", "seq"], "collectives matched by process group and per-group sequence"
+    return ["name", "k"], (
+        "collectives matched by kernel name and occurrence: some rank's trace has no process-group "
+        "metadata (`Process Group Name` on record_param_comms / the NCCL kernels; PyTorch < 2.3)"
+    )
+
+
+def instances(colls: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+    """One row per collective seen on two ranks or more: first and last rank to arrive, skew,
+    transfer time (shortest kernel), size, algorithm and bus bandwidth. `colls`: every rank's
+    collectives with `rank` and `arrival_ns` (aligned clock)."""
+    c = colls.with_columns(dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
+    aggs = {
+        "coll": pl.col("coll").drop_nulls().first(),
+        "pg_name": pl.col("pg_name").first(),
+        "name": pl.col("name").first(),
+        "ranks": pl.len(),
+        "first_rank": pl.col("rank").first(),
+        "last_rank": pl.col("rank").last(),
+        "first_ns": pl.col("arrival_ns").first(),
+        "last_ns": pl.col("arrival_ns").last(),
+        "median_ns": pl.col("arrival_ns").median(),
+        "transfer_ns": pl.col("dur_ns").min(),
+        "group_size": pl.col("group_size").max(),
+        "bytes": pl.col("bytes").max(),
+        "dtype": pl.col("dtype").first(),
+    }
+    g = (
+        c.sort("arrival_ns")
+        .group_by(key)
+        .agg(**{k: v for k, v in aggs.items() if k not in key})
+        .filter(pl.col("ranks") >= 2)
+        .sort("first_ns")
+    )
+    n = pl.coalesce("group_size", "ranks")
+    factor = (
+        pl.when(pl.col("coll") == "allreduce")
+        .then(2 * (n - 1) / n)
+        .when(pl.col("coll").is_in(["allgather", "reducescatter", "alltoall"]))
+        .then((n - 1) / n)
+        .otherwise(1.0)
+    )
+    algbw = pl.col("bytes") / pl.col("transfer_ns")  # bytes per ns = GB/s
+    return g.with_columns(
+        skew_us=(pl.col("last_ns") - pl.col("first_ns")) / 1000.0,
+        last_late_us=(pl.col("last_ns") - pl.col("median_ns")) / 1000.0,
+        transfer_us=pl.col("transfer_ns") / 1000.0,
+        algbw_gbps=pl.when(pl.col("transfer_ns") > 0).then(algbw),
+        busbw_gbps=pl.when(pl.col("transfer_ns") > 0).then(algbw * factor),
+    )
+
+
+def by_group(inst: pl.DataFrame) -> pl.DataFrame:
+    """Per process group and collective type: count, transfer and skew totals, mean bus bandwidth."""
+    if inst.is_empty():
+        return pl.DataFrame()
+    return (
+        inst.group_by("pg_name", "coll")
+        .agg(
+            count=pl.len(),
+            bytes=pl.col("bytes").sum(),
+            transfer_us=pl.col("transfer_us").sum(),
+            skew_us=pl.col("skew_us").sum(),
+            max_skew_us=pl.col("skew_us").max(),
+            busbw_gbps=pl.col("bytes").sum()
+            / pl.col("transfer_ns").sum()
+            * (pl.col("busbw_gbps") / pl.col("algbw_gbps")).mean(),
+        )
+        .sort("transfer_us", descending=True)
+    )

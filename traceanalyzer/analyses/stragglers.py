@@ -1,0 +1,186 @@
+"""Across ranks: who arrived last at the collectives, why, who waited for them, and how much of
+each rank's communication compute did not hide.
+
+Definitions (on the aligned clock, see `multirank`):
+- straggler: the rank that arrived last at the most matched collectives. `late_by`: its arrival
+  minus the median arrival of that collective. Its cause comes from its own trace: over each
+  interval where a peer was already waiting for it (first arrival to its arrival), the GPU idle
+  time on that rank by cause (as `gaps` classifies it); the rest it was busy (`gpu_busy`).
+- victims: per rank, the time its collective kernels spent waiting for the last rank
+  (min(last arrival - own arrival, kernel time)), and the rank it waited for most.
+- exposed communication per rank and step: collective time (union of collective kernels) and
+  its exposed part (no compute kernel on the device overlapped it), split into `wait` (exposed
+  time while the rank waited for peers: arrival skew) and `transfer` (the rest: the data moving);
+  `overlap_share` = 1 - exposed / collective time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses import collectives, intervals
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """The cross-rank collective tables of one job."""
+
+    match_note: str
+    instances: pl.DataFrame  # one row per matched collective, see collectives.instances
+    by_group: pl.DataFrame  # per process group and collective type
+    arrivals: pl.DataFrame  # rank, instance (0..), lateness_us after the first rank (heat map)
+    stragglers: pl.DataFrame  # rank, times_last, share_last, mean_late_by_us, max_late_by_us, caused_wait_us
+    straggler_cause: pl.DataFrame  # cause, us, share (of the straggler's late intervals)
+    victims: pl.DataFrame  # rank, waited_us, collectives, waited_most_for
+    exposed: pl.DataFrame  # rank, step, comm_us, exposed_us, exposed_wait_us, exposed_transfer_us, overlap_share
+
+
+def _empty() -> CollectiveResult:
+    e = pl.DataFrame()
+    return CollectiveResult("no collective seen on two ranks or more", e, e, e, e, e, e, e)
+
+
+def _cause(idle: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Idle by cause over the windows (start_ns, end_ns, own clock); the rest is gpu_busy."""
+    total = int((windows["end_ns"] - windows["start_ns"]).sum())
+    if total <= 0:
+        return pl.DataFrame(schema={"cause": pl.String, "us": pl.Float64, "share": pl.Float64})
+    w = windows.select(a="start_ns", b="end_ns")
+    ov = (
+        idle.join_where(w, pl.col("start_ns") < pl.col("b"), pl.col("end_ns") > pl.col("a"))
+        .with_columns(ns=pl.min_horizontal("end_ns", "b") - pl.max_horizontal("start_ns", "a"))
+        .group_by("cause")
+        .agg(ns=pl.col("ns").sum())
+    )
+    busy = total - int(ov["ns"].sum() if ov.height else 0)
+    out = pl.concat([ov, pl.DataFrame({"cause": ["gpu_busy"], "ns": [busy]})], how="vertical_relaxed")
+    return (
+        out.filter(pl.col("ns") > 0)
+        .select("cause", us=pl.col("ns") / 1000.0, share=pl.col("ns") / total)
+        .sort("us", descending=True)
+    )
+
+
+def _exposed(results, per_rank: pl.DataFrame, rank_of: dict[int, int]) -> pl.DataFrame:
+    """Per rank and step: collective time, exposed time, its wait / transfer split."""
+    rows = []
+    for i, r in enumerate(results):
+        if r.collectives.is_empty():
+            continue
+        coll = per_rank.filter(pl.col("_i") == i).select("cidx", "ts_ns", wait_end=pl.col("ts_ns") + pl.col("wait_ns"))
+        segs = r.exposed.join(coll, on="cidx", how="left").with_columns(
+            wait_end=pl.col("wait_end").fill_null(pl.col("start_ns"))
+        )
+        steps = r.steps.select("step", a="start_ns", b="end_ns")
+        # Each piece clipped to each step window it overlaps.
+        pieces = {
+            "comm": r.collectives.select(start_ns="ts_ns", end_ns="end_ns"),
+            "exposed": segs.select("start_ns", "end_ns"),
+            "wait": segs.select("start_ns", end_ns=pl.min_horizontal("end_ns", "wait_end")).filter(
+                pl.col("end_ns") > pl.col("start_ns")
+            ),
+        }
+        per = None
+        for name, df in pieces.items():
+            clipped = df.join_where(steps, pl.col("start_ns") < pl.col("b"), pl.col("end_ns") > pl.col("a")).select(
+                "step", ts_ns=pl.max_horizontal("start_ns", "a"), end_ns=pl.min_horizontal("end_ns", "b")
+            )
+            # Overlapping collectives (two groups at once) count once.
+            m = intervals.merge(clipped.with_columns(pl.col("step").fill_null(-1)), ["step"])
+            agg = m.group_by("step").agg(((pl.col("end_ns") - pl.col("start_ns")).sum() / 1000.0).alias(f"{name}_us"))
+            per = agg if per is None else per.join(agg, on="step", how="full", coalesce=True)
+        per = per.with_columns(rank=pl.lit(rank_of[i]))
+        rows.append(per)
+    if not rows:
+        return pl.DataFrame()
+    df = pl.concat(rows, how="diagonal_relaxed").with_columns(
+        pl.col("comm_us", "exposed_us", "wait_us").fill_null(0.0), pl.col("rank", "step").cast(pl.Int64)
+    )
+    return df.select(
+        "rank",
+        step=pl.when(pl.col("step") >= 0).then(pl.col("step")),
+        comm_us="comm_us",
+        exposed_us="exposed_us",
+        exposed_wait_us=pl.min_horizontal("wait_us", "exposed_us"),
+        exposed_transfer_us=pl.col("exposed_us") - pl.min_horizontal("wait_us", "exposed_us"),
+        overlap_share=pl.when(pl.col("comm_us") > 0).then(1 - pl.col("exposed_us") / pl.col("comm_us")),
+    ).sort("rank", "step")
+
+
+def compare(results, shift: dict[int, int], rank_of: dict[int, int]) -> CollectiveResult:
+    """Match the ranks' collectives and read arrivals, stragglers, victims and exposed time.
+    `shift[i]`: ns added to rank i's clock to align it; `rank_of[i]`: its rank number."""
+    parts = [
+        r.collectives.with_columns(
+            _i=pl.lit(i, pl.Int64), rank=pl.lit(rank_of[i], pl.Int64), arrival_ns=pl.col("ts_ns") + shift[i]
+        )
+        for i, r in enumerate(results)
+        if r.collectives.height
+    ]
+    if len(parts) < 2:
+        return _empty()
+    allc = pl.concat(parts, how="vertical_relaxed")
+    key, note = collectives.match_key(allc)
+    inst = collectives.instances(allc, key)
+    if inst.is_empty():
+        return _empty()
+    inst = inst.with_columns(instance=pl.int_range(pl.len()).cast(pl.Int64))
+    j = allc.join(inst.select(*key, "instance", "first_ns", "last_ns", "last_rank"), on=key, how="inner")
+    j = j.with_columns(
+        wait_ns=pl.min_horizontal(pl.col("last_ns") - pl.col("arrival_ns"), pl.col("end_ns") - pl.col("ts_ns")).clip(0)
+    )
+    arrivals = j.select("rank", "instance", lateness_us=(pl.col("arrival_ns") - pl.col("first_ns")) / 1000.0).sort(
+        "rank", "instance"
+    )
+    caused = j.group_by("instance").agg(caused_ns=pl.col("wait_ns").sum())
+    last = inst.join(caused, on="instance").with_columns(late_by_us="last_late_us")
+    stragglers = (
+        last.group_by(rank="last_rank")
+        .agg(
+            times_last=pl.len(),
+            mean_late_by_us=pl.col("late_by_us").mean(),
+            max_late_by_us=pl.col("late_by_us").max(),
+            caused_wait_us=pl.col("caused_ns").sum() / 1000.0,
+        )
+        .with_columns(share_last=pl.col("times_last") / inst.height)
+        .sort(["times_last", "caused_wait_us"], descending=True)
+        .select("rank", "times_last", "share_last", "mean_late_by_us", "max_late_by_us", "caused_wait_us")
+    )
+    waited_for = (
+        j.filter(pl.col("rank") != pl.col("last_rank"))
+        .group_by("rank", "last_rank")
+        .agg(ns=pl.col("wait_ns").sum())
+        .sort(["ns", "last_rank"], descending=[True, False])
+        .group_by("rank", maintain_order=True)
+        .first()
+        .select("rank", waited_most_for="last_rank")
+    )
+    victims = (
+        j.group_by("rank")
+        .agg(waited_us=pl.col("wait_ns").sum() / 1000.0, collectives=pl.len())
+        .join(waited_for, on="rank", how="left")
+        .sort("waited_us", descending=True)
+    )
+    # The straggler's own trace over the intervals a peer waited for it (first arrival -> its own).
+    cause = pl.DataFrame()
+    if stragglers.height:
+        top = stragglers["rank"][0]
+        i = next(i for i, rk in rank_of.items() if rk == top)
+        mine = j.filter((pl.col("_i") == i) & (pl.col("last_rank") == top))
+        win = mine.select(start_ns=pl.col("first_ns") - shift[i], end_ns="ts_ns").filter(
+            pl.col("end_ns") > pl.col("start_ns")
+        )
+        win = intervals.merge(win.with_columns(g=pl.lit(0)), ["g"], "start_ns", "end_ns").drop("g")
+        cause = _cause(results[i].idle_gaps, win)
+    return CollectiveResult(
+        note,
+        inst.drop("first_ns", "last_ns", "median_ns", "transfer_ns"),
+        collectives.by_group(inst),
+        arrivals,
+        stragglers,
+        cause,
+        victims,
+        _exposed(results, j, rank_of),
+    )
