@@ -320,7 +320,7 @@ def build_trace(
     thread_names = (
         meta_ev.filter(pl.col("name") == "thread_name")
         .select("pid", "tid", pl.col("value").alias("thread_name"))
-        .unique(["pid", "tid"], keep="last")
+        .unique(["pid", "tid"], keep="last", maintain_order=True)  # same order on every run
     )
     steps = _steps(ops, runtime, gpu)
 
