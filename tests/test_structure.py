@@ -142,3 +142,20 @@ def test_patterns_are_defined_once():
             continue
         for s in _code_strings(p):
             assert not any(piece in s for piece in pieces), (p, s)
+
+
+def test_public_names_have_docstrings():
+    missing = []
+    for p in PACKAGE.rglob("*.py"):
+        tree = ast.parse(p.read_text())
+
+        def walk(node, where, prefix=""):
+            for n in ast.iter_child_nodes(node):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    if not n.name.startswith("_") and ast.get_docstring(n) is None:
+                        missing.append(f"{where}:{n.lineno} {prefix}{n.name}")
+                    if isinstance(n, ast.ClassDef):
+                        walk(n, where, prefix + n.name + ".")
+
+        walk(tree, p.relative_to(PACKAGE))
+    assert not missing, missing

@@ -8,6 +8,7 @@ import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
+from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
 from traceanalyzer.trace import Trace
 
@@ -149,7 +150,8 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         .then(pl.col("cpu_op_id"))
         .when(cause == "runtime_call")
         .then(pl.col("rt_op_id"))
-        .when(cause.is_in(["gpu_wait", "launch_latency", "slow_launch", "kernel_spacing"]))
+        # kernel_spacing has no culprit: nothing on the CPU made that gap.
+        .when(cause.is_in(["gpu_wait", "launch_latency", "slow_launch"]))
         .then(pl.col("launch_op_id"))
         .otherwise(None)
     )
@@ -170,6 +172,9 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     pieces = pieces.with_columns(culprit_op_id=culprit_op)
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})
     pieces = pieces.join(ctx, on="culprit_op_id", how="left")
+    # The nn.Module the culprit op ran in (traces captured with_modules).
+    modules = op_modules(trace).select(culprit_op_id="op_id", module="module_path")
+    pieces = pieces.join(modules, on="culprit_op_id", how="left")
     pieces = _python_line_fallback(trace, pieces)
     # Any other thread of the process sitting in a blocking call during the gap.
     # The launching thread is left out (its state is the cause); with no known launch, none is.

@@ -132,6 +132,7 @@ def analyse_gaps(
         range=pl.col("range"),
         python_frame=pl.col("python_frame"),
         op_chain=pl.col("op_chain"),
+        module=pl.col("module"),
         sync_api=pl.when(pl.col("cause") == "sync").then(pl.col("sync_api")),
         call_api=pl.col("call_api"),
         call_us=pl.col("call_us"),
@@ -166,7 +167,8 @@ def analyse_gaps(
         .sort("device")
     )
     culprits = (
-        all_gaps.group_by("phase", "cause", "op", "python_frame")
+        all_gaps.filter(pl.col("cause") != "kernel_spacing")  # the device's own spacing: no culprit
+        .group_by("phase", "cause", "op", "python_frame")
         .agg(gaps=pl.len(), idle_us=pl.col("duration_us").sum())
         .sort(
             ["idle_us", "cause", "op", "python_frame", "phase"],

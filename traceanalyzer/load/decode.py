@@ -23,6 +23,8 @@ SEP = b"\x00"
 
 
 class Args(msgspec.Struct, gc=False):
+    """The args of an event the analyses read, each decoded loosely (a wrong type is absent, not an error)."""
+
     correlation: Any = None
     external_id: Any = field(default=None, name="External id")
     external_id_2021: Any = field(default=None, name="external id")
@@ -57,6 +59,8 @@ class Args(msgspec.Struct, gc=False):
 
 
 class Event(msgspec.Struct, gc=False):
+    """One entry of traceEvents, as msgspec decodes it (untracked by the garbage collector)."""
+
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -265,6 +269,7 @@ def _hashable(v: Any) -> bool:
 
 
 def kind_of(e: Event) -> str:
+    """The table an event goes to (op, runtime, gpu, python, ...), from its category and phase."""
     kind = KIND_OF_CAT.get(e.cat)
     if kind is not None:
         return kind

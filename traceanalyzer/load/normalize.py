@@ -62,10 +62,12 @@ def to_int(values: list[Any], what: str | None = None) -> pl.Series:
 
 
 def to_float(values: list[Any]) -> pl.Series:
+    """A loosely typed value as a float, or None."""
     return pl.Series(values, dtype=pl.Float64, strict=False)
 
 
 def to_str(values: list[Any]) -> pl.Series:
+    """A loosely typed value as a string, or None."""
     try:
         return pl.Series(values, dtype=pl.String)
     except (TypeError, pl.exceptions.PolarsError):
@@ -218,6 +220,7 @@ def timed_frame(cols: dict[str, list], extra: dict[str, pl.Series], ids_label: s
 
 
 def op_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of CPU ops and record_function ranges."""
     return timed_frame(
         c,
         {
@@ -232,12 +235,14 @@ def op_frame(c: dict[str, list]) -> pl.DataFrame:
 
 
 def python_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of python_function events."""
     return timed_frame(
         c, {"python_id": to_int(c["python_id"], "id"), "python_parent_id": to_int(c["python_parent_id"], "id")}
     )
 
 
 def runtime_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of CUDA/HIP runtime and driver calls."""
     return timed_frame(
         c,
         {
@@ -249,6 +254,7 @@ def runtime_frame(c: dict[str, list]) -> pl.DataFrame:
 
 
 def gpu_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of kernels, memcpys and memsets."""
     return timed_frame(
         c,
         {
@@ -266,6 +272,7 @@ def gpu_frame(c: dict[str, list]) -> pl.DataFrame:
 
 
 def sync_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of `cuda_sync` markers."""
     return timed_frame(
         c,
         {
@@ -280,10 +287,12 @@ def sync_frame(c: dict[str, list]) -> pl.DataFrame:
 
 
 def annotation_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of gpu_user_annotation events."""
     return timed_frame(c, {"device": to_int(c["device"]), "external_id": to_int(c["external_id"], "id")})
 
 
 def memory_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of `[memory]` allocator events."""
     return timed_frame(
         c,
         {
@@ -298,10 +307,12 @@ def memory_frame(c: dict[str, list]) -> pl.DataFrame:
 
 
 def flow_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of forward-to-backward flow arrows."""
     return timed_frame(c, {"ph": to_str(c["ph"]), "id": to_int(c["id"], "id")})
 
 
 def meta_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of metadata events (thread and process names)."""
     return pl.DataFrame(
         {
             "name": to_str(c["name"]),
@@ -314,6 +325,7 @@ def meta_frame(c: dict[str, list]) -> pl.DataFrame:
 
 
 def other_frame(c: dict[str, list]) -> pl.DataFrame:
+    """The typed frame of events no analysis reads (kept for the counts)."""
     return timed_frame(c, {"ph": to_str(c["ph"])}, ids_label=None)
 
 

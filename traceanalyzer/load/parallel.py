@@ -44,6 +44,7 @@ _ENV_WORKERS = "TRACEANALYZER_WORKERS"  # "1" turns parallel decoding off
 
 
 def cpu_count() -> int:
+    """CPUs this process may use (`TRACEANALYZER_WORKERS` overrides)."""
     env = os.environ.get(_ENV_WORKERS)
     if env and env.isdigit():
         return max(1, int(env))
@@ -157,6 +158,7 @@ class _Workers:
         return pickle.loads(data)
 
     def close(self) -> None:
+        """Close the workers' input and wait for them (killing any that hang)."""
         for p in self.procs:
             try:
                 p.stdin.close()

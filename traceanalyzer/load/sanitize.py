@@ -37,6 +37,7 @@ def _names(counter: Counter, top: int = 5) -> str:
 
 
 def sanitize(tables: dict[str, pl.DataFrame], counts: Counter) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """The tables with damaged events repaired or dropped, and the warnings that say so."""
     tables = dict(tables)
     warnings: list[str] = []
 

@@ -153,6 +153,7 @@ class ByteSource:
         return isize
 
     def close(self) -> None:
+        """Close the file if this source opened it."""
         if self._owns:
             self._fh.close()
 

@@ -45,6 +45,7 @@ class RawTables:
         self.error_pos: int | None = None  # byte position of the last decode failure
 
     def error(self) -> int | None:
+        """Byte position of the last decode failure, for the splitter's salvage."""
         return self.error_pos
 
     def _loose(self, data: bytes) -> list[Event] | None:
@@ -77,6 +78,7 @@ class RawTables:
         return events
 
     def add_chunk(self, data: bytes | memoryview) -> bool:
+        """Decode one chunk of events into the tables; False when it cannot be read whole."""
         try:
             events = DECODER.decode(data)
         except UnicodeDecodeError:
@@ -107,6 +109,7 @@ class RawTables:
         return True
 
     def tables(self) -> dict[str, pl.DataFrame]:
+        """The accumulated tables, one per kind (parts released as they are joined)."""
         out = {}
         for kind, parts in self.parts.items():
             # No rechunk: it would hold every table twice at the peak; polars works on chunks.

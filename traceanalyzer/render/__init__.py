@@ -16,4 +16,5 @@ RENDERERS: dict[str, ModuleType] = {
 
 
 def render(report, fmt: str) -> str | bytes:
+    """Render a Report in the named format."""
     return RENDERERS[fmt].render(report)

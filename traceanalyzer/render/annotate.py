@@ -34,6 +34,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 @dataclass(frozen=True)
 class Annotations:
+    """The events `annotate` adds to a trace, and how many of each kind."""
+
     pid: int
     events: list[bytes]  # encoded JSON events, metadata (ph M) first
     counts: dict[str, int]  # track -> X events
@@ -219,6 +221,7 @@ def annotated_document(top: dict[str, msgspec.Raw], events: list[msgspec.Raw], a
 
 
 def compress(data: bytes) -> bytes:
+    """gzip bytes (isal when available)."""
     try:
         from isal import igzip as gz
     except ImportError:  # pragma: no cover

@@ -28,6 +28,7 @@ def _clean(value: Any) -> Any:
 
 
 def document(report: Report) -> dict[str, Any]:
+    """The JSON document of a Report (tool_version, input, thresholds, payload)."""
     return {
         "tool_version": __version__,
         "command": report.command,
@@ -39,4 +40,5 @@ def document(report: Report) -> dict[str, Any]:
 
 
 def render(report: Report) -> str:
+    """A Report as JSON text."""
     return msgspec.json.format(msgspec.json.encode(document(report)), indent=2).decode() + "\n"

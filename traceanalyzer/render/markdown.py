@@ -14,6 +14,7 @@ def _escape(s: str) -> str:
 
 
 def table(df) -> list[str]:
+    """A frame as Markdown table lines."""
     if df.height == 0:
         return ["_none_"]
     cols = df.columns
@@ -27,6 +28,7 @@ def table(df) -> list[str]:
 
 
 def render(report: Report, level: int = 2) -> str:
+    """A Report as Markdown."""
     h = "#" * level
     lines = [f"{h} traceanalyzer {report.command}: `{report.input}`", ""]
     if report.headline:

@@ -15,6 +15,7 @@ def _umask() -> int:
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write `data` to `path` through a temporary file renamed into place."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

@@ -47,6 +47,8 @@ GAP_COLUMNS = ["device", "step", "start_us", "duration_us", "cause", "op", "rang
 
 @dataclass(frozen=True)
 class Block:
+    """One block of the incident report: a heading, text, table, list or picture."""
+
     kind: str  # heading | text | table | image | items
     text: str = ""
     table: pl.DataFrame | None = None
@@ -56,23 +58,30 @@ class Block:
 
 @dataclass
 class IncidentReport:
+    """The incident report being built: its blocks and its pictures."""
+
     title: str
     blocks: list[Block] = field(default_factory=list)
     images: dict[str, bytes] = field(default_factory=dict)
 
     def heading(self, text: str) -> None:
+        """Add a section heading."""
         self.blocks.append(Block("heading", text))
 
     def text(self, text: str) -> None:
+        """Add a paragraph."""
         self.blocks.append(Block("text", text))
 
     def table(self, df: pl.DataFrame) -> None:
+        """Add a table (nested columns left out)."""
         self.blocks.append(Block("table", table=_flat(df)))
 
     def items(self, items: list[str]) -> None:
+        """Add a bulleted list."""
         self.blocks.append(Block("items", items=tuple(items)))
 
     def picture(self, name: str, png: bytes | None, caption: str) -> None:
+        """Add a picture (PNG bytes) with its caption; nothing when there is none."""
         if png:
             self.images[name] = png
             self.blocks.append(Block("image", caption, image=name))
@@ -304,6 +313,7 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
 
 
 def to_markdown(rep: IncidentReport, image_prefix: str = "") -> str:
+    """The report as Markdown, pictures referenced by file name."""
     lines = [f"# {rep.title}", "", f"_traceanalyzer {__version__}_", ""]
     for b in rep.blocks:
         if b.kind == "heading":
@@ -346,4 +356,5 @@ def write_report(rep: IncidentReport, directory: str, html_too: bool = False) ->
 
 
 def report_sections(markdown: str) -> list[str]:
+    """The section headings of a Markdown report, in order."""
     return [line[3:].strip() for line in markdown.splitlines() if line.startswith("## ")]

@@ -48,6 +48,7 @@ from traceanalyzer.trace import Trace
 
 
 def new_figure(width_px: int, height_px: int, dpi: int):
+    """A matplotlib Figure of the given size in pixels (Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)

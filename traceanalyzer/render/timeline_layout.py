@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analyses.gaps import GapsResult
+from traceanalyzer.analyses.windows import step_windows
 from traceanalyzer.errors import UsageError
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.redact import scrub_text
@@ -94,6 +95,8 @@ class TimelineInputs:
 
 @dataclass(frozen=True)
 class Window:
+    """The time window a timeline shows, with its label."""
+
     start_ns: int
     end_ns: int
     label: str  # "step 9 (slowest of 6)", "12.0-30.0 ms"
@@ -102,6 +105,8 @@ class Window:
 
 @dataclass(frozen=True)
 class Lane:
+    """One horizontal lane of a timeline: a CPU thread or a GPU stream."""
+
     key: tuple  # ("cpu", pid, tid) or ("gpu", device, stream)
     label: str
     index: int  # 0 = top
@@ -120,6 +125,7 @@ class Layout:
     gpu_lanes_px: tuple[float, float] | None  # top, bottom of the GPU lanes band
 
     def x_px(self, ms: float) -> float:
+        """The pixel column of a time (ms from the trace start)."""
         left, _, right, _ = self.axes_px
         a, b = self.xlim_ms
         return left + (ms - a) / (b - a) * (right - left)
@@ -183,7 +189,9 @@ def choose_window(
         return Window(r["start_ns"], r["end_ns"], label, r["step"])
     if trace.meta.end_ns <= origin:
         return Window(origin, origin + 1_000_000, "empty trace")
-    return Window(origin, trace.meta.end_ns, "whole trace (no ProfilerStep)")
+    # The one window every analysis uses when there is no step: the GPU work's span.
+    w = step_windows(trace).row(0, named=True)
+    return Window(w["start_ns"], w["end_ns"], "the trace as one step (no ProfilerStep)")
 
 
 def merge_by_pixel(df: pl.DataFrame, by: list[str], lo_ns: int, ns_per_px: float) -> pl.DataFrame:
@@ -208,6 +216,7 @@ def merge_by_pixel(df: pl.DataFrame, by: list[str], lo_ns: int, ns_per_px: float
 
 
 def in_window(df: pl.DataFrame, w: Window) -> pl.DataFrame:
+    """The rows of an event table that overlap the window."""
     return df.filter((pl.col("end_ns") > w.start_ns) & (pl.col("ts_ns") < w.end_ns))
 
 
@@ -331,6 +340,7 @@ def place_labels(spans: list[tuple[float, float]], lo: float, hi: float, rows: i
 
 
 def gap_label(r: dict[str, Any]) -> str:
+    """The label of a gap: its cause, duration, op, Python line and what another thread was blocked in."""
     dur = r["duration_us"]
     head = f"{r['cause']} · {dur / 1000:,.1f} ms" if dur >= 1000 else f"{r['cause']} · {dur:,.0f} µs"
     lines = [head]
@@ -339,6 +349,8 @@ def gap_label(r: dict[str, Any]) -> str:
         lines.append(short_text("waited on " + r["waited_on"]))
     if r["cause"] == "sync" and r.get("sync_api"):
         lines.append(short_text("CPU blocked in " + r["sync_api"]))
+    elif r.get("call_api") and r.get("call_us"):
+        lines.append(short_text(f"in {r['call_api']} ({r['call_us'] / 1000:,.1f} ms)"))
     if what:
         lines.append(short_text(what))
     if r.get("python_frame"):

@@ -8,6 +8,7 @@ IDENTIFIERS = {"tid", "pid", "step", "device", "stream", "rank", "launch_tid", "
 
 
 def cell(value: Any, column: str = "") -> str:
+    """A value as table text: thousands separators, shares in percent, identifiers bare."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -29,4 +30,5 @@ def cell(value: Any, column: str = "") -> str:
 
 
 def header(column: str) -> str:
+    """A column's header text."""
     return column
