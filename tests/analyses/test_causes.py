@@ -264,7 +264,7 @@ def test_workers4_pageable_copy_is_not_a_slow_launch(real):
     # Step 5 opens with a 40 ms pageable cudaMemcpyAsync (aten::to of the batch): a blocking
     # copy, reported by the copy rules and as sync, not as a slow launch.
     ses = real("v100_resnet50_dataloader_workers4.pt.trace.json.gz")
-    assert ses.gaps.idle_us("slow_launch") < 2000
+    assert ses.gaps.idle_us("slow_launch") < 10_000  # a few 1-2 ms waits in conv ops, not the 40 ms copy
     assert _gap(ses, ses.gaps.all_gaps.sort("duration_us", descending=True)["start_us"][0])["cause"] == "sync"
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.intervals import coverage_index, merge
+from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.patterns import LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
 from traceanalyzer.trace import Trace
 
@@ -82,7 +83,9 @@ def launch_calls(trace: Trace) -> pl.DataFrame:
 
 # What a thread can be doing, in priority order: each moment of a CPU interval goes to the first
 # of these that covers it. Data loading first: whatever a DataLoader range does inside (a sync,
-# a runtime call) is data loading to the person who reads the verdict.
+# a runtime call) is data loading to the person who reads the verdict. `launch` holds the launch
+# calls and the ops that launch GPU work (their dispatch overhead); `cpu_op` the ops that launch
+# nothing.
 LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op", "python")
 
 
@@ -109,10 +112,20 @@ class CpuActivity:
         )
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
         # Narrow columns first: these tables are the biggest of a trace.
-        real_ops = trace.ops.select(*THREAD, "ts_ns", "end_ns", "kind", "name").filter(
+        real_ops = trace.ops.select(*THREAD, "op_id", "ts_ns", "end_ns", "kind", "name").filter(
             (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)
         )
-        sets = (data, blocking, other, launches, real_ops, trace.python)
+        # An op that launches GPU work (itself or through the ops inside it) is issuing launches:
+        # its CPU time is launch overhead. Only ops that launch nothing are CPU-bound work.
+        launching = ancestors(trace.ops, launches.get_column("op_id").drop_nulls().unique())["ancestor_id"].unique()
+        is_launching = pl.col("op_id").is_in(launching.implode())
+        launch_side = pl.concat(
+            [
+                launches.select(*THREAD, "ts_ns", "end_ns"),
+                real_ops.filter(is_launching).select(*THREAD, "ts_ns", "end_ns"),
+            ]
+        )
+        sets = (data, blocking, other, launch_side, real_ops.filter(~is_launching), trace.python)
         cumulative = []
         union = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64})
         for df in sets:

@@ -10,7 +10,8 @@ from the work that ended it (the "next" activity) and the thread that launched t
   device's own spacing between kernels already queued: shown, never a headline), else `gpu_wait`
   (it waited on another stream, an event, a collective's peers or a graph dependency);
 - it was launched during the gap, by a call that itself took at least `slow_launch_us` and
-  covers most of the gap: `slow_launch` (first launch of a module, lazy initialisation, JIT);
+  covers most of the gap, or after at least `slow_launch_us` spent mostly in the ops that launch
+  it: `slow_launch` (first launch of a module, lazy initialisation, autotuning, JIT);
 - otherwise the CPU interval from the gap's start until that launch call returned decides:
   `data_loading` when a data-loading range fills over half of it; `sync` when the thread was
   blocked in a synchronising call at the instant the GPU went idle (the sync drained the queue;
@@ -20,8 +21,8 @@ from the work that ended it (the "next" activity) and the thread that launched t
   of the interval, each moment counted once, by priority: `data_loading` (in a data-loading
   range), `sync` (blocked in a synchronising call), `runtime_call` (a runtime call that neither
   launches nor synchronises: stream or event creation, cudaMalloc/cudaFree, module loading),
-  `launch_latency` (issuing launches), `cpu_bound` (in ops that launched nothing, or in Python
-  frames with no op under them), `untraced` (no event at all).
+  `launch_latency` (issuing launches: in launch calls or in the ops that launch), `cpu_bound` (in
+  ops that launched nothing, or in Python frames with no op under them), `untraced` (no event).
 A gap with no next activity (idle until the window ends) is judged from the step's thread.
 """
 
@@ -213,6 +214,10 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions) -> pl.DataFra
         .then(pl.lit("gpu_wait"))
         .when(known & (span <= latency))
         .then(pl.lit("launch_latency"))
+        # Over a millisecond inside ops that then launch: lazy initialisation (a library's first
+        # call, autotuning, JIT), a slow launch, not per-kernel launch overhead.
+        .when((by_cpu == "launch_latency") & (span >= slow))
+        .then(pl.lit("slow_launch"))
         .otherwise(by_cpu)
     )
     return gaps.with_columns(cause=cause)

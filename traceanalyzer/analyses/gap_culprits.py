@@ -138,6 +138,8 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     pieces = pieces.join(rt_call, on="gap_id", how="left").join(sync_ns, on="sync_call", how="left")
     cause = pl.col("cause")
     python_only = pl.col("t_python") > pl.col("t_cpu_op")
+    # A slow launch names its call when the call took the time, else the op that did.
+    slow_call = (pl.col("launch_end_ns") - pl.col("launch_ts_ns")) * 2 >= pl.col("end_ns") - pl.col("start_ns")
     culprit_op = (
         pl.when(cause == "sync")
         .then(pl.col("sync_op_id"))
@@ -158,13 +160,13 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     pieces = pieces.with_columns(
         call_api=pl.when(cause == "sync")
         .then(pl.col("sync_api"))
-        .when(cause == "slow_launch")
+        .when((cause == "slow_launch") & (slow_call))
         .then(pl.col("launch_api"))
         .when(cause == "runtime_call")
         .then(pl.col("rt_api")),
         call_us=pl.when(cause == "sync")
         .then(pl.col("sync_ns") / 1000.0)
-        .when(cause == "slow_launch")
+        .when((cause == "slow_launch") & slow_call)
         .then((pl.col("launch_end_ns") - pl.col("launch_ts_ns")) / 1000.0)
         .when(cause == "runtime_call")
         .then(pl.col("rt_ns") / 1000.0),
