@@ -70,7 +70,7 @@ def test_summary_json_findings(cached, w0):
 
 
 def test_fail_on_exit_codes(cached, w0, tmp_path):
-    _run("summary", w0, "--fail-on", "sync_stalls", "--fail-on", "launch_bound", code=0)
+    _run("summary", w0, "--fail-on", "sync_stalls", "--fail-on", "single_tensor_optimizer", code=0)
     result = _run("summary", w0, "--fail-on", "sync_stalls", "--fail-on", "data_loading", code=1)
     assert isinstance(result.exception, RegressionDetected) and "data_loading" in str(result.exception)
     # Through the real entry point: 1 for a fired finding, 2 for bad input or a bad rule id.

@@ -53,15 +53,16 @@ CAUSES = (
 # One line each: what the cause means (the README's cause table and `rules` show these).
 MEANINGS = {
     "launch_latency": "the work was launched late: its launch call returned after the gap began, right after it "
-    "began or while the thread only issued launches",
-    "slow_launch": "the launch call itself took the time (at least --slow-launch): first launch of a module, lazy init, JIT",
+    "began or while the thread only issued launches (in launch calls or the ops that launch)",
+    "slow_launch": "the launch call itself, or the op launching it, took the time (over --slow-launch): first launch, "
+    "lazy init, autotuning, JIT",
     "kernel_spacing": "the work was already queued and the gap is under --kernel-spacing: the device's own spacing",
     "gpu_wait": "queued work waited on another stream, an event, a collective's peers or a graph dependency",
     "runtime_call": "the thread sat in a runtime call that neither launches nor synchronises (allocation, "
     "stream/event creation, module loading)",
     "data_loading": "the thread was inside a data-loading range",
     "sync": "the thread was blocked in a synchronising call as the GPU ran dry: the gap is its bubble",
-    "cpu_bound": "the thread ran ops that launched nothing, or Python code with no op under it",
+    "cpu_bound": "the thread ran ops that launch nothing, or Python code with no op under it",
     "untraced": "no event at all covers the thread",
 }
 HINTS = {
