@@ -6,8 +6,9 @@ executor; wall time and peak RSS of the driver and of the workers, side by side 
 Rank i is a copy of source file i mod k with its `distributedInfo` rank and world size
 rewritten (the timestamps are kept: the copies of one source arrive together). Files go to
 /tmp (never committed). Each configuration runs in a fresh process so its driver RSS is its own;
-a worker's peak RSS is read inside the mapped function. HTA is left out: it is not installed
-here (and holds every rank in memory, its issue #250).
+a worker's peak RSS is read inside the mapped function. `hta` loads the same folder with
+Holistic Trace Analysis (`TraceAnalysis(trace_dir=...)`, every rank in one process, its issue
+#250) with the Python of `--hta-python` when HTA is installed there; its RSS is the process's peak.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIGS = ("serial", "pool", "dask", "cached")
+CONFIGS = ("serial", "pool", "dask", "cached", "hta")
+HTA_PYTHON = "/work/venv-hta/bin/python"
+HTA = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
 
 
 def build(src: Path, n: int, out: Path) -> Path:
@@ -76,11 +79,26 @@ def one(directory: str, config: str, cache: str) -> dict:
     }
 
 
+def hta(python: str, directory: Path) -> dict | None:
+    """HTA's multi-rank load of `directory`: wall seconds and peak RSS (MiB), or None without HTA."""
+    if not Path(python).exists():
+        return None
+    t = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-v", python, "-c", HTA, str(directory)], capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode:
+        print(f"HTA failed: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    rss = next(int(line.split()[-1]) for line in p.stderr.splitlines() if "Maximum resident" in line)
+    return {"wall_s": wall, "rss_mib": rss / 1024}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[64])
     ap.add_argument("--set", default=str(Path(__file__).resolve().parents[1] / "../shared/traces/dlrm_v100_8ranks"))
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument("--hta-python", default=HTA_PYTHON)
     ap.add_argument("--one", nargs=3, metavar=("DIR", "CONFIG", "CACHE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -99,6 +117,16 @@ def main() -> None:
             )
         base = None
         for c in a.configs:
+            if c == "hta":
+                r = hta(a.hta_python, d)
+                if r is None:
+                    continue
+                base = base or r["wall_s"]
+                print(
+                    f"| {n} | HTA load | {r['wall_s']:.1f} | {r['wall_s'] / base:.2f} | {r['rss_mib']:.0f} | - | - |",
+                    flush=True,
+                )
+                continue
             p = subprocess.run(
                 [sys.executable, __file__, "--one", str(d), c, cache], check=True, capture_output=True, text=True
             )
