@@ -241,3 +241,19 @@ def test_sync_idle_reconciles_on_random_traces(tmp_path_factory, kernels, syncs,
     )
     r = analyse_diff(ses, ses)
     assert (r.summary["delta"].drop_nulls().abs() < 1e-9).all()
+
+
+def test_exposed_communication_is_one_number_per_rank_and_step(SHARED_TRACES):
+    # The single-file figures (summary/gaps JSON `communication`) are the directory mode's per
+    # rank: the same collective kernels, the same compute union, the same step windows.
+    from traceanalyzer.analyses.multirank import rank_from_name
+    from traceanalyzer.ranks import analyse_dir
+
+    folder = SHARED_TRACES / "mi300x_ddp_resnet_4ranks"
+    job = analyse_dir(str(folder))[1].matched.exposed
+    for path in sorted(folder.iterdir()):
+        ses = ta.Session.open(path)
+        mine = ses.communication.select("step", "comm_us", "exposed_us")
+        rank = ses.trace.meta.rank if ses.trace.meta.rank is not None else rank_from_name(path.name)
+        theirs = job.filter(pl.col("rank") == rank).select("step", "comm_us", "exposed_us")
+        assert mine.height == 3 and mine.equals(theirs)

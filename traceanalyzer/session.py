@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
+from traceanalyzer.analyses.communication import exposed_communication
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
 from traceanalyzer.analyses.findings import Finding, Rule, evaluate
@@ -109,6 +110,11 @@ class Session:
     def verdict(self) -> Verdict:
         """The cause to lead with and the advice that fits, over the steady state."""
         return verdict(self.gaps, step_count(self.trace), self.trace.meta.with_stack)
+
+    @cached_property
+    def communication(self) -> pl.DataFrame:
+        """Per step: collective kernel time and the part compute did not hide (`analyses.communication`)."""
+        return exposed_communication(self.trace, self.options.patterns.collective_pattern)
 
     @cached_property
     def syncs(self) -> SyncsResult:

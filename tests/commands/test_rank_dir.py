@@ -106,3 +106,15 @@ def test_report_dir_writes_markdown_and_the_skew_map(dlrm_dir, tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "Collectives matched across ranks" in md and "skew_map.png" in md
     assert (tmp_path / "rep" / "skew_map.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_fails_on_like_summary(dlrm_dir, tmp_path, SHARED_TRACES):
+    # The directory: low_gpu_utilization fires on the ranks (busy 21-62 %, under 60 % on some),
+    # so --fail-on gives 1 after report.md is written; a rule that never fires there gives 0.
+    res = _run("report", dlrm_dir, "-o", tmp_path / "job", "--fail-on", "low_gpu_utilization")
+    assert res.exit_code == 1 and (tmp_path / "job" / "report.md").exists()
+    assert _run("report", dlrm_dir, "-o", tmp_path / "job2", "--fail-on", "memory_growth").exit_code == 0
+    # One trace: workers0 fires data_loading.
+    w0 = SHARED_TRACES / "v100_resnet50_dataloader_workers0.pt.trace.json.gz"
+    res = _run("report", w0, "-o", tmp_path / "one", "--fail-on", "data_loading", "--width", "400", "--height", "300")
+    assert res.exit_code == 1 and (tmp_path / "one" / "report.md").exists()

@@ -62,14 +62,16 @@ def dir_report(
     return _build(command, path, options, top, groups, jobs, fail_on)[0]
 
 
-def write_dir_report(path: str, directory: str, options: Options, top: int, groups: tuple[str, ...]) -> list[str]:
+def write_dir_report(
+    path: str, directory: str, options: Options, top: int, groups: tuple[str, ...], fail_on: tuple[str, ...] = ()
+) -> list[str]:
     """`report DIR -o FOLDER`: report.md (the cross-rank Report in Markdown) and skew_map.png,
-    each written atomically; returns the paths written."""
+    each written atomically; returns the paths written. Then `--fail-on` as for `summary DIR`."""
     from traceanalyzer.render import RENDERERS
     from traceanalyzer.render.output import write_atomic
     from traceanalyzer.render.skew_map import skew_map_png
 
-    rep, mr = _build("report", path, options, top, groups, None, ())
+    rep, mr = _build("report", path, options, top, groups, None, fail_on)
     md = RENDERERS["markdown"].render(rep)
     png = skew_map_png(mr.matched.arrivals) if mr.matched is not None else None
     out = []
@@ -80,6 +82,9 @@ def write_dir_report(path: str, directory: str, options: Options, top: int, grou
         md += "\n## Arrival skew across ranks\n\n![ranks x collectives: µs after the first rank](skew_map.png)\n"
     p = os.path.join(directory, "report.md")
     write_atomic(p, md)
+    for written in (p, *out):
+        click.echo(f"wrote {written}", err=True)
+    check_fail_on(rep, fail_on)
     return [p, *out]
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import click
 
+from traceanalyzer.analyses.findings import RULE_IDS
 from traceanalyzer.cli_options import build_options, option_flags
 from traceanalyzer.commands.common import open_session
 from traceanalyzer.commands.summary import GROUPS
 from traceanalyzer.commands.timeline import picture_options
+from traceanalyzer.errors import RegressionDetected
 
 
 @click.command("report")
@@ -32,7 +34,24 @@ from traceanalyzer.commands.timeline import picture_options
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="rows per table")
 @picture_options
 @option_flags(*GROUPS)
-def command(trace: str, directory: str, html_too: bool, top: int, width: int, height: int, dpi: int, **kwargs) -> None:
+@click.option(
+    "--fail-on",
+    "fail_on",
+    multiple=True,
+    type=click.Choice(RULE_IDS),
+    help="exit with status 1 when this finding fires, after writing the report (repeatable)",
+)
+def command(
+    trace: str,
+    directory: str,
+    html_too: bool,
+    top: int,
+    width: int,
+    height: int,
+    dpi: int,
+    fail_on: tuple[str, ...],
+    **kwargs,
+) -> None:
     """Write report.md (+ pictures, + --html) for an incident ticket."""
     from traceanalyzer.render.report_md import build_report, write_report
 
@@ -40,9 +59,12 @@ def command(trace: str, directory: str, html_too: bool, top: int, width: int, he
     from traceanalyzer.commands import ranks  # a directory of per-rank files: the cross-rank report
 
     if ranks.is_rank_dir(trace):
-        for p in ranks.write_dir_report(trace, directory, options, top, GROUPS):
-            click.echo(f"wrote {p}", err=True)
+        ranks.write_dir_report(trace, directory, options, top, GROUPS, fail_on)  # any rank, or the job
         return
-    rep = build_report(open_session(trace, options), top=top, width=width, height=height, dpi=dpi)
+    ses = open_session(trace, options)
+    rep = build_report(ses, top=top, width=width, height=height, dpi=dpi)
     for p in write_report(rep, directory, html_too):
         click.echo(f"wrote {p}", err=True)
+    failed = sorted({f.rule for f in ses.findings} & set(fail_on))
+    if failed:
+        raise RegressionDetected(None, f"--fail-on: finding(s) fired: {', '.join(failed)}")
