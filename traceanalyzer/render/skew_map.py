@@ -34,6 +34,9 @@ def skew_map_png(arrivals: pl.DataFrame, width: int = 1400, height: int = 700, d
     try:
         im = ax.imshow(m, aspect="auto", interpolation="nearest", cmap="magma")
         ax.set_xlabel("collective (time order)" + (f", {n_inst} binned into {bins}" if bins < n_inst else ""))
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # collectives are counted, not measured
         ax.set_ylabel("rank")
         step = max(1, len(ranks) // 32)
         ax.set_yticks(range(0, len(ranks), step), [str(r) for r in ranks[::step]])
