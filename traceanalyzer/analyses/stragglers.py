@@ -134,10 +134,11 @@ def compare(results, shift: dict[int, int], rank_of: dict[int, int]) -> Collecti
     arrivals = j.select("rank", "instance", lateness_us=(pl.col("arrival_ns") - pl.col("first_ns")) / 1000.0).sort(
         "rank", "instance"
     )
-    caused = j.group_by("instance").agg(caused_ns=pl.col("wait_ns").sum())
-    last = inst.join(caused, on="instance").with_columns(late_by_us="last_late_us")
+    caused = j.sort("instance", "rank").group_by("instance", maintain_order=True).agg(caused_ns=pl.col("wait_ns").sum())
+    # In instance order: a float mean does not depend on which executor returned first.
+    last = inst.join(caused, on="instance").with_columns(late_by_us="last_late_us").sort("instance")
     stragglers = (
-        last.group_by(rank="last_rank")
+        last.group_by(rank="last_rank", maintain_order=True)
         .agg(
             times_last=pl.len(),
             mean_late_by_us=pl.col("late_by_us").mean(),
