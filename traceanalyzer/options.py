@@ -183,7 +183,7 @@ class MemoryOptions:
     )
     growth_mb_per_step: float = opt(
         1.0,
-        "flag steady growth when allocated memory rose in every step by this many MB on average",
+        "flag steady growth when allocated memory rose in every step by this many MiB on average",
         flag="--growth-mb",
     )
     min_growth_steps: int = opt(3, "steps needed before steady growth is judged", flag="--min-growth-steps")
@@ -193,7 +193,7 @@ class MemoryOptions:
         flag="--dominant-op-share",
     )
     min_finding_mb: float = opt(
-        16.0, "ignore growth and dominant ops smaller than this many MB in findings", flag="--min-finding-mb"
+        16.0, "ignore growth and dominant ops smaller than this many MiB in findings", flag="--min-finding-mb"
     )
     timeline_points: int = opt(200, "points in the allocated/reserved timeline (JSON output)", flag="--timeline-points")
 

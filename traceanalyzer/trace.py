@@ -60,13 +60,14 @@ class Trace:
 
     - `ops`: CPU ops and record_function ranges (cat cpu_op / Operator / user_annotation):
       op_id, kind, name, pid, tid, ts_ns, dur_ns, end_ns, depth, parent_id, external_id,
-      sequence_number, fwd_thread_id, input_dims, input_type, python_frame (user code line).
+      sequence_number, fwd_thread_id, input_dims and input_type (compact JSON text), python_frame
+      (user code line).
     - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, end_ns, depth,
       parent_id, python_id, python_parent_id, is_user.
     - `runtime`: CUDA/HIP runtime and driver calls: runtime_id, api (runtime|driver), name, pid,
       tid, ts_ns, end_ns, correlation, op_id (the innermost op around the call).
     - `gpu`: GPU activities: gpu_id, kind (kernel|memcpy|memset), name, device, stream, ts_ns,
-      end_ns, correlation, bytes, grid, block, graph_id, runtime_id, op_id, launch_ts_ns, tid.
+      end_ns, correlation, bytes, grid and block (lists of int), graph_id, runtime_id, op_id, launch_ts_ns, tid.
     - `sync_markers`: `cuda_sync` events (Stream/Event/Context Sync, Stream Wait Event): not work.
     - `gpu_annotations`, `memory` ([memory] allocator events), `flows` (forward -> backward
       arrows, cat fwdbwd; launch -> kernel arrows are only counted in `event_counts`: the

@@ -101,3 +101,19 @@ def test_wide_and_columns(w0, capsys, monkeypatch):
     assert main(["gaps", w0, "--top", "3", "--wide"]) == 0
     wide = capsys.readouterr().out
     assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in wide and "blocked_thread" in wide
+
+
+def test_kernels_grid_and_block_in_csv_json_and_table(SHARED_TRACES, capsys):
+    # By hand from the raw JSON of h100_owlv2: all 120 launches of the cutlass
+    # s1688gemm_bf16_256x128_tn_align1 kernel run on grid [328, 3, 16], block [256, 1, 1].
+    path = str(SHARED_TRACES / "h100_owlv2_inference.json.gz")
+    name = "cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_tn_align1"
+    assert main(["kernels", path, "--format", "csv"]) == 0
+    rows = [r for r in csv.DictReader(capsys.readouterr().out.splitlines()) if name in r["kernel"]]
+    assert [(r["calls"], r["grid"], r["block"]) for r in rows] == [("120", "[328,3,16]", "[256,1,1]")]
+    assert main(["kernels", path, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = [r for v in doc.values() if isinstance(v, list) for r in v if name in str(r.get("kernel", ""))]
+    assert [(r["grid"], r["block"]) for r in rows] == [([328, 3, 16], [256, 1, 1])]
+    assert main(["kernels", path]) == 0
+    assert "328x3x16" in capsys.readouterr().out

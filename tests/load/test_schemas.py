@@ -24,6 +24,7 @@ LARGE_INT = "edge_large_integer.pt.trace.json.gz"
 ROCM = "mi250_rocm_minitoy.json.gz"
 SYNCS = "a100_simple_add_syncs.json.gz"
 GRAPHS = "gb10_vllm_cudagraphs.pt.trace.json.gz"
+H100 = "h100_owlv2_inference.json.gz"
 DLRM0 = "dlrm_v100_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz"
 
 TABLES = (
@@ -46,18 +47,7 @@ def ns(us) -> int:
     return int((Decimal(str(us)) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
 
 
-# Columns kept as the raw JSON text of a value: compared by value, since white space inside
-# them follows the file's layout (indented or minified).
-RAW_JSON_COLUMNS = ("input_dims", "input_type", "grid", "block")
-
-
 def _canonical(df: pl.DataFrame) -> pl.DataFrame:
-    def canon(text: str | None) -> str | None:
-        return None if text is None else json.dumps(json.loads(text), separators=(",", ":"))
-
-    df = df.with_columns(
-        pl.col(c).map_elements(canon, return_dtype=pl.String) for c in RAW_JSON_COLUMNS if c in df.columns
-    )
     # thread_names comes out of a unique(): its row order carries no meaning
     return df.sort(df.columns, nulls_last=True) if "thread_name" in df.columns else df
 
@@ -316,6 +306,31 @@ def test_minified_trace_loads_like_indented(SHARED_TRACES, load_trace, tmp_path)
     path = tmp_path / "minified.json"
     path.write_bytes(minified)
     assert_same_trace(load_trace(path), load_trace(SHARED_TRACES / ROCM))
+
+
+def test_array_args_are_lists_whatever_the_indentation(SHARED_TRACES, load_trace, tmp_path):
+    # h100_owlv2 writes every array over several lines ("grid": [\n 56,\n 2,\n 1\n ]).
+    # By hand from the raw JSON: the first kernel (nchwToNhwcKernel) has grid [31752, 1, 1] and
+    # block [256, 1, 1]; 845 kernels run on a [10370, 1, 1] grid; the first aten::addmm has
+    # Input Dims [[1024], [5185, 1024], [1024, 1024], [], []].
+    indented = load_trace(SHARED_TRACES / H100)
+    gpu = indented.gpu.filter(pl.col("kind") == "kernel").sort("ts_ns")
+    assert gpu.schema["grid"] == pl.List(pl.Int64) and gpu.schema["block"] == pl.List(pl.Int64)
+    assert gpu.row(0, named=True)["grid"] == [31752, 1, 1]
+    assert gpu.row(0, named=True)["block"] == [256, 1, 1]
+    assert gpu.filter(pl.col("grid") == [10370, 1, 1]).height == 845
+    addmm = indented.ops.filter(pl.col("name") == "aten::addmm").sort("ts_ns").row(0, named=True)
+    assert json.loads(addmm["input_dims"]) == [[1024], [5185, 1024], [1024, 1024], [], []]
+    assert addmm["input_dims"] == "[[1024],[5185,1024],[1024,1024],[],[]]"
+    assert addmm["input_type"] == '["c10::BFloat16","c10::BFloat16","c10::BFloat16","Scalar","Scalar"]'
+    # the same events minified load to the same tables, to the byte
+    with gzip.open(SHARED_TRACES / H100, "rb") as fh:
+        doc = json.load(fh)
+    path = tmp_path / "minified.json"
+    path.write_text(json.dumps(doc, separators=(",", ":")))
+    minified = load_trace(path)
+    assert_frame_equal(minified.gpu, indented.gpu, check_exact=True)
+    assert_frame_equal(minified.ops, indented.ops, check_exact=True)
 
 
 def test_gzip_and_plain_copies_load_identically(SHARED_TRACES, load_trace, tmp_path):

@@ -13,6 +13,7 @@ from collections import Counter
 from contextvars import ContextVar
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from traceanalyzer.load.decode import COLUMN_BUILDERS, SEP, RawTexts
@@ -115,6 +116,33 @@ def interned(s: pl.Series) -> pl.Series:
 def raw_text(raw: RawTexts) -> pl.Series:
     """Raw JSON text of a value (absent: b"") -> String, null when absent."""
     return texts(raw).replace("", None)
+
+
+def int_list(raw: RawTexts) -> pl.Series:
+    """Raw JSON text of an array of integers (a kernel's grid or block) -> List(Int64), whatever
+    the file's white space; null when absent or not such an array."""
+    text = raw_text(raw).str.replace_all(r"\s+", "")
+    arrays = pl.select(pl.when(pl.lit(text).str.contains(r"^\[(-?\d+(,-?\d+)*)?\]$")).then(pl.lit(text))).to_series()
+    return arrays.str.json_decode(pl.List(pl.Int64)).alias(text.name)
+
+
+def json_text(raw: RawTexts) -> pl.Series:
+    """Raw JSON text of a value -> the same value as compact JSON text, so that equal values are
+    equal strings whatever the file's indentation; null when absent.
+
+    Text rather than a list column: "Input Dims" nests one level deeper for a tensor-list
+    argument than for a tensor (`[[[2, 3], [4]], [5]]` next to `[[5], []]`), and a polars
+    column holds one type. Each distinct value is re-encoded once (shapes repeat a lot)."""
+    s = raw_text(raw)
+    distinct = s.drop_nulls().unique()
+    return s.replace_strict(distinct, [_compact(v) for v in distinct], default=None, return_dtype=pl.String)
+
+
+def _compact(text: str) -> str:
+    try:
+        return msgspec.json.encode(msgspec.json.decode(text)).decode()
+    except msgspec.DecodeError:
+        return text
 
 
 def text_to_ns(col: pl.Expr) -> pl.Expr:
@@ -227,8 +255,8 @@ def op_frame(c: dict[str, list]) -> pl.DataFrame:
             "external_id": to_int(c["external_id"], "id"),
             "sequence_number": to_int(c["sequence_number"], "id"),
             "fwd_thread_id": to_int(c["fwd_thread_id"]),
-            "input_dims": raw_text(c["input_dims"]),
-            "input_type": raw_text(c["input_type"]),
+            "input_dims": json_text(c["input_dims"]),
+            "input_type": json_text(c["input_type"]),
             "call_stack": to_str(c["call_stack"]),
         },
     )
@@ -264,8 +292,8 @@ def gpu_frame(c: dict[str, list]) -> pl.DataFrame:
             "external_id": to_int(c["external_id"], "id"),
             "bytes": to_int(c["bytes"]),
             "bandwidth_gbps": to_float(c["bandwidth"]),
-            "grid": raw_text(c["grid"]),
-            "block": raw_text(c["block"]),
+            "grid": int_list(c["grid"]),
+            "block": int_list(c["block"]),
             "graph_id": to_int(c["graph_id"]),
         },
     )

@@ -14,12 +14,17 @@ BINARY = False
 
 def table_csv(df: pl.DataFrame) -> str:
     """One table as CSV text; structs and lists become JSON text in their cell."""
-    nested = [c for c, t in df.schema.items() if isinstance(t, (pl.Struct, pl.List, pl.Object))]
+    nested = [c for c, t in df.schema.items() if isinstance(t, (pl.Struct, pl.List, pl.Array, pl.Object))]
     if nested:
+        # to_list() gives plain Python values (map_elements would hand a list cell over as a Series)
         df = df.with_columns(
-            pl.col(c).map_elements(lambda v: msgspec.json.encode(v).decode(), return_dtype=pl.String) for c in nested
+            pl.Series(c, [_json(v) for v in df.get_column(c).to_list()], dtype=pl.String) for c in nested
         )
     return df.write_csv()
+
+
+def _json(value: object) -> str | None:
+    return None if value is None else msgspec.json.encode(value).decode()
 
 
 def render(report: Report) -> str:

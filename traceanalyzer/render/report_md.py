@@ -24,6 +24,7 @@ from traceanalyzer.analyses.gaps import HINTS, GapsResult
 from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.markdown import table as md_table
+from traceanalyzer.render.values import LAUNCH_SHAPES
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
@@ -88,7 +89,9 @@ class IncidentReport:
 
 
 def _flat(df: pl.DataFrame) -> pl.DataFrame:
-    """Only the columns a table can show (no lists or structs)."""
+    """Only the columns a table can show (no lists or structs; a grid or block as 128x1x1)."""
+    shapes = [c for c in LAUNCH_SHAPES if isinstance(df.schema.get(c), pl.List)]
+    df = df.with_columns(pl.col(c).cast(pl.List(pl.String)).list.join("x") for c in shapes)
     keep = [c for c, t in df.schema.items() if not isinstance(t, (pl.List, pl.Struct, pl.Array))]
     return df.select(keep)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+# A kernel's grid and block read as CUDA writes them: 128x1x1.
+LAUNCH_SHAPES = {"grid", "block"}
 IDENTIFIERS = {"tid", "pid", "step", "device", "stream", "rank", "launch_tid", "next_stream", "correlation"}
 
 
@@ -25,6 +27,8 @@ def cell(value: Any, column: str = "") -> str:
     if isinstance(value, dict):
         return "; ".join(f"{k}={cell(v, k)}" for k, v in value.items() if v is not None) or "-"
     if isinstance(value, (list, tuple)):
+        if column in LAUNCH_SHAPES:
+            return "x".join(str(v) for v in value)
         return ", ".join(cell(v) for v in value)
     return str(value)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.analyses.findings.engine import Finding, Rule, severity, site
+from traceanalyzer.analyses.findings.engine import Finding, Rule, counted, severity, site
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -135,7 +135,7 @@ def _device_to_host(ses: Session) -> list[Finding]:
         Finding(
             "device_to_host_in_step",
             severity(blocked, floor),
-            f"{dtoh.height / steps_with:,.1f} device-to-host copies per step inside the step loop hold the CPU "
+            f"{counted(dtoh.height, steps_with, 'device-to-host copy', 'step')} inside the step loop hold the CPU "
             f"{blocked / steps_with / 1000:,.1f} ms per step (most from {site(s)}); each forces a sync",
             {
                 "copies": dtoh.height,

@@ -82,6 +82,22 @@ def site(row: dict) -> str:
     )
 
 
+def counted(total: int, steps: int, noun: str, unit: str) -> str:
+    """A count in whole numbers: "9 implicit syncs per step" when it divides evenly, else
+    "14 implicit syncs in 5 steps" (never "2.8 syncs"); just "16 implicit syncs" per trace."""
+    if unit != "step":
+        return f"{total:,} {_nouns(total, noun)}"
+    if steps and total % steps == 0:
+        return f"{total // steps:,} {_nouns(total // steps, noun)} per step"
+    return f"{total:,} {_nouns(total, noun)} in {steps:,} steps"
+
+
+def _nouns(n: int, noun: str) -> str:
+    if n == 1:
+        return noun
+    return noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else noun + "s"
+
+
 def per_unit(ses: Session) -> str:
     """What per-step figures are per: `step`, or `trace` when it counts as one step."""
     return "step" if ses.trace.steps.height else "trace"

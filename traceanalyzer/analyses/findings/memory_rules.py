@@ -29,8 +29,8 @@ def _near_capacity(ses: Session) -> list[Finding]:
             Finding(
                 "memory_near_capacity",
                 "high" if share >= (1 + th) / 2 else "medium",
-                f"{d['device']}: memory near the device's capacity: {used_mb:,.0f} MB reserved of "
-                f"{d['capacity_mb']:,.0f} MB ({share:.0%}); an out-of-memory error is close",
+                f"{d['device']}: memory near the device's capacity: {used_mb:,.0f} MiB reserved of "
+                f"{d['capacity_mb']:,.0f} MiB ({share:.0%}); an out-of-memory error is close",
                 {"device": d["device"], "share": share, "used_mb": used_mb, "capacity_mb": d["capacity_mb"]},
                 "free cached blocks between phases, shrink the batch, use activation checkpointing or a lower precision",
             )
@@ -59,8 +59,8 @@ def _growth(ses: Session) -> list[Finding]:
         Finding(
             "memory_growth",
             severity(g["mean"], o.growth_mb_per_step),
-            f"{g['device']}: allocated memory rose in every one of {g['n']} steps ({g['mean']:,.1f} MB per step, "
-            f"{g['growth']:,.1f} MB in all): a leak suspect",
+            f"{g['device']}: allocated memory rose in every one of {g['n']} steps ({g['mean']:,.1f} MiB per step, "
+            f"{g['growth']:,.1f} MiB in all): a leak suspect",
             {"device": g["device"], "steps": g["n"], "growth_mb_per_step": g["mean"], "growth_mb": g["growth"]},
             "look for tensors kept across steps (a loss summed without .item(), a list of outputs, a cache that grows)",
         )
@@ -80,7 +80,7 @@ def _dominant_op(ses: Session) -> list[Finding]:
             "memory_dominant_op",
             severity(t["share_of_live"], o.dominant_op_share),
             f"{t['device']}: {t['op'] or '(outside any op)'}{' in ' + t['range'] if t['range'] else ''} holds "
-            f"{t['share_of_live']:.0%} of the memory allocated in the trace and alive at the peak ({t['mb']:,.1f} MB)",
+            f"{t['share_of_live']:.0%} of the memory allocated in the trace and alive at the peak ({t['mb']:,.1f} MiB)",
             {"device": t["device"], "op": t["op"], "range": t["range"], "share": t["share_of_live"], "mb": t["mb"]},
             "see `traceanalyzer memory` for the allocations alive at the peak and their Python lines",
         )

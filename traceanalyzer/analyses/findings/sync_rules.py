@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.analyses.findings.engine import MAX_EVENTS, Finding, Rule, per_unit, severity, site
+from traceanalyzer.analyses.findings.engine import MAX_EVENTS, Finding, Rule, counted, per_unit, severity, site
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -83,7 +83,7 @@ def _sites(kind: str):
                 Finding(
                     f"{kind}_sync",
                     severity(cost, th),
-                    f"{r['points_per_step']:,.1f} {kind} syncs per {unit} from {where} ({r['apis']}) left the GPU idle "
+                    f"{counted(r['sync_points'], s.steps, kind + ' sync', unit)} from {where} ({r['apis']}) left the GPU idle "
                     f"{cost / 1000:,.2f} ms per {unit}, holding the CPU {r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}",
                     {
                         "site": where,
