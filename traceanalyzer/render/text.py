@@ -27,13 +27,18 @@ UNLIMITED = 100_000  # the "width" of --wide
 __all__ = ["EXTENSION", "BINARY", "render", "table_lines", "terminal_width"]
 
 
+# rich's SIMPLE_HEAD with an ASCII rule: "─" is three bytes in UTF-8, so a full-width rule was
+# three times the width to anything that counts bytes (a pager in the C locale, a log viewer).
+HEAD_RULE = box.Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
+
+
 def table_lines(df: pl.DataFrame, width: int, wide: bool = False) -> list[str]:
     """The table's lines, none longer than `width` (unless `wide`)."""
     headers = df.columns
     cells = [[cell(v, c) for c, v in zip(headers, r)] for r in df.iter_rows()]
     numeric = [df.schema[c].is_numeric() for c in headers]
     fit = fit_columns(headers, cells, numeric, UNLIMITED if wide else width)
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table = Table(box=HEAD_RULE, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap):
         table.add_column(
             Text(middle_ellipsis(headers[i], w)),
