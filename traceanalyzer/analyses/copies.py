@@ -26,7 +26,7 @@ import polars as pl
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge, us_sum
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
 from traceanalyzer.trace import Trace
@@ -132,9 +132,9 @@ def copy_table(trace: Trace, collective_pattern: str) -> pl.DataFrame:
 _TOTALS = (
     pl.len().alias("copies"),
     pl.col("bytes").sum(),
-    pl.col("duration_us").sum(),
-    pl.col("exposed_us").sum(),
-    pl.col("blocked_us").sum(),
+    us_sum("duration_us"),
+    us_sum("exposed_us"),
+    us_sum("blocked_us"),
 )
 
 

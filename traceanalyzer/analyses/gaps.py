@@ -15,6 +15,7 @@ import polars as pl
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gap_culprits import name_culprits
+from traceanalyzer.analyses.intervals import us_sum
 from traceanalyzer.options import GapOptions, Options
 from traceanalyzer.trace import Trace
 
@@ -28,10 +29,10 @@ NO_GPU_NOTE = (
 
 def _by_cause(gaps: pl.DataFrame) -> pl.DataFrame:
     """cause, idle_us, gaps, share_of_idle: largest first."""
-    total = gaps["duration_us"].sum() if gaps.height else 0.0
+    total = gaps.select(us_sum("duration_us")).item() if gaps.height else 0.0
     return (
         gaps.group_by("cause")
-        .agg(idle_us=pl.col("duration_us").sum(), gaps=pl.len())
+        .agg(idle_us=us_sum("duration_us"), gaps=pl.len())
         .with_columns(share_of_idle=pl.col("idle_us") / total if total else pl.lit(0.0))
         .sort(["idle_us", "cause"], descending=[True, False])
     )
@@ -169,7 +170,7 @@ def analyse_gaps(
     culprits = (
         all_gaps.filter(pl.col("cause") != "kernel_spacing")  # the device's own spacing: no culprit
         .group_by("phase", "cause", "op", "python_frame")
-        .agg(gaps=pl.len(), idle_us=pl.col("duration_us").sum())
+        .agg(gaps=pl.len(), idle_us=us_sum("duration_us"))
         .sort(
             ["idle_us", "cause", "op", "python_frame", "phase"],
             descending=[True, False, False, False, False],

@@ -6,6 +6,14 @@ from __future__ import annotations
 import polars as pl
 
 
+def us_sum(col: str) -> pl.Expr:
+    """Sum of a column of microseconds that came from integer nanoseconds, summed as integers.
+
+    A float sum inside a parallel group_by depends on how polars split the rows (11223.838 one
+    run, 11223.838000000002 the next), so the same trace gave different JSON; integer sums do not."""
+    return (pl.col(col) * 1000).round().cast(pl.Int64).sum() / 1000.0
+
+
 def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end_ns") -> pl.DataFrame:
     """Union of possibly overlapping intervals per group -> disjoint (by..., start_ns, end_ns)."""
     if df.is_empty():

@@ -169,7 +169,8 @@ def _top_ops(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
             self_freed_mb=pl.col("self_freed_bytes") / MB,
         )
         .filter(pl.col("total_alloc_mb") + pl.col("total_freed_mb") > 0)
-        .sort("total_alloc_mb", "self_alloc_mb", descending=True)
+        # ties (same bytes) by device and op, so that every run lists them in one order
+        .sort("total_alloc_mb", "self_alloc_mb", "device", "op", descending=[True, True, False, False], nulls_last=True)
     )
 
 
@@ -367,7 +368,7 @@ def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None)
         .join(live_sum, on="device")
         .with_columns(share_of_live=pl.col("mb") * MB / pl.col("live_in_trace_bytes"))
         .drop("live_in_trace_bytes", "live_allocs")
-        .sort("mb", descending=True)
+        .sort("mb", "device", "op", "range", descending=[True, False, False, False], nulls_last=True)
     )
     result = MemoryResult(
         trace.path,

@@ -251,7 +251,16 @@ def analyse_syncs(
             blocked_share=pl.col("blocked_us") * 1000 / total_ns if total_ns else pl.lit(None, pl.Float64),
             bubble_share=pl.col("bubble_us") * 1000 / total_ns if total_ns else pl.lit(None, pl.Float64),
         )
-        .sort("bubble_us", "blocked_us", descending=True)
+        .sort(
+            "bubble_us",
+            "blocked_us",
+            "kind",
+            "op",
+            "range",
+            "python_frame",
+            descending=[True, True, False, False, False, False],
+            nulls_last=True,
+        )
         .select(
             "kind",
             "op",
@@ -298,7 +307,7 @@ def analyse_syncs(
     by_api = (
         table.group_by("kind", "api")
         .agg(calls=pl.len(), blocked_us=pl.col("blocked_us").sum(), bubble_us=pl.col("bubble_us").sum())
-        .sort("calls", descending=True)
+        .sort("calls", "kind", "api", descending=[True, False, False])  # ties in one order every run
     )
     listed = table.filter((pl.col("kind") == "gpu_wait") | (pl.col("blocked_us") >= opts.min_blocked_us))
     listed = listed.sort("blocked_us", "sync_id", descending=[True, False]).select(SYNC_COLUMNS)
