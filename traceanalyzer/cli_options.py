@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from traceanalyzer.analyses.findings import RULE_IDS
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import GROUPS, Options
 
@@ -80,6 +81,18 @@ def build_options(kwargs: dict[str, Any], *groups: str) -> Options:
 
 PICTURE_EXTENSIONS = (".png", ".svg", ".pdf")
 TABLE_EXTENSIONS = {".json": "json", ".csv": "csv", ".md": "markdown", ".txt": "table"}
+
+
+def fail_on_option(when: str = "") -> Callable[[Callable], Callable]:
+    """`--fail-on RULE` (repeatable): exit with status 1 when that finding fires; `when` says
+    at what point (after writing a report)."""
+    return click.option(
+        "--fail-on",
+        "fail_on",
+        multiple=True,
+        type=click.Choice(RULE_IDS),
+        help=f"exit with status 1 when this finding fires{when} (repeatable)",
+    )
 
 
 def _remember(name: str) -> Callable:

@@ -26,18 +26,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
-COMM_SCHEMA = {
-    "correlation": pl.Int64,
-    "external_id": pl.Int64,
-    "is_kernel": pl.Boolean,
-    "coll_name": pl.String,
-    "pg_name": pl.String,
-    "pg_ranks": pl.String,
-    "group_size": pl.Int64,
-    "in_nelems": pl.Int64,
-    "out_nelems": pl.Int64,
-    "dtype": pl.String,
-}
+from traceanalyzer.analyses.collectives import COMM_ARGS_SCHEMA
 
 
 class _Args(msgspec.Struct, forbid_unknown_fields=False):
@@ -76,7 +65,7 @@ def comm_args(data: bytes) -> tuple[pl.DataFrame, str | None]:
     try:
         doc = msgspec.json.decode(data, type=_Doc)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return pl.DataFrame(schema=COMM_SCHEMA), f"collective metadata unreadable ({str(exc)[:80]})"
+        return pl.DataFrame(schema=COMM_ARGS_SCHEMA), f"collective metadata unreadable ({str(exc)[:80]})"
     rows = [
         (
             _int(e.args.correlation),
@@ -93,7 +82,7 @@ def comm_args(data: bytes) -> tuple[pl.DataFrame, str | None]:
         for e in doc.traceEvents
         if e.args is not None and e.args.coll_name is not None and (e.cat == "kernel" or e.name == "record_param_comms")
     ]
-    return pl.DataFrame(rows, schema=COMM_SCHEMA, orient="row"), None
+    return pl.DataFrame(rows, schema=COMM_ARGS_SCHEMA, orient="row"), None
 
 
 def is_url(path: str) -> bool:

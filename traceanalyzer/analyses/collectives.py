@@ -83,6 +83,22 @@ def dtype_bytes(dtype: str | None) -> int | None:
     return 1 if d.startswith("float8") else DTYPE_BYTES.get(d)
 
 
+# The collective metadata of one rank (`rank_io.comm_args`; empty when not read): the
+# `args` of `rank_collectives`.
+COMM_ARGS_SCHEMA = {
+    "correlation": pl.Int64,
+    "external_id": pl.Int64,
+    "is_kernel": pl.Boolean,
+    "coll_name": pl.String,
+    "pg_name": pl.String,
+    "pg_ranks": pl.String,
+    "group_size": pl.Int64,
+    "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64,
+    "dtype": pl.String,
+}
+
+
 def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.DataFrame:
     """One rank's collective kernels (RANK_COLL_SCHEMA), time order, with their metadata."""
     k = (

@@ -16,18 +16,6 @@ from traceanalyzer.analyses.intervals import merge
 from traceanalyzer.trace import Trace
 
 SCHEMA = {"step": pl.Int64, "comm_us": pl.Float64, "exposed_us": pl.Float64, "overlap_share": pl.Float64}
-ARGS_SCHEMA = {
-    "correlation": pl.Int64,
-    "external_id": pl.Int64,
-    "is_kernel": pl.Boolean,
-    "coll_name": pl.String,
-    "pg_name": pl.String,
-    "pg_ranks": pl.String,
-    "group_size": pl.Int64,
-    "in_nelems": pl.Int64,
-    "out_nelems": pl.Int64,
-    "dtype": pl.String,
-}
 
 
 def _per_step(df: pl.DataFrame, steps: pl.DataFrame, out: str) -> pl.DataFrame:
@@ -45,7 +33,9 @@ def _per_step(df: pl.DataFrame, steps: pl.DataFrame, out: str) -> pl.DataFrame:
 
 def exposed_communication(trace: Trace, collective_pattern: str) -> pl.DataFrame:
     """step, comm_us, exposed_us, overlap_share: one row per step with collective kernels."""
-    coll = collectives.rank_collectives(trace.gpu, collective_pattern, pl.DataFrame(schema=ARGS_SCHEMA))
+    coll = collectives.rank_collectives(
+        trace.gpu, collective_pattern, pl.DataFrame(schema=collectives.COMM_ARGS_SCHEMA)
+    )
     if coll.is_empty():
         return pl.DataFrame(schema=SCHEMA)
     exposed = collectives.exposed_segments(trace.gpu, coll)

@@ -128,9 +128,7 @@ def rank_result(
     steps = windows.step_windows(trace)
     steps = steps if trace.steps.height or trace.gpu.height else steps.clear()
     if comm_args is None:
-        from traceanalyzer.rank_io import COMM_SCHEMA
-
-        comm_args = pl.DataFrame(schema=COMM_SCHEMA)
+        comm_args = pl.DataFrame(schema=collectives.COMM_ARGS_SCHEMA)
     coll = collectives.rank_collectives(trace.gpu, ses.options.patterns.collective_pattern, comm_args)
     origin = trace.meta.origin_ns
     idle_schema = {

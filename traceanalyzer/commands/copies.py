@@ -31,28 +31,6 @@ TABLE_COLUMNS = [
     "python_frame",
     "step",
 ]
-JSON_COLUMNS = [
-    "copy_id",
-    "kind",
-    "direction",
-    "host_memory",
-    "bytes",
-    "start_us",
-    "duration_us",
-    "gbps",
-    "overlap_fraction",
-    "exposed_us",
-    "blocked_us",
-    "device",
-    "stream",
-    "api",
-    "op",
-    "range",
-    "python_frame",
-    "op_chain",
-    "step",
-    "name",
-]
 
 
 def copies_report(ses: Session, top: int) -> Report:
@@ -94,7 +72,7 @@ def copies_report(ses: Session, top: int) -> Report:
             "per_step": result.per_step,
         },
         "findings": findings_payload(found),
-        "copies": head(c.select(JSON_COLUMNS), top),
+        "copies": head(c, top),  # every column (analyses.copies.COPY_COLUMNS)
     }
     return Report("copies", result.trace_path, th, sections, payload, headline=headline, warnings=warnings)
 

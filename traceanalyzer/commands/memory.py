@@ -61,6 +61,13 @@ def as_mib(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _in_mib(title: str, df: pl.DataFrame, top: int, columns: list[str] | None = None, main: bool = False) -> Section:
+    """`top` rows of a table, shown in MiB (only `columns`, when given) and exported in bytes."""
+    rows = head(df, top)
+    shown = as_mib(rows)
+    return Section(title, shown.select(columns) if columns else shown, main=main, export=as_bytes(rows))
+
+
 def memory_report(ses: Session, top: int) -> Report:
     """The `memory` Report: findings of the memory rules, peaks, who holds them, growth."""
     result = ses.memory
@@ -98,31 +105,15 @@ def memory_report(ses: Session, top: int) -> Report:
             export=as_bytes(dev),
             text=result.note,
         ),
-        Section(
-            "Allocations alive at the peak, by op",
-            as_mib(head(result.live_by_op, top)),
-            export=as_bytes(head(result.live_by_op, top)),
-        ),
-        Section(
-            "Allocations alive at the peak, largest first",
-            head(as_mib(result.live_at_peak).select(LIVE_COLUMNS), top),
-            main=True,
-            export=as_bytes(head(result.live_at_peak, top)),
-        ),
-        Section(
-            "Top allocating ops (total = in the op or its children; self = directly in it)",
-            as_mib(head(result.top_ops, top)),
-            export=as_bytes(head(result.top_ops, top)),
-        ),
-        Section(
-            "Allocated memory at step boundaries (growth per step)",
-            as_mib(head(result.steps, top)),
-            export=as_bytes(head(result.steps, top)),
-        ),
-        Section(
+        _in_mib("Allocations alive at the peak, by op", result.live_by_op, top),
+        _in_mib("Allocations alive at the peak, largest first", result.live_at_peak, top, LIVE_COLUMNS, main=True),
+        _in_mib("Top allocating ops (total = in the op or its children; self = directly in it)", result.top_ops, top),
+        _in_mib("Allocated memory at step boundaries (growth per step)", result.steps, top),
+        _in_mib(
             f"Allocations never freed in the trace ({result.never_freed.height} in all)",
-            head(as_mib(result.never_freed).select(LIVE_COLUMNS), top),
-            export=as_bytes(head(result.never_freed, top)),
+            result.never_freed,
+            top,
+            LIVE_COLUMNS,
         ),
     ]
     payload = {

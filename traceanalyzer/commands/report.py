@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.analyses.findings import RULE_IDS
-from traceanalyzer.cli_options import build_options, option_flags
+from traceanalyzer.cli_options import build_options, fail_on_option, option_flags
 from traceanalyzer.commands.common import open_session
 from traceanalyzer.commands.summary import GROUPS
 from traceanalyzer.commands.timeline import picture_options
@@ -34,13 +33,7 @@ from traceanalyzer.errors import RegressionDetected
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="rows per table")
 @picture_options
 @option_flags(*GROUPS)
-@click.option(
-    "--fail-on",
-    "fail_on",
-    multiple=True,
-    type=click.Choice(RULE_IDS),
-    help="exit with status 1 when this finding fires, after writing the report (repeatable)",
-)
+@fail_on_option(", after writing the report")
 def command(
     trace: str,
     directory: str,

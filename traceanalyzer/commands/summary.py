@@ -11,8 +11,8 @@ import click
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.findings import RULE_IDS, Finding
-from traceanalyzer.cli_options import build_options, option_flags, output_options
+from traceanalyzer.analyses.findings import Finding
+from traceanalyzer.cli_options import build_options, fail_on_option, option_flags, output_options
 from traceanalyzer.commands import ranks
 from traceanalyzer.commands.common import (
     emit,
@@ -173,13 +173,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
 @click.command("summary")
 @click.argument("trace", type=click.Path())
 @option_flags(*GROUPS)
-@click.option(
-    "--fail-on",
-    "fail_on",
-    multiple=True,
-    type=click.Choice(RULE_IDS),
-    help="exit with status 1 when this finding fires (repeatable)",
-)
+@fail_on_option()
 @output_options
 def command(trace: str, fail_on: tuple[str, ...], fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """One screen: devices, steps, GPU busy, stages, idle causes, syncs, top ops and kernels, findings."""

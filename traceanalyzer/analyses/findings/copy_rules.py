@@ -102,7 +102,8 @@ def _many_small(ses: Session) -> list[Finding]:
         Finding(
             "many_small_copies",
             severity(cost, o.copy_min_finding_us),
-            f"{n:,.0f} host-device copies under {o.small_copy_bytes:,} bytes per step in {many.height} step(s), "
+            f"{counted(int(many['n'].sum()), many.height, 'small host-device copy', 'step')} "
+            f"(under {o.small_copy_bytes:,} bytes), "
             f"{many['t'].mean():,.0f} µs of copy time and {many['b'].mean():,.0f} µs of blocked CPU per step "
             f"(most from {site(s)})",
             {
