@@ -199,6 +199,27 @@ class MemoryOptions:
 
 
 @dataclass(frozen=True)
+class RooflineOptions:
+    """Options of the roofline analysis and of its finding."""
+
+    peak_tflops: float = opt(
+        0.0,
+        "compute roof in TFLOP/s for every precision, in place of the peaks table (0: the table's, by device name)",
+    )
+    peak_gbps: float = opt(0.0, "memory roof in GB/s, in place of the peaks table (0: the table's, by device name)")
+    far_from_roofline_share: float = opt(
+        0.3,
+        "far_from_roofline fires for an op/shape achieving less than this share of its roof",
+        flag="--roofline-share",
+    )
+    roofline_min_gpu_share: float = opt(
+        0.05,
+        "far_from_roofline judges only op/shapes holding at least this share of GPU time",
+        flag="--roofline-min-gpu",
+    )
+
+
+@dataclass(frozen=True)
 class FindingOptions:
     """Thresholds of the rules that read more than one analysis (see `analyses.findings`)."""
 
@@ -308,6 +329,7 @@ GROUPS: dict[str, type] = {
     "ops": OpsOptions,
     "kernels": KernelOptions,
     "memory": MemoryOptions,
+    "roofline": RooflineOptions,
     "findings": FindingOptions,
     "health": HealthOptions,
     "diff": DiffOptions,
@@ -329,6 +351,7 @@ class Options:
     ops: OpsOptions = field(default_factory=OpsOptions)
     kernels: KernelOptions = field(default_factory=KernelOptions)
     memory: MemoryOptions = field(default_factory=MemoryOptions)
+    roofline: RooflineOptions = field(default_factory=RooflineOptions)
     findings: FindingOptions = field(default_factory=FindingOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
     diff: DiffOptions = field(default_factory=DiffOptions)
