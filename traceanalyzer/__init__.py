@@ -14,6 +14,7 @@ from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
+from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
 from traceanalyzer.analyses.ops import analyse_ops
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
@@ -74,6 +75,8 @@ __all__ = [
     "KernelOptions",
     "analyse_memory",
     "MemoryResult",
+    "analyse_roofline",
+    "RooflineResult",
     "MemoryOptions",
     "analyse_findings",
     "Finding",

@@ -202,20 +202,14 @@ class MemoryOptions:
 class RooflineOptions:
     """Options of the roofline analysis and of its finding."""
 
-    peak_tflops: float = opt(
-        0.0,
-        "compute roof in TFLOP/s for every precision, in place of the peaks table (0: the table's, by device name)",
-    )
-    peak_gbps: float = opt(0.0, "memory roof in GB/s, in place of the peaks table (0: the table's, by device name)")
+    # 0: the peaks table's figure for the device's name (analyses.peaks)
+    peak_tflops: float = opt(0.0, "compute roof (TFLOP/s) for every precision, in place of the peaks table")
+    peak_gbps: float = opt(0.0, "memory roof (GB/s), in place of the peaks table")
     far_from_roofline_share: float = opt(
-        0.3,
-        "far_from_roofline fires for an op/shape achieving less than this share of its roof",
-        flag="--roofline-share",
+        0.3, "far_from_roofline: an op/shape under this share of its roof", flag="--roofline-share"
     )
     roofline_min_gpu_share: float = opt(
-        0.05,
-        "far_from_roofline judges only op/shapes holding at least this share of GPU time",
-        flag="--roofline-min-gpu",
+        0.05, "far_from_roofline: only op/shapes with this share of GPU time", flag="--roofline-min-gpu"
     )
 
 

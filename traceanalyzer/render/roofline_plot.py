@@ -1,16 +1,18 @@
 """The roofline picture: achieved TFLOP/s against arithmetic intensity (FLOPs per byte), log-log,
 one dot per op and shape sized by its GPU time and coloured by op family, under the device's
 memory roof (bandwidth x intensity) and its compute roofs (one per precision the dots use).
-Copies do no FLOPs and have no place on these axes: the caption counts them. And the table
+Copies do no FLOPs and have no place on these axes: the caption counts them. `result` is the
+roofline analysis' result (ops, devices, GPU totals), handed in; nothing here computes it. And the table
 of op/shapes as screens show it (`roofline_table`). Receives the analysis result only;
 matplotlib is imported lazily.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
-from traceanalyzer.analyses.roofline import RooflineResult
 from traceanalyzer.render.timeline import new_figure, png_bytes
 
 FAMILY_COLORS = {
@@ -37,7 +39,7 @@ def roofline_table(ops: pl.DataFrame) -> pl.DataFrame:
     return ops.select("op", "input_dims", "dtype", "gpu_us", "bound", "peak_share", achieved=rate)
 
 
-def roofline_headline(r: RooflineResult) -> str:
+def roofline_headline(r: Any) -> str:
     """One line: coverage, devices, the op with the most time below its roof."""
     if r.note:
         return r.note
@@ -60,7 +62,7 @@ def roofline_headline(r: RooflineResult) -> str:
     return "; ".join(parts)
 
 
-def _device(result: RooflineResult) -> dict | None:
+def _device(result: Any) -> dict | None:
     """The device the picture shows: the one with the most modelled GPU time."""
     if result.ops.is_empty():
         return None
@@ -69,9 +71,7 @@ def _device(result: RooflineResult) -> dict | None:
     return rows[0] if rows else {"device": dev}
 
 
-def roofline_png(
-    result: RooflineResult, title: str, width: int = 1000, height: int = 600, dpi: int = 100
-) -> bytes | None:
+def roofline_png(result: Any, title: str, width: int = 1000, height: int = 600, dpi: int = 100) -> bytes | None:
     """The picture as PNG bytes, or None when no op has FLOPs and GPU time to draw."""
     dev = _device(result)
     if dev is None:
