@@ -39,6 +39,7 @@ SECTIONS = (
     "Copies",
     "Syncs",
     "Memory",
+    "Roofline",
     "Warnings",
 )
 CPU_ONLY_SECTIONS = ("Verdict", "Findings", "Trace", "Stages", "Memory", "Warnings")
