@@ -13,7 +13,9 @@ device's peaks (`analyses.peaks`), from the work model (`analyses.work_model`).
   kernels' names say Tensor Cores meet the TF32 peak; AMD's FP32 the matrix-core peak) or the
   memory roof, whichever the arithmetic intensity (FLOPs / byte) reaches first; elementwise
   ops, reductions, normalisations and copies the memory roof. `peak_share` is the achieved
-  rate over the roof at that bound.
+  rate over the roof at that bound. `tensor_core_share` puts a matmul's, convolution's or
+  attention's rate against the device's 16-bit Tensor Core peak whatever its precision: the
+  share of what the hardware offers that op kind (an FP32 SGEMM near its own roof is low here).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ OP_COLUMNS = [
     "bound",
     "peak_share",
     "headroom_us",
+    "tensor_core_share",
     "tensor_cores",
     "note",
 ]
@@ -184,8 +187,14 @@ def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("bound") == "memory")
         .then(pl.col("achieved_gbps") / pl.col("peak_gbps"))
     )
+    # The same rate against the device's 16-bit Tensor Core roof: what the hardware offers a
+    # matmul at all, whatever precision this one ran in (an FP32 SGEMM shows low here).
+    tensor = pl.max_horizontal("fp16", "bf16")
     out = out.with_columns(peak_share=share).with_columns(
-        headroom_us=pl.col("gpu_us") * (1 - pl.col("peak_share").clip(0, 1))
+        headroom_us=pl.col("gpu_us") * (1 - pl.col("peak_share").clip(0, 1)),
+        tensor_core_share=pl.when(~pl.col("family").is_in(MEMORY_FAMILIES) & (tensor > 0)).then(
+            pl.col("achieved_tflops") / tensor
+        ),
     )
     return out.sort(
         ["headroom_us", "gpu_us", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True

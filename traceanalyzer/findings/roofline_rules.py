@@ -47,11 +47,17 @@ def advice(row: dict, peaks: dict) -> str:
         )
     if family in ("matmul", "conv"):
         return (
-            "too little work per byte at this shape: a bigger batch (or batching small GEMMs with bmm / grouped GEMMs) "
-            "raises the arithmetic intensity"
+            "too little work per byte at this shape (a small inner dimension or a large output): fuse it with what "
+            "consumes its output (attention scores: scaled_dot_product_attention), or give each GEMM more work "
+            "(a bigger batch, bmm / grouped GEMMs over many small ones)"
         )
     if family == "attention":
         return "use a fused attention kernel (scaled_dot_product_attention with the flash or memory-efficient backend)"
+    if "softmax" in row["op"]:
+        return (
+            "a softmax over attention scores: a fused attention kernel (scaled_dot_product_attention) never writes "
+            "the scores to memory; otherwise fuse it with its neighbours (torch.compile)"
+        )
     return (
         "fuse it with its neighbours (torch.compile, or fused kernels such as fused optimizers and norms) so the "
         "tensor crosses device memory once; tiny tensors want a bigger batch"
