@@ -120,22 +120,18 @@ def roofline_png(result: Any, title: str, width: int = 1000, height: int = 600, 
         ceiling = dev[roofs[-1]] if roofs else top * 2.5
         knee = ceiling * 1000 / bw
         xs = [lo, knee] if knee < hi else [lo, hi]
-        ax.plot(xs, [x * bw / 1000 for x in xs], color="#333333", linewidth=1.2)
-        at = xs[-1] / 12  # the label sits on the line, below the knee, clear of the dots at its foot
-        ax.annotate(
-            f"memory {bw:,.0f} GB/s",
-            (at, at * bw / 1000),
-            ha="right",
-            fontsize=8,
-            color="#333333",
-            xytext=(-4, 4),
-            textcoords="offset points",
-        )
-    for r in roofs:
+        ax.plot(xs, [x * bw / 1000 for x in xs], color="#333333", linewidth=1.2, label=f"memory roof {bw:,.0f} GB/s")
+    for r, style in zip(roofs, ("--", ":", "-.", (0, (5, 1)))):
         peak = dev[r]
         start = peak * 1000 / bw if bw else lo
-        ax.plot([start, hi], [peak, peak], color="#555555", linestyle="--", linewidth=1.0)
-        ax.annotate(f"{r} {peak:,.0f} TFLOP/s", (hi, peak), ha="right", va="bottom", fontsize=8, color="#333333")
+        ax.plot(
+            [start, hi],
+            [peak, peak],
+            color="#555555",
+            linestyle=style,
+            linewidth=1.1,
+            label=f"{r} roof {peak:,g} TFLOP/s",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -145,7 +141,8 @@ def roofline_png(result: Any, title: str, width: int = 1000, height: int = 600, 
     ax.grid(True, which="major", color="#e5e5e5", linewidth=0.6)
     legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     for handle in legend.legend_handles:  # one size in the legend: the area is per dot
-        handle.set_sizes([40])
+        if hasattr(handle, "set_sizes"):
+            handle.set_sizes([40])
     part = dev.get("part") or "no peaks known"
     copies = ops.filter(pl.col("family") == "copy")
     fig.suptitle(f"Roofline: {title} — device {dev['device']} ({part})", fontsize=11)
