@@ -16,6 +16,8 @@ DATA_LOADING = r"(?i)enumerate\(DataLoader\)|DataLoaderIter|DataLoader.*__next__
 TB_DATALOADER = r"^enumerate\(DataLoader\)#.*__next__"
 BACKWARD = r"autograd::engine::evaluate_function|Backward"
 OPTIMIZER = r"Optimizer\.(step|zero_grad)|optimizer_step"
+# The optimizer annotation that clears gradients: one iteration holds it and the step beside it.
+ZERO_GRAD = r"zero_grad"
 # A namespaced op (aten::to, c10d::allreduce_, vllm::unified_attention) is what user code
 # called; anything else in an op chain is a range (record_function, module, DataLoader).
 NAMESPACED_OP = r"^[A-Za-z_][\w.]*::\w"
