@@ -232,9 +232,7 @@ class HealthOptions:
     missing_gpu_share: float = opt(
         0.05, "missing_gpu_events fires when this share of launch calls has no GPU activity in the trace"
     )
-    clock_skew_us: float = opt(
-        1000.0, "clock_skew fires on GPU activity starting this long before its own launch call"
-    )
+    clock_skew_us: float = opt(1000.0, "clock_skew fires on GPU activity starting this long before its own launch call")
     stream_overlap_share: float = opt(0.01, "stream_overlap fires when this share of kernels overlap on one stream")
     unlinked_gpu_share: float = opt(0.10, "unlinked_gpu_work fires when this share of GPU work links to no launch call")
     sampled_density: float = opt(

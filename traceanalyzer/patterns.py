@@ -29,12 +29,15 @@ MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
 SINGLE_TENSOR_OPTIMIZER = "_single_tensor_"  # a literal, not a pattern
 # Signs of a model compiled with torch.compile: its autograd function and Inductor's kernels.
 COMPILED_OP = r"^CompiledFunction|CompiledFunctionBackward|^Torch-Compiled Region"
+# Python frames of Dynamo, AOTAutograd and Inductor, and Inductor's generated modules.
+COMPILED_FRAME = r"torch/_inductor/|torch/_dynamo/|torch/_functorch/_aot_autograd/|torchinductor_"
 TRITON_KERNEL = r"^triton_"
 
 # Frames of the framework, the standard library and the interpreter: a gap's "Python line" is
-# the innermost frame that is none of these, i.e. the user's own code.
+# the innermost frame that is none of these, i.e. the user's own code (Inductor's generated
+# modules are the framework's).
 LIBRARY_FRAME = (
-    r"^<|^nn\.Module:|^torch/|/torch/|site-packages/|dist-packages/|/lib/python3[.\d]*/|"
+    r"^<|^nn\.Module:|^torch/|/torch/|site-packages/|dist-packages/|/lib/python3[.\d]*/|torchinductor_|"
     r"^(threading|contextlib|functools|typing|logging/__init__|selectors|queue|multiprocessing/\S+)\.py|"
     r"^(logging|multiprocessing|concurrent|asyncio|importlib|json|collections)/"
 )

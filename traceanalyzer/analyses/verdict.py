@@ -17,9 +17,26 @@ import polars as pl
 
 from traceanalyzer.analyses.gap_causes import HINTS
 from traceanalyzer.analyses.gaps import GapsResult
+from traceanalyzer.patterns import COMPILED_FRAME, COMPILED_OP, TRITON_KERNEL
+from traceanalyzer.trace import Trace
 
 BUSY_ENOUGH = 0.9
 NOT_A_HEADLINE = ("kernel_spacing",)
+# Launch overhead in a model already compiled: fusion is done; CUDA graphs remove the rest.
+COMPILED_LAUNCH_HINT = (
+    "the model is already compiled: launch overhead remains between its kernels; capture them in CUDA graphs "
+    '(mode="reduce-overhead" where the model is compiled, or torch.cuda.CUDAGraph) or batch more work per launch'
+)
+
+
+def compiled_model(trace: Trace) -> bool:
+    """Whether the model ran compiled (torch.compile): a `Torch-Compiled Region` or compiled
+    autograd function, Dynamo/AOT/Inductor Python frames, or Inductor's `triton_*` kernels."""
+    return bool(
+        trace.ops["name"].str.contains(COMPILED_OP).any()
+        or (trace.python.height and trace.python["name"].str.contains(COMPILED_FRAME).any())
+        or trace.gpu["name"].str.contains(TRITON_KERNEL).any()
+    )
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,9 @@ def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
         return text
     if cause in ("sync", "runtime_call", "slow_launch"):
         top = _top(g, "duration_us", "call_api")
-        return f"in {top['call_api']} ({top['duration_us'] / 1000:,.1f} ms of idle)" if top else None
+        if top or cause != "slow_launch":
+            return f"in {top['call_api']} ({top['duration_us'] / 1000:,.1f} ms of idle)" if top else None
+        # A slow launch whose op, not its call, took the time names the op.
     top = _top(g, "duration_us", "op") or _top(g, "duration_us", "python_frame")
     if not top:
         return None
@@ -93,10 +112,12 @@ def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
     return f"most from {name} ({top['duration_us'] / 1000:,.1f} ms)"
 
 
-def advice_for(cause: str, busy_share: float | None, with_stack: bool) -> str:
-    """The advice for a cause, fitted to the trace."""
+def advice_for(cause: str, busy_share: float | None, with_stack: bool, compiled: bool = False) -> str:
+    """The advice for a cause, fitted to the trace (`compiled`: the model ran under torch.compile)."""
     if busy_share is not None and busy_share >= BUSY_ENOUGH:
         return f"the GPU is {busy_share:.0%} busy: little idle time is left to recover"
+    if cause == "launch_latency" and compiled:
+        return COMPILED_LAUNCH_HINT
     if cause == "untraced" and with_stack:
         return (
             "no op, range or Python frame covers the thread then: it was outside the profiled code "
@@ -105,8 +126,9 @@ def advice_for(cause: str, busy_share: float | None, with_stack: bool) -> str:
     return HINTS[cause]
 
 
-def verdict(gaps: GapsResult, steps: int = 1, with_stack: bool = False) -> Verdict:
-    """The verdict on `gaps` (steady state; `steps` to give figures per step)."""
+def verdict(gaps: GapsResult, steps: int = 1, with_stack: bool = False, compiled: bool = False) -> Verdict:
+    """The verdict on `gaps` (steady state; `steps` to give figures per step; `compiled`: the
+    model ran compiled, see `compiled_model`)."""
     if not gaps.has_gpu_work:
         return Verdict(None, 0.0, 0.0, None, None, gaps.note or "no GPU work", None, 0.0, 0.0)
     steady = gaps.all_gaps.filter(pl.col("phase") == "steady")
@@ -130,7 +152,7 @@ def verdict(gaps: GapsResult, steps: int = 1, with_stack: bool = False) -> Verdi
         idle,
         cause,
         top["idle_us"] / idle,
-        advice_for(cause, busy, with_stack),
+        advice_for(cause, busy, with_stack, compiled),
         _detail(cause, steady, steps),
         gaps.startup_window_us,
         gaps.startup_idle_us,

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.analyses.steps import Caveat
+from traceanalyzer.analyses.verdict import COMPILED_LAUNCH_HINT, compiled_model
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.findings.engine import MAX_EVENTS, Finding, Rule, events_of, per_unit, severity
-from traceanalyzer.patterns import COMPILED_OP, SINGLE_TENSOR_OPTIMIZER, TRITON_KERNEL
+from traceanalyzer.patterns import SINGLE_TENSOR_OPTIMIZER
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -127,14 +128,8 @@ def _launch_bound(ses: Session) -> list[Finding]:
 
 def _launch_advice(ses: Session) -> str:
     """Fusion advice that fits: a model already compiled is told about CUDA graphs instead."""
-    compiled = (
-        ses.trace.ops["name"].str.contains(COMPILED_OP).any() or ses.trace.gpu["name"].str.contains(TRITON_KERNEL).any()
-    )
-    if compiled:
-        return (
-            "the model is already compiled (torch.compile): launch overhead remains between its kernels; capture it "
-            "in CUDA graphs (torch.compile(mode='reduce-overhead')) or batch more work per launch"
-        )
+    if compiled_model(ses.trace):
+        return COMPILED_LAUNCH_HINT
     return (
         "fuse small kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs), capture the step "
         "in a CUDA graph, or batch more work per launch"
