@@ -70,11 +70,26 @@ PINNED_COPY = r"(?i)pinned"
 COPY_DIRECTION = r"^Memcpy\s+(\w+)"  # group 1: HtoD, DtoH, DtoD, PtoP, HtoH
 H2D_COPY = r"HtoD|Host -> Device"
 D2H_COPY = r"DtoH|Device -> Host"
-# Kernels that use Tensor Cores, by the instruction family their names state (cuBLAS, cuDNN,
-# CUTLASS, FlashAttention), and kernels that do matmul or convolution work.
+# Kernels that use Tensor Cores (NVIDIA) or matrix cores (AMD MFMA/WMMA), by the instruction
+# family or library kernel their names state: CUDA mma/wmma/hmma/imma, Hopper wgmma and
+# warp-specialised CUTLASS 3 kernels (Sm90, Gmma, TMA), Blackwell tcgen05 / UMMA, cuBLAS (nvjet,
+# *_s16816gemm), cuDNN xmma, FlashAttention; ROCm MFMA (`_MI32x32x8` in hipBLASLt / Tensile
+# `Cijk_*` names, `mfma`, MIOpen's xdlops `igemm_*_gtcx*`), Composable Kernel `xdl`/`wmma`
+# kernels; DeepGEMM; Triton matmuls (`matmul_ogs`, `_matmul`: tl.dot compiles to MMA/MFMA).
 TENSOR_CORE_KERNEL = (
-    r"(?i)tensorop|wmma|xmma|hmma|imma|wgmma|tcgen|warpgroup|_mma|mma_|s1688|h1688|s884|h884|s16816|h16816|i8816|"
+    r"(?i)tensorop|wmma|xmma|hmma|imma|wgmma|tcgen|umma|warpgroup|_mma|mma_|s1688|h1688|s884|h884|s16816|h16816|i8816|"
     r"s161616|nvjet|fmha|flash|GemmUniversal|CollectiveMma|hgemm|bf16.*gemm|gemm.*bf16|fp16.*gemm|tf32|"
-    r"bmm_.*(E4m3|E2m1|Bfloat16|Fp16)|(volta|turing|ampere|hopper)_(h|bf16|fp16|tf32|i8)"
+    r"bmm_.*(E4m3|E2m1|Bfloat16|Fp16)|(volta|turing|ampere|hopper)_(h|bf16|fp16|tf32|i8)|"
+    r"sm(90|100|120)_?\w*(gemm|xmma|gmma)|Sm(90|100)|Gmma|TmaWarpSpecialized|deep_gemm|"
+    r"_MI\d+x\d+x\d+|mfma|xdlops|gtcx|_xdl|DeviceGemmXdl|matmul_ogs|_matmul"
 )
-MATMUL_CONV_KERNEL = r"(?i)gemm|gemv|matmul|convolve|convolution|conv[23]d|cudnn.*conv|cutlass|cublas|wgrad|dgrad|fprop|xmma|nvjet|scudnn|winograd|bmm_|fmha|flash"
+# A matmul whose operands are already a Tensor Core precision (fp16, bf16, fp8 E4M3/E5M2, fp4
+# E2M1/NVFP4/MXFP4, int8): mixed-precision advice does not apply to it (a GEMV in bf16 is
+# bandwidth-bound either way).
+TENSOR_CORE_PRECISION = (
+    r"(?i)bf16|bfloat16|fp16|half|__half|f16|fp8|float8|e4m3|e5m2|fp4|e2m1|nvfp4|mxfp|int8|i8|_HHS_|_BBS_|_HSS_"
+)
+MATMUL_CONV_KERNEL = (
+    r"(?i)gemm|gemv|matmul|convolve|convolution|conv[23]d|cudnn.*conv|cutlass::conv|cublas|wgrad|dgrad|fprop|xmma|"
+    r"nvjet|scudnn|winograd|bmm_|fmha|flash|^Cijk_"
+)

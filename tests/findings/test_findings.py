@@ -112,6 +112,20 @@ def test_no_tensor_cores_and_low_utilisation(tmp_path):
     assert "launch_bound" not in f  # three kernels say nothing about launches
 
 
+def test_no_tensor_cores_finding_on_a_gpu_without_them(tmp_path):
+    # The same FP32 GEMMs on a Pascal P100 (compute capability 6.0): no Tensor Cores to use.
+    b = TraceBuilder()
+    b.metadata["deviceProperties"][0].update(name="Tesla P100", computeMajor=6, computeMinor=0)
+    for i in range(3):
+        b.step(i + 1, 1000 * i, 1000)
+        b.op("aten::mm", 1000 * i, 10)
+        b.kernel("maxwell_sgemm_128x64_nn", ts=1000 * i + 100, dur=100, launch_ts=1000 * i + 1)
+    f = _rules(load(b.write(tmp_path)))
+    assert "no_tensor_cores" not in f
+    b.metadata["deviceProperties"][0].update(computeMajor=7)  # V100: the finding is back
+    assert "no_tensor_cores" in _rules(load(b.write(tmp_path)))
+
+
 def test_every_rule_runs_on_empty_and_cpu_only_traces(SHARED_TRACES):
     for name in (
         "edge_gb10_no_gpu_events.pt.trace.json.gz",

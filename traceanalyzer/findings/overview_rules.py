@@ -138,7 +138,8 @@ def _launch_advice(ses: Session) -> str:
 
 def _no_tensor_cores(ses: Session) -> list[Finding]:
     k = ses.kernels
-    if not k.total_us:
+    # On a GPU without Tensor Cores (compute capability below 7.0) no kernel could use them.
+    if not k.total_us or k.no_tensor_cores_devices:
         return []
     share = k.matmul_conv_no_tc_us / k.total_us
     th = ses.options.findings.no_tensor_cores_share
