@@ -223,6 +223,22 @@ class FindingOptions:
     low_gpu_utilization: float = opt(
         0.6, "low_gpu_utilization fires when GPU busy share over the steps (start-up set aside) is below this"
     )
+    min_finding_share: float = opt(
+        0.01,
+        "findings whose GPU time at stake is below this share of the analysed window are not shown (0: show all)",
+        flag="--min-finding-share",
+    )
+    high_finding_share: float = opt(
+        0.05, "a finding is high only when its GPU time at stake reaches this share of the analysed window"
+    )
+    allocator_churn_share: float = opt(
+        0.10,
+        "allocator_churn fires when device malloc/free calls in the steady state leave the GPU idle this share of "
+        "its steady-state idle time",
+    )
+    dtod_copy_share: float = opt(
+        0.05, "dtod_copies fires when device-to-device copies take this share of GPU busy time"
+    )
 
 
 @dataclass(frozen=True)

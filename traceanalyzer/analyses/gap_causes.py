@@ -302,8 +302,29 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     pieces = _classify(pieces, act, opts.gaps, trace.ops).drop("_op_ts_ns", "_op_end_ns").sort("gap_id")
     sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
     pieces = pieces.join(sync_call, on="gap_id", how="left").sort("gap_id")
+    # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
+    # culprit `gaps` names, and the key by which start-up tells one-time calls from churn.
+    rt_call = largest_overlap(
+        pieces.filter(pl.col("cause") == "runtime_call"), act.runtime_other, "runtime_id", "rt_call", True
+    )
+    rt_names = trace.runtime.select(rt_call="runtime_id", _rt_name="name")
+    pieces = (
+        pieces.join(rt_call, on="gap_id", how="left")
+        .join(rt_names, on="rt_call", how="left")
+        .with_columns(
+            init_key=pl.when(pl.col("cause") == "runtime_call")
+            .then(pl.col("_rt_name"))
+            .when(pl.col("cause") == "slow_launch")
+            .then(pl.col("next_name"))
+        )
+        .drop("_rt_name")
+        .sort("gap_id")
+    )
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
-    startup = find_startup(pieces, wins, busy, opts.gaps.startup_gap_us, first_step)
+    boundaries = (
+        wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None
+    )
+    startup = find_startup(pieces, wins, busy, opts.gaps.startup_gap_us, first_step, boundaries)
     pieces = pieces.with_columns(phase=pl.lit("startup") if startup.end_ns is not None else pl.lit("steady"))
     if startup.end_ns is not None:
         pieces = pieces.with_columns(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer.analyses import gpu_time
 from traceanalyzer.findings.engine import Finding, Rule, counted, severity, site
 
 if TYPE_CHECKING:
@@ -33,6 +34,21 @@ def _copies(ses: Session) -> pl.DataFrame:
     if c.is_empty() or "host_memory" not in c.columns:
         return pl.DataFrame()
     return c.with_columns(_step=pl.col("step") if ses.trace.steps.height else pl.lit(0, pl.Int64))
+
+
+def _idle_while_blocked_us(ses: Session, copies: pl.DataFrame) -> float:
+    """GPU idle on the copies' devices while their calls held the CPU: the GPU time a blocking
+    copy cost (a CPU blocked on a busy GPU costs nothing)."""
+    if copies.is_empty() or not ses.trace.has_gpu_work:
+        return 0.0
+    calls = copies.select("copy_id", "blocked_us").join(
+        ses.trace.gpu.select(copy_id="gpu_id", device="device", _a="launch_ts_ns", _b="launch_end_ns"),
+        on="copy_id",
+        how="left",
+    )
+    calls = calls.filter(pl.col("blocked_us").fill_null(0) > 0)
+    idle = gpu_time.idle_within(ses.classified.pieces, calls, "_a", "_b", "_idle_ns")
+    return float(idle["_idle_ns"].sum()) / 1000.0 if idle.height else 0.0
 
 
 def _pageable(ses: Session) -> list[Finding]:
@@ -71,6 +87,7 @@ def _pageable(ses: Session) -> list[Finding]:
                 .select("direction", "bytes", "start_us", "duration_us", "blocked_us", "op", "python_frame")
                 .to_dicts()
             ),
+            at_stake_us=duration + _idle_while_blocked_us(ses, pageable),
         )
     ]
 
@@ -115,6 +132,8 @@ def _many_small(ses: Session) -> list[Finding]:
                 "top_site": site(s),
             },
             "batch them into one tensor and copy once",
+            at_stake_us=float(many["t"].sum())
+            + _idle_while_blocked_us(ses, small.join(many.select("_step"), on="_step", how="semi")),
         )
     ]
 
@@ -145,6 +164,7 @@ def _device_to_host(ses: Session) -> list[Finding]:
                 "top_site": site(s),
             },
             "keep values on the GPU, or copy with non_blocking=True into pinned memory and read them a step later",
+            at_stake_us=float(dtoh["duration_us"].sum()) + _idle_while_blocked_us(ses, dtoh),
         )
     ]
 
@@ -177,6 +197,7 @@ def _not_overlapped(ses: Session) -> list[Finding]:
             f"under compute (most from {site(s)})",
             {"copies": hideable.height, "exposed_us": exposed, "top_site": site(s)},
             "issue them on a side stream (torch.cuda.Stream) from pinned memory with non_blocking=True",
+            at_stake_us=exposed,
         )
     ]
 

@@ -56,6 +56,7 @@ def _data_loading(ses: Session) -> list[Finding]:
             },
             DATA_ADVICE,
             events_of(ranges, ses.trace.meta.origin_ns, "name"),
+            at_stake_us=idle,
         )
     ]
 
@@ -122,6 +123,7 @@ def _launch_bound(ses: Session) -> list[Finding]:
             },
             _launch_advice(ses),
             tuple(short_names.to_dicts()),
+            at_stake_us=latency_us,
         )
     ]
 
@@ -161,6 +163,7 @@ def _no_tensor_cores(ses: Session) -> list[Finding]:
             "torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True "
             "(or torch.set_float32_matmul_precision('high'))",
             tuple(top.select("kernel", "calls", "total_us", "share").to_dicts()),
+            at_stake_us=k.matmul_conv_no_tc_us,
         )
     ]
 
@@ -212,6 +215,7 @@ def _low_gpu_utilization(ses: Session) -> list[Finding]:
             },
             "see `traceanalyzer gaps` for every idle gap and the op and Python line behind it",
             tuple(g.culprits.filter(pl.col("phase") == "steady").head(MAX_EVENTS).to_dicts()),
+            at_stake_us=g.steady_idle_us(),
         )
     ]
 

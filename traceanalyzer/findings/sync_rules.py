@@ -60,6 +60,7 @@ def _sync_stalls(ses: Session) -> list[Finding]:
                 .select("api", "start_us", "blocked_us", "bubble_us", "idle_while_blocked_us", "op", "python_frame")
                 .to_dicts()
             ),
+            at_stake_us=s.sync_idle_us,
         )
     ]
 
@@ -95,6 +96,7 @@ def _sites(kind: str):
                         "bubble_share": r["bubble_share"],
                     },
                     SYNC_ADVICE,
+                    at_stake_us=cost * s.steps,
                 )
             )
         return out
