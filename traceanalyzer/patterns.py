@@ -52,6 +52,13 @@ SYNC_API = (
 # A wait on the GPU side (a stream waits for an event); it does not hold the CPU.
 GPU_WAIT_API = r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent$"
 GRAPH_LAUNCH = r"GraphLaunch"
+# Device memory allocated or freed through the runtime or driver: the caching allocator growing
+# or giving blocks back (cudaMalloc/cudaFree, hipMalloc/hipFree, the async and virtual-memory
+# APIs that expandable segments use).
+DEVICE_ALLOC_API = (
+    r"^(cuda|hip)(Malloc|Free)(Async)?$|^hipExtMallocWithFlags$|^cuMem(Alloc|Free)(Async)?(_v2)?$|"
+    r"^(cu|hip)Mem(Create|Release|Map|Unmap|AddressReserve|AddressFree)$"
+)
 # Calls that put work on a stream and return (CUDA runtime and driver, HIP).
 LAUNCH_API = (
     r"Launch(Kernel|CooperativeKernel|HostFunc)|GraphLaunch|LaunchKernelEx|^cuLaunch|^hipExtLaunch|"

@@ -109,7 +109,11 @@ class Session:
     @cached_property
     def verdict(self) -> Verdict:
         """The cause to lead with and the advice that fits, over the steady state."""
-        return verdict(self.gaps, step_count(self.trace), self.trace.meta.with_stack, compiled_model(self.trace))
+        comm = self.communication
+        exposed = float(comm["exposed_us"].sum()) if comm.height else 0.0
+        return verdict(
+            self.gaps, step_count(self.trace), self.trace.meta.with_stack, compiled_model(self.trace), exposed
+        )
 
     @cached_property
     def communication(self) -> pl.DataFrame:

@@ -24,7 +24,7 @@ RULES: tuple[Rule, ...] = (
     + copy_rules.RULES
     + overview_rules.RULES[1:]
     + memory_rules.RULES
-    + job_rules.RULES  # a directory of rank files only (job_rules.job_findings)
+    + job_rules.RULES  # straggler_rank: a directory only; exposed_communication: a trace and a directory
 )
 RULES_BY_ID = {r.id: r for r in RULES}
 RULE_IDS = tuple(RULES_BY_ID)

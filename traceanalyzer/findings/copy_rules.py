@@ -1,5 +1,5 @@
 """Rules over the `copies` analysis: pageable host memory, many small copies, device-to-host
-copies inside the step loop, copies a side stream could hide. Each names its top site (the op,
+copies inside the step loop, copies a side stream could hide, device-to-device copy storms. Each names its top site (the op,
 range and Python line that cost the most). A trace without ProfilerStep counts as one step."""
 
 from __future__ import annotations
@@ -202,6 +202,54 @@ def _not_overlapped(ses: Session) -> list[Finding]:
     ]
 
 
+DTOD_ADVICE = (
+    "find the ops that copy on the device (their sites below): .contiguous() / .clone() after a transpose or a "
+    "slice, torch.cat / stack in a loop, dtype casts, copies into static buffers before a CUDA graph replay; keep "
+    "layouts contiguous, preallocate and write in place (out=), and in compiled regions avoid graph breaks and "
+    "inputs that are copied in at every call"
+)
+
+
+def _dtod(ses: Session) -> list[Finding]:
+    c = _copies(ses)
+    if c.is_empty() or not ses.gaps.has_gpu_work:
+        return []
+    dtod = c.filter(pl.col("direction") == "DtoD")
+    busy = float(ses.gaps.devices["busy_us"].sum())
+    if dtod.is_empty() or busy <= 0:
+        return []
+    duration = float(dtod["duration_us"].sum())
+    share = duration / busy
+    th = ses.options.findings.dtod_copy_share
+    if share < th:
+        return []
+    s = _top_site(dtod, "duration_us")
+    return [
+        Finding(
+            "dtod_copies",
+            severity(share, th),
+            f"{counted(dtod.height, 1, 'device-to-device copy', 'trace')} ran {duration / 1000:,.1f} ms on the GPU, "
+            f"{share:.1%} of its busy time (most from {site(s)})",
+            {
+                "copies": dtod.height,
+                "duration_us": duration,
+                "bytes": int(dtod["bytes"].fill_null(0).sum()),
+                "gpu_busy_us": busy,
+                "share_of_busy": share,
+                "top_site": site(s),
+            },
+            DTOD_ADVICE,
+            tuple(
+                dtod.sort("duration_us", descending=True)
+                .head(5)
+                .select("bytes", "start_us", "duration_us", "op", "range", "python_frame")
+                .to_dicts()
+            ),
+            at_stake_us=duration,
+        )
+    ]
+
+
 RULES = (
     Rule(
         "pageable_copies",
@@ -233,6 +281,14 @@ RULES = (
         ("copy_min_finding_us",),
         "copy on a side stream from pinned memory",
         _not_overlapped,
+        ("copies",),
+    ),
+    Rule(
+        "dtod_copies",
+        "Device-to-device copies taking a share of GPU busy time (a copy storm)",
+        ("dtod_copy_share",),
+        "contiguous layouts, in-place writes, no per-step copies into static buffers",
+        _dtod,
         ("copies",),
     ),
 )
