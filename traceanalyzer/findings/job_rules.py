@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.findings.engine import Finding, Rule, severity
+from traceanalyzer.findings.engine import Finding, Rule, ordered, severity
 
 if TYPE_CHECKING:
     from traceanalyzer.jobs.multirank import MultiRankResult
@@ -97,7 +97,7 @@ def _stamp(f: Finding, rule: Rule, mr: MultiRankResult) -> Finding:
 
 
 def job_findings(mr: MultiRankResult) -> list[Finding]:
-    """The job-level findings of a compared job."""
+    """The job-level findings of a compared job, most severe first, then most time at stake."""
     out: list[Finding] = []
     opts = mr.options
     m = mr.matched
@@ -139,4 +139,4 @@ def job_findings(mr: MultiRankResult) -> list[Finding]:
                     )
                 )
     by_id = {r.id: r for r in RULES}
-    return [_stamp(f, by_id[f.rule], mr) for f in out]
+    return ordered([_stamp(f, by_id[f.rule], mr) for f in out])
