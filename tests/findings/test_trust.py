@@ -149,3 +149,24 @@ def test_materiality_floor_severity_from_gpu_time_and_order(tmp_path):
     sev = ["high", "medium", "info"]
     keys = [(sev.index(x.severity), -(x.at_stake_us or 0)) for x in every.findings]
     assert keys == sorted(keys)
+
+
+def test_every_share_names_its_window_and_cpu_sums_get_none(tmp_path):
+    # Two threads sit in cudaStreamSynchronize for most of the same 10 ms step: 19.2 ms of CPU
+    # time blocked, summed over threads, in a 10 ms window (gb10's "blocked_us 105.1 %"). That
+    # sum gets no share; the GPU busy share names its window.
+    from click.testing import CliRunner
+
+    from traceanalyzer.cli import cli
+
+    b = TraceBuilder()
+    b.step(1, 0, 10_000)
+    b.kernel("gemm_bf16", ts=100, dur=9_800, launch_ts=10)
+    b.runtime("cudaStreamSynchronize", 200, 9_600)
+    b.runtime("cudaStreamSynchronize", 200, 9_600, tid=200)
+    res = CliRunner().invoke(cli, ["summary", str(b.write(tmp_path))], env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    blocked = next(line for line in res.output.splitlines() if line.startswith("blocked_us"))
+    assert "19,200" in blocked and "%" not in blocked
+    head = " ".join(res.output.split("\n\n")[0].split())
+    assert "GPU busy 98.0% of 10.0 ms (the profiled steps)" in head

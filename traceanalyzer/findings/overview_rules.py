@@ -45,8 +45,8 @@ def _data_loading(ses: Session) -> list[Finding]:
         Finding(
             "data_loading",
             severity(share, th),
-            f"the GPU sat idle {idle / 1000:,.1f} ms ({share:.1%} of the window) while the CPU loaded data "
-            f"({idle / n / 1000:,.1f} ms per {per})",
+            f"the GPU sat idle {idle / 1000:,.1f} ms in all ({share:.1%} of the {window / 1000:,.1f} ms "
+            f"{_steady_name(g)}) while the CPU loaded data ({idle / n / 1000:,.1f} ms per {per})",
             {
                 "data_loading_idle_us": idle,
                 "window_us": window,
@@ -59,6 +59,12 @@ def _data_loading(ses: Session) -> list[Finding]:
             at_stake_us=idle,
         )
     ]
+
+
+def _steady_name(g) -> str:
+    """What the steady-state window is, in words."""
+    base = "of profiled steps" if g.window_kind == "steps" else "GPU span"
+    return base + (" after start-up" if g.startup_window_us else "")
 
 
 def _data_loading_cpu_only(ses: Session) -> list[Finding]:
@@ -112,7 +118,8 @@ def _launch_bound(ses: Session) -> list[Finding]:
             "launch_bound",
             severity(s.count_share_outside_graphs, th),
             f"{s.count_share_outside_graphs:.0%} of kernels launched outside CUDA graphs run under {s.threshold_us:g} µs, "
-            f"GPU busy only {busy:.0%}, and launch latency leaves it idle {latency_us:,.0f} µs ({latency_share:.1%} of the window)",
+            f"GPU busy only {busy:.0%} of the {g.steady_window_us / 1000:,.1f} ms {_steady_name(g)}, and launch latency "
+            f"leaves it idle {latency_us:,.0f} µs in all ({latency_share:.1%} of that window)",
             {
                 "short_kernels": s.count_outside_graphs,
                 "kernels": s.total_outside_graphs,
@@ -199,14 +206,16 @@ def _low_gpu_utilization(ses: Session) -> list[Finding]:
         return []
     causes = g.steady_idle_by_cause.head(3)
     top = ", ".join(f"{r['cause']} {r['share_of_idle']:.0%}" for r in causes.iter_rows(named=True))
-    where = "over the profiled steps" if g.window_kind == "steps" else "over the GPU span"
+    where = f"of the {g.steady_window_us / 1000:,.1f} ms " + (
+        "of profiled steps" if g.window_kind == "steps" else "GPU span"
+    )
     if g.startup_window_us:
-        where += f", start-up ({g.startup_window_us / 1000:,.1f} ms) set aside"
+        where += f" after {g.startup_window_us / 1000:,.1f} ms of start-up (set aside)"
     return [
         Finding(
             "low_gpu_utilization",
             severity(busy, th, below=True),
-            f"the GPU was busy {busy:.1%} of the time {where}" + (f"; idle by cause: {top}" if top else ""),
+            f"the GPU was busy {busy:.1%} {where}" + (f"; idle by cause (share of idle): {top}" if top else ""),
             {
                 "busy_share": busy,
                 "window_us": g.steady_window_us,

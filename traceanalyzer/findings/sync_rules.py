@@ -45,8 +45,9 @@ def _sync_stalls(ses: Session) -> list[Finding]:
         Finding(
             "sync_stalls",
             severity(share, th),
-            f"syncs left the GPU idle {s.sync_idle_us:,.0f} µs ({share:.1%} of the window): the CPU sat in synchronising "
-            f"calls ({by_api}) as the GPU ran dry; those calls held the CPU {s.blocked_us:,.0f} µs in all",
+            f"syncs left the GPU idle {s.sync_idle_us:,.0f} µs in all ({share:.1%} of the {window_us / 1000:,.1f} ms "
+            f"analysed): the CPU sat in synchronising calls ({by_api}) as the GPU ran dry; those calls held the CPU "
+            f"{s.blocked_us:,.0f} µs in all (summed over threads)",
             {
                 "sync_idle_us": s.sync_idle_us,
                 "share": share,
