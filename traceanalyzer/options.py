@@ -116,6 +116,9 @@ class CopyOptions:
         1 << 20,
         "pageable_copies also fires when copies to/from pageable host memory move at least this many bytes",
     )
+    dtod_copy_share: float = opt(
+        0.05, "dtod_copies fires when device-to-device copies take this share of GPU busy time"
+    )
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,9 @@ class MemoryOptions:
         16.0, "ignore growth and dominant ops smaller than this many MiB in findings", flag="--min-finding-mb"
     )
     timeline_points: int = opt(200, "points in the allocated/reserved timeline (JSON output)", flag="--timeline-points")
+    allocator_churn_share: float = opt(
+        0.10, "allocator_churn fires when steady-state device malloc/free leave the GPU idle this share of its idle"
+    )
 
 
 @dataclass(frozen=True)
@@ -223,22 +229,18 @@ class FindingOptions:
     low_gpu_utilization: float = opt(
         0.6, "low_gpu_utilization fires when GPU busy share over the steps (start-up set aside) is below this"
     )
+
+
+@dataclass(frozen=True)
+class MaterialityOptions:
+    """Which findings are shown and how severe, from the GPU time at stake (see `findings.engine`)."""
+
     min_finding_share: float = opt(
         0.01,
         "findings whose GPU time at stake is below this share of the analysed window are not shown (0: show all)",
         flag="--min-finding-share",
     )
-    high_finding_share: float = opt(
-        0.05, "a finding is high only when its GPU time at stake reaches this share of the analysed window"
-    )
-    allocator_churn_share: float = opt(
-        0.10,
-        "allocator_churn fires when device malloc/free calls in the steady state leave the GPU idle this share of "
-        "its steady-state idle time",
-    )
-    dtod_copy_share: float = opt(
-        0.05, "dtod_copies fires when device-to-device copies take this share of GPU busy time"
-    )
+    high_finding_share: float = opt(0.05, "a finding is high only when its GPU time at stake reaches this share")
 
 
 @dataclass(frozen=True)
@@ -323,6 +325,7 @@ GROUPS: dict[str, type] = {
     "kernels": KernelOptions,
     "memory": MemoryOptions,
     "findings": FindingOptions,
+    "materiality": MaterialityOptions,
     "health": HealthOptions,
     "diff": DiffOptions,
     "ranks": RankOptions,
@@ -344,6 +347,7 @@ class Options:
     kernels: KernelOptions = field(default_factory=KernelOptions)
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     findings: FindingOptions = field(default_factory=FindingOptions)
+    materiality: MaterialityOptions = field(default_factory=MaterialityOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
     diff: DiffOptions = field(default_factory=DiffOptions)
     ranks: RankOptions = field(default_factory=RankOptions)

@@ -43,7 +43,7 @@ def evaluate(ses: Session, rules: tuple[Rule, ...] | None = None) -> list[Findin
     whose GPU time at stake reaches `min_finding_share` of the window, most severe first, then
     the most time at stake (see `engine.ordered`)."""
     found = [f for r in (RULES if rules is None else rules) for f in r.run(ses)]
-    return ordered(material(found, ses.options.findings.min_finding_share))
+    return ordered(material(found, ses.options.materiality.min_finding_share))
 
 
 def analyse_findings(trace: Trace, options: Any = None) -> list[Finding]:

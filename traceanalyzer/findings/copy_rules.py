@@ -220,7 +220,7 @@ def _dtod(ses: Session) -> list[Finding]:
         return []
     duration = float(dtod["duration_us"].sum())
     share = duration / busy
-    th = ses.options.findings.dtod_copy_share
+    th = ses.options.copies.dtod_copy_share
     if share < th:
         return []
     s = _top_site(dtod, "duration_us")

@@ -61,7 +61,7 @@ class Rule:
         """The rule's findings, each stamped with the threshold values it was judged by."""
         values = {name: ses.options.value(name) for name in self.thresholds}
         window = ses.gaps.window_us if ses.trace.has_gpu_work else 0.0
-        high = ses.options.findings.high_finding_share
+        high = ses.options.materiality.high_finding_share
         out = []
         for f in self.check(ses):
             share = f.at_stake_us / window if f.at_stake_us is not None and window > 0 else None

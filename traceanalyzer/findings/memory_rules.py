@@ -112,7 +112,7 @@ def _allocator_churn(ses: Session) -> list[Finding]:
         & pl.col("call_api").fill_null("").str.contains(DEVICE_ALLOC_API)
     )
     idle = float(gaps["duration_us"].sum()) if gaps.height else 0.0
-    th = ses.options.findings.allocator_churn_share
+    th = ses.options.memory.allocator_churn_share
     if not steady_idle or idle / steady_idle < th:
         return []
     share = idle / steady_idle

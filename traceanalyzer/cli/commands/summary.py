@@ -29,7 +29,20 @@ from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "gaps", "syncs", "copies", "steps", "stages", "kernels", "memory", "findings", "health", "ranks")
+GROUPS = (
+    "patterns",
+    "gaps",
+    "syncs",
+    "copies",
+    "steps",
+    "stages",
+    "kernels",
+    "memory",
+    "findings",
+    "materiality",
+    "health",
+    "ranks",
+)
 SCREEN_ROWS = 5
 
 
