@@ -29,6 +29,11 @@ MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
 SINGLE_TENSOR_OPTIMIZER = "_single_tensor_"  # a literal, not a pattern
 # Signs of a model compiled with torch.compile: its autograd function and Inductor's kernels.
 COMPILED_OP = r"^CompiledFunction|CompiledFunctionBackward|^Torch-Compiled Region"
+# Ops that wrap compiled code (Dynamo's region, its cache lookup, AOTAutograd's wrappers and
+# autograd function): the time inside them between launches is the Python that runs it.
+COMPILED_WRAPPER = (
+    r"^Torch-Compiled Region|^TorchDynamo Cache Lookup|^Pregraph bytecode|^AOTDispatcher|^CompiledFunction"
+)
 # Python frames of Dynamo, AOTAutograd and Inductor, and Inductor's generated modules.
 COMPILED_FRAME = r"torch/_inductor/|torch/_dynamo/|torch/_functorch/_aot_autograd/|torchinductor_"
 TRITON_KERNEL = r"^triton_"

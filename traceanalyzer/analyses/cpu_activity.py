@@ -10,7 +10,7 @@ import polars as pl
 
 from traceanalyzer.analyses.intervals import coverage_index, merge
 from traceanalyzer.analyses.op_tree import ancestors
-from traceanalyzer.patterns import LAUNCH_API, NAMESPACED_OP, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
+from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
 from traceanalyzer.trace import Trace
 
 THREAD = ["pid", "tid"]
@@ -115,15 +115,15 @@ class CpuActivity:
         real_ops = trace.ops.select(*THREAD, "op_id", "ts_ns", "end_ns", "kind", "name").filter(
             (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)
         )
-        # An op that launches GPU work (itself or through the namespaced ops inside it: aten::linear
-        # over aten::addmm) is issuing launches: its CPU time is launch overhead. A wrapper that is
-        # no op a user called (`Torch-Compiled Region`, `TorchDynamo Cache Lookup`, AOT wrappers)
-        # is not: the Python it runs between launches is CPU-bound work, as the ops that launch
-        # nothing are.
+        # An op that launches GPU work (itself or through the ops inside it: aten::linear over
+        # aten::addmm, an autograd node over its aten ops) is issuing launches: its CPU time is
+        # launch overhead. A compiled-code wrapper (`Torch-Compiled Region`, `TorchDynamo Cache
+        # Lookup`, AOT wrappers: patterns.COMPILED_WRAPPER) is not: the Python it runs between
+        # launches is CPU-bound work, as the ops that launch nothing are.
         up = ancestors(trace.ops, launches.get_column("op_id").drop_nulls().unique())
         names = trace.ops.select(ancestor_id="op_id", _name="name")
         up = up.join(names, on="ancestor_id", how="left")
-        is_launch_op = (pl.col("level") == 0) | pl.col("_name").str.contains(NAMESPACED_OP)
+        is_launch_op = (pl.col("level") == 0) | ~pl.col("_name").fill_null("").str.contains(COMPILED_WRAPPER)
         launching = up.filter(is_launch_op)["ancestor_id"].unique()
         # Such a wrapper holds the Python frames that run the compiled code (dynamo, AOT, the
         # Inductor `call`): its time outside the launches is Python's, so it joins that layer.

@@ -136,7 +136,7 @@ def _headline(mr: MultiRankResult, n_skipped: int, results: list[RankResult], he
         top_cause = mr.longest_idle_by_cause.row(0, named=True) if mr.longest_idle_by_cause.height else None
         headline += (
             f"; longest step on rank {mr.longest_rank} ({row['step_time_us'] / 1000:,.2f} ms per step on average; "
-            f"GPU idle {row['idle_us'] / 1000:,.2f} ms over its {row['steps']} steps"
+            f"GPU idle {row['idle_us'] / 1000:,.2f} ms over its {row['steps']} step{'' if row['steps'] == 1 else 's'}"
             + (f", mostly {top_cause['cause']}" if top_cause else "")
             + ")"
         )
