@@ -170,3 +170,35 @@ def test_every_share_names_its_window_and_cpu_sums_get_none(tmp_path):
     assert "19,200" in blocked and "%" not in blocked
     head = " ".join(res.output.split("\n\n")[0].split())
     assert "GPU busy 98.0% of 10.0 ms (the profiled steps)" in head
+
+
+# -- the shared traces ---------------------------------------------------------------------------
+
+
+def test_gb10_busy_gpu_raises_no_copy_finding(SHARED_TRACES):
+    # 98.4 % busy; 170 host-device copies leave 134 µs unhidden: 0.02 % of the 773.9 ms window.
+    ses = ta.Session.open(SHARED_TRACES / "gb10_vllm_cudagraphs.pt.trace.json.gz")
+    assert "copies_not_overlapped" not in {f.rule for f in ses.findings}
+    every = ta.Session(ses.trace, Options().with_values({"min_finding_share": 0.0})).findings
+    f = next(f for f in every if f.rule == "copies_not_overlapped")
+    assert f.at_stake_us == pytest.approx(134.238, abs=0.01) and f.at_stake_share < 0.001
+
+
+def test_h100_implicit_sync_on_a_busy_gpu_is_not_high(SHARED_TRACES):
+    # box_predictor's 5 syncs hold the CPU 358.6 ms while the GPU is busy and leave it idle
+    # 0.94 ms (0.08 % of the 1,211 ms window): not high, and under the floor.
+    ses = ta.Session.open(SHARED_TRACES / "h100_owlv2_inference.json.gz")
+    assert all(f.severity != "high" for f in ses.findings if f.rule == "implicit_sync")
+    every = ta.Session(ses.trace, Options().with_values({"min_finding_share": 0.0})).findings
+    box = next(f for f in every if f.rule == "implicit_sync" and "box_predictor" in f.message)
+    assert box.severity == "medium" and box.at_stake_us == pytest.approx(942.04, abs=0.01)
+
+
+def test_v100_ddp_rank_exposed_allreduce(SHARED_TRACES):
+    # Raw JSON: 2,020 ncclKernel_AllReduce_RING_LL_Sum_float kernels on device 1 stream 14,
+    # 357,343 µs in all, and no compute kernel (stream 7) overlaps any of them: all exposed,
+    # 20.6 % of the 1,737.7 ms of steps.
+    ses = ta.Session.open(SHARED_TRACES / "v100_memory_events.json.gz")
+    f = next(f for f in ses.findings if f.rule == "exposed_communication")
+    assert f.evidence["exposed_us"] == f.evidence["comm_us"] == pytest.approx(357_343)
+    assert f.evidence["share"] == pytest.approx(357_343 / 1_737_720, rel=1e-6) and f.severity == "high"
