@@ -244,6 +244,18 @@ class HealthOptions:
 
 
 @dataclass(frozen=True)
+class PathOptions:
+    """Options of the dependency graph behind the critical path and the what-if replay."""
+
+    thread_wait_us: float = opt(
+        50.0,
+        "a gap of the main thread (no op, no runtime call) at least this long while another launching thread "
+        "works is a wait on that thread (the autograd engine's backward): the replay joins the two threads there",
+        flag="--thread-wait",
+    )
+
+
+@dataclass(frozen=True)
 class DiffOptions:
     """Options of `diff`."""
 
@@ -310,6 +322,7 @@ GROUPS: dict[str, type] = {
     "memory": MemoryOptions,
     "findings": FindingOptions,
     "health": HealthOptions,
+    "path": PathOptions,
     "diff": DiffOptions,
     "ranks": RankOptions,
 }
@@ -331,6 +344,7 @@ class Options:
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     findings: FindingOptions = field(default_factory=FindingOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
+    path: PathOptions = field(default_factory=PathOptions)
     diff: DiffOptions = field(default_factory=DiffOptions)
     ranks: RankOptions = field(default_factory=RankOptions)
 

@@ -22,6 +22,8 @@ import polars as pl
 
 from traceanalyzer.analyses.communication import exposed_communication
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
+from traceanalyzer.analyses.critical_path import CriticalPath
+from traceanalyzer.analyses.dependency_graph import build_graph
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
 from traceanalyzer.analyses.findings import Finding, Rule, evaluate
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
@@ -35,6 +37,7 @@ from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.analyses.verdict import Verdict, verdict
+from traceanalyzer.analyses.whatif import Model, Scenario, WhatIf
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
@@ -159,6 +162,26 @@ class Session:
     def memory(self) -> MemoryResult:
         """The memory peak, who holds it and growth per step (`analyse_memory`)."""
         return analyse_memory(self.trace, self.options)
+
+    @cached_property
+    def dependency_model(self) -> Model:
+        """The dependency graph of the trace, ordered, with its replay of the capture."""
+        o = self.options
+        graph = build_graph(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
+        return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
+
+    @cached_property
+    def critical_path(self) -> CriticalPath:
+        """The critical path of every step: segments that sum to the step time (`analyses.critical_path`)."""
+        return self.dependency_model.critical_path()
+
+    def whatif(self, scenario: Scenario | None = None, **changes: tuple) -> WhatIf:
+        """The steps predicted under `scenario` (or `Scenario(**changes)`: without, speedup, drop)."""
+        sc = scenario if scenario is not None else Scenario(**changes)
+        cache = self.__dict__.setdefault("_whatifs", {})
+        if sc not in cache:
+            cache[sc] = self.dependency_model.what_if(sc)
+        return cache[sc]
 
     # -- findings --------------------------------------------------------------------------
 

@@ -1,0 +1,141 @@
+"""The critical path of each step: the chain of work and waits that set the step's end, walked
+back from its last node through the edge that bound each node's start (or a sync's end) in the
+replay of the capture, until the step's start.
+
+Each segment is one stretch of that chain: a CPU slice (`kind` its layer: data_loading, cpu_op,
+python, launch, runtime_call, untraced; `sync` a blocking call waiting for the GPU), a launch's
+latency (`launch`: from the launch call's start to its work's start), GPU work (`kernel`,
+`memcpy`, `memset`, `collective`), a collective's wait for its peers (`peer_wait`), and waits on
+the GPU we see only as a delay (`gpu_wait`: a stream waiting beyond its previous work or an
+event; the device's own spacing between queued kernels included). Segments tile the step: their
+durations sum to the step time exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.dependency_graph import DependencyGraph
+from traceanalyzer.analyses.replay import Prepared, Schedule
+
+SEGMENT_SCHEMA = {
+    "step": pl.Int64,
+    "order": pl.Int64,
+    "kind": pl.String,
+    "name": pl.String,
+    "lane": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "duration_ns": pl.Int64,
+}
+EDGE_WAIT_KIND = {
+    "launch": "launch",
+    "stream": "gpu_wait",
+    "event": "gpu_wait",
+    "fork": "thread_wait",
+    "join": "thread_wait",
+}
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """segments: step, order, kind, name, lane, start_ns, end_ns, duration_ns (every step, in
+    time order); steps: step, start_ns, end_ns, step_ns; by_kind / by_name: share of the step
+    time on the path (summed over steps)."""
+
+    segments: pl.DataFrame
+    steps: pl.DataFrame
+    by_kind: pl.DataFrame
+    by_name: pl.DataFrame
+
+
+def _lane(nodes: pl.DataFrame) -> list[str]:
+    return (
+        nodes.select(
+            pl.when(pl.col("lane") == "cpu")
+            .then(pl.format("thread {}", pl.col("tid")))
+            .otherwise(pl.format("GPU {} stream {}", pl.col("device"), pl.col("stream")))
+        )
+        .to_series()
+        .to_list()
+    )
+
+
+def walk(
+    graph: DependencyGraph, p: Prepared, sched: Schedule, windows: pl.DataFrame, end_nodes: list[int]
+) -> pl.DataFrame:
+    """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`."""
+    nodes = graph.nodes
+    kind, name, lanes = nodes["kind"].to_list(), nodes["name"].to_list(), _lane(nodes)
+    wait = nodes["wait_ns"].fill_null(0).to_list()
+    etype = graph.edges["etype"].to_list()
+    start, end = sched.start_ns, sched.end_ns
+    rows: list[tuple] = []
+    for (step, ws, we), v in zip(windows.select("step", "start_ns", "end_ns").iter_rows(), end_nodes, strict=True):
+        segs: list[tuple[str, str, str, int, int]] = []
+        c = we
+
+        def emit(k: str, nm: str, ln: str, a: int) -> int:
+            a = max(min(a, c), ws)
+            if a < c:
+                segs.append((k, nm, ln, a, c))
+            return a
+
+        guard = 0
+        while v >= 0 and c > ws and guard < len(start) + 2:
+            guard += 1
+            eb = sched.end_bind[v] if p.end_in[v] else -1
+            if eb >= 0 and end[v] > start[v] + 0:
+                # the call returned after the GPU work it waited for: its wait is the GPU's time
+                u = p.src[eb]
+                c = emit("sync", name[v], lanes[v], end[u])
+                v = u
+                continue
+            if kind[v] == "collective" and wait[v] > 0:
+                c = emit("collective", name[v], lanes[v], start[v] + wait[v])
+                c = emit("peer_wait", name[v], lanes[v], start[v])
+            else:
+                c = emit(kind[v], name[v], lanes[v], start[v])
+            b = sched.bind[v]
+            if b < 0:
+                break
+            u = p.src[b]
+            ref = start[u] if p.from_start[b] else end[u]
+            wk = EDGE_WAIT_KIND.get(etype[b])
+            if wk == "launch":
+                c = emit("launch", name[u], lanes[u], ref)
+            elif wk:
+                c = emit(wk, name[v] if wk == "gpu_wait" else name[u], lanes[v], ref)
+            v = u
+        if c > ws:  # nothing recorded before: the thread's time before its first event
+            segs.append(("untraced", "before the first traced event", "", ws, c))
+        segs.reverse()
+        merged: list[list] = []
+        for s in segs:
+            if (
+                merged
+                and merged[-1][0] == s[0]
+                and merged[-1][1] == s[1]
+                and merged[-1][2] == s[2]
+                and merged[-1][4] == s[3]
+            ):
+                merged[-1][4] = s[4]
+            else:
+                merged.append(list(s))
+        rows += [(step, i, k, nm, ln, a, b, b - a) for i, (k, nm, ln, a, b) in enumerate(merged)]
+    return pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
+
+
+def summarise(segments: pl.DataFrame, windows: pl.DataFrame) -> CriticalPath:
+    """Shares of step time on the path by kind and by name."""
+    steps = windows.select("step", "start_ns", "end_ns", step_ns=pl.col("end_ns") - pl.col("start_ns"))
+    total = int(steps["step_ns"].sum() or 0)
+    by = lambda cols: (  # noqa: E731
+        segments.group_by(cols)
+        .agg(duration_ns=pl.col("duration_ns").sum(), segments=pl.len())
+        .with_columns(share=pl.col("duration_ns") / total if total else pl.lit(None, pl.Float64))
+        .sort("duration_ns", *cols, descending=[True] + [False] * len(cols))
+    )
+    return CriticalPath(segments, steps, by(["kind"]), by(["kind", "name"]))
