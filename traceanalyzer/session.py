@@ -22,9 +22,9 @@ import polars as pl
 
 from traceanalyzer.analyses.communication import exposed_communication
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
+from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
 from traceanalyzer.analyses.critical_path import CriticalPath
 from traceanalyzer.analyses.dependency_graph import build_graph
-from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
 from traceanalyzer.analyses.findings import Finding, Rule, evaluate
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps

@@ -76,13 +76,6 @@ def walk(
     for (step, ws, we), v in zip(windows.select("step", "start_ns", "end_ns").iter_rows(), end_nodes, strict=True):
         segs: list[tuple[str, str, str, int, int]] = []
         c = we
-
-        def emit(k: str, nm: str, ln: str, a: int) -> int:
-            a = max(min(a, c), ws)
-            if a < c:
-                segs.append((k, nm, ln, a, c))
-            return a
-
         guard = 0
         while v >= 0 and c > ws and guard < len(start) + 2:
             guard += 1
@@ -90,14 +83,14 @@ def walk(
             if eb >= 0 and end[v] > start[v] + 0:
                 # the call returned after the GPU work it waited for: its wait is the GPU's time
                 u = p.src[eb]
-                c = emit("sync", name[v], lanes[v], end[u])
+                c = _emit(segs, c, ws, "sync", name[v], lanes[v], end[u])
                 v = u
                 continue
             if kind[v] == "collective" and wait[v] > 0:
-                c = emit("collective", name[v], lanes[v], start[v] + wait[v])
-                c = emit("peer_wait", name[v], lanes[v], start[v])
+                c = _emit(segs, c, ws, "collective", name[v], lanes[v], start[v] + wait[v])
+                c = _emit(segs, c, ws, "peer_wait", name[v], lanes[v], start[v])
             else:
-                c = emit(kind[v], name[v], lanes[v], start[v])
+                c = _emit(segs, c, ws, kind[v], name[v], lanes[v], start[v])
             b = sched.bind[v]
             if b < 0:
                 break
@@ -105,9 +98,9 @@ def walk(
             ref = start[u] if p.from_start[b] else end[u]
             wk = EDGE_WAIT_KIND.get(etype[b])
             if wk == "launch":
-                c = emit("launch", name[u], lanes[u], ref)
+                c = _emit(segs, c, ws, "launch", name[u], lanes[u], ref)
             elif wk:
-                c = emit(wk, name[v] if wk == "gpu_wait" else name[u], lanes[v], ref)
+                c = _emit(segs, c, ws, wk, name[v] if wk == "gpu_wait" else name[u], lanes[v], ref)
             v = u
         if c > ws:  # nothing recorded before: the thread's time before its first event
             segs.append(("untraced", "before the first traced event", "", ws, c))
@@ -126,6 +119,14 @@ def walk(
                 merged.append(list(s))
         rows += [(step, i, k, nm, ln, a, b, b - a) for i, (k, nm, ln, a, b) in enumerate(merged)]
     return pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
+
+
+def _emit(segs: list, c: int, ws: int, kind: str, name: str, lane: str, a: int) -> int:
+    """Append the segment [a, c] (clipped to the window) walking back; the new cursor."""
+    a = max(min(a, c), ws)
+    if a < c:
+        segs.append((kind, name, lane, a, c))
+    return a
 
 
 def summarise(segments: pl.DataFrame, windows: pl.DataFrame) -> CriticalPath:

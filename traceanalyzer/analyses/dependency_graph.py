@@ -44,6 +44,7 @@ import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
 from traceanalyzer.analyses.intervals import covered
+from traceanalyzer.analyses.replay import calibrate
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace
@@ -87,13 +88,14 @@ def _threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
 
 def _slices(trace: Trace, threads: pl.DataFrame) -> pl.DataFrame:
     """Consecutive [ts_ns, end_ns) pieces of each thread between all op, call and step boundaries."""
-    keep = lambda df: (
-        df.select(*THREAD, "ts_ns", "end_ns")
-        .cast({"pid": pl.Int64, "tid": pl.Int64})
-        .join(  # noqa: E731
-            threads, on=THREAD, how="semi"
+
+    def keep(df: pl.DataFrame) -> pl.DataFrame:
+        return (
+            df.select(*THREAD, "ts_ns", "end_ns")
+            .cast({"pid": pl.Int64, "tid": pl.Int64})
+            .join(threads, on=THREAD, how="semi")
         )
-    )
+
     ev = pl.concat(
         [
             keep(trace.ops),
@@ -363,7 +365,7 @@ def build_graph(
         .filter(pl.col("src") != pl.col("dst"))
     )
     nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed").sort("node")
-    nodes, e = _calibrate(nodes, e)
+    nodes, e = calibrate(nodes, e)
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.join(
         cpu.select(*THREAD, cpu_start_ns="ts_ns", first_node="node"), on=[*THREAD, "cpu_start_ns"], how="left"
@@ -372,63 +374,3 @@ def build_graph(
         cpu.select(*THREAD, cpu_end_ns="end_ns", last_node="node"), on=[*THREAD, "cpu_end_ns"], how="left"
     )
     return DependencyGraph(nodes, e, steps)
-
-
-def _calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Lags and own times that make a replay with nothing changed give the captured times."""
-    n = nodes.select("node", "ts_ns", "end_ns", "dur_ns")
-    has_end = edges.filter("to_end").select("dst").unique()
-    # the modelled end of a node: start + duration, a sync's captured end
-    model_end = n.with_columns(
-        _mend=pl.when(pl.col("node").is_in(has_end["dst"].implode()))
-        .then(pl.col("end_ns"))
-        .otherwise(pl.col("ts_ns") + pl.col("dur_ns"))
-    ).select("node", "_mend", "ts_ns")
-    e = (
-        edges.with_row_index("edge")
-        .join(model_end.select(src="node", _sts="ts_ns", _send="_mend"), on="src", how="left")
-        .join(n.select(dst="node", _dts="ts_ns", _dend="end_ns"), on="dst", how="left")
-    )
-    ref = pl.when(pl.col("from_start")).then(pl.col("_sts")).otherwise(pl.col("_send"))
-    target = pl.when(pl.col("to_end")).then(pl.col("_dend")).otherwise(pl.col("_dts"))
-    e = e.with_columns(_ref=ref, _target=target).with_columns(
-        _lag0=(pl.col("_target") - pl.col("_ref")).clip(upper_bound=0)
-    )
-    e = e.with_columns(_ready=pl.col("_ref") + pl.col("_lag0"))
-    # a sync's own time: what the call took after the latest work it waited for ended
-    ends = e.filter("to_end").group_by("dst").agg(_maxref=pl.col("_ref").max())
-    nodes = (
-        nodes.join(ends.rename({"dst": "node"}), on="node", how="left")
-        .with_columns(
-            own_ns=pl.when(pl.col("_maxref").is_not_null())
-            .then(
-                (pl.col("end_ns") - pl.max_horizontal("ts_ns", "_maxref")).clip(0, pl.col("end_ns") - pl.col("ts_ns"))
-            )
-            .otherwise(pl.col("dur_ns"))
-        )
-        .drop("_maxref")
-    )
-    own = nodes.select("node", _own_ready=pl.col("ts_ns") + pl.col("own_ns"))
-    best = (
-        e.sort("_ready", "edge", descending=[True, False])
-        .group_by("dst", "to_end", maintain_order=True)
-        .first()
-        .select("dst", "to_end", "edge", "_ready", "_target")
-        .join(own.rename({"node": "dst"}), on="dst", how="left")
-    )
-    # the binding edge carries the rest; for a sync whose own time binds, the own time does
-    best = best.with_columns(
-        _own_binds=pl.col("to_end") & (pl.col("_own_ready") >= pl.col("_ready")),
-    ).with_columns(
-        _rest=pl.when(pl.col("_own_binds")).then(pl.lit(0)).otherwise(pl.col("_target") - pl.col("_ready")).clip(0)
-    )
-    e = e.join(best.select("edge", "_rest"), on="edge", how="left").with_columns(
-        lag_ns=pl.col("_lag0") + pl.col("_rest").fill_null(0)
-    )
-    own_fix = best.filter("_own_binds").select(node="dst", _ofix=pl.col("_target") - pl.col("_own_ready"))
-    nodes = (
-        nodes.join(own_fix, on="node", how="left")
-        .with_columns(own_ns=pl.col("own_ns") + pl.col("_ofix").fill_null(0).clip(0))
-        .drop("_ofix")
-    )
-    return nodes.sort("node"), e.select(*EDGE_SCHEMA, "lag_ns").sort("dst", "src")

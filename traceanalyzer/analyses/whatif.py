@@ -36,6 +36,7 @@ CPU_CAUSES = {
 }
 GPU_CAUSES = ("gpu_wait", "kernel_spacing", "peer_wait", "slow_launch")
 SCENARIO_CAUSES = tuple(CPU_CAUSES) + GPU_CAUSES
+STEP_COLUMNS = ("step_us", "replayed_us", "predicted_us", "saving_us")
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ class Model:
     def critical_path(self) -> CriticalPath:
         """The critical path of every step of the capture."""
         w = self.windows(self.base)
+        if self.graph.nodes.is_empty():  # no timed event at all
+            return summarise(walk(self.graph, self.prepared, self.base, w.clear(), []), w.clear())
         return summarise(walk(self.graph, self.prepared, self.base, w, self._end_nodes(w, self.base)), w)
 
     def _end_nodes(self, w: pl.DataFrame, sched: Schedule) -> list[int]:
@@ -150,6 +153,9 @@ class Model:
 
     def what_if(self, scenario: Scenario) -> WhatIf:
         """Replay `scenario` and compare its median step with the capture's."""
+        if self.graph.nodes.is_empty():
+            empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Float64 for c in STEP_COLUMNS}})
+            return WhatIf(scenario, empty, None, None, None, None)
         dur, own, lag, cut = self._apply(scenario)
         sched = replay(self.prepared, dur, own, lag, cut)
         captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
@@ -225,8 +231,8 @@ class Model:
                 hit = gpu_edge & (e["lag_ns"] > 0)
             lag = e.select(pl.when(hit).then(0).otherwise(pl.col("lag_ns"))).to_series().to_list()
         cut = None
-        sync_edges = e["to_end"]
-        stop = pl.Series([False] * e.height)
+        sync_edges = e["to_end"].cast(pl.Boolean)
+        stop = pl.Series([False] * e.height, dtype=pl.Boolean)
         if "sync" in sc.without:
             stop = sync_edges
         if sc.drop:
