@@ -15,12 +15,8 @@ node and edge (0.3 s for 300k nodes; a 1 GB trace's ~10M slices take ~15 s per r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import polars as pl
-
-if TYPE_CHECKING:
-    from traceanalyzer.analyses.dependency_graph import DependencyGraph
 
 
 @dataclass(frozen=True)
@@ -48,10 +44,9 @@ class Prepared:
     end_in: list[list[int]]  # per node: its to_end edges
 
 
-def prepare(graph: DependencyGraph) -> Prepared:
-    """Flatten the graph and order it (Kahn's algorithm; a cycle, only from a damaged trace, is
-    broken at its earliest captured node)."""
-    nodes, edges = graph.nodes, graph.edges
+def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
+    """Flatten a dependency graph's nodes and edges and order them (Kahn's algorithm; a cycle,
+    only from a damaged trace, is broken at its earliest captured node)."""
     n = nodes.height
     ts = nodes["ts_ns"].to_list()
     src = edges["src"].to_list()
@@ -127,7 +122,7 @@ def replay(
 
 
 def step_times(
-    graph: DependencyGraph, sched: Schedule, trace_steps: pl.DataFrame, gpu_launch: pl.DataFrame
+    graph_steps: pl.DataFrame, sched: Schedule, trace_steps: pl.DataFrame, gpu_launch: pl.DataFrame
 ) -> pl.DataFrame:
     """step, start_ns, end_ns of each step window in the replayed schedule, by the one definition
     of a step (`trace.extend_steps`) applied to replayed times. `gpu_launch`: node, launch_node
@@ -136,7 +131,7 @@ def step_times(
 
     start = pl.Series(sched.start_ns, dtype=pl.Int64)
     end = pl.Series(sched.end_ns, dtype=pl.Int64)
-    st = graph.steps.filter(pl.col("first_node").is_not_null() & pl.col("last_node").is_not_null())
+    st = graph_steps.filter(pl.col("first_node").is_not_null() & pl.col("last_node").is_not_null())
     ranges = trace_steps.select("step", "name", "pid", "tid", "op_id").join(
         st.select("step", "first_node", "last_node"), on="step"
     )

@@ -106,7 +106,7 @@ class Model:
     base: Schedule = field(init=False)
 
     def __post_init__(self) -> None:
-        self.prepared = prepare(self.graph)
+        self.prepared = prepare(self.graph.nodes, self.graph.edges)
         n = self.graph.nodes
         self._dur = n["dur_ns"].to_list()
         self._own = n["own_ns"].fill_null(0).to_list()
@@ -123,7 +123,7 @@ class Model:
     def windows(self, sched: Schedule) -> pl.DataFrame:
         """step, start_ns, end_ns of each window in a schedule (see `analyses.windows`)."""
         if self.trace.steps.height:
-            return step_times(self.graph, sched, self.trace.steps, self._gpu_launch)
+            return step_times(self.graph.steps, sched, self.trace.steps, self._gpu_launch)
         g = self._gpu_launch
         if g.height:
             s = pl.Series(sched.start_ns).gather(g["node"])
