@@ -10,12 +10,14 @@ from traceanalyzer.cli.commands import (
     kernels,
     memory,
     ops,
+    path,
     report,
     rules,
     stages,
     summary,
     syncs,
     timeline,
+    whatif,
 )
 
 COMMANDS = [
@@ -32,4 +34,6 @@ COMMANDS = [
     kernels.command,
     rules.command,
     summary.command,
+    path.command,
+    whatif.command,
 ]
