@@ -46,6 +46,8 @@ class Scenario:
     without: tuple[str, ...] = ()
     speedup: tuple[tuple[str, float], ...] = ()
     drop: tuple[str, ...] = ()
+    unsync: tuple[str, ...] = ()  # op names whose syncs stop waiting ("": syncs outside any op)
+    label: str = ""  # the scenario in words, when its parts are too long to read (many kernel names)
 
     @classmethod
     def parse(
@@ -69,9 +71,12 @@ class Scenario:
 
     def describe(self) -> str:
         """The scenario in words."""
+        if self.label:
+            return self.label
         parts = [f"without {c}" for c in self.without]
         parts += [f"{p} {f:g}x faster" for p, f in self.speedup]
         parts += [f"dropping {d}" for d in self.drop]
+        parts += [f"no sync waits in {u}" if u else "no sync waits outside ops" for u in self.unsync]
         return ", ".join(parts) or "nothing changed"
 
 
@@ -220,6 +225,20 @@ class Model:
             _own=pl.when(dropped).then(0.0).otherwise(exprs_own),
             _drop=dropped,
         )
+        unsynced = pl.lit(False)
+        for name in sc.unsync:
+            inside = (
+                pl.col("op_id").is_null()
+                if not name
+                else pl.col("op_id").is_in(self._matching_ops(name, exact=True).implode())
+            )
+            unsynced = unsynced | (cpu & inside & (pl.col("t_sync") > 0))
+        if sc.unsync:
+            frame = frame.with_columns(t_sync=n["t_sync"]).with_columns(
+                _dur=pl.when(unsynced).then((pl.col("_dur") - pl.col("t_sync")).clip(0)).otherwise(pl.col("_dur")),
+                _own=pl.when(unsynced).then(0.0).otherwise(pl.col("_own")),
+                _drop=pl.col("_drop") | unsynced,
+            )
         dur_l = frame["_dur"].clip(0).round().cast(pl.Int64).to_list()
         own_l = frame["_own"].clip(0).round().cast(pl.Int64).to_list()
         lag = None
@@ -235,7 +254,7 @@ class Model:
         stop = pl.Series([False] * e.height, dtype=pl.Boolean)
         if "sync" in sc.without:
             stop = sync_edges
-        if sc.drop:
+        if sc.drop or sc.unsync:
             dropped_nodes = frame.filter("_drop")["node"]
             stop = stop | (sync_edges & e["dst"].is_in(dropped_nodes.implode()))
         if stop.any():

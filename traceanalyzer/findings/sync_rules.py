@@ -87,6 +87,7 @@ def _sites(kind: str):
                     f"{cost / 1000:,.2f} ms per {unit}, holding the CPU {r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}",
                     {
                         "site": where,
+                        "op": r["op"],
                         "apis": r["apis"],
                         "sync_points_per_step": r["points_per_step"],
                         "blocked_us_per_step": r["blocked_us_per_step"],

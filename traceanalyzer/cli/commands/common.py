@@ -13,6 +13,7 @@ import polars as pl
 
 from traceanalyzer.cli.options import progress_printer, resolve_format
 from traceanalyzer.findings import Finding
+from traceanalyzer.findings.engine import saving_text
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
 from traceanalyzer.render import RENDERERS, csv_format
@@ -143,12 +144,19 @@ def with_health(report: Report, ses: Session, *metrics: str) -> Report:
     )
 
 
-FINDING_SCHEMA = {"rule": pl.String, "severity": pl.String, "message": pl.String, "recommendation": pl.String}
+FINDING_SCHEMA = {
+    "rule": pl.String,
+    "severity": pl.String,
+    "message": pl.String,
+    "recommendation": pl.String,
+    "saving_us": pl.Float64,
+    "saving_confidence": pl.String,
+}
 
 
 def findings_table(findings: list[Finding]) -> pl.DataFrame:
-    """rule, severity, message, recommendation: one row per finding."""
-    rows = [(f.rule, f.severity, f.message, f.recommendation) for f in findings]
+    """rule, severity, message, recommendation, saving_us, saving_confidence: one row per finding."""
+    rows = [(f.rule, f.severity, f.message, f.recommendation, f.saving_us, f.saving_confidence) for f in findings]
     return pl.DataFrame(rows, schema=FINDING_SCHEMA, orient="row")
 
 
@@ -156,7 +164,9 @@ def findings_text(findings: list[Finding]) -> str:
     """The findings as the text block the table renderer prints."""
     if not findings:
         return "none fired (`traceanalyzer rules` lists the rules and thresholds)"
-    return "\n".join(f"[{f.severity}] {f.rule}: {f.message}\n    -> {f.recommendation}" for f in findings)
+    return "\n".join(
+        f"[{f.severity}] {f.rule}: {f.message}\n    -> {f.recommendation}\n    => {saving_text(f)}" for f in findings
+    )
 
 
 def findings_payload(findings: list[Finding]) -> list[dict]:
@@ -170,6 +180,10 @@ def findings_payload(findings: list[Finding]) -> list[dict]:
             "thresholds": f.thresholds,
             "recommendation": f.recommendation,
             "events": list(f.events),
+            "saving_us": f.saving_us,
+            "saving_share": f.saving_share,
+            "saving_confidence": f.saving_confidence,
+            "saving_note": f.saving_note,
         }
         for f in findings
     ]
