@@ -194,6 +194,12 @@ class Session:
         """Every finding of every rule, in registry order (`traceanalyzer.findings.Finding`)."""
         return self._evaluate(None)
 
+    @property
+    def findings_by_saving(self) -> list[Any]:
+        """The findings by what fixing each would save per step (`Finding.saving_us`, from its
+        rule's what-if scenario), largest first; those without an estimate after, in registry order."""
+        return sorted(self.findings, key=lambda f: (f.saving_us is None, -(f.saving_us or 0.0)))
+
     def findings_of(self, rules: tuple[Any, ...]) -> list[Any]:
         """The findings of some rules only, evaluating no more than they need."""
         if "findings" in self.__dict__:

@@ -26,6 +26,7 @@ SEGMENT_SCHEMA = {
     "kind": pl.String,
     "name": pl.String,
     "lane": pl.String,
+    "lane_node": pl.Int64,  # the graph node whose thread or stream the segment lies on (-1: none)
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
     "duration_ns": pl.Int64,
@@ -41,8 +42,8 @@ EDGE_WAIT_KIND = {
 
 @dataclass(frozen=True)
 class CriticalPath:
-    """segments: step, order, kind, name, lane, start_ns, end_ns, duration_ns (every step, in
-    time order); steps: step, start_ns, end_ns, step_ns; by_kind / by_name: share of the step
+    """segments: step, order, kind, name, lane, lane_node, start_ns, end_ns, duration_ns, and the
+    lane's pid/tid (a thread) or device/stream (every step, in time order); steps: step, start_ns, end_ns, step_ns; by_kind / by_name: share of the step
     time on the path (summed over steps)."""
 
     segments: pl.DataFrame
@@ -68,7 +69,8 @@ def walk(
 ) -> pl.DataFrame:
     """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`."""
     nodes = graph.nodes
-    kind, name, lanes = nodes["kind"].to_list(), nodes["name"].to_list(), _lane(nodes)
+    kind, name = nodes["kind"].to_list(), nodes["name"].to_list()
+    lanes = list(range(nodes.height))  # segments carry the node; its lane's name is added below
     wait = nodes["wait_ns"].fill_null(0).to_list()
     etype = graph.edges["etype"].to_list()
     start, end = sched.start_ns, sched.end_ns
@@ -103,7 +105,7 @@ def walk(
                 c = _emit(segs, c, ws, wk, name[v] if wk == "gpu_wait" else name[u], lanes[v], ref)
             v = u
         if c > ws:  # nothing recorded before: the thread's time before its first event
-            segs.append(("untraced", "before the first traced event", "", ws, c))
+            segs.append(("untraced", "before the first traced event", -1, ws, c))
         segs.reverse()
         merged: list[list] = []
         for s in segs:
@@ -117,8 +119,16 @@ def walk(
                 merged[-1][4] = s[4]
             else:
                 merged.append(list(s))
-        rows += [(step, i, k, nm, ln, a, b, b - a) for i, (k, nm, ln, a, b) in enumerate(merged)]
-    return pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
+        rows += [(step, i, k, nm, "", ln, a, b, b - a) for i, (k, nm, ln, a, b) in enumerate(merged)]
+    seg = pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
+    where = nodes.select(
+        lane_node="node", _lane=pl.Series(_lane(nodes)), pid="pid", tid="tid", device="device", stream="stream"
+    )
+    return (
+        seg.join(where, on="lane_node", how="left", maintain_order="left")
+        .with_columns(lane=pl.col("_lane").fill_null(""))
+        .drop("_lane")
+    )
 
 
 def _emit(segs: list, c: int, ws: int, kind: str, name: str, lane: str, a: int) -> int:

@@ -89,21 +89,6 @@ class Rule:
         )
 
 
-def by_saving(findings: list[Finding]) -> list[Finding]:
-    """Findings by what fixing them saves, largest first; those without an estimate after, in
-    registry order."""
-    return sorted(findings, key=lambda f: (f.saving_us is None, -(f.saving_us or 0.0)))
-
-
-def saving_text(f: Finding, per: str = "step") -> str:
-    """The estimate in words: "saves ~58.8 ms per step (33.2 %), high confidence (without data_loading)"."""
-    if f.saving_us is None:
-        return f"saving not estimated: {f.saving_note}"
-    amount = f"{f.saving_us / 1000:,.1f} ms" if abs(f.saving_us) >= 1000 else f"{f.saving_us:,.0f} µs"
-    share = f" ({f.saving_share:.1%})" if f.saving_share is not None else ""
-    return f"saves ~{amount} per {per}{share}, {f.saving_confidence} confidence ({f.saving_note})"
-
-
 def severity(value: float, threshold: float, below: bool = False) -> str:
     """`high` when `value` is at least twice as far past `threshold` as the threshold itself."""
     if below:

@@ -13,12 +13,12 @@ import polars as pl
 
 from traceanalyzer.cli.options import progress_printer, resolve_format
 from traceanalyzer.findings import Finding
-from traceanalyzer.findings.engine import saving_text
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
 from traceanalyzer.render import RENDERERS, csv_format
 from traceanalyzer.render.fit import FIXED_WIDTH, terminal_width
 from traceanalyzer.render.output import write_atomic
+from traceanalyzer.render.values import saving_text
 from traceanalyzer.report import TABLE_ROWS, Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace

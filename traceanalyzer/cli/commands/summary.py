@@ -27,7 +27,6 @@ from traceanalyzer.cli.commands.stages import average_table, stages_payload
 from traceanalyzer.cli.options import build_options, fail_on_option, option_flags, output_options
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.findings import Finding
-from traceanalyzer.findings.engine import by_saving
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
@@ -123,7 +122,7 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
 def summary_report(ses: Session, top: int, th: dict) -> Report:
     """The `summary` Report of one trace."""
     rows = top if top and top < SCREEN_ROWS else SCREEN_ROWS
-    findings = by_saving(ses.findings)  # what fixing each would save per step, largest first
+    findings = ses.findings_by_saving  # what fixing each would save per step, largest first
     g = ses.gaps
     cp = ses.critical_path
     ops = ses.ops.filter(~pl.col("name").str.contains(PROFILER_STEP))
