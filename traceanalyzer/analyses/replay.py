@@ -46,41 +46,57 @@ class Prepared:
 
 def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     """Flatten a dependency graph's nodes and edges and order them (Kahn's algorithm; a cycle,
-    only from a damaged trace, is broken at its earliest captured node)."""
+    only from a damaged trace, is broken at its earliest captured node).
+
+    The order is over events: item v is node v's start (and its end, when nothing but its
+    duration sets that); item n + v is the end of a node with `to_end` edges, a sync, so that the
+    copy a blocking call launches (from its start) can end before the call returns."""
     n = nodes.height
     ts = nodes["ts_ns"].to_list()
     src = edges["src"].to_list()
     dst = edges["dst"].to_list()
     to_end = edges["to_end"].to_list()
+    from_start = edges["from_start"].to_list()
     start_in: list[list[int]] = [[] for _ in range(n)]
     end_in: list[list[int]] = [[] for _ in range(n)]
-    out: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
     for k in range(len(src)):
         (end_in if to_end[k] else start_in)[dst[k]].append(k)
-        out[src[k]].append(dst[k])
-        indeg[dst[k]] += 1
-    by_time = sorted(range(n), key=ts.__getitem__)
-    ready = [v for v in by_time if indeg[v] == 0]
+    # the item at which a node's end is known
+    end_item = [n + v if end_in[v] else v for v in range(n)]
+    out: list[list[int]] = [[] for _ in range(2 * n)]
+    indeg = [0] * (2 * n)
+    for k in range(len(src)):
+        u, v = src[k], dst[k]
+        before = u if from_start[k] and not to_end[k] else end_item[u]
+        after = n + v if to_end[k] else v
+        out[before].append(after)
+        indeg[after] += 1
+    for v in range(n):
+        if end_in[v]:  # a sync ends after it starts
+            out[v].append(n + v)
+            indeg[n + v] += 1
+    items = [v for v in range(n)] + [n + v for v in range(n) if end_in[v]]
+    by_time = sorted(items, key=lambda x: ts[x - n] if x >= n else ts[x])
+    ready = [x for x in reversed(by_time) if indeg[x] == 0]
     order: list[int] = []
-    done = [False] * n
+    done = [False] * (2 * n)
     pos = 0  # next candidate in captured order, to break a cycle
-    while len(order) < n:
+    while len(order) < len(items):
         while ready:
-            v = ready.pop()
-            if done[v]:
+            x = ready.pop()
+            if done[x]:
                 continue
-            done[v] = True
-            order.append(v)
-            for w in out[v]:
-                indeg[w] -= 1
-                if indeg[w] == 0:
-                    ready.append(w)
-        while pos < n and done[by_time[pos]]:
+            done[x] = True
+            order.append(x)
+            for y in out[x]:
+                indeg[y] -= 1
+                if indeg[y] == 0:
+                    ready.append(y)
+        while pos < len(by_time) and done[by_time[pos]]:
             pos += 1
-        if pos < n:
+        if pos < len(by_time):
             ready.append(by_time[pos])
-    return Prepared(order, ts, src, edges["lag_ns"].to_list(), edges["from_start"].to_list(), start_in, end_in)
+    return Prepared(order, ts, src, edges["lag_ns"].to_list(), from_start, start_in, end_in)
 
 
 def replay(
@@ -90,34 +106,36 @@ def replay(
     captured ones) and edges cut (`cut[k]`: edge k no longer binds, e.g. a removed sync)."""
     n = len(p.ts)
     lag = p.lag if lag is None else lag
-    src, fs = p.src, p.from_start
+    src, fs, start_in, end_in = p.src, p.from_start, p.start_in, p.end_in
     start = [0] * n
     end = [0] * n
     bind = [-1] * n
     end_bind = [-1] * n
-    for v in p.order:
-        s = p.ts[v]
-        b = -1
-        first = True
-        for k in p.start_in[v]:
-            if cut is not None and cut[k]:
-                continue
-            u = src[k]
-            r = (start[u] if fs[k] else end[u]) + lag[k]
-            if first or r > s:
-                s, b, first = r, k, False
-        e = s + dur[v]
-        if p.end_in[v]:
-            e = s + own[v]
+    for x in p.order:
+        if x >= n:  # a sync's end: its own time, or the GPU work it waits for and its return
+            v = x - n
+            e = start[v] + own[v]
             eb = -1
-            for k in p.end_in[v]:
+            for k in end_in[v]:
                 if cut is not None and cut[k]:
                     continue
                 r = end[src[k]] + lag[k]
                 if r > e:
                     e, eb = r, k
-            end_bind[v] = eb
-        start[v], end[v], bind[v] = s, e, b
+            end[v], end_bind[v] = e, eb
+            continue
+        s = p.ts[x]
+        b = -1
+        for k in start_in[x]:
+            if cut is not None and cut[k]:
+                continue
+            u = src[k]
+            r = (start[u] if fs[k] else end[u]) + lag[k]
+            if b < 0 or r > s:
+                s, b = r, k
+        start[x], bind[x] = s, b
+        if not end_in[x]:
+            end[x] = s + dur[x]
     return Schedule(start, end, bind, end_bind)
 
 
