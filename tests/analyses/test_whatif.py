@@ -102,6 +102,27 @@ def test_sync_bound(tmp_path):
     assert _predicted(ses, drop=("aten::item",)) == [412]
 
 
+def test_blocking_copy_waits_for_the_copy_it_launched(tmp_path):
+    """item [10,150] calls cudaMemcpy [20,140], which launches a DtoH copy [30,130] and returns 10 µs
+    after it: the call's start -> its copy -> its return, one chain (no cycle)."""
+    b = TraceBuilder()
+    b.step(1, 0, 150)
+    b.op("aten::item", 10, 140)
+    b.memcpy("DtoH (Device -> Pageable)", ts=30, dur=100, nbytes=4, launch_ts=20, launch_dur=120, api="cudaMemcpy")
+    ses = _session(b, tmp_path)
+    # item launches nothing else: its own time is cpu_op (the blocking call is the sync layer)
+    assert _path(ses) == [
+        ("untraced", 10),
+        ("cpu_op", 10),
+        ("launch", 10),
+        ("memcpy", 100),
+        ("sync", 10),
+        ("cpu_op", 10),
+    ]
+    # a 2x faster copy [30,80]; the call returns at 90, item ends at 100
+    assert _predicted(ses, speedup=("Memcpy=2",)) == [100]
+
+
 def test_two_streams_event_wait(tmp_path):
     """kernel_a on stream 7 [20,320]; stream 8 waits for it (cudaStreamWaitEvent + its marker);
     kernel_b launched at 30 on stream 8 runs [322,422]."""

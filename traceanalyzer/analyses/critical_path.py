@@ -79,14 +79,15 @@ def walk(
         segs: list[tuple[str, str, str, int, int]] = []
         c = we
         guard = 0
-        while v >= 0 and c > ws and guard < len(start) + 2:
+        at_start = False  # arrived at v's start (through a launch), not at its end
+        while v >= 0 and c > ws and guard < 2 * len(start) + 2:
             guard += 1
-            eb = sched.end_bind[v] if p.end_in[v] else -1
-            if eb >= 0 and end[v] > start[v] + 0:
+            eb = sched.end_bind[v] if p.end_in[v] and not at_start else -1
+            if eb >= 0:
                 # the call returned after the GPU work it waited for: its wait is the GPU's time
                 u = p.src[eb]
                 c = _emit(segs, c, ws, "sync", name[v], lanes[v], end[u])
-                v = u
+                v, at_start = u, False
                 continue
             if kind[v] == "collective" and wait[v] > 0:
                 c = _emit(segs, c, ws, "collective", name[v], lanes[v], start[v] + wait[v])
@@ -103,7 +104,7 @@ def walk(
                 c = _emit(segs, c, ws, "launch", name[u], lanes[u], ref)
             elif wk:
                 c = _emit(segs, c, ws, wk, name[v] if wk == "gpu_wait" else name[u], lanes[v], ref)
-            v = u
+            v, at_start = u, bool(p.from_start[b])
         if c > ws:  # nothing recorded before: the thread's time before its first event
             segs.append(("untraced", "before the first traced event", -1, ws, c))
         segs.reverse()
