@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
-from traceanalyzer.analyses.replay import Prepared, Schedule
+from traceanalyzer.analyses.replay import Prepared, Schedule, no_gc
 
 SEGMENT_SCHEMA = {
     "step": pl.Int64,
@@ -68,6 +68,13 @@ def walk(
     graph: DependencyGraph, p: Prepared, sched: Schedule, windows: pl.DataFrame, end_nodes: list[int]
 ) -> pl.DataFrame:
     """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`."""
+    with no_gc():
+        return _walk(graph, p, sched, windows, end_nodes)
+
+
+def _walk(
+    graph: DependencyGraph, p: Prepared, sched: Schedule, windows: pl.DataFrame, end_nodes: list[int]
+) -> pl.DataFrame:
     nodes = graph.nodes
     kind, name = nodes["kind"].to_list(), nodes["name"].to_list()
     lanes = list(range(nodes.height))  # segments carry the node; its lane's name is added below

@@ -328,8 +328,14 @@ def build_graph(
             )
             .filter(pl.col("_gend") >= pl.col("ts_ns"))
         )
+        # only work that was done when the call returned: a small pageable copy is staged and
+        # runs after its call has returned, and the call did not wait for it
+        done = gpu.select(_s="node", _send="end_ns")
         for part, col in ((own, "_src"), (prior, "_src"), (waited, "_src_w")):
-            edges.append(_pairs(part, col, "_slice", "sync", to_end=True))
+            waited_on = part.join(done.rename({"_s": col}), on=col, how="inner").filter(
+                pl.col("_send") <= pl.col("end_ns")
+            )
+            edges.append(_pairs(waited_on, col, "_slice", "sync", to_end=True))
     # fork / join with the other launching threads
     if forks.height:
         other = cpu.filter(pl.col("kind") != "thread_wait")
