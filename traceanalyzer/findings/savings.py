@@ -27,16 +27,22 @@ MAX_KERNEL_NAMES = 20  # the longest non-Tensor-Core kernels sped up in that sce
 
 
 def _without(cause: str, confidence: str):
-    return lambda ses, f: (Scenario(without=(cause,)), confidence)
+    def spec(ses: Session, f: Finding) -> tuple[Scenario, str]:
+        return Scenario(without=(cause,)), confidence
+
+    spec.__doc__ = f"replay without the CPU time of {cause} ({confidence} confidence)"
+    return spec
 
 
 def _site(ses: Session, f: Finding) -> tuple[Scenario, str] | str:
+    """replay with the site's op no longer waiting in its syncs (medium: every instance of the op)"""
     op = f.evidence.get("op")
     # a site outside any op (torch.cuda.synchronize()) is named "" in `unsync`
     return Scenario(unsync=(op or "",)), "medium"
 
 
 def _tensor_cores(ses: Session, f: Finding) -> tuple[Scenario, str] | str:
+    """replay with the longest matmul/conv kernels without Tensor Cores 2x faster (low: an assumed factor)"""
     names = (
         ses.kernels.table.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores"))
         .sort("total_us", descending=True)
@@ -50,16 +56,17 @@ def _tensor_cores(ses: Session, f: Finding) -> tuple[Scenario, str] | str:
     return Scenario(speedup=((pattern, TENSOR_CORE_SPEEDUP),), label=label), "low"
 
 
+def _launch_overhead(ses: Session, f: Finding) -> tuple[Scenario, str]:
+    """replay without launch overhead (low: an upper bound; CUDA graphs and fusion remove most of it, not all)"""
+    return Scenario(without=("launch_latency",), label="without launch overhead (an upper bound)"), "low"
+
+
 SCENARIOS = {
     "data_loading": _without("data_loading", "high"),
     "sync_stalls": _without("sync", "high"),
     "implicit_sync": _site,
     "explicit_sync": _site,
-    # An upper bound: CUDA graphs and fusion remove most launch overhead, not all of it.
-    "launch_bound": lambda ses, f: (
-        Scenario(without=("launch_latency",), label="without launch overhead (an upper bound)"),
-        "low",
-    ),
+    "launch_bound": _launch_overhead,
     "no_tensor_cores": _tensor_cores,
     "pageable_copies": "pinned memory changes a copy's bandwidth and makes it asynchronous; the trace measures "
     "neither (see the sync findings for what its blocking costs)",
