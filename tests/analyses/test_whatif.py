@@ -100,6 +100,10 @@ def test_sync_bound(tmp_path):
     # no sync: the CPU ends at 105, the kernel still ends at 412
     assert _predicted(ses, without=("sync",)) == [412]
     assert _predicted(ses, drop=("aten::item",)) == [412]
+    # the one site of the syncs analysis (aten::item's call) no longer waiting: the same
+    (site,) = ses.syncs.sites.filter(ses.syncs.sites["kind"] == "implicit").iter_rows(named=True)
+    assert site["op"] == "aten::item"
+    assert ses.whatif(Scenario(unsync=(site["sync_id"],))).steps["predicted_us"].to_list() == [412]
 
 
 def test_blocking_copy_waits_for_the_copy_it_launched(tmp_path):

@@ -46,7 +46,7 @@ class Scenario:
     without: tuple[str, ...] = ()
     speedup: tuple[tuple[str, float], ...] = ()
     drop: tuple[str, ...] = ()
-    unsync: tuple[str, ...] = ()  # op names whose syncs stop waiting ("": syncs outside any op)
+    unsync: tuple[int, ...] = ()  # blocking calls (runtime ids) that stop waiting for the GPU
     label: str = ""  # the scenario in words, when its parts are too long to read (many kernel names)
 
     @classmethod
@@ -76,7 +76,7 @@ class Scenario:
         parts = [f"without {c}" for c in self.without]
         parts += [f"{p} {f:g}x faster" for p, f in self.speedup]
         parts += [f"dropping {d}" for d in self.drop]
-        parts += [f"no sync waits in {u}" if u else "no sync waits outside ops" for u in self.unsync]
+        parts += [f"{len(self.unsync)} blocking calls not waiting"] if self.unsync else []
         return ", ".join(parts) or "nothing changed"
 
 
@@ -225,14 +225,7 @@ class Model:
             _own=pl.when(dropped).then(0.0).otherwise(exprs_own),
             _drop=dropped,
         )
-        unsynced = pl.lit(False)
-        for name in sc.unsync:
-            inside = (
-                pl.col("op_id").is_null()
-                if not name
-                else pl.col("op_id").is_in(self._matching_ops(name, exact=True).implode())
-            )
-            unsynced = unsynced | (cpu & inside & (pl.col("t_sync") > 0))
+        unsynced = cpu & pl.col("runtime_id").is_in(list(sc.unsync)) & (pl.col("t_sync") > 0)
         if sc.unsync:
             frame = frame.with_columns(t_sync=n["t_sync"]).with_columns(
                 _dur=pl.when(unsynced).then((pl.col("_dur") - pl.col("t_sync")).clip(0)).otherwise(pl.col("_dur")),

@@ -35,10 +35,13 @@ def _without(cause: str, confidence: str):
 
 
 def _site(ses: Session, f: Finding) -> tuple[Scenario, str] | str:
-    """replay with the site's op no longer waiting in its syncs (medium: every instance of the op)"""
-    op = f.evidence.get("op")
-    # a site outside any op (torch.cuda.synchronize()) is named "" in `unsync`
-    return Scenario(unsync=(op or "",)), "medium"
+    """replay with the site's blocking calls no longer waiting for the GPU (medium: the copy stays)"""
+    e = f.evidence
+    same = [pl.col(c).eq_missing(e.get(c)) for c in ("op", "range", "python_frame")]
+    ids = ses.syncs.sites.filter(pl.col("kind") == f.rule.removesuffix("_sync"), *same)["sync_id"]
+    if ids.is_empty():
+        return "no blocking call found at this site"
+    return Scenario(unsync=tuple(sorted(ids.to_list())), label=f"no sync waits at {e.get('site')}"), "medium"
 
 
 def _tensor_cores(ses: Session, f: Finding) -> tuple[Scenario, str] | str:

@@ -88,6 +88,8 @@ def _sites(kind: str):
                     {
                         "site": where,
                         "op": r["op"],
+                        "range": r["range"],
+                        "python_frame": r["python_frame"],
                         "apis": r["apis"],
                         "sync_points_per_step": r["points_per_step"],
                         "blocked_us_per_step": r["blocked_us_per_step"],
