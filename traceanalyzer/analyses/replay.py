@@ -228,60 +228,48 @@ def step_times(
 
 
 def calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Lags and own times that make a replay with nothing changed give the captured times."""
-    n = nodes.select("node", "ts_ns", "end_ns", "dur_ns")
-    has_end = edges.filter("to_end").select("dst").unique()
+    """Lags and own times that make a replay with nothing changed give the captured times.
+    `nodes` are numbered 0..n-1 in row order; node times are gathered by position, so the wide
+    node table (names and all) is never joined or sorted."""
+    ts, end, dur = nodes["ts_ns"], nodes["end_ns"], nodes["dur_ns"]
+    is_sync = pl.Series([False] * nodes.height, dtype=pl.Boolean)
+    sync_dst = edges.filter("to_end")["dst"].unique()
+    if sync_dst.len():
+        is_sync = is_sync.scatter(sync_dst, True)
     # the modelled end of a node: start + duration, a sync's captured end
-    model_end = n.with_columns(
-        _mend=pl.when(pl.col("node").is_in(has_end["dst"].implode()))
-        .then(pl.col("end_ns"))
-        .otherwise(pl.col("ts_ns") + pl.col("dur_ns"))
-    ).select("node", "_mend", "ts_ns")
-    e = (
-        edges.with_row_index("edge")
-        .join(model_end.select(src="node", _sts="ts_ns", _send="_mend"), on="src", how="left")
-        .join(n.select(dst="node", _dts="ts_ns", _dend="end_ns"), on="dst", how="left")
+    mend = pl.select(pl.when(is_sync).then(end).otherwise(ts + dur)).to_series()
+    src, dst = edges["src"], edges["dst"]
+    e = edges.select("src", "dst", "etype", "from_start", "to_end").with_columns(
+        edge=pl.int_range(edges.height),
+        _ref=pl.when(pl.col("from_start")).then(ts.gather(src)).otherwise(mend.gather(src)),
+        _target=pl.when(pl.col("to_end")).then(end.gather(dst)).otherwise(ts.gather(dst)),
     )
-    ref = pl.when(pl.col("from_start")).then(pl.col("_sts")).otherwise(pl.col("_send"))
-    target = pl.when(pl.col("to_end")).then(pl.col("_dend")).otherwise(pl.col("_dts"))
-    e = e.with_columns(_ref=ref, _target=target).with_columns(
-        _lag0=(pl.col("_target") - pl.col("_ref")).clip(upper_bound=0)
+    e = e.with_columns(_lag0=(pl.col("_target") - pl.col("_ref")).clip(upper_bound=0)).with_columns(
+        _ready=pl.col("_ref") + pl.col("_lag0")
     )
-    e = e.with_columns(_ready=pl.col("_ref") + pl.col("_lag0"))
     # a sync's own time: what the call took after the latest work it waited for ended
     ends = e.filter("to_end").group_by("dst").agg(_maxref=pl.col("_ref").max())
-    nodes = (
-        nodes.join(ends.rename({"dst": "node"}), on="node", how="left")
-        .with_columns(
-            own_ns=pl.when(pl.col("_maxref").is_not_null())
-            .then(
-                (pl.col("end_ns") - pl.max_horizontal("ts_ns", "_maxref")).clip(0, pl.col("end_ns") - pl.col("ts_ns"))
-            )
-            .otherwise(pl.col("dur_ns"))
-        )
-        .drop("_maxref")
+    maxref = pl.Series([None] * nodes.height, dtype=pl.Int64)
+    if ends.height:
+        maxref = maxref.scatter(ends["dst"], ends["_maxref"])
+    own = pl.select(
+        pl.when(maxref.is_not_null()).then((end - pl.max_horizontal(ts, maxref)).clip(0, end - ts)).otherwise(dur)
+    ).to_series()
+    # the edge that binds each node's start (or a sync's end): the latest ready, first by index
+    best = e.group_by("dst", "to_end").agg(
+        pl.col("edge").sort_by("_ready", "edge", descending=[True, False]).first(),
+        pl.col("_ready").max(),
+        pl.col("_target").first(),
     )
-    own = nodes.select("node", _own_ready=pl.col("ts_ns") + pl.col("own_ns"))
-    best = (
-        e.sort("_ready", "edge", descending=[True, False])
-        .group_by("dst", "to_end", maintain_order=True)
-        .first()
-        .select("dst", "to_end", "edge", "_ready", "_target")
-        .join(own.rename({"node": "dst"}), on="dst", how="left")
-    )
+    best = best.with_columns(_own_ready=(ts + own).gather(best["dst"]))
     # the binding edge carries the rest; for a sync whose own time binds, the own time does
-    best = best.with_columns(
-        _own_binds=pl.col("to_end") & (pl.col("_own_ready") >= pl.col("_ready")),
-    ).with_columns(
+    best = best.with_columns(_own_binds=pl.col("to_end") & (pl.col("_own_ready") >= pl.col("_ready"))).with_columns(
         _rest=pl.when(pl.col("_own_binds")).then(pl.lit(0)).otherwise(pl.col("_target") - pl.col("_ready")).clip(0)
     )
-    e = e.join(best.select("edge", "_rest"), on="edge", how="left").with_columns(
-        lag_ns=pl.col("_lag0") + pl.col("_rest").fill_null(0)
-    )
-    own_fix = best.filter("_own_binds").select(node="dst", _ofix=pl.col("_target") - pl.col("_own_ready"))
-    nodes = (
-        nodes.join(own_fix, on="node", how="left")
-        .with_columns(own_ns=pl.col("own_ns") + pl.col("_ofix").fill_null(0).clip(0))
-        .drop("_ofix")
-    )
-    return nodes.sort("node"), e.select("src", "dst", "etype", "from_start", "to_end", "lag_ns").sort("dst", "src")
+    rest = pl.Series([0] * edges.height, dtype=pl.Int64).scatter(best["edge"], best["_rest"])
+    fix = best.filter("_own_binds")
+    if fix.height:
+        own = own.scatter(fix["dst"], own.gather(fix["dst"]) + (fix["_target"] - fix["_own_ready"]).clip(0))
+    lag = e["_lag0"] + rest
+    out = e.select("src", "dst", "etype", "from_start", "to_end").with_columns(lag_ns=lag)
+    return nodes.with_columns(own_ns=own), out.sort("dst", "src")
