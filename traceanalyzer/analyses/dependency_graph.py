@@ -169,7 +169,7 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
         )
         forks = first.filter(pl.col("_fts") < pl.col("gap_b")).select("pid", "gap_a", "gap_b")
     s = (
-        s.join_asof(
+        s.sort("ts_ns").join_asof(  # as-of joins need the left side in time order too
             forks.sort("gap_a").rename({"pid": "_fpid"}),
             left_on="ts_ns",
             right_on="gap_a",
