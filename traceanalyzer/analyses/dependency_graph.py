@@ -103,13 +103,13 @@ def _slices(trace: Trace, threads: pl.DataFrame) -> pl.DataFrame:
             keep(trace.steps.select(*THREAD, ts_ns="cpu_start_ns", end_ns="cpu_end_ns")),
         ]
     )
-    b = (
-        pl.concat([ev.select(*THREAD, t="ts_ns"), ev.select(*THREAD, t="end_ns")])
-        .unique()
-        .sort(*THREAD, "t")
-        .with_columns(end_ns=pl.col("t").shift(-1).over(THREAD))
-        .filter(pl.col("end_ns").is_not_null())
-    )
+    b = pl.concat([ev.select(*THREAD, t="ts_ns"), ev.select(*THREAD, t="end_ns")]).sort(*THREAD, "t")
+    # distinct boundaries: a sorted frame drops its repeats by comparing neighbours (no hash)
+    new = (pl.col("t") != pl.col("t").shift(1)) | (pl.col("tid") != pl.col("tid").shift(1))
+    new = (new | (pl.col("pid") != pl.col("pid").shift(1))).fill_null(True)
+    b = b.filter(new)
+    same = (pl.col("tid") == pl.col("tid").shift(-1)) & (pl.col("pid") == pl.col("pid").shift(-1))
+    b = b.with_columns(end_ns=pl.when(same).then(pl.col("t").shift(-1))).filter(pl.col("end_ns").is_not_null())
     return b.select(*THREAD, ts_ns="t", end_ns="end_ns")
 
 
@@ -135,10 +135,6 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
     for n in names:
         kind = kind.when(pl.col(f"t_{n}") >= largest).then(pl.lit(n))
     s = s.with_columns(kind=kind)
-    rt_names = trace.runtime.select("runtime_id", _rname="name")
-    op_names = trace.ops.select("op_id", _oname="name")
-    s = s.join(rt_names, on="runtime_id", how="left").join(op_names, on="op_id", how="left")
-    s = s.with_columns(name=pl.coalesce("_rname", "_oname", pl.col("kind"))).drop("_rname", "_oname")
     s = s.sort(*THREAD, "ts_ns")
     # Waits on another thread. Idle: no work layer covers the slice (Python frames may).
     idle = pl.sum_horizontal([pl.col(f"t_{n}") for n in WORK_LAYERS]) == 0
@@ -186,7 +182,12 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
         kind=pl.when(pl.col("_wait")).then(pl.lit("thread_wait")).otherwise(pl.col("kind")),
         dur_ns=pl.when(pl.col("_wait")).then(0).otherwise(pl.col("end_ns") - pl.col("ts_ns")),
     )
-    return s.drop("_idle", "_main", "_fpid", "_wait", "gap_a", "gap_b"), forks
+    s = s.drop("_idle", "_main", "_fpid", "_wait", "gap_a", "gap_b")
+    # names last, gathered by position (runtime_id and op_id are row numbers of their tables)
+    rname = trace.runtime["name"].gather(s["runtime_id"]) if trace.runtime.height else None
+    oname = trace.ops["name"].gather(s["op_id"]) if trace.ops.height else None
+    names = [x for x in (rname, oname) if x is not None]
+    return s.with_columns(name=pl.coalesce(*names, pl.col("kind"))), forks
 
 
 def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
@@ -365,10 +366,10 @@ def build_graph(
         f = f.join(mcpu.select(gap_b="ts_ns", _jdst="node"), on="gap_b", how="left")
         edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
-    e = (
-        pl.concat(edges)
-        .unique(["src", "dst", "to_end"], keep="first", maintain_order=True)
-        .filter(pl.col("src") != pl.col("dst"))
+    # a blocking call's own copy can also be the work it waited for: only sync edges repeat
+    e = pl.concat(edges).filter(pl.col("src") != pl.col("dst"))
+    e = pl.concat(
+        [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
     )
     nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed").sort("node")
     nodes, e = calibrate(nodes, e)
