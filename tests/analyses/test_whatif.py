@@ -106,6 +106,23 @@ def test_sync_bound(tmp_path):
     assert ses.whatif(Scenario(unsync=(site["sync_id"],))).steps["predicted_us"].to_list() == [412]
 
 
+def test_backward_on_another_thread(tmp_path):
+    """The main thread runs prep [0,100], waits (no event) until 300 while the autograd thread
+    runs XBackward [110,290] (it launches a kernel at 150), then post [300,400]."""
+    b = TraceBuilder()
+    b.step(1, 0, 400)
+    b.op("aten::prep", 0, 100)
+    b.op("autograd::engine::evaluate_function: XBackward", 110, 180, tid=200)
+    b.kernel("bwd_kernel", ts=160, dur=10, launch_ts=150, tid=200)
+    b.op("aten::post", 300, 100)
+    ses = _session(b, tmp_path)
+    assert _path(ses) == [("cpu_op", 100), ("thread_wait", 10), ("launch", 180), ("thread_wait", 10), ("cpu_op", 100)]
+    # backward 2x faster: [110,200]; the main thread resumes 10 µs later and runs post to 310
+    assert _predicted(ses, speedup=("XBackward=2",)) == [310]
+    # no CPU-bound time (prep and post): backward [10,190], the main thread done at 200
+    assert _predicted(ses, without=("cpu_bound",)) == [200]
+
+
 def test_blocking_copy_waits_for_the_copy_it_launched(tmp_path):
     """item [10,150] calls cudaMemcpy [20,140], which launches a DtoH copy [30,130] and returns 10 µs
     after it: the call's start -> its copy -> its return, one chain (no cycle)."""
