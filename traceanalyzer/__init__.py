@@ -17,6 +17,7 @@ from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
 from traceanalyzer.analyses.ops import analyse_ops
+from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
@@ -37,6 +38,7 @@ from traceanalyzer.options import (
     PathOptions,
     PatternOptions,
     RankOptions,
+    RooflineOptions,
     StageOptions,
     StepOptions,
     SyncOptions,
@@ -53,6 +55,7 @@ __all__ = [
     "Options",
     "PatternOptions",
     "RankOptions",
+    "RooflineOptions",
     "Trace",
     "TraceMeta",
     "ANALYSES",
@@ -78,6 +81,8 @@ __all__ = [
     "KernelOptions",
     "analyse_memory",
     "MemoryResult",
+    "analyse_roofline",
+    "RooflineResult",
     "MemoryOptions",
     "analyse_findings",
     "Finding",

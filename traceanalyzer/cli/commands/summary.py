@@ -1,5 +1,6 @@
 """One screen: devices, steps, GPU busy share, stage breakdown, idle by cause with the top
-culprits, the two sync figures side by side, top ops and kernels, and every finding.
+culprits, the two sync figures side by side, top ops and kernels, the ops furthest below the
+roofline, and every finding.
 `--fail-on RULE` (repeatable, any rule id of `traceanalyzer rules`) exits 1 when that finding
 fires (for CI); 0 otherwise; 2 for bad input. A DIRECTORY of per-rank files gives the
 cross-rank summary.
@@ -28,6 +29,7 @@ from traceanalyzer.cli.options import build_options, fail_on_option, option_flag
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.findings import Finding
 from traceanalyzer.patterns import PROFILER_STEP
+from traceanalyzer.render.roofline_plot import roofline_headline, roofline_table
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
@@ -40,6 +42,7 @@ GROUPS = (
     "stages",
     "kernels",
     "memory",
+    "roofline",
     "findings",
     "health",
     "path",
@@ -133,6 +136,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     idle = g.idle_by_cause if g.has_gpu_work else pl.DataFrame()
     culprits = g.culprits if g.has_gpu_work else pl.DataFrame()
     per = "step" if ses.stages.window_kind == "steps" else "trace"
+    roof = ses.roofline
     sections = [
         Section("Devices", _devices(ses).drop("memory_bytes"), export=_devices(ses).drop("memory_gib"))
         if g.has_gpu_work
@@ -156,6 +160,12 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
             ops.select("name", "calls", "total_cpu_us", "self_gpu_us", "total_gpu_us").head(rows),
         ),
         Section("Top kernels", kern.head(rows)),
+        Section(
+            "Roofline: ops by GPU time left below the roof (`roofline` for all)",
+            roofline_table(roof.ops.head(rows)),
+            text=roofline_headline(roof),
+            export=roof.ops,
+        ),
         Section("Findings", findings_table(findings), text=findings_text(findings), main=True, show_table=False),
     ]
     payload = {
@@ -182,6 +192,11 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         "critical_path": {
             "by_kind": shares(cp.by_kind),
             "by_name": shares(cp.by_name).head(top) if top else shares(cp.by_name),
+        },
+        "roofline": {
+            "modelled_share": roof.modelled_share,
+            "device": roof.devices,
+            "ops": roof.ops.head(top) if top else roof.ops,
         },
         "findings": findings_payload(findings),
     }
