@@ -77,3 +77,21 @@ def test_summary_findings_carry_savings(SHARED_TRACES):
     assert whatif["median_step_us"] == pytest.approx(177_443, abs=1)  # from the raw JSON, TensorBoard's step rule
     assert data["saving_us"] == whatif["saving_us"] and data["saving_confidence"] == "high"
     assert {r["kind"] for r in doc["critical_path"]["by_kind"]} >= {"kernel", "data_loading"}
+
+
+def test_path_table_collapses_runs_of_a_kind():
+    import polars as pl
+
+    from traceanalyzer.cli.commands.path import runs
+
+    seg = pl.DataFrame(
+        {
+            "kind": ["cpu_op", "cpu_op", "kernel", "cpu_op"],
+            "name": ["a", "b", "k", "a"],
+            "lane": ["t", "t", "g", "t"],
+            "start_us": [0.0, 5.0, 8.0, 10.0],
+            "duration_us": [5.0, 3.0, 2.0, 1.0],
+        }
+    )
+    got = runs(seg).select("kind", "start_us", "duration_us", "segments", "mostly").rows()
+    assert got == [("cpu_op", 0.0, 8.0, 2, "a"), ("kernel", 8.0, 2.0, 1, "k"), ("cpu_op", 10.0, 1.0, 1, "a")]

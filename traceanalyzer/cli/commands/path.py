@@ -41,6 +41,35 @@ def step_paths(cp: CriticalPath, origin_ns: int) -> list[dict]:
     return out
 
 
+def runs(segments: pl.DataFrame) -> pl.DataFrame:
+    """Consecutive segments of one kind on one lane as one row: kind, lane, start_us,
+    duration_us, segments, and the name holding most of the run's time."""
+    if segments.is_empty():
+        return pl.DataFrame(schema={"kind": pl.String, "lane": pl.String, "start_us": pl.Float64,
+                                    "duration_us": pl.Float64, "segments": pl.UInt32, "mostly": pl.String})  # fmt: skip
+    new = (pl.col("kind") != pl.col("kind").shift(1)) | (pl.col("lane") != pl.col("lane").shift(1))
+    r = segments.with_columns(_run=new.fill_null(True).cum_sum())
+    top = (
+        r.group_by("_run", "name")
+        .agg(pl.col("duration_us").sum())
+        .sort("_run", "duration_us", "name", descending=[False, True, False])
+        .unique("_run", keep="first")
+        .select("_run", mostly="name")
+    )
+    return (
+        r.group_by("_run", maintain_order=True)
+        .agg(
+            pl.col("kind").first(),
+            pl.col("lane").first(),
+            pl.col("start_us").first(),
+            pl.col("duration_us").sum(),
+            segments=pl.len(),
+        )
+        .join(top, on="_run", how="left")
+        .drop("_run")
+    )
+
+
 def slowest_step(cp: CriticalPath) -> int | None:
     """The row index (in `cp.steps`) of the longest step, or None without steps."""
     if cp.steps.is_empty():
@@ -71,7 +100,8 @@ def path_report(ses: Session, th: dict) -> Report:
         s = steps[k]
         table = pl.DataFrame(s["segments"], schema={"kind": pl.String, "name": pl.String, "lane": pl.String,
                                                    "start_us": pl.Float64, "duration_us": pl.Float64})  # fmt: skip
-        sections.append(Section(f"Slowest step ({s['step']}, {s['step_us']:,.0f} µs): its path in order", table))
+        title = f"Slowest step ({s['step']}, {s['step_us']:,.0f} µs): its path in order, one row per run of a kind"
+        sections.append(Section(title, runs(table), export=table))
     payload = {
         "steps": steps,
         "by_kind": shares(cp.by_kind),
