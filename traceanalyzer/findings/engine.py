@@ -88,6 +88,22 @@ class Rule:
             out.append(self.estimate(ses, found))
         return out
 
+    def estimate(self, ses: Session, f: Finding) -> Finding:
+        """`f` with `saving_*` from replaying the rule's scenario for it (see `analyses.whatif`)."""
+        spec = self.whatif if isinstance(self.whatif, str) else self.whatif(ses, f)
+        if isinstance(spec, str):
+            return replace(f, saving_note=spec)
+        scenario, confidence = spec
+        w = ses.whatif(scenario)
+        if w.saving_us is None:
+            return replace(f, saving_note=f"{scenario.describe()}: no steps to replay")
+        if w.model_error is None or w.model_error > MODEL_ERROR_LIMIT:
+            confidence = "low"
+        share = w.saving_us / w.replayed_median_step_us if w.replayed_median_step_us else None
+        return replace(
+            f, saving_us=w.saving_us, saving_share=share, saving_confidence=confidence, saving_note=scenario.describe()
+        )
+
 
 SEVERITY_ORDER = ("high", "medium", "info")
 
@@ -107,22 +123,6 @@ def ordered(findings: list[Finding]) -> list[Finding]:
             -(f.at_stake_us or 0.0),
         ),
     )
-
-    def estimate(self, ses: Session, f: Finding) -> Finding:
-        """`f` with `saving_*` from replaying the rule's scenario for it (see `analyses.whatif`)."""
-        spec = self.whatif if isinstance(self.whatif, str) else self.whatif(ses, f)
-        if isinstance(spec, str):
-            return replace(f, saving_note=spec)
-        scenario, confidence = spec
-        w = ses.whatif(scenario)
-        if w.saving_us is None:
-            return replace(f, saving_note=f"{scenario.describe()}: no steps to replay")
-        if w.model_error is None or w.model_error > MODEL_ERROR_LIMIT:
-            confidence = "low"
-        share = w.saving_us / w.replayed_median_step_us if w.replayed_median_step_us else None
-        return replace(
-            f, saving_us=w.saving_us, saving_share=share, saving_confidence=confidence, saving_note=scenario.describe()
-        )
 
 
 def severity(value: float, threshold: float, below: bool = False) -> str:
