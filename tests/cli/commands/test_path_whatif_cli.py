@@ -68,9 +68,13 @@ def test_summary_findings_carry_savings(SHARED_TRACES):
         assert (f["saving_us"] is not None and f["saving_confidence"] in ("high", "medium", "low")) or (
             f["saving_us"] is None and f["saving_note"]
         )
-    estimated = [f["saving_us"] for f in findings if f["saving_us"] is not None]
-    assert estimated == sorted(estimated, reverse=True)
+    estimated = [f for f in findings if f["saving_us"] is not None]
+    # firm estimates by saving, then the low-confidence upper bounds by saving, then the rest
+    firm = [f["saving_us"] for f in estimated if f["saving_confidence"] != "low"]
+    bounds = [f["saving_us"] for f in estimated if f["saving_confidence"] == "low"]
+    assert [f["saving_us"] for f in estimated] == sorted(firm, reverse=True) + sorted(bounds, reverse=True)
     assert findings[len(estimated) :] == [f for f in findings if f["saving_us"] is None]
+    assert findings[0]["rule"] == "data_loading"  # the fix the workers4 run confirms (177.4 -> 126.7 ms)
     data = next(f for f in findings if f["rule"] == "data_loading")
     # one trace, one story: the whatif command's saving for the same scenario
     whatif = _json("whatif", w0, "--without", "data_loading")
