@@ -154,15 +154,6 @@ RENDER_PENDING = {
     ("traceanalyzer.render.charts", "traceanalyzer.analyses.gaps"),
     ("traceanalyzer.render.charts", "traceanalyzer.analyses.memory"),
     ("traceanalyzer.render.charts", "traceanalyzer.analyses.stages"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.copies"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.gaps"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.syncs"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.windows"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.session"),
-    ("traceanalyzer.render.timeline_layout", "traceanalyzer.analyses.gaps"),
-    ("traceanalyzer.render.timeline_layout", "traceanalyzer.analyses.windows"),
-    ("traceanalyzer.render.timeline_layout", "traceanalyzer.session"),
 }
 
 

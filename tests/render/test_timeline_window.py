@@ -11,7 +11,8 @@ import polars as pl
 
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
-from traceanalyzer.render.timeline import TimelineInputs, choose_window, render_timeline
+from traceanalyzer.cli.pictures import timeline_inputs
+from traceanalyzer.render.timeline import choose_window, render_timeline
 from traceanalyzer.render.timeline_layout import (
     CAUSE_COLORS,
     KIND_COLORS,
@@ -51,7 +52,7 @@ def test_workers0_60_80_ms_says_data_loading(SHARED_TRACES):
     assert round(idle_ms, 1) == 10.3 and round(loading_ms, 1) == 9.2  # the numbers in issue #14
 
     ses = Session(load(str(path)), Options())
-    inputs = TimelineInputs.of(ses)
+    inputs = timeline_inputs(ses)
     pic = render_timeline(inputs, choose_window(ses.trace, start_ms=60, end_ms=80), width=900, height=500)
     sub = pic.extras["subtitle"]
     assert sub.startswith(f"GPU idle {idle_ms:,.1f} of 20.0 ms")

@@ -16,15 +16,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from traceanalyzer.render.base import Format
 from traceanalyzer.render.fit import GUTTER, fit_columns, middle_ellipsis, terminal_width
 from traceanalyzer.render.values import cell
-from traceanalyzer.report import Report
+from traceanalyzer.report import Findings, Image, Report, plain
+from traceanalyzer.report import Table as TableBlock
+from traceanalyzer.report import Text as TextBlock
 
-EXTENSION = ".txt"
-BINARY = False
 UNLIMITED = 100_000  # the "width" of --wide
 
-__all__ = ["EXTENSION", "BINARY", "render", "table_lines", "terminal_width"]
+__all__ = ["RENDERER", "render", "table_lines", "terminal_width"]
 
 
 # rich's SIMPLE_HEAD with an ASCII rule: "─" is three bytes in UTF-8, so a full-width rule was
@@ -78,6 +79,39 @@ def _wrap(text: str, width: int, wide: bool) -> list[str]:
     return out
 
 
+def _table(df: pl.DataFrame, whole: bool, report: Report, width: int) -> list[str]:
+    if not df.height:
+        return ["(none)"]
+    rows = report.table_rows
+    shown = df if rows is None or rows <= 0 or whole else df.head(rows)
+    lines = table_lines(shown, width, report.wide)
+    if shown.height < df.height:
+        rest = ", JSON and CSV hold all" if report.exports_whole else ""
+        lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all{rest})")
+    return lines
+
+
+def _block(b, report: Report, width: int) -> list[str]:
+    """One block of a section's `blocks` as lines."""
+    wide = report.wide
+    if isinstance(b, TextBlock):
+        lines = _wrap(plain(b.parts), width, wide) if b.parts else []
+        return lines + [x for i in b.items for x in _wrap("- " + plain(i), width, wide)]
+    if isinstance(b, TableBlock):
+        return _table(b.frame, b.whole, report, width)
+    if isinstance(b, Image):
+        return _wrap(f"(picture: {b.caption}, {b.name})", width, wide)
+    if isinstance(b, Findings):
+        if not b.rows:
+            return _wrap(b.empty, width, wide)
+        out = []
+        for f in b.rows:
+            ranks = f" (ranks {', '.join(str(r) for r in f.ranks)})" if f.ranks else ""
+            out += _wrap(f"[{f.severity}] {f.rule}{ranks}: {f.message}\n    -> {f.recommendation}", width, wide)
+        return out
+    return []
+
+
 def render(report: Report) -> str:
     """The report as text for a terminal."""
     width = report.width or terminal_width()
@@ -87,19 +121,12 @@ def render(report: Report) -> str:
         lines += _wrap(report.headline, width, wide) + [""]
     for s in report.sections:
         lines += _wrap(f"== {s.title}", width, wide)
-        if s.text:
+        if s.text:  # as written: a command's text keeps its `backticks` on a terminal
             lines += _wrap(s.text, width, wide)
         if s.table is not None and s.show_table:
-            df = s.table
-            if not df.height:
-                lines.append("(none)")
-            else:
-                rows = report.table_rows
-                shown = df if rows is None or rows <= 0 or s.whole else df.head(rows)
-                lines += table_lines(shown, width, wide)
-                if shown.height < df.height:
-                    whole = ", JSON and CSV hold all" if report.exports_whole else ""
-                    lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all{whole})")
+            lines += _table(s.table, s.whole, report, width)
+        for b in s.blocks:
+            lines += _block(b, report, width)
         lines.append("")
     if report.thresholds:
         if wide:
@@ -108,3 +135,6 @@ def render(report: Report) -> str:
             n = len(report.thresholds)
             lines += _wrap(f"thresholds: {n} values, each a flag (--help); --wide or the JSON lists them", width, wide)
     return "\n".join(lines).rstrip() + "\n"
+
+
+RENDERER = Format("table", ".txt", False, "text tables fitted to the terminal", render)

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import polars as pl
+
 # A kernel's grid and block read as CUDA writes them: 128x1x1.
 LAUNCH_SHAPES = {"grid", "block"}
+# Columns that hold names (ops, kernels, Python frames, APIs, files): shown verbatim, in code
+# spans in Markdown and HTML, never cut in the middle on a terminal.
+NAME_COLUMNS = {
+    "op", "name", "kernel", "python_frame", "frame", "range", "waited_on", "api", "call_api", "sync_api", "apis",
+    "inner_op", "launched_by", "module", "chain", "file", "site", "meanwhile", "next_activity", "shown_by",
+    "culprit", "top_op", "top_kernel", "stack", "function", "callsite", "pg_name", "kernel_name", "op_name",
+}  # fmt: skip
 IDENTIFIERS = {"tid", "pid", "step", "device", "stream", "rank", "launch_tid", "next_stream", "correlation"}
 
 
@@ -36,3 +45,11 @@ def cell(value: Any, column: str = "") -> str:
 def header(column: str) -> str:
     """A column's header text."""
     return column
+
+
+def flat(df: pl.DataFrame) -> pl.DataFrame:
+    """Only the columns a document table can show: no lists or structs (a grid or block as 128x1x1)."""
+    shapes = [c for c in LAUNCH_SHAPES if isinstance(df.schema.get(c), pl.List)]
+    df = df.with_columns(pl.col(c).cast(pl.List(pl.String)).list.join("x") for c in shapes)
+    keep = [c for c, t in df.schema.items() if not isinstance(t, (pl.List, pl.Struct, pl.Array))]
+    return df.select(keep)

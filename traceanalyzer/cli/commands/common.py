@@ -15,9 +15,8 @@ from traceanalyzer.cli.options import progress_printer, resolve_format
 from traceanalyzer.findings import Finding
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
-from traceanalyzer.render import RENDERERS, csv_format
+from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.fit import FIXED_WIDTH, terminal_width
-from traceanalyzer.render.output import write_atomic
 from traceanalyzer.report import TABLE_ROWS, Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
@@ -52,35 +51,26 @@ def _display(report: Report, output: str | None) -> Report:
     return replace(report, table_rows=rows, wide=wide, width=width, exports_whole=top is None)
 
 
-def csv_paths(output: str, report: Report) -> list[tuple[str, pl.DataFrame]]:
-    """Where `-o NAME.csv` writes each table: the main table to NAME.csv, every other table to
-    NAME.<table>.csv beside it."""
-    stem = output[: -len(".csv")] if output.lower().endswith(".csv") else output
-    tables = report.tables()
-    return [(output if k == 0 else f"{stem}.{slug}.csv", df) for k, (slug, df) in enumerate(tables)]
-
-
 def emit(report: Report, fmt: str | None, output: str | None) -> None:
-    """Render `report` in the asked format to stdout or, atomically, to `output`. CSV to a
-    file writes one file per table."""
-    name = resolve_format(fmt, output)
+    """Render `report` in the asked format to stdout or, atomically, to `output` (a format
+    that writes several files, as CSV one per table, writes them all beside it)."""
+    renderer = RENDERERS[resolve_format(fmt, output)]
     report = _display(report, output)
-    if name == "csv" and output and len(report.tables()) > 1:
-        for path, df in csv_paths(output, report):
-            write_atomic(path, csv_format.table_csv(df))
-            click.echo(f"wrote {path} ({df.height} rows)", err=True)
-        return
-    data = RENDERERS[name].render(report)
     if output:
-        write_atomic(output, data)
-        click.echo(f"wrote {output}", err=True)
+        for path in renderer.write(report, output):
+            click.echo(f"wrote {path}", err=True)
+        return
+    if renderer.name == "csv" and len(report.tables()) > 1:
+        click.echo(
+            f"traceanalyzer: the main table of {len(report.tables())}; -o FILE.csv writes one file per table",
+            err=True,
+        )
+    data = renderer.render(report)
+    if renderer.binary or isinstance(data, bytes):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data if isinstance(data, bytes) else data.encode())
     else:
-        if name == "csv" and len(report.tables()) > 1:
-            click.echo(
-                f"traceanalyzer: the main table of {len(report.tables())}; -o FILE.csv writes one file per table",
-                err=True,
-            )
-        sys.stdout.write(data if isinstance(data, str) else data.decode())
+        sys.stdout.write(data)
 
 
 def plural(n: int, noun: str) -> str:

@@ -19,6 +19,7 @@ For another command to accept a directory:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import click
@@ -30,7 +31,7 @@ from traceanalyzer.findings.job_rules import job_findings
 from traceanalyzer.jobs.executors import analyse_dir, is_rank_dir
 from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile
 from traceanalyzer.options import EXECUTION_FIELDS, Options
-from traceanalyzer.report import Report, Section
+from traceanalyzer.report import Image, Report, Section
 
 __all__ = ["check_fail_on", "dir_report", "is_rank_dir", "multirank_report"]
 
@@ -63,29 +64,29 @@ def dir_report(
 
 
 def write_dir_report(
-    path: str, directory: str, options: Options, top: int, groups: tuple[str, ...], fail_on: tuple[str, ...] = ()
+    path: str,
+    directory: str,
+    options: Options,
+    top: int,
+    groups: tuple[str, ...],
+    fail_on: tuple[str, ...] = (),
+    html_too: bool = False,
 ) -> list[str]:
-    """`report DIR -o FOLDER`: report.md (the cross-rank Report in Markdown) and skew_map.png,
-    each written atomically; returns the paths written. Then `--fail-on` as for `summary DIR`."""
-    from traceanalyzer.render import RENDERERS
-    from traceanalyzer.render.output import write_atomic
+    """`report DIR -o FOLDER [--html]`: report.md (the cross-rank Report) with skew_map.png
+    beside it, and report.html with the picture inline, each written atomically by its
+    renderer; returns the paths written. Then `--fail-on` as for `summary DIR`."""
+    from traceanalyzer.cli.commands.report import write_documents
     from traceanalyzer.render.skew_map import skew_map_png
 
     rep, mr = _build("report", path, options, top, groups, None, fail_on)
-    md = RENDERERS["markdown"].render(rep)
     png = skew_map_png(mr.matched.arrivals) if mr.matched is not None else None
-    out = []
     if png is not None:
-        p = os.path.join(directory, "skew_map.png")
-        write_atomic(p, png)
-        out.append(p)
-        md += "\n## Arrival skew across ranks\n\n![ranks x collectives: µs after the first rank](skew_map.png)\n"
-    p = os.path.join(directory, "report.md")
-    write_atomic(p, md)
-    for written in (p, *out):
-        click.echo(f"wrote {written}", err=True)
+        caption = "ranks x collectives: µs after the first rank"
+        skew = Section("Arrival skew across ranks", blocks=(Image("skew_map.png", png, caption),))
+        rep = dataclasses.replace(rep, sections=(*rep.sections, skew))
+    written = write_documents(rep, directory, html_too)
     check_fail_on(rep, fail_on)
-    return [p, *out]
+    return written
 
 
 def check_fail_on(rep: Report, fail_on: tuple[str, ...]) -> None:

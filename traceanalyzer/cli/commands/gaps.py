@@ -124,8 +124,8 @@ def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str
     emit(gaps_report(ses, top), fmt, output)
     result = ses.gaps
     if plot and result.has_gpu_work:
+        from traceanalyzer.cli.pictures import timeline_inputs
         from traceanalyzer.render.gap_plot import write_gap_plot
-        from traceanalyzer.render.timeline import TimelineInputs
 
-        write_gap_plot(TimelineInputs.of(ses), plot, plot_fmt)
+        write_gap_plot(timeline_inputs(ses), plot, plot_fmt)
         click.echo(f"wrote {plot}", err=True)
