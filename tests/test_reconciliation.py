@@ -21,10 +21,10 @@ import traceanalyzer as ta
 from tests.conftest import SHARED_TRACES_DIR
 from tests.synthetic import TraceBuilder
 from traceanalyzer.cli import cli
+from traceanalyzer.cli.incident import build_report
 from traceanalyzer.findings import RULES_BY_ID
 from traceanalyzer.jobs.diff import analyse_diff
 from traceanalyzer.options import GROUP_OF, GROUPS, Options
-from traceanalyzer.cli.incident import build_report
 
 ALL_TRACES = (
     sorted(p for p in SHARED_TRACES_DIR.rglob("*") if p.is_file() and ".json" in p.name)

@@ -16,7 +16,7 @@ from PIL import Image as PILImage
 from traceanalyzer.cli import cli
 from traceanalyzer.cli.options import FORMATS, TABLE_EXTENSIONS, resolve_format
 from traceanalyzer.render import RENDERERS, html_format, markdown
-from traceanalyzer.report import Code, FindingRow, Findings, Image, Report, Section, Strong, Table, Text
+from traceanalyzer.report import Code, FindingRow, Findings, Image, Report, Section, Strong, Text
 
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 FRAME = "resnet50_profiler_api.py(42): <module>"

@@ -11,8 +11,8 @@ from PIL import Image
 
 import traceanalyzer as ta
 from tests.synthetic import MAIN_TID, PID, TraceBuilder
-from traceanalyzer.errors import UsageError
 from traceanalyzer.cli.pictures import timeline_inputs
+from traceanalyzer.errors import UsageError
 from traceanalyzer.render.timeline import CAUSE_COLORS, GAP_ALPHA, choose_window, merge_by_pixel
 from traceanalyzer.render.timeline import render_timeline as _render
 

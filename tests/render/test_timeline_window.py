@@ -9,9 +9,9 @@ import json
 
 import polars as pl
 
+from traceanalyzer.cli.pictures import timeline_inputs
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
-from traceanalyzer.cli.pictures import timeline_inputs
 from traceanalyzer.render.timeline import choose_window, render_timeline
 from traceanalyzer.render.timeline_layout import (
     CAUSE_COLORS,
