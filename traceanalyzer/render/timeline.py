@@ -130,7 +130,7 @@ def render_timeline(
     from matplotlib.patches import Patch, Rectangle
 
     trace, gaps = inputs.trace, inputs.gaps
-    w = window or choose_window(trace, windows=inputs.windows, steady_from_ns=inputs.steady_from_ns)
+    w = window or choose_window(trace, windows=inputs.windows, steady_steps=inputs.steady_steps)
     origin = trace.meta.origin_ns
     scale = dpi / 100
     a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000

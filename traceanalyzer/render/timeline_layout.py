@@ -83,7 +83,7 @@ class TimelineInputs:
     data_loading_pattern: str
     main_thread: tuple[int, int] | None
     windows: pl.DataFrame | None = None  # step, start_ns, end_ns (analyses.windows.step_windows)
-    steady_from_ns: int | None = None  # where the start-up set aside ends (None: no start-up)
+    steady_steps: tuple[int, ...] | None = None  # the steps the averages count (no warm-up, no start-up)
 
 
 @dataclass(frozen=True)
@@ -159,12 +159,12 @@ def choose_window(
     start_ms: float | None = None,
     end_ms: float | None = None,
     windows: pl.DataFrame | None = None,
-    steady_from_ns: int | None = None,
+    steady_steps: tuple[int, ...] | None = None,
 ) -> Window:
     """--step N, or --start/--end in ms from the trace start, or by default the slowest step of
-    the steady state (a step that begins before `steady_from_ns`, the start-up the averages
-    leave out, is drawn only when every step does); without ProfilerStep the one window of
-    `windows` (the GPU work's span, as every analysis uses), else the whole trace."""
+    the steady state (`steady_steps`: the steps the averages count, no warm-up step and none in
+    the start-up; any step when none is left); without ProfilerStep the one window of `windows`
+    (the GPU work's span, as every analysis uses), else the whole trace."""
     origin = trace.meta.origin_ns
     if start_ms is not None or end_ms is not None:
         a = origin + int(round((start_ms or 0.0) * 1e6))
@@ -184,14 +184,14 @@ def choose_window(
         r = row.row(0, named=True)
         return Window(r["start_ns"], r["end_ns"], f"step {step}", step)
     if steps.height:
-        steady = steps if steady_from_ns is None else steps.filter(pl.col("start_ns") >= steady_from_ns)
+        steady = steps if steady_steps is None else steps.filter(pl.col("step").is_in(list(steady_steps)))
         pool = steady if steady.height else steps
         r = pool.with_columns(_d=pl.col("end_ns") - pl.col("start_ns")).sort(["_d", "step"], descending=[True, False])
         r = r.row(0, named=True)
         if steps.height == 1:
             label = f"step {r['step']}"
         elif pool.height < steps.height:
-            label = f"step {r['step']} (slowest of {pool.height} after start-up)"
+            label = f"step {r['step']} (slowest of {pool.height} in the steady state)"
         else:
             label = f"step {r['step']} (slowest of {steps.height})"
         return Window(r["start_ns"], r["end_ns"], label, r["step"])

@@ -72,7 +72,7 @@ def command(
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
     inputs = timeline_inputs(ses)
-    window = choose_window(ses.trace, step, start_ms, end_ms, inputs.windows, inputs.steady_from_ns)
+    window = choose_window(ses.trace, step, start_ms, end_ms, inputs.windows, inputs.steady_steps)
     pic = render_timeline(inputs, window, width=width, height=height, dpi=dpi, fmt=fmt)
     write_atomic(output, pic.data)
     click.echo(f"wrote {output} ({window.label})", err=True)
