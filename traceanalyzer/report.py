@@ -97,6 +97,7 @@ class Table:
 
     frame: pl.DataFrame
     whole: bool = False
+    keep: tuple[str, ...] = ()  # columns a narrow terminal must never hide
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,7 @@ class Section:
     export: pl.DataFrame | None = None  # what CSV writes instead of `table` (bytes, not MiB)
     whole: bool = False  # True: shown in full whatever --top says (a short summary table)
     blocks: tuple[Block, ...] = ()
+    keep: tuple[str, ...] = ()  # columns of `table` a narrow terminal must never hide (the cause's explanation)
 
     @property
     def csv_table(self) -> pl.DataFrame | None:
@@ -163,7 +165,7 @@ class Section:
         if self.text:
             out.append(Text.of(self.text))
         if self.table is not None and self.show_table:
-            out.append(Table(self.table, self.whole))
+            out.append(Table(self.table, self.whole, self.keep))
         return (*out, *self.blocks)
 
 

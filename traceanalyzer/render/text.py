@@ -18,7 +18,7 @@ from rich.text import Text
 
 from traceanalyzer.render.base import Format
 from traceanalyzer.render.fit import GUTTER, fit_columns, middle_ellipsis, terminal_width
-from traceanalyzer.render.values import cell
+from traceanalyzer.render.values import cause_style, cell, display_frame
 from traceanalyzer.report import Findings, Image, Report, plain
 from traceanalyzer.report import Table as TableBlock
 from traceanalyzer.report import Text as TextBlock
@@ -33,12 +33,30 @@ __all__ = ["RENDERER", "render", "table_lines", "terminal_width"]
 HEAD_RULE = box.Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
 
 
-def table_lines(df: pl.DataFrame, width: int, wide: bool = False) -> list[str]:
-    """The table's lines, none longer than `width` (unless `wide`)."""
+SEVERITY_STYLES = {"high": "bold red", "error": "bold red", "medium": "yellow", "warning": "yellow", "low": "cyan"}
+
+
+def _style(column: str, value: str, color: bool) -> str:
+    """The rich style of a cell on a colour terminal: severities and causes, else none."""
+    if not color:
+        return ""
+    if column in ("severity",) and value in SEVERITY_STYLES:
+        return SEVERITY_STYLES[value]
+    if column == "cause" and value not in ("-", ""):
+        return cause_style(value)
+    return ""
+
+
+def table_lines(
+    df: pl.DataFrame, width: int, wide: bool = False, protect: tuple[str, ...] = (), color: bool = False
+) -> list[str]:
+    """The table's lines, none longer than `width` (unless `wide`): kernel names demangled and
+    shortened, names folded rather than cut, columns in `protect` never hidden."""
+    df = display_frame(df)
     headers = df.columns
     cells = [[cell(v, c) for c, v in zip(headers, r)] for r in df.iter_rows()]
     numeric = [df.schema[c].is_numeric() for c in headers]
-    fit = fit_columns(headers, cells, numeric, UNLIMITED if wide else width)
+    fit = fit_columns(headers, cells, numeric, UNLIMITED if wide else width, protect)
     table = Table(box=HEAD_RULE, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap):
         table.add_column(
@@ -50,18 +68,29 @@ def table_lines(df: pl.DataFrame, width: int, wide: bool = False) -> list[str]:
         )
     for r in cells:
         table.add_row(
-            *(Text(r[i] if wrap else middle_ellipsis(r[i], w)) for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap))
+            *(
+                Text(r[i] if wrap else middle_ellipsis(r[i], w), style=_style(headers[i], r[i], color))
+                for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap)
+            )
         )
     total = sum(fit.widths) + GUTTER * max(len(fit.widths) - 1, 0)
     buf = io.StringIO()
     console = Console(
-        file=buf, width=max(total, 1), color_system=None, markup=False, highlight=False, emoji=False, soft_wrap=False
+        file=buf,
+        width=max(total, 1),
+        color_system="standard" if color else None,
+        force_terminal=color,
+        markup=False,
+        highlight=False,
+        emoji=False,
+        soft_wrap=False,
     )
     console.print(table)
     lines = [line.rstrip() for line in buf.getvalue().splitlines()]
     lines = [line for line in lines if line.strip()]
     if fit.hidden:
-        note = f"(not shown at this width: {', '.join(fit.hidden)}; --wide shows every column)"
+        said = [f"{h} ({fit.constant[h]} in every row)" if h in fit.constant else h for h in fit.hidden]
+        note = f"(not shown at this width: {', '.join(said)}; --wide shows every column)"
         lines += _wrap(note, width, wide)
     return lines
 
@@ -79,12 +108,12 @@ def _wrap(text: str, width: int, wide: bool) -> list[str]:
     return out
 
 
-def _table(df: pl.DataFrame, whole: bool, report: Report, width: int) -> list[str]:
+def _table(df: pl.DataFrame, whole: bool, report: Report, width: int, protect: tuple[str, ...] = ()) -> list[str]:
     if not df.height:
         return ["(none)"]
     rows = report.table_rows
     shown = df if rows is None or rows <= 0 or whole else df.head(rows)
-    lines = table_lines(shown, width, report.wide)
+    lines = table_lines(shown, width, report.wide, protect, report.color)
     if shown.height < df.height:
         rest = ", JSON and CSV hold all" if report.exports_whole else ""
         lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all{rest})")
@@ -98,7 +127,7 @@ def _block(b, report: Report, width: int) -> list[str]:
         lines = _wrap(plain(b.parts), width, wide) if b.parts else []
         return lines + [x for i in b.items for x in _wrap("- " + plain(i), width, wide)]
     if isinstance(b, TableBlock):
-        return _table(b.frame, b.whole, report, width)
+        return _table(b.frame, b.whole, report, width, b.keep)
     if isinstance(b, Image):
         return _wrap(f"(picture: {b.caption}, {b.name})", width, wide)
     if isinstance(b, Findings):
@@ -124,7 +153,7 @@ def render(report: Report) -> str:
         if s.text:  # as written: a command's text keeps its `backticks` on a terminal
             lines += _wrap(s.text, width, wide)
         if s.table is not None and s.show_table:
-            lines += _table(s.table, s.whole, report, width)
+            lines += _table(s.table, s.whole, report, width, s.keep)
         for b in s.blocks:
             lines += _block(b, report, width)
         lines.append("")

@@ -14,6 +14,7 @@ NAME_COLUMNS = {
     "op", "name", "kernel", "python_frame", "frame", "range", "waited_on", "api", "call_api", "sync_api", "apis",
     "inner_op", "launched_by", "module", "chain", "file", "site", "meanwhile", "next_activity", "shown_by",
     "culprit", "top_op", "top_kernel", "stack", "function", "callsite", "pg_name", "kernel_name", "op_name",
+    "waited_for", "prev_activity", "op_chain",
 }  # fmt: skip
 IDENTIFIERS = {"tid", "pid", "step", "device", "stream", "rank", "launch_tid", "next_stream", "correlation"}
 
@@ -53,3 +54,41 @@ def flat(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(pl.col(c).cast(pl.List(pl.String)).list.join("x") for c in shapes)
     keep = [c for c, t in df.schema.items() if not isinstance(t, (pl.List, pl.Struct, pl.Array))]
     return df.select(keep)
+
+
+# Columns holding kernel names: demangled and shortened by templates for display (render.names).
+KERNEL_COLUMNS = {"kernel", "top_kernel", "kernel_name", "waited_for"}
+
+
+def display_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame as a person reads it: kernel names demangled and shortened (JSON and CSV keep
+    the full name)."""
+    from traceanalyzer.render.names import short_names
+
+    cols = [c for c in df.columns if c in KERNEL_COLUMNS and df.schema[c] == pl.String]
+    if not cols:
+        return df
+    out = []
+    for c in cols:
+        labels = short_names(df.get_column(c).drop_nulls().unique().to_list())
+        out.append(pl.col(c).replace_strict(labels, default=pl.col(c), return_dtype=pl.String))
+    return df.with_columns(out)
+
+
+# Terminal colours of the gap causes (rich style names), close to the pictures' palette.
+CAUSE_STYLES = {
+    "sync": "red",
+    "data_loading": "dark_orange",
+    "cpu_bound": "magenta",
+    "launch_latency": "bright_magenta",
+    "slow_launch": "bright_magenta",
+    "gpu_wait": "yellow",
+    "runtime_call": "bright_yellow",
+    "untraced": "cyan",
+    "kernel_spacing": "bright_black",
+}
+
+
+def cause_style(cause: str) -> str:
+    """The rich style of a cause's name on a colour terminal ('' for one without)."""
+    return CAUSE_STYLES.get(cause, "")

@@ -34,6 +34,10 @@ GAP_TABLE_COLUMNS = [
     "blocked_thread",
 ]
 
+# The column that explains a cause: shown, never hidden by a narrow terminal, when that cause
+# leads the idle time (what the GPU waited on; the synchronising call).
+EXPLAINED_BY = {"gpu_wait": "waited_on", "sync": "sync_api"}
+
 
 def gaps_report(ses: Session, top: int) -> Report:
     """The `gaps` Report: summary, causes, culprits, the gaps and the per-step table."""
@@ -52,7 +56,10 @@ def gaps_report(ses: Session, top: int) -> Report:
         )
     dev = result.devices
     headline = ses.verdict.sentence(windows.describe(result.window_kind))
-    listed = result.gaps.select([c for c in GAP_TABLE_COLUMNS if c in result.gaps.columns])
+    explain = EXPLAINED_BY.get(ses.verdict.top_cause or "")
+    shown = [*GAP_TABLE_COLUMNS, *([explain] if explain and explain not in GAP_TABLE_COLUMNS else [])]
+    listed = result.gaps.select([c for c in shown if c in result.gaps.columns])
+    keep = (explain,) if explain else ()
     sections = (
         Section("GPU time per device", dev),
         Section(
@@ -64,11 +71,13 @@ def gaps_report(ses: Session, top: int) -> Report:
             ),
             result.idle_by_cause,
         ),
-        Section("Top culprits (cause, op, Python frame)", head(result.culprits, top)),
+        Section("Top culprits (cause, op, Python frame)", head(result.culprits, top), keep=keep),
         Section(
             f"Gaps of at least {result.options.min_gap_us:g} µs, longest first ({result.gaps.height} in all)",
             head(listed, top),
             main=True,
+            export=head(result.gaps, top),  # CSV: every field of a gap
+            keep=keep,
         ),
         Section("Per step", head(result.steps, top)),
     )

@@ -76,11 +76,14 @@ def syncs_report(ses: Session, top: int) -> Report:
         Section(
             "By site (op, range, Python frame)",
             head(result.summary.select(SUMMARY_COLUMNS), top) if result.summary.height else result.summary,
+            keep=("apis",),  # the synchronising calls themselves (cudaStreamSynchronize behind an aten::to)
         ),
         Section(
             f"Syncs of at least {result.options.min_blocked_us:g} µs, longest CPU block first ({stalls.height} in all)",
             head(stalls.select(TABLE_COLUMNS), top),
             main=True,
+            export=head(stalls, top),  # CSV: every field of a sync
+            keep=("api",),
         ),
         Section(
             f"GPU-side waits ({n_waits} in all)",
