@@ -122,3 +122,21 @@ def test_constant_columns_give_way_first_and_are_said():
     fit = fit_columns(headers, cells, [True, False, False, True], 60)
     assert fit.hidden == ["device"] and fit.constant == {"device": "0"}
     assert all(fit.wrap[fit.keep.index(headers.index(c))] for c in ("op", "python_frame"))  # folded, not cut
+
+
+def test_colour_on_a_terminal_only():
+    import dataclasses
+
+    import polars as pl
+
+    from traceanalyzer.render import text
+    from traceanalyzer.report import Report, Section
+
+    df = pl.DataFrame({"cause": ["sync", "gpu_wait"], "severity": ["high", "low"], "idle_us": [1.0, 2.0]})
+    rep = Report("t", "-", {}, (Section("T", df, text="[high] rule: message"),), {}, width=80)
+    plain = text.render(rep)
+    assert "\x1b[" not in plain
+    coloured = text.render(dataclasses.replace(rep, color=True))
+    assert "\x1b[1;31m[high]" in coloured and "\x1b[31msync" in coloured.replace("\x1b[0m", "")
+    # Same text once the escapes are taken out: colour changes nothing else.
+    assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == plain

@@ -24,7 +24,7 @@ MIN_TEXT = 14  # a shortened text column keeps at least this many characters
 MIN_WRAP = 24  # a wrapped column (advice) keeps at least this many
 COMFORTABLE = 32  # low-priority columns are hidden before a text column gets narrower than this
 # Long prose: wrapped over several lines rather than shortened.
-WRAP_COLUMNS = {"advice", "recommendation", "message", "meaning", "checks", "evidence", "note", "thresholds"}
+WRAP_COLUMNS = {"advice", "recommendation", "message", "meaning", "checks", "evidence", "note", "thresholds", "value"}
 # Hidden first when a table does not fit, in this order; then the rightmost text columns.
 DROP_FIRST = (
     "blocked_thread",

@@ -163,7 +163,18 @@ def render(report: Report) -> str:
         else:
             n = len(report.thresholds)
             lines += _wrap(f"thresholds: {n} values, each a flag (--help); --wide or the JSON lists them", width, wide)
-    return "\n".join(lines).rstrip() + "\n"
+    out = "\n".join(lines).rstrip() + "\n"
+    return _color_tags(out) if report.color else out
+
+
+ANSI = {"bold red": "\x1b[1;31m", "yellow": "\x1b[33m", "cyan": "\x1b[36m"}
+
+
+def _color_tags(out: str) -> str:
+    """`[high]`, `[error]`, `[medium]`, ... coloured by severity (ANSI), for a colour terminal."""
+    for sev, style in SEVERITY_STYLES.items():
+        out = out.replace(f"[{sev}]", f"{ANSI[style]}[{sev}]\x1b[0m")
+    return out
 
 
 RENDERER = Format("table", ".txt", False, "text tables fitted to the terminal", render)

@@ -6,17 +6,20 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 import click
 import polars as pl
 
 from traceanalyzer.cli.options import progress_printer, resolve_format
+from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import Finding
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
 from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.fit import FIXED_WIDTH, terminal_width
+from traceanalyzer.render.values import cell
 from traceanalyzer.report import TABLE_ROWS, Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
@@ -48,7 +51,9 @@ def _display(report: Report, output: str | None) -> Report:
     rows = TABLE_ROWS if top is None else (top or None)
     width = terminal_width() if not output else int(os.environ.get("COLUMNS", "0") or 0) or FIXED_WIDTH
     wide = bool(meta.get("traceanalyzer.wide"))
-    return replace(report, table_rows=rows, wide=wide, width=width, exports_whole=top is None)
+    # Colour only on a terminal, never into a file or a pipe, and never against NO_COLOR.
+    color = not output and sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    return replace(report, table_rows=rows, wide=wide, width=width, exports_whole=top is None, color=color)
 
 
 def emit(report: Report, fmt: str | None, output: str | None) -> None:
@@ -71,6 +76,38 @@ def emit(report: Report, fmt: str | None, output: str | None) -> None:
         sys.stdout.buffer.write(data if isinstance(data, bytes) else data.encode())
     else:
         sys.stdout.write(data)
+
+
+def record_option(noun: str, listing: str) -> Callable[[Callable], Callable]:
+    """`--NOUN N`: show the N-th row of the command's list (1 = the first, `listing` says the
+    order) vertically, one line per field, every field."""
+    return click.option(
+        f"--{noun}",
+        "record",
+        type=click.IntRange(min=1),
+        default=None,
+        help=f"show {noun} N of the list ({listing}) vertically, with every field",
+    )
+
+
+def record_report(report: Report, table: pl.DataFrame, n: int, noun: str) -> Report:
+    """One row of `table` (1-based `n`) as a Report: a two-column table of field and value, every
+    field, and the row itself as the JSON body. An `n` past the end is a usage error."""
+    if n > table.height:
+        raise UsageError(report.input, f"--{noun} {n}: there are {table.height} {noun}s in the list")
+    row = table.slice(n - 1, 1)
+    values = row.row(0, named=True)
+    fields = pl.DataFrame(
+        {"field": list(values), "value": [cell(v, k) for k, v in values.items()]},
+        schema={"field": pl.String, "value": pl.String},
+    )
+    title = f"{noun.capitalize()} {n} of {table.height}"
+    return dataclasses.replace(
+        report,
+        sections=(Section(title, fields, main=True, whole=True, export=row),),
+        payload={noun: row.to_dicts()[0], "of": table.height},
+        headline=None,
+    )
 
 
 def plural(n: int, noun: str) -> str:

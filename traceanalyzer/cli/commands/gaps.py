@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.cli.commands.common import emit, head, open_session, with_health
+from traceanalyzer.cli.commands.common import emit, head, open_session, record_option, record_report, with_health
 from traceanalyzer.cli.options import build_options, option_flags, output_options, picture_format
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
@@ -120,7 +120,10 @@ def gaps_report(ses: Session, top: int) -> Report:
     default=None,
     help="also write a timeline (.png, .svg or .pdf) with gaps shaded by cause",
 )
-def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str | None, **kwargs) -> None:
+@record_option("gap", "longest first")
+def command(
+    trace: str, fmt: str | None, top: int, output: str | None, plot: str | None, record: int | None, **kwargs
+) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
     plot_fmt = picture_format(plot) if plot else None  # a wrong extension fails before the work
     options = build_options(kwargs, *GROUPS)
@@ -130,8 +133,11 @@ def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str
         emit(rank_dir.dir_report("gaps", trace, options, top, GROUPS), fmt, output)
         return
     ses = open_session(trace, options)
-    emit(gaps_report(ses, top), fmt, output)
     result = ses.gaps
+    if record is not None:
+        emit(record_report(gaps_report(ses, 0), result.gaps, record, "gap"), fmt, output)
+        return
+    emit(gaps_report(ses, top), fmt, output)
     if plot and result.has_gpu_work:
         from traceanalyzer.cli.pictures import timeline_inputs
         from traceanalyzer.render.gap_plot import write_gap_plot
