@@ -195,7 +195,11 @@ class MemoryOptions:
     min_finding_mb: float = opt(
         16.0, "ignore growth and dominant ops smaller than this many MiB in findings", flag="--min-finding-mb"
     )
-    timeline_points: int = opt(200, "points in the allocated/reserved timeline (JSON output)", flag="--timeline-points")
+    timeline_points: int = opt(
+        1000,
+        "buckets of the allocated/reserved timeline (JSON and picture): each keeps its first, last, lowest and highest event",
+        flag="--timeline-points",
+    )
 
 
 @dataclass(frozen=True)

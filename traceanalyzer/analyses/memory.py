@@ -50,7 +50,9 @@ class MemoryResult:
     top_ops: pl.DataFrame  # allocating ops: count, self/total bytes, freed bytes
     never_freed: pl.DataFrame  # allocations with no free inside the trace, largest first
     steps: pl.DataFrame  # allocated/reserved at each step boundary, per device
-    timeline: pl.DataFrame  # device, t_us, allocated_bytes, reserved_bytes (max per bucket)
+    timeline: (
+        pl.DataFrame
+    )  # device, t_us, allocated_mb, reserved_mb: the step functions, change points kept (_timeline)
     has_addresses: bool = True  # False for 2021 traces: allocations cannot be paired with frees
     note: str | None = None
 
@@ -232,22 +234,44 @@ def _step_boundaries(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
 
 
 def _timeline(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
+    """The allocated and reserved step functions per device, decimated only where events crowd
+    into one of `points` buckets: a bucket keeps its first and last event and the events of its
+    smallest and largest value (allocated and reserved: the M4 rule), so every change point of
+    a sparse stretch is kept, the envelope drawn at that resolution is exact, and an empty
+    bucket holds the value before it (never a maximum over time with no event)."""
     if ev.is_empty():
         return pl.DataFrame(
             schema={"device": pl.String, "t_us": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64}
         )
     lo, hi = ev["ts_ns"].min(), ev["ts_ns"].max()
     width = max((hi - lo) // max(points, 1) + 1, 1)
+    s = ev.sort("device", "ts_ns", "pos").with_row_index("_i").with_columns(_b=(pl.col("ts_ns") - lo) // width)
+    i = pl.col("_i")
+    res = pl.col("total_reserved").fill_null(0)
+    keep = (
+        s.group_by("device", "_b")
+        .agg(
+            pl.concat_list(
+                i.first(),
+                i.last(),
+                i.sort_by("allocated").first(),
+                i.sort_by("allocated").last(),
+                i.sort_by(res).first(),
+                i.sort_by(res).last(),
+            ).alias("_k")
+        )
+        .explode("_k")
+        .select(_i="_k")
+        .unique()
+    )
     return (
-        ev.with_columns(_b=(pl.col("ts_ns") - lo) // width)
-        .group_by("device", "_b")
-        .agg(allocated_mb=pl.col("allocated").max() / MB, reserved_mb=pl.col("total_reserved").max() / MB)
-        .sort("device", "_b")
+        s.join(keep, on="_i", how="semi")
+        .sort("_i")
         .select(
             "device",
-            t_us=((pl.col("_b") * width + lo - trace.meta.origin_ns) / 1000.0),
-            allocated_mb="allocated_mb",
-            reserved_mb="reserved_mb",
+            t_us=(pl.col("ts_ns") - trace.meta.origin_ns) / 1000.0,
+            allocated_mb=pl.col("allocated") / MB,
+            reserved_mb=pl.col("total_reserved") / MB,
         )
     )
 
