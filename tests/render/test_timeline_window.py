@@ -117,3 +117,52 @@ def test_default_window_is_the_slowest_steady_state_step(SHARED_TRACES):
     assert w.step == slowest and "steady state" in w.label
     # Asked for, the warm-up step is still drawn.
     assert choose_window(ses.trace, step=550).step == 550
+
+
+def test_whole_trace_window_draws_idle_where_idle_dominates(SHARED_TRACES):
+    """b200_eager_rank0 has no ProfilerStep: the picture is the whole GPU span, 84.5 ms with
+    thousands of short kernels; the GPU is idle 86 % of it. A bar at least one pixel wide per
+    kernel painted the lane mostly busy; now a pixel column the GPU spent mostly idle is drawn
+    idle, so the share of busy columns is near the busy share, not near 1."""
+    import io
+
+    from PIL import Image
+
+    path = SHARED_TRACES / "b200_eager_rank0.json.gz"
+    raw = json.load(gzip.open(path))["traceEvents"]
+    gpu = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in raw
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    lo, hi = min(a for a, _ in gpu), max(b for _, b in gpu)
+    merged, end = 0.0, lo
+    for a, b in sorted(gpu):  # the union of GPU activity, by hand
+        if b > end:
+            merged += b - max(a, end)
+            end = b
+    busy_share = merged / (hi - lo)
+    assert 0.10 < busy_share < 0.18  # the subtitle's 86 % idle, from the raw events
+    ses = Session(load(str(path)), Options())
+    pic = render_timeline(timeline_inputs(ses))
+    assert "(86%)" in pic.extras["subtitle"]
+    lay = pic.layout
+    (key,) = [lane.key for lane in lay.lanes if lane.key[0] == "gpu"]
+    top, bottom = lay.lane_px(key)
+    y = int((top + bottom) / 2)
+    img = Image.open(io.BytesIO(pic.png)).convert("RGB")
+    origin_ms = ses.trace.meta.origin_ns / 1e6
+    x0, x1 = int(lay.x_px(lo / 1000 - origin_ms)) + 1, int(lay.x_px(hi / 1000 - origin_ms))
+
+    def is_bar(c):
+        return any(
+            sum(abs(a - b) for a, b in zip(c, _rgb(KIND_COLORS[k]))) < 60 for k in ("kernel", "memcpy", "memset")
+        )
+
+    drawn_busy = sum(is_bar(img.getpixel((x, y))) for x in range(x0, x1)) / (x1 - x0)
+    assert drawn_busy < busy_share + 0.05, drawn_busy
+
+
+def _rgb(h: str) -> tuple[int, int, int]:
+    h = h.lstrip("#")
+    return tuple(int(h[i : i + 2], 16) for i in (0, 2, 4))

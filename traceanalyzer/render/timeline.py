@@ -17,6 +17,7 @@ import os
 
 import polars as pl
 
+from traceanalyzer.render.pixels import idle_pixels, runs, spread, without_idle
 from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported for the pictures' users
     CAUSE_COLORS,
     FALLBACK_COLORS,
@@ -196,6 +197,13 @@ def render_timeline(
     draws: list[tuple[tuple, str, pl.DataFrame]] = []
     cpu_bars = merge_by_pixel(cpu, ["pid", "tid", "kind"], int(lo_ns), ns_per_px)
     gpu_bars = merge_by_pixel(gpu, ["device", "stream", "kind"], int(lo_ns), ns_per_px)
+    # Where the GPU was idle most of a pixel, idle shows (the subtitle's share) and bars give way.
+    idle_px = pl.DataFrame()
+    if band is not None and gaps.has_gpu_work and gaps.all_gaps.height:
+        near = gaps.all_gaps.filter(pl.col("device").is_in(shown_devices))
+        idle_px = idle_pixels(near, origin, lo_ns, ns_per_px, int(plot_w))
+        gpu_bars = without_idle(gpu_bars, idle_px, ["device", "stream", "kind"])
+        _draw_idle_pixels(ax, idle_px, gap_rows, band, lo_ns, ns_per_px, origin)
     for (pid, tid, kind), part in cpu_bars.partition_by(["pid", "tid", "kind"], as_dict=True).items():
         if ("cpu", pid, tid) in index:
             draws.append((("cpu", pid, tid), kind, part))
@@ -298,7 +306,9 @@ def render_timeline(
         fig.text(0.5, 1 - 34 / height, busy_line, ha="center", va="top", fontsize=10)
 
     handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in kinds_drawn]
-    causes = cause_order(gap_rows["cause"].unique().to_list()) if gap_rows.height else []
+    shaded = set(gap_rows["cause"].to_list()) if gap_rows.height else set()
+    shaded |= set(idle_px["cause"].to_list()) if idle_px.height else set()
+    causes = cause_order(sorted(shaded))
     handles += [Patch(facecolor=cause_color(c), alpha=GAP_ALPHA + 0.15, label=f"GPU idle: {c}") for c in causes]
     if handles:
         fig.legend(
@@ -325,6 +335,39 @@ def render_timeline(
         "labels": texts,
     }
     return Picture(data, layout, w, extras, fmt)
+
+
+def _draw_idle_pixels(ax, idle_px, drawn, band, lo_ns, ns_per_px, origin) -> None:
+    """Shade the idle-dominated pixel columns that no drawn gap covers (gaps under two pixels)."""
+    from matplotlib.patches import Rectangle
+
+    if idle_px.is_empty():
+        return
+    if drawn.height:  # pixels a shaded gap already covers stay as they are (no double shade)
+        covered = spread(
+            drawn.select(
+                "device",
+                ts_ns=origin + pl.col("start_us") * 1000.0,
+                end_ns=origin + (pl.col("start_us") + pl.col("duration_us")) * 1000.0,
+            ),
+            ["device"],
+            lo_ns,
+            ns_per_px,
+        ).filter(pl.col("ns") >= 0.5 * ns_per_px)
+        idle_px = idle_px.join(covered.select("device", "px").unique(), on=["device", "px"], how="anti")
+    for r in runs(idle_px, ["cause"]).iter_rows(named=True):
+        x0 = (lo_ns + r["px0"] * ns_per_px - origin) / 1e6
+        ax.add_patch(
+            Rectangle(
+                (x0, band[0]),
+                (r["px1"] - r["px0"]) * ns_per_px / 1e6,
+                band[1] - band[0],
+                facecolor=cause_color(r["cause"]),
+                alpha=GAP_ALPHA,
+                linewidth=0,
+                zorder=1,
+            )
+        )
 
 
 def _draw_steps(ax, trace: Trace, lo_ns: float, hi_ns: float, origin: int) -> None:
