@@ -69,3 +69,38 @@ def without_idle(bars: pl.DataFrame, idle: pl.DataFrame, by: list[str]) -> pl.Da
     cols = bars.with_columns(px=pl.int_ranges("px0", "px1")).explode("px").drop("px0", "px1")
     kept = cols.join(idle.select("device", "px"), on=["device", "px"], how="anti")
     return runs(kept, by)
+
+
+def shade_idle(ax, idle_px, drawn, band, lo_ns, ns_per_px, origin) -> None:
+    """Shade the idle-dominated pixel columns that no drawn gap covers (gaps under two pixels)."""
+    from matplotlib.patches import Rectangle
+
+    from traceanalyzer.render.timeline_layout import GAP_ALPHA, cause_color
+
+    if idle_px.is_empty():
+        return
+    if drawn.height:  # pixels a shaded gap already covers stay as they are (no double shade)
+        covered = spread(
+            drawn.select(
+                "device",
+                ts_ns=origin + pl.col("start_us") * 1000.0,
+                end_ns=origin + (pl.col("start_us") + pl.col("duration_us")) * 1000.0,
+            ),
+            ["device"],
+            lo_ns,
+            ns_per_px,
+        ).filter(pl.col("ns") >= 0.5 * ns_per_px)
+        idle_px = idle_px.join(covered.select("device", "px").unique(), on=["device", "px"], how="anti")
+    for r in runs(idle_px, ["cause"]).iter_rows(named=True):
+        x0 = (lo_ns + r["px0"] * ns_per_px - origin) / 1e6
+        ax.add_patch(
+            Rectangle(
+                (x0, band[0]),
+                (r["px1"] - r["px0"]) * ns_per_px / 1e6,
+                band[1] - band[0],
+                facecolor=cause_color(r["cause"]),
+                alpha=GAP_ALPHA,
+                linewidth=0,
+                zorder=1,
+            )
+        )

@@ -17,7 +17,7 @@ import os
 
 import polars as pl
 
-from traceanalyzer.render.pixels import idle_pixels, runs, spread, without_idle
+from traceanalyzer.render.pixels import idle_pixels, shade_idle, without_idle
 from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported for the pictures' users
     CAUSE_COLORS,
     FALLBACK_COLORS,
@@ -203,7 +203,7 @@ def render_timeline(
         near = gaps.all_gaps.filter(pl.col("device").is_in(shown_devices))
         idle_px = idle_pixels(near, origin, lo_ns, ns_per_px, int(plot_w))
         gpu_bars = without_idle(gpu_bars, idle_px, ["device", "stream", "kind"])
-        _draw_idle_pixels(ax, idle_px, gap_rows, band, lo_ns, ns_per_px, origin)
+        shade_idle(ax, idle_px, gap_rows, band, lo_ns, ns_per_px, origin)
     for (pid, tid, kind), part in cpu_bars.partition_by(["pid", "tid", "kind"], as_dict=True).items():
         if ("cpu", pid, tid) in index:
             draws.append((("cpu", pid, tid), kind, part))
@@ -335,39 +335,6 @@ def render_timeline(
         "labels": texts,
     }
     return Picture(data, layout, w, extras, fmt)
-
-
-def _draw_idle_pixels(ax, idle_px, drawn, band, lo_ns, ns_per_px, origin) -> None:
-    """Shade the idle-dominated pixel columns that no drawn gap covers (gaps under two pixels)."""
-    from matplotlib.patches import Rectangle
-
-    if idle_px.is_empty():
-        return
-    if drawn.height:  # pixels a shaded gap already covers stay as they are (no double shade)
-        covered = spread(
-            drawn.select(
-                "device",
-                ts_ns=origin + pl.col("start_us") * 1000.0,
-                end_ns=origin + (pl.col("start_us") + pl.col("duration_us")) * 1000.0,
-            ),
-            ["device"],
-            lo_ns,
-            ns_per_px,
-        ).filter(pl.col("ns") >= 0.5 * ns_per_px)
-        idle_px = idle_px.join(covered.select("device", "px").unique(), on=["device", "px"], how="anti")
-    for r in runs(idle_px, ["cause"]).iter_rows(named=True):
-        x0 = (lo_ns + r["px0"] * ns_per_px - origin) / 1e6
-        ax.add_patch(
-            Rectangle(
-                (x0, band[0]),
-                (r["px1"] - r["px0"]) * ns_per_px / 1e6,
-                band[1] - band[0],
-                facecolor=cause_color(r["cause"]),
-                alpha=GAP_ALPHA,
-                linewidth=0,
-                zorder=1,
-            )
-        )
 
 
 def _draw_steps(ax, trace: Trace, lo_ns: float, hi_ns: float, origin: int) -> None:
