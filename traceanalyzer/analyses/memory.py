@@ -23,13 +23,13 @@ import polars as pl
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.memory_timeline import MB, step_function
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.options import MemoryOptions, Options
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.trace import Trace
 
-MB = 1024 * 1024
 NO_MEMORY_NOTE = (
     "no [memory] events in this trace: capture it with torch.profiler.profile(profile_memory=True) "
     "to see allocations, the peak and who made it"
@@ -233,49 +233,6 @@ def _step_boundaries(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _timeline(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
-    """The allocated and reserved step functions per device, decimated only where events crowd
-    into one of `points` buckets: a bucket keeps its first and last event and the events of its
-    smallest and largest value (allocated and reserved: the M4 rule), so every change point of
-    a sparse stretch is kept, the envelope drawn at that resolution is exact, and an empty
-    bucket holds the value before it (never a maximum over time with no event)."""
-    if ev.is_empty():
-        return pl.DataFrame(
-            schema={"device": pl.String, "t_us": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64}
-        )
-    lo, hi = ev["ts_ns"].min(), ev["ts_ns"].max()
-    width = max((hi - lo) // max(points, 1) + 1, 1)
-    s = ev.sort("device", "ts_ns", "pos").with_row_index("_i").with_columns(_b=(pl.col("ts_ns") - lo) // width)
-    i = pl.col("_i")
-    res = pl.col("total_reserved").fill_null(0)
-    keep = (
-        s.group_by("device", "_b")
-        .agg(
-            pl.concat_list(
-                i.first(),
-                i.last(),
-                i.sort_by("allocated").first(),
-                i.sort_by("allocated").last(),
-                i.sort_by(res).first(),
-                i.sort_by(res).last(),
-            ).alias("_k")
-        )
-        .explode("_k")
-        .select(_i="_k")
-        .unique()
-    )
-    return (
-        s.join(keep, on="_i", how="semi")
-        .sort("_i")
-        .select(
-            "device",
-            t_us=(pl.col("ts_ns") - trace.meta.origin_ns) / 1000.0,
-            allocated_mb=pl.col("allocated") / MB,
-            reserved_mb=pl.col("total_reserved") / MB,
-        )
-    )
-
-
 def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None) -> MemoryResult:
     """The peak per device, who holds it, top allocating ops, growth per step, never freed."""
     opts = Options.of(options).memory
@@ -405,7 +362,7 @@ def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None)
         top_ops=_top_ops(trace, ev),
         never_freed=listing(never),
         steps=_step_boundaries(trace, ev),
-        timeline=_timeline(trace, ev, opts.timeline_points),
+        timeline=step_function(trace, ev, opts.timeline_points),
         has_addresses=has_addr,
         note=None
         if has_totals
