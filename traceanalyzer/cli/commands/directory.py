@@ -79,7 +79,8 @@ def write_dir_report(
     from traceanalyzer.render.skew_map import skew_map_png
 
     rep, mr = _build("report", path, options, top, groups, None, fail_on)
-    png = skew_map_png(mr.matched.arrivals) if mr.matched is not None else None
+    job = os.path.basename(os.path.normpath(path))
+    png = skew_map_png(mr.matched.arrivals, job=job) if mr.matched is not None else None
     if png is not None:
         caption = "ranks x collectives: µs after the first rank"
         skew = Section("Arrival skew across ranks", blocks=(Image("skew_map.png", png, caption),))
