@@ -116,7 +116,7 @@ def fit_columns(
     natural = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     prose = [h in WRAP_COLUMNS for h in headers]
     name = [h in NAME_COLUMNS and not numeric[i] for i, h in enumerate(headers)]
-    key = next((i for i in range(n) if name[i]), 0)
+    key = next((i for i in range(n) if name[i] and headers[i] not in DROP_FIRST), 0)
     keep_always = {key} | {i for i, h in enumerate(headers) if h in protect}
 
     def least(i: int) -> int:

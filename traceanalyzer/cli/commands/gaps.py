@@ -12,7 +12,8 @@ import click
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.cli.commands.common import emit, head, open_session, record_option, record_report, with_health
-from traceanalyzer.cli.options import build_options, option_flags, output_options, picture_format
+from traceanalyzer.cli.options import build_options, fail_on_option, option_flags, output_options, picture_format
+from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
@@ -121,8 +122,16 @@ def gaps_report(ses: Session, top: int) -> Report:
     help="also write a timeline (.png, .svg or .pdf) with gaps shaded by cause",
 )
 @record_option("gap", "longest first")
+@fail_on_option()
 def command(
-    trace: str, fmt: str | None, top: int, output: str | None, plot: str | None, record: int | None, **kwargs
+    trace: str,
+    fmt: str | None,
+    top: int,
+    output: str | None,
+    plot: str | None,
+    record: int | None,
+    fail_on: tuple[str, ...],
+    **kwargs,
 ) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
     plot_fmt = picture_format(plot) if plot else None  # a wrong extension fails before the work
@@ -130,7 +139,9 @@ def command(
     from traceanalyzer.cli.commands import directory as rank_dir  # a directory of per-rank files: cross-rank report
 
     if rank_dir.is_rank_dir(trace):
-        emit(rank_dir.dir_report("gaps", trace, options, top, GROUPS), fmt, output)
+        rep = rank_dir.dir_report("gaps", trace, options, 20 if top is None else top, GROUPS, fail_on=fail_on)
+        emit(rep, fmt, output)
+        rank_dir.check_fail_on(rep, fail_on)  # any rank, or the job
         return
     ses = open_session(trace, options)
     result = ses.gaps
@@ -144,3 +155,6 @@ def command(
 
         write_gap_plot(timeline_inputs(ses), plot, plot_fmt)
         click.echo(f"wrote {plot}", err=True)
+    failed = sorted({f.rule for f in ses.findings} & set(fail_on))
+    if failed:
+        raise RegressionDetected(None, f"--fail-on: finding(s) fired: {', '.join(failed)}")
