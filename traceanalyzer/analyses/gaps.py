@@ -17,6 +17,7 @@ from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, ClassifiedGaps, cla
 from traceanalyzer.analyses.gap_culprits import name_culprits
 from traceanalyzer.analyses.intervals import us_sum
 from traceanalyzer.options import GapOptions, Options
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
 __all__ = ["CAUSES", "HINTS", "GapsResult", "analyse_gaps", "classify_gaps"]
@@ -38,8 +39,8 @@ def _by_cause(gaps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-@dataclass(frozen=True)
-class GapsResult:
+@dataclass(frozen=True, repr=False)
+class GapsResult(Compact):
     """Every GPU idle gap of a trace with its cause and culprit, and the totals per device and
     step. The start-up (see `analyses.startup`) is set apart: `steady_*` speak of the rest."""
 

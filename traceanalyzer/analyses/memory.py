@@ -28,6 +28,7 @@ from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.options import MemoryOptions, Options
 from traceanalyzer.patterns import PROFILER_STEP
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
 NO_MEMORY_NOTE = (
@@ -36,8 +37,8 @@ NO_MEMORY_NOTE = (
 )
 
 
-@dataclass(frozen=True)
-class MemoryResult:
+@dataclass(frozen=True, repr=False)
+class MemoryResult(Compact):
     """Device memory of a trace: peaks, who holds them, top allocating ops, growth, never freed."""
 
     trace_path: str
