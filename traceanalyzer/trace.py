@@ -99,6 +99,17 @@ class Trace:
         """Whether the trace holds any kernel, memcpy or memset."""
         return self.gpu.height > 0
 
+    @property
+    def cut_short(self) -> str | None:
+        """The loader's warning when the file was truncated or damaged and read only up to where
+        it breaks (so what is missing may be any kind of event), else None."""
+        return next((w for w in self.warnings if "truncated" in w or "damaged" in w or "could not be read" in w), None)
+
+    @property
+    def gpu_cut_off(self) -> bool:
+        """No GPU activity was read from a file cut short: not a CPU-only trace, an unknown one."""
+        return not self.has_gpu_work and self.cut_short is not None
+
     def _summary(self) -> list[tuple[str, str]]:
         m = self.meta
         devices = ", ".join(sorted({d.name for d in m.devices})) or "none listed"

@@ -26,6 +26,10 @@ NO_GPU_NOTE = (
     "no GPU work in this trace (kernels, memcpys or memsets): no GPU idle time to analyse; "
     "`traceanalyzer summary` shows where the CPU time went"
 )
+CUT_OFF_NOTE = (
+    "no GPU event was read: the file is cut short (see the trace health), so its GPU work, if any, is in the "
+    "part that is missing; no GPU idle time can be told"
+)
 
 
 def _by_cause(gaps: pl.DataFrame) -> pl.DataFrame:
@@ -117,7 +121,17 @@ def analyse_gaps(
     if not trace.has_gpu_work:
         empty = pl.DataFrame()
         return GapsResult(
-            trace.path, opts, False, window_kind, empty, empty, empty, empty, empty, empty, note=NO_GPU_NOTE
+            trace.path,
+            opts,
+            False,
+            window_kind,
+            empty,
+            empty,
+            empty,
+            empty,
+            empty,
+            empty,
+            note=CUT_OFF_NOTE if trace.gpu_cut_off else NO_GPU_NOTE,
         )
     classified = classified or classify_gaps(trace, bundle)
     per_window = classified.per_window

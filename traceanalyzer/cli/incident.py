@@ -40,6 +40,9 @@ SECTIONS = (
 )
 CPU_ONLY_SECTIONS = ("Verdict", "Findings", "Trace", "Stages", "Memory", "Warnings")
 CPU_ONLY = "CPU-only trace: no GPU activity was recorded, so there is no GPU idle time, copy or kernel to analyse."
+CUT_OFF = (
+    "No GPU event was read: the file is cut short (see Trace health), so this is not known to be a CPU-only trace."
+)
 GAP_COLUMNS = ["device", "step", "start_us", "duration_us", "cause", "op", "range", "python_frame", "waited_on"]
 
 
@@ -62,7 +65,7 @@ def _verdict(ses: Session) -> list[Block]:
     """One or two sentences: how busy the GPU was and why it waited; or that it is CPU-only."""
     gaps = ses.gaps
     if not gaps.has_gpu_work:
-        return [Text.of(CPU_ONLY)]
+        return [Text.of(CUT_OFF if ses.trace.gpu_cut_off else CPU_ONLY)]
     text = ses.verdict.sentence(windows.describe(gaps.window_kind))
     errors = [h for h in ses.health if h.severity == "error"]
     head = (

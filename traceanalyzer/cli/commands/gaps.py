@@ -46,7 +46,7 @@ def gaps_report(ses: Session, top: int) -> Report:
     th = ses.options.thresholds(GROUPS)
     warnings = ses.warnings
     if not result.has_gpu_work:
-        return Report(
+        report = Report(
             "gaps",
             result.trace_path,
             th,
@@ -55,6 +55,7 @@ def gaps_report(ses: Session, top: int) -> Report:
             headline=result.note,
             warnings=warnings,
         )
+        return with_health(report, ses, "busy_share", "gap_causes")
     dev = result.devices
     headline = ses.verdict.sentence(windows.describe(result.window_kind))
     explain = EXPLAINED_BY.get(ses.verdict.top_cause or "")

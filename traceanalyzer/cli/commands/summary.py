@@ -91,7 +91,7 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
             + f" of {len(names)} listed"
         ]
         if used
-        else ["CPU-only trace"]
+        else ["no GPU event read (the file is cut short)" if ses.trace.gpu_cut_off else "CPU-only trace"]
     )
     st = ses.steps
     if st.window_kind == "steps":
@@ -99,7 +99,9 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
     else:
         parts.append("no ProfilerStep (the trace counts as one step)")
     busy = ses.gaps.busy_share
-    parts.append(f"GPU busy {busy:.1%}" if busy is not None else "no GPU work")
+    parts.append(
+        f"GPU busy {busy:.1%}" if busy is not None else "GPU time unknown" if ses.trace.gpu_cut_off else "no GPU work"
+    )
     parts.append("findings: " + (", ".join(dict.fromkeys(f.rule for f in findings)) if findings else "none"))
     return "; ".join(parts)
 
@@ -120,7 +122,12 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     sections = [
         Section("Devices", _devices(ses).drop("memory_bytes"), export=_devices(ses).drop("memory_gib"))
         if g.has_gpu_work
-        else Section("Devices", text="none: a CPU-only trace (no GPU activity recorded)"),
+        else Section(
+            "Devices",
+            text="none read: the file is cut short before any GPU event (see the trace health)"
+            if ses.trace.gpu_cut_off
+            else "none: a CPU-only trace (no GPU activity recorded)",
+        ),
         Section(
             f"Steps ({ses.step_source})",
             ses.steps.table.select("step", "kind", "duration_us", "busy_share", "kernel_share", "outlier", "warmup"),
