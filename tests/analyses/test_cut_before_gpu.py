@@ -14,7 +14,10 @@ from traceanalyzer.cli import cli
 def _cut_trace(tmp_path):
     ops = [x_event("cpu_op", f"aten::op{k}", 100.0 * k, 50.0) for k in range(20)]
     launches = [x_event("cuda_runtime", "cudaLaunchKernel", 100.0 * k + 10, 5.0, correlation=k) for k in range(20)]
-    kernels = [x_event("kernel", f"k{k}", 100.0 * k + 30, 40.0, pid=0, tid=7, device=0, stream=7, correlation=k) for k in range(20)]
+    kernels = [
+        x_event("kernel", f"k{k}", 100.0 * k + 30, 40.0, pid=0, tid=7, device=0, stream=7, correlation=k)
+        for k in range(20)
+    ]
     path = write_events(tmp_path, ops + launches + kernels)
     text = path.read_text()
     cut = text.index('"cat": "kernel"')  # inside the first kernel event: every GPU event is lost

@@ -98,7 +98,7 @@ class Fit:
 
 
 MIN_NAME = 20  # a folded name column keeps at least this many characters per line
-COMFORTABLE_NAME = 44
+COMFORTABLE_NAME = 40  # a Python frame with its line, most kernel labels
 
 
 def fit_columns(
