@@ -24,7 +24,7 @@ nav.toc ol{margin:.3em 0;padding-left:1.4em}nav.toc a{color:#0b57d0;text-decorat
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}th,td{border:1px solid #ddd;padding:3px 7px}
 th{background:#f4f4f6;text-align:left}td{font-variant-numeric:tabular-nums;vertical-align:top}
 tr:nth-child(even) td{background:#fbfbfc}code{background:#f2f2f4;padding:0 3px;border-radius:3px;
-font-size:.92em;word-break:break-all}td code{background:none;padding:0}.tw{overflow-x:auto;max-width:100%}
+font-size:.92em;overflow-wrap:anywhere}td code{background:none;padding:0;overflow-wrap:normal;word-break:normal}.tw{overflow-x:auto;max-width:100%}
 img{max-width:100%;border:1px solid #eee}p.version{color:#777;font-size:13px}
 strong.sev-high{color:#b3261e}strong.sev-medium{color:#b26a00}strong.sev-low{color:#5f6368}
 strong.sev-error{color:#b3261e}strong.sev-warning{color:#b26a00}strong.sev-info{color:#5f6368}"""

@@ -16,7 +16,7 @@ import polars as pl
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.base import Format
 from traceanalyzer.render.output import write_atomic
-from traceanalyzer.render.values import NAME_COLUMNS, cell
+from traceanalyzer.render.values import NAME_COLUMNS, cell, display_frame
 from traceanalyzer.report import Code, Findings, Image, Inline, Report, Strong, Table, Text
 from traceanalyzer.report import inline as parse
 
@@ -81,6 +81,7 @@ def table(df: pl.DataFrame) -> list[str]:
     """A frame as Markdown table lines: names in code spans, the rest escaped."""
     if df.height == 0:
         return ["_none_"]
+    df = display_frame(df)  # kernel names demangled and shortened, as on a terminal
     cols = df.columns
     out = [
         "| " + " | ".join(escape(c) for c in cols) + " |",

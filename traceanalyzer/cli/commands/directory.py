@@ -86,6 +86,7 @@ def write_dir_report(
         caption = "ranks x collectives: µs after the first rank"
         skew = Section("Arrival skew across ranks", blocks=(Image("skew_map.png", png, caption),))
         rep = dataclasses.replace(rep, sections=(*rep.sections, skew))
+    rep = dataclasses.replace(rep, title=f"traceanalyzer report: {job} ({mr.ranks.height} ranks)")
     written = write_documents(rep, directory, html_too)
     check_fail_on(rep, fail_on)
     return written
