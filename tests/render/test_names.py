@@ -140,3 +140,13 @@ def test_colour_on_a_terminal_only():
     assert "\x1b[1;31m[high]" in coloured and "\x1b[31msync" in coloured.replace("\x1b[0m", "")
     # Same text once the escapes are taken out: colour changes nothing else.
     assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == plain
+
+
+def test_wide_shows_every_column_in_bounded_lines(SHARED_TRACES):
+    # --wide used to print 1,870-character lines: every column is shown, long names fold at 80.
+    out = _run("gaps", SHARED_TRACES / "a100_multistream_syncs.json.gz", "--wide", "--top", "3")
+    header = out.split("== Gaps of")[1].splitlines()[1].split()
+    doc = json.loads(_run("gaps", SHARED_TRACES / "a100_multistream_syncs.json.gz", "--format", "json", "--top", "1"))
+    assert {"device", "step", "cause", "waited_on", "blocked_thread", "next_activity"} <= set(header)
+    assert set(header) <= set(doc["gaps"][0])
+    assert max(len(line) for line in out.splitlines()) < 600

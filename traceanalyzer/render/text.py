@@ -7,6 +7,7 @@ table, with a line saying how many there are in all."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import textwrap
 
@@ -24,6 +25,7 @@ from traceanalyzer.report import Table as TableBlock
 from traceanalyzer.report import Text as TextBlock
 
 UNLIMITED = 100_000  # the "width" of --wide
+WIDE_TEXT = 80  # with --wide, names and prose fold at this width
 
 __all__ = ["RENDERER", "render", "table_lines", "terminal_width"]
 
@@ -57,6 +59,8 @@ def table_lines(
     cells = [[cell(v, c) for c, v in zip(headers, r)] for r in df.iter_rows()]
     numeric = [df.schema[c].is_numeric() for c in headers]
     fit = fit_columns(headers, cells, numeric, UNLIMITED if wide else width, protect)
+    if wide:  # every column, but a long name or text folds at WIDE_TEXT instead of making lines of thousands
+        fit = dataclasses.replace(fit, widths=[min(w, WIDE_TEXT) if f else w for w, f in zip(fit.widths, fit.wrap)])
     table = Table(box=HEAD_RULE, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap):
         table.add_column(
@@ -159,7 +163,8 @@ def render(report: Report) -> str:
         lines.append("")
     if report.thresholds:
         if wide:
-            lines.append("thresholds: " + ", ".join(f"{k}={v}" for k, v in report.thresholds.items()))
+            # prose, wrapped at the width even with --wide (it was one line of ~800 characters)
+            lines += _wrap("thresholds: " + ", ".join(f"{k}={v}" for k, v in report.thresholds.items()), width, False)
         else:
             n = len(report.thresholds)
             lines += _wrap(f"thresholds: {n} values, each a flag (--help); --wide or the JSON lists them", width, wide)
