@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, ClassifiedGaps, classify_gaps
+from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gap_culprits import name_culprits
 from traceanalyzer.analyses.intervals import us_sum
+from traceanalyzer.causes import CAUSES, HINTS, WITH_CULPRIT
 from traceanalyzer.options import GapOptions, Options
 from traceanalyzer.trace import Trace
 
@@ -168,7 +169,7 @@ def analyse_gaps(
         .sort("device")
     )
     culprits = (
-        all_gaps.filter(pl.col("cause") != "kernel_spacing")  # the device's own spacing: no culprit
+        all_gaps.filter(pl.col("cause").is_in(WITH_CULPRIT))  # kernel_spacing, the device's own spacing: none
         .group_by("phase", "cause", "op", "python_frame")
         .agg(gaps=pl.len(), idle_us=us_sum("duration_us"))
         .sort(

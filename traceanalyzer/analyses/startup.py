@@ -6,7 +6,8 @@ never recur. A verdict over a trace that holds them would send the engineer afte
 cost, so the gaps they cause are reported as start-up and the headline and findings speak of
 the steady state after it.
 
-Definition: an *initialisation gap* is one whose cause is `runtime_call` or `slow_launch` and
+Definition: an *initialisation gap* is one whose cause is one-time in the registry
+(`causes.ONE_TIME`: `runtime_call`, `slow_launch`) and
 that lasts at least `startup_gap_us`. The start-up is the longest prefix of the analysis windows
 that ends with an initialisation gap and in which initialisation gaps make up at least half of
 the idle time. Steady-state allocator churn does not qualify: by the time it recurs, the
@@ -24,8 +25,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time
-
-INIT_CAUSES = ("runtime_call", "slow_launch")
+from traceanalyzer.causes import ONE_TIME
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def find_startup(
     if pieces.is_empty() or wins.is_empty():
         return Startup(None)
     d = pl.col("end_ns") - pl.col("start_ns")
-    init = pl.col("cause").is_in(INIT_CAUSES) & (d >= int(startup_gap_us * 1000))
+    init = pl.col("cause").is_in(ONE_TIME) & (d >= int(startup_gap_us * 1000))
     if first_step is not None:
         init = init & (pl.col("step") == first_step)
     p = pieces.sort("start_ns").with_columns(

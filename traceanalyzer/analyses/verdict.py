@@ -2,7 +2,9 @@
 
 - The verdict speaks of the steady state: the start-up (see `analyses.startup`) is set aside
   and said so.
-- `kernel_spacing` never leads: it is the device's own spacing between kernels already queued.
+- A cause the registry marks `leads=False` never leads (`kernel_spacing`: the device's own
+  spacing between kernels already queued). How the leading cause's detail is told is the
+  registry's `detail` (what the GPU waited on, the call, or the culprit op).
 - Advice must fit the trace: at `busy_enough` GPU busy or more there is little idle to recover,
   and no fusion or CUDA-graph advice is given.
 - `gpu_wait` says what the GPU waited on and, when another thread of the process sat in a
@@ -15,11 +17,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.gap_causes import HINTS
 from traceanalyzer.analyses.gaps import GapsResult
+from traceanalyzer.causes import BY_ID, NOT_A_HEADLINE, hint
 
 BUSY_ENOUGH = 0.9
-NOT_A_HEADLINE = ("kernel_spacing",)
+__all__ = ["BUSY_ENOUGH", "NOT_A_HEADLINE", "Verdict", "advice_for", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ def _top(df: pl.DataFrame, by: str, *keys: str) -> dict | None:
 def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
     g = gaps.filter(pl.col("cause") == cause)
     per = "per step" if steps > 1 else "in all"
-    if cause == "gpu_wait":
+    how = BY_ID[cause].detail if cause in BY_ID else "culprit"
+    if how == "waited_on":
         kind = g.with_columns(what=pl.col("waited_on").str.replace(r"\s*\(.*$", ""))
         top = _top(kind, "duration_us", "what")
         text = f"the GPU waited on {top['what']}" if top else None
@@ -83,7 +86,7 @@ def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
                     f"{who['call_us'] / steps / 1000:,.1f} ms {per}"
                 )
         return text
-    if cause in ("sync", "runtime_call", "slow_launch"):
+    if how == "call":
         top = _top(g, "duration_us", "call_api")
         return f"in {top['call_api']} ({top['duration_us'] / 1000:,.1f} ms of idle)" if top else None
     top = _top(g, "duration_us", "op") or _top(g, "duration_us", "python_frame")
@@ -97,12 +100,7 @@ def advice_for(cause: str, busy_share: float | None, with_stack: bool) -> str:
     """The advice for a cause, fitted to the trace."""
     if busy_share is not None and busy_share >= BUSY_ENOUGH:
         return f"the GPU is {busy_share:.0%} busy: little idle time is left to recover"
-    if cause == "untraced" and with_stack:
-        return (
-            "no op, range or Python frame covers the thread then: it was outside the profiled code "
-            "(native code, another library, or the profiler itself)"
-        )
-    return HINTS[cause]
+    return hint(cause, with_stack)
 
 
 def verdict(gaps: GapsResult, steps: int = 1, with_stack: bool = False) -> Verdict:

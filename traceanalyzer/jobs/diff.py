@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.gap_causes import CAUSES
 from traceanalyzer.analyses.op_tree import self_time
+from traceanalyzer.causes import CAUSES
 from traceanalyzer.options import DiffOptions, Options
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.session import Session

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import collectives, windows
-from traceanalyzer.analyses.gap_causes import CAUSES
+from traceanalyzer.causes import CAUSES
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
 from traceanalyzer.options import Options, RankOptions
 from traceanalyzer.session import Session

@@ -19,8 +19,9 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from traceanalyzer.analyses.gaps import HINTS, GapsResult
+from traceanalyzer.analyses.gaps import GapsResult
 from traceanalyzer.analyses.syncs import SyncsResult
+from traceanalyzer.causes import HINTS
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.redact import redact
 from traceanalyzer.trace import Trace
