@@ -80,12 +80,7 @@ def main() -> int:
     ap.add_argument("--commands", nargs="*", default=list(COMMANDS))
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    pairs = [
-        (c, t)
-        for t in _inputs(args.traces)
-        for c in args.commands
-        if t.is_file() or c in DIRECTORY_COMMANDS
-    ]
+    pairs = [(c, t) for t in _inputs(args.traces) for c in args.commands if t.is_file() or c in DIRECTORY_COMMANDS]
     same = differ = 0
     with tempfile.TemporaryDirectory(prefix="compare-outputs-") as tmp:
         base = Path(tmp)
@@ -102,7 +97,10 @@ def main() -> int:
                     print(f"same     {c:8} {t.name}", flush=True)
                     continue
                 differ += 1
-                print(f"DIFFERS  {c:8} {t.name} (exit {rc_a} -> {rc_b})", flush=True)
+                # An output that changes from run to run on the base is not this change's doing.
+                unstable = _run(base, c, t) != (rc_a, a)
+                tag = "UNSTABLE in the base" if unstable else f"exit {rc_a} -> {rc_b}"
+                print(f"DIFFERS  {c:8} {t.name} ({tag})", flush=True)
                 try:
                     diffs = _differences(json.loads(a), json.loads(b))
                 except ValueError:

@@ -88,8 +88,9 @@ def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern
     )
 
 
-def copy_table(trace: Trace, collective_pattern: str) -> pl.DataFrame:
-    """Per-copy facts in ns (internal): the frame behind `CopiesResult.copies`."""
+def copy_table(trace: Trace, collective_pattern: str, blocking: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per-copy facts in ns (internal): the frame behind `CopiesResult.copies`; `blocking` is
+    the trace's `cpu_activity.blocking_calls` when already computed."""
     gpu = trace.gpu.filter(pl.col("kind").is_in(["memcpy", "memset"]))
     name = pl.col("name").fill_null("")
     host = (
@@ -108,7 +109,9 @@ def copy_table(trace: Trace, collective_pattern: str) -> pl.DataFrame:
         .then(pl.lit("memset"))
         .otherwise(name.str.extract(COPY_DIRECTION, 1))
     ).with_columns(host_memory=host)
-    blocking = blocking_calls(trace).select("runtime_id", _blocking=pl.lit(True))
+    blocking = (blocking if blocking is not None else blocking_calls(trace)).select(
+        "runtime_id", _blocking=pl.lit(True)
+    )
     calls = trace.runtime.select("runtime_id", pl.col("dur_ns").alias("_call_ns")).join(
         blocking, on="runtime_id", how="left"
     )
@@ -138,11 +141,14 @@ _TOTALS = (
 )
 
 
-def analyse_copies(trace: Trace, options: Options | CopyOptions | None = None) -> CopiesResult:
-    """Every memcpy and memset with its cost and its site, by site and per step."""
+def analyse_copies(
+    trace: Trace, options: Options | CopyOptions | None = None, *, blocking: pl.DataFrame | None = None
+) -> CopiesResult:
+    """Every memcpy and memset with its cost and its site, by site and per step; `blocking` is
+    the trace's `cpu_activity.blocking_calls` when already computed (the Session passes it)."""
     bundle = Options.of(options)
     opts = bundle.copies
-    t = copy_table(trace, bundle.patterns.collective_pattern)
+    t = copy_table(trace, bundle.patterns.collective_pattern, blocking)
     if t.is_empty():
         empty = pl.DataFrame(schema={c: pl.Null for c in COPY_COLUMNS})
         return CopiesResult(
@@ -175,7 +181,12 @@ def analyse_copies(trace: Trace, options: Options | CopyOptions | None = None) -
     summary = (
         copies.group_by("direction", "host_memory", "op", "range", "python_frame")
         .agg(*_TOTALS, median_gbps=pl.col("gbps").median())
-        .sort("blocked_us", "duration_us", descending=True, nulls_last=True)
+        # ties broken by the site itself: the same trace gives the same JSON every run
+        .sort(
+            ["blocked_us", "duration_us", "direction", "host_memory", "op", "range", "python_frame"],
+            descending=[True, True, False, False, False, False, False],
+            nulls_last=True,
+        )
     )
     # Without ProfilerStep the trace is one step (step null): every copy counts in it.
     counted = copies if trace.steps.is_empty() else copies.filter(pl.col("step").is_not_null())

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
+from traceanalyzer.analyses.cpu_activity import data_loading_ranges
 from traceanalyzer.analyses.intervals import merge
 from traceanalyzer.analyses.step_detection import step_kind
 from traceanalyzer.options import Options, StepOptions
@@ -173,7 +174,7 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern:
                 )
             )
     # Data loading outside every step window: time the loop spent that no step accounts for.
-    data = trace.ops.filter(pl.col("name").str.contains(data_pattern))
+    data = data_loading_ranges(trace, data_pattern)
     if data.height and trace.steps.height:
         inside = (
             data.select("op_id", "ts_ns", "end_ns")

@@ -44,6 +44,9 @@ from traceanalyzer.options import Options, SyncOptions
 from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
 from traceanalyzer.trace import Trace
 
+GPU_WAIT = "gpu_wait"  # the kind of a GPU-side wait: it holds no CPU thread
+IS_STALL = pl.col("kind") != GPU_WAIT  # a sync that held the CPU: the one definition of a stall
+
 SYNC_COLUMNS = [
     "sync_id",
     "kind",
@@ -79,6 +82,26 @@ class SyncsResult:
     blocked_us: float = 0.0  # CPU time blocked in synchronising calls (all of them)
     window_us: float = 0.0  # the analysis windows' total duration
     note: str | None = None
+
+    @property
+    def stalls(self) -> pl.DataFrame:
+        """The listed syncs that held the CPU (every kind but the GPU-side waits)."""
+        return self.syncs.filter(IS_STALL) if self.syncs.height else self.syncs
+
+    @property
+    def waits(self) -> pl.DataFrame:
+        """The listed GPU-side waits (cudaStreamWaitEvent): they hold no CPU thread."""
+        return self.syncs.filter(~IS_STALL) if self.syncs.height else self.syncs
+
+    @property
+    def stall_apis(self) -> pl.DataFrame:
+        """`by_api` for the calls that held the CPU: every one, whatever `min_blocked_us`."""
+        return self.by_api.filter(IS_STALL) if self.by_api.height else self.by_api
+
+    @property
+    def wait_calls(self) -> int:
+        """How many GPU-side waits the trace holds (listed or not)."""
+        return int(self.by_api.filter(~IS_STALL)["calls"].sum()) if self.by_api.height else 0
 
 
 def charged_gaps(
@@ -141,13 +164,18 @@ def _waited_for(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def analyse_syncs(
-    trace: Trace, options: Options | SyncOptions | None = None, *, classified: ClassifiedGaps | None = None
+    trace: Trace,
+    options: Options | SyncOptions | None = None,
+    *,
+    classified: ClassifiedGaps | None = None,
+    blocking: pl.DataFrame | None = None,
 ) -> SyncsResult:
     """Every sync, its bubble and its site; `classified` is the trace's `classify_gaps` result
-    when already computed with the same options (the bubbles come from it)."""
+    when already computed with the same options (the bubbles come from it), `blocking` its
+    `cpu_activity.blocking_calls` (the Session passes both)."""
     bundle = Options.of(options)
     opts = bundle.syncs
-    blocking = blocking_calls(trace)
+    blocking = blocking if blocking is not None else blocking_calls(trace)
     waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
     calls = pl.concat(
         [blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))],
@@ -199,7 +227,7 @@ def analyse_syncs(
     )
     kind = (
         pl.when(~pl.col("_blocking"))
-        .then(pl.lit("gpu_wait"))
+        .then(pl.lit(GPU_WAIT))
         .when(pl.col("op").fill_null("").str.contains(NAMESPACED_OP))
         .then(pl.lit("implicit"))
         .otherwise(pl.lit("explicit"))
@@ -233,7 +261,7 @@ def analyse_syncs(
         .otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
     )
     table = table.with_columns(_point=point)
-    stalls = table.filter(pl.col("kind") != "gpu_wait")
+    stalls = table.filter(IS_STALL)
     summary = (
         stalls.group_by("kind", "op", "range", "python_frame")
         .agg(
@@ -309,7 +337,7 @@ def analyse_syncs(
         .agg(calls=pl.len(), blocked_us=pl.col("blocked_us").sum(), bubble_us=pl.col("bubble_us").sum())
         .sort("calls", "kind", "api", descending=[True, False, False])  # ties in one order every run
     )
-    listed = table.filter((pl.col("kind") == "gpu_wait") | (pl.col("blocked_us") >= opts.min_blocked_us))
+    listed = table.filter(~IS_STALL | (pl.col("blocked_us") >= opts.min_blocked_us))
     listed = listed.sort("blocked_us", "sync_id", descending=[True, False]).select(SYNC_COLUMNS)
     return SyncsResult(
         trace.path,

@@ -154,7 +154,7 @@ def build_annotations(
             key = f"GPU {r['device']} idle gaps"
             counts[key] = counts.get(key, 0) + 1
     stalls = (
-        syncs.syncs.filter((pl.col("kind") != "gpu_wait") & (pl.col("blocked_us") >= min_us)).sort("start_us")
+        syncs.stalls.filter(pl.col("blocked_us") >= min_us).sort("start_us")
         if syncs is not None and not syncs.note
         else pl.DataFrame()
     )

@@ -22,6 +22,7 @@ from traceanalyzer.analyses.memory import MemoryResult
 from traceanalyzer.analyses.stages import StagesResult
 from traceanalyzer.render.timeline import cause_color, cause_order, new_figure, png_bytes
 from traceanalyzer.trace import Trace
+from traceanalyzer.wording import plural
 
 STAGE_COLORS = {
     "data_loading": "#ff7f0e",
@@ -159,7 +160,7 @@ def stage_bars(
     ax.yaxis.set_major_formatter(_thousands())
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     n = len(labels)
-    fig.suptitle(_title(trace, f"Step time by stage ({source}, {n} step{'s' if n != 1 else ''})"), fontsize=11)
+    fig.suptitle(_title(trace, f"Step time by stage ({source}, {plural(n, 'step')})"), fontsize=11)
     return png_bytes(fig, dpi)
 
 

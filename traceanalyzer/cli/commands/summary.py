@@ -18,7 +18,6 @@ from traceanalyzer.cli.commands.common import (
     findings_table,
     findings_text,
     open_session,
-    plural,
     with_health,
 )
 from traceanalyzer.cli.commands.stages import average_table, stages_payload
@@ -28,6 +27,7 @@ from traceanalyzer.findings import Finding
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
+from traceanalyzer.wording import plural
 
 GROUPS = ("patterns", "gaps", "syncs", "copies", "steps", "stages", "kernels", "memory", "findings", "health", "ranks")
 SCREEN_ROWS = 5

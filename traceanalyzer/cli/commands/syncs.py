@@ -7,13 +7,13 @@ waited for, and the GPU idle bubble that followed, grouped by the op and Python 
 from __future__ import annotations
 
 import click
-import polars as pl
 
 from traceanalyzer.cli.commands.common import emit, findings_payload, findings_text, head, open_session, with_health
 from traceanalyzer.cli.options import build_options, option_flags, output_options
 from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
+from traceanalyzer.wording import plural
 
 GROUPS = ("patterns", "gaps", "syncs", "steps", "health")
 
@@ -59,16 +59,17 @@ def syncs_report(ses: Session, top: int) -> Report:
             warnings=warnings,
         )
     s = result.syncs
-    stalls = s.filter(pl.col("kind") != "gpu_wait")
-    waits = s.filter(pl.col("kind") == "gpu_wait")
-    every = result.by_api.filter(pl.col("kind") != "gpu_wait")
-    n_waits = int(result.by_api.filter(pl.col("kind") == "gpu_wait")["calls"].sum())
+    stalls = result.stalls
+    waits = result.waits
+    every = result.stall_apis
+    n_waits = result.wait_calls
     unit = "step" if ses.trace.steps.height else "trace (no ProfilerStep: one step)"
     headline = (
         f"{int(every['calls'].sum()):,} synchronising calls held the CPU {result.blocked_us / 1000:,.1f} ms (blocked_us); "
         f"they left the GPU idle {result.sync_idle_us / 1000:,.1f} ms (sync_idle_us: {every['bubble_us'].sum() / 1000:,.1f} ms "
-        f"of bubbles after them, the rest while they still blocked) over {result.steps} {unit}"
-        f"{'s' if result.steps != 1 and unit == 'step' else ''}; {n_waits:,} GPU-side waits (cudaStreamWaitEvent)"
+        f"of bubbles after them, the rest while they still blocked) over "
+        f"{plural(result.steps, unit) if unit == 'step' else f'{result.steps} {unit}'}; "
+        f"{n_waits:,} GPU-side waits (cudaStreamWaitEvent)"
     )
     found = ses.findings_of(rules_for("syncs"))
     sections = (
