@@ -151,12 +151,6 @@ def test_renderers_receive_results_only():
 # Renderers that still reach below for result types or a Session while the one report model and
 # the display helper are being built (issue #21, point 4): this set only shrinks, to nothing.
 RENDER_PENDING = {
-    ("traceanalyzer.render.annotate", "traceanalyzer.analyses.gaps"),
-    ("traceanalyzer.render.annotate", "traceanalyzer.analyses.syncs"),
-    ("traceanalyzer.render.charts", "traceanalyzer.analyses.copies"),
-    ("traceanalyzer.render.charts", "traceanalyzer.analyses.gaps"),
-    ("traceanalyzer.render.charts", "traceanalyzer.analyses.memory"),
-    ("traceanalyzer.render.charts", "traceanalyzer.analyses.stages"),
     ("traceanalyzer.render.report_md", "traceanalyzer.analyses"),
     ("traceanalyzer.render.report_md", "traceanalyzer.analyses.copies"),
     ("traceanalyzer.render.report_md", "traceanalyzer.analyses.gaps"),

@@ -14,13 +14,11 @@ Only the top-level metadata is re-encoded, through `redact` (environment, tokens
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import polars as pl
 
-from traceanalyzer.analyses.gaps import GapsResult
-from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.causes import HINTS
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.redact import redact
@@ -31,6 +29,25 @@ CATEGORY = "traceanalyzer"
 SYNC_TID = 1000
 COPY_TID = 1001
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _GapOptions(Protocol):
+    min_gap_us: float
+
+
+class ListedGaps(Protocol):
+    """What the annotations read of the gaps (`analyses.gaps.GapsResult` fits)."""
+
+    options: _GapOptions
+    has_gpu_work: bool
+    gaps: pl.DataFrame  # device, step, start_us, duration_us, cause, op, range, python_frame, ...
+
+
+class SyncStalls(Protocol):
+    """What the annotations read of the syncs (`analyses.syncs.SyncsResult` fits)."""
+
+    note: str | None
+    stalls: pl.DataFrame  # api, start_us, blocked_us, tid, op, range, python_frame
 
 
 @dataclass(frozen=True)
@@ -111,10 +128,10 @@ def free_pid(trace: Trace) -> int:
 
 def build_annotations(
     trace: Trace,
-    gaps: GapsResult,
+    gaps: ListedGaps,
     copies: pl.DataFrame | None = None,
     min_us: float | None = None,
-    syncs: SyncsResult | None = None,
+    syncs: SyncStalls | None = None,
 ) -> Annotations:
     """Events marking the gaps (>= the gaps' min_gap_us), the sync stalls (the `syncs`
     analysis' synchronising calls blocking that long) and the exposed copies."""
