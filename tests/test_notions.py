@@ -97,7 +97,7 @@ def test_short_kernels_are_counted_by_the_kernels_analysis():
 
 
 def _plural_test(node: ast.AST) -> bool:
-    if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "plural":
+    if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") in ("plural", "nouns", "noun"):
         return True
     # `'s' if n != 1 else ''`
     return isinstance(node, ast.IfExp) and isinstance(node.body, ast.Constant) and node.body.value == "s"

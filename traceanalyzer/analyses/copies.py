@@ -8,8 +8,8 @@ Definitions (all per copy):
   host memory is involved (DtoD, PtoP, memset).
 - gbps: bytes / duration (bytes per ns = GB/s); null without bytes or duration.
 - overlap_fraction: the share of the copy's time covered by compute kernels (kernels other than
-  communication) on other streams of the same device; exposed_us: the rest of its duration.
-- blocked_us: how long the issuing runtime call held the CPU thread when that call blocks (a
+  communication) on other streams of the same device; exposed_ns: the rest of its duration.
+- blocked_ns: how long the issuing runtime call held the CPU thread when that call blocks (a
   synchronous cudaMemcpy/hipMemcpyWithStream, or a cudaMemcpyAsync involving pageable memory);
   0 for a call that returns at once, null when the copy's launch is not in the trace.
 - step: the ProfilerStep whose CPU range holds the issuing call, else the (GPU-extended) step
@@ -20,16 +20,18 @@ Definitions (all per copy):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import polars as pl
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge, us_sum
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import display_us
 
 COPY_COLUMNS = [
     "copy_id",
@@ -37,12 +39,12 @@ COPY_COLUMNS = [
     "direction",
     "host_memory",
     "bytes",
-    "start_us",
-    "duration_us",
+    "start_ns",
+    "duration_ns",
     "gbps",
     "overlap_fraction",
-    "exposed_us",
-    "blocked_us",
+    "exposed_ns",
+    "blocked_ns",
     "device",
     "stream",
     "api",
@@ -57,14 +59,34 @@ COPY_COLUMNS = [
 
 @dataclass(frozen=True)
 class CopiesResult:
-    """Every memcpy and memset of a trace, by site and per step (see the module docstring)."""
+    """Every memcpy and memset of a trace, by site and per step (see the module docstring).
+
+    The tables hold int64 ns on the trace clock (`*_ns`, sums as integers); `copies`, `summary`
+    and `per_step` are their display views in µs (`units.display_us`: `start_us` from the trace
+    start), the columns the outputs print."""
 
     trace_path: str
     options: CopyOptions
-    copies: pl.DataFrame  # one row per memcpy/memset, COPY_COLUMNS
-    summary: pl.DataFrame  # by (direction, host_memory, op, range, python_frame)
-    per_step: pl.DataFrame  # step, copies, bytes, duration_us, exposed_us, blocked_us
+    copies_ns: pl.DataFrame  # one row per memcpy/memset, COPY_COLUMNS
+    summary_ns: pl.DataFrame  # by (direction, host_memory, op, range, python_frame)
+    per_step_ns: pl.DataFrame  # step, copies, bytes, duration_ns, exposed_ns, blocked_ns
+    origin_ns: int = 0  # the trace start
     note: str | None = None
+
+    @cached_property
+    def copies(self) -> pl.DataFrame:
+        """`copies_ns` in µs for display."""
+        return display_us(self.copies_ns, self.origin_ns)
+
+    @cached_property
+    def summary(self) -> pl.DataFrame:
+        """`summary_ns` in µs for display."""
+        return display_us(self.summary_ns, self.origin_ns)
+
+    @cached_property
+    def per_step(self) -> pl.DataFrame:
+        """`per_step_ns` in µs for display."""
+        return display_us(self.per_step_ns, self.origin_ns)
 
 
 def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern: str) -> pl.DataFrame:
@@ -135,9 +157,9 @@ def copy_table(trace: Trace, collective_pattern: str, blocking: pl.DataFrame | N
 _TOTALS = (
     pl.len().alias("copies"),
     pl.col("bytes").sum(),
-    us_sum("duration_us"),
-    us_sum("exposed_us"),
-    us_sum("blocked_us"),
+    pl.col("duration_ns").sum(),
+    pl.col("exposed_ns").sum(),
+    pl.col("blocked_ns").sum(),
 )
 
 
@@ -152,9 +174,14 @@ def analyse_copies(
     if t.is_empty():
         empty = pl.DataFrame(schema={c: pl.Null for c in COPY_COLUMNS})
         return CopiesResult(
-            trace.path, opts, empty, pl.DataFrame(), pl.DataFrame(), note="no GPU memcpy or memset in this trace"
+            trace.path,
+            opts,
+            empty,
+            pl.DataFrame(),
+            pl.DataFrame(),
+            trace.meta.origin_ns,
+            note="no GPU memcpy or memset in this trace",
         )
-    origin = trace.meta.origin_ns
     dur = pl.col("end_ns") - pl.col("ts_ns")
     copies = t.sort("blocked_ns", "ts_ns", descending=[True, False], nulls_last=True).select(
         copy_id=pl.col("gpu_id"),
@@ -162,12 +189,12 @@ def analyse_copies(
         direction="direction",
         host_memory="host_memory",
         bytes="bytes",
-        start_us=(pl.col("ts_ns") - origin) / 1000.0,
-        duration_us=dur / 1000.0,
+        start_ns=pl.col("ts_ns"),
+        duration_ns=dur,
         gbps=pl.when((dur > 0) & pl.col("bytes").is_not_null()).then(pl.col("bytes") / dur),
         overlap_fraction=pl.when(dur > 0).then(pl.col("overlap_ns") / dur).otherwise(0.0),
-        exposed_us=(dur - pl.col("overlap_ns")).clip(0) / 1000.0,
-        blocked_us=pl.col("blocked_ns") / 1000.0,
+        exposed_ns=(dur - pl.col("overlap_ns")).clip(0),
+        blocked_ns=pl.col("blocked_ns"),
         device="device",
         stream="stream",
         api=pl.col("launch_api"),
@@ -183,7 +210,7 @@ def analyse_copies(
         .agg(*_TOTALS, median_gbps=pl.col("gbps").median())
         # ties broken by the site itself: the same trace gives the same JSON every run
         .sort(
-            ["blocked_us", "duration_us", "direction", "host_memory", "op", "range", "python_frame"],
+            ["blocked_ns", "duration_ns", "direction", "host_memory", "op", "range", "python_frame"],
             descending=[True, True, False, False, False, False, False],
             nulls_last=True,
         )
@@ -191,4 +218,4 @@ def analyse_copies(
     # Without ProfilerStep the trace is one step (step null): every copy counts in it.
     counted = copies if trace.steps.is_empty() else copies.filter(pl.col("step").is_not_null())
     per_step = counted.group_by("step").agg(*_TOTALS).sort("step")
-    return CopiesResult(trace.path, opts, copies, summary, per_step)
+    return CopiesResult(trace.path, opts, copies, summary, per_step, trace.meta.origin_ns)
