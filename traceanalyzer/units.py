@@ -33,16 +33,29 @@ def duration_us(ns: int | None) -> float:
     return (ns or 0) / 1000.0
 
 
+def shown_in_us(column: str) -> bool:
+    """Whether a column holds ns to be shown in µs: `*_ns`, or `*_ns_*` (`blocked_ns_per_step`)."""
+    return column.endswith("_ns") or "_ns_" in column
+
+
+def us_name(column: str) -> str:
+    """The display name of a ns column: `duration_ns` -> `duration_us`, `blocked_ns_per_step` ->
+    `blocked_us_per_step`."""
+    if column.endswith("_ns"):
+        return column[: -len("_ns")] + "_us"
+    return column.replace("_ns_", "_us_", 1)
+
+
 def us_expr(column: str, origin_ns: int) -> pl.Expr:
-    """The display expression of one `*_ns` column, named `*_us`."""
-    out = column[: -len("_ns")] + "_us"
+    """The display expression of one ns column (`shown_in_us`), named as `us_name` says."""
+    out = us_name(column)
     if is_point(column):
         return ((pl.col(column) - origin_ns) / 1000.0).alias(out)
     return (pl.col(column) / 1000.0).alias(out)
 
 
 def display_us(df: pl.DataFrame, origin_ns: int, keep: Iterable[str] = ()) -> pl.DataFrame:
-    """`df` with every `*_ns` column (but those in `keep`) replaced, in place, by its `*_us`
-    display column: points from the trace start, durations as they are."""
+    """`df` with every ns column (`shown_in_us`, but those in `keep`) replaced, in place, by its
+    µs display column: points from the trace start, durations as they are."""
     kept = set(keep)
-    return df.select(us_expr(c, origin_ns) if c.endswith("_ns") and c not in kept else pl.col(c) for c in df.columns)
+    return df.select(us_expr(c, origin_ns) if shown_in_us(c) and c not in kept else pl.col(c) for c in df.columns)

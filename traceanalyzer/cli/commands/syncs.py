@@ -13,6 +13,7 @@ from traceanalyzer.cli.options import build_options, option_flags, output_option
 from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
+from traceanalyzer.units import duration_us
 from traceanalyzer.wording import plural
 
 GROUPS = ("patterns", "gaps", "syncs", "steps", "health")
@@ -66,7 +67,7 @@ def syncs_report(ses: Session, top: int) -> Report:
     unit = "step" if ses.trace.steps.height else "trace (no ProfilerStep: one step)"
     headline = (
         f"{int(every['calls'].sum()):,} synchronising calls held the CPU {result.blocked_us / 1000:,.1f} ms (blocked_us); "
-        f"they left the GPU idle {result.sync_idle_us / 1000:,.1f} ms (sync_idle_us: {every['bubble_us'].sum() / 1000:,.1f} ms "
+        f"they left the GPU idle {result.sync_idle_us / 1000:,.1f} ms (sync_idle_us: {duration_us(result.bubble_ns) / 1000:,.1f} ms "
         f"of bubbles after them, the rest while they still blocked) over "
         f"{plural(result.steps, unit) if unit == 'step' else f'{result.steps} {unit}'}; "
         f"{n_waits:,} GPU-side waits (cudaStreamWaitEvent)"
@@ -94,8 +95,8 @@ def syncs_report(ses: Session, top: int) -> Report:
             "syncs": int(every["calls"].sum()),
             "gpu_waits": n_waits,
             "blocked_us": result.blocked_us,
-            "bubble_us": every["bubble_us"].sum(),
-            "idle_while_blocked_us": result.sync_idle_us - every["bubble_us"].sum(),
+            "bubble_us": duration_us(result.bubble_ns),
+            "idle_while_blocked_us": duration_us(result.sync_idle_ns - result.bubble_ns),
             "sync_idle_us": result.sync_idle_us,
             "listed": s.height,
             "steps": result.steps,
