@@ -15,8 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from traceanalyzer import analyse_gaps, load
-from traceanalyzer.session import analyse_findings
+from traceanalyzer import analyse_findings, analyse_gaps, load
 
 BUSY_ENOUGH = 0.95
 

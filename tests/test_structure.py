@@ -103,7 +103,7 @@ def test_no_import_cycle_under_type_checking():
 FLOORS = [
     (
         "vocabulary",
-        ("errors", "trace", "patterns", "options", "redact", "links", "version", "causes", "wording", "load"),
+        ("errors", "trace", "patterns", "options", "redact", "links", "version", "causes", "units", "wording", "load"),
     ),
     ("analyses", ("analyses",)),
     ("session", ("session",)),

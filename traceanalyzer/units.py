@@ -59,3 +59,22 @@ def display_us(df: pl.DataFrame, origin_ns: int, keep: Iterable[str] = ()) -> pl
     µs display column: points from the trace start, durations as they are."""
     kept = set(keep)
     return df.select(us_expr(c, origin_ns) if shown_in_us(c) and c not in kept else pl.col(c) for c in df.columns)
+
+
+class Shown:
+    """A result's µs display view of one of its ns tables, computed once on first read:
+    `copies = Shown("copies_ns")` in a frozen result dataclass with an `origin_ns` field."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.name = source
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None) -> pl.DataFrame:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        value = display_us(getattr(obj, self.source), obj.origin_ns)
+        obj.__dict__[self.name] = value  # a frozen dataclass forbids setattr, not its __dict__
+        return value

@@ -20,7 +20,6 @@ Definitions (all per copy):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import polars as pl
 
@@ -31,7 +30,7 @@ from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
 from traceanalyzer.trace import Trace
-from traceanalyzer.units import display_us
+from traceanalyzer.units import Shown
 
 COPY_COLUMNS = [
     "copy_id",
@@ -73,20 +72,10 @@ class CopiesResult:
     origin_ns: int = 0  # the trace start
     note: str | None = None
 
-    @cached_property
-    def copies(self) -> pl.DataFrame:
-        """`copies_ns` in µs for display."""
-        return display_us(self.copies_ns, self.origin_ns)
-
-    @cached_property
-    def summary(self) -> pl.DataFrame:
-        """`summary_ns` in µs for display."""
-        return display_us(self.summary_ns, self.origin_ns)
-
-    @cached_property
-    def per_step(self) -> pl.DataFrame:
-        """`per_step_ns` in µs for display."""
-        return display_us(self.per_step_ns, self.origin_ns)
+    # the µs display views of the ns tables (units.Shown)
+    copies = Shown("copies_ns")
+    summary = Shown("summary_ns")
+    per_step = Shown("per_step_ns")
 
 
 def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern: str) -> pl.DataFrame:

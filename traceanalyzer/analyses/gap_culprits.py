@@ -100,7 +100,7 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 
 def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     """The classified pieces with, per gap: op, range, op_chain, python_frame (the culprit's
-    context), sync_api, call_api / call_us (the runtime call a sync, slow_launch or
+    context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
     act = classified.activity
     pieces = _stream_waits(trace, classified.pieces)
@@ -163,12 +163,12 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         .then(pl.col("launch_api"))
         .when(cause == "runtime_call")
         .then(pl.col("rt_api")),
-        call_us=pl.when(cause == "sync")
-        .then(pl.col("sync_ns") / 1000.0)
+        call_ns=pl.when(cause == "sync")
+        .then(pl.col("sync_ns"))
         .when((cause == "slow_launch") & slow_call)
-        .then((pl.col("launch_end_ns") - pl.col("launch_ts_ns")) / 1000.0)
+        .then(pl.col("launch_end_ns") - pl.col("launch_ts_ns"))
         .when(cause == "runtime_call")
-        .then(pl.col("rt_ns") / 1000.0),
+        .then(pl.col("rt_ns")),
     )
     pieces = pieces.with_columns(culprit_op_id=culprit_op)
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})

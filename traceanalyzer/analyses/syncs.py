@@ -30,7 +30,6 @@ gaps). A sync's bubble plus idle while blocked, summed over all syncs, is the `s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import polars as pl
 
@@ -44,7 +43,7 @@ from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.options import Options, SyncOptions
 from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
 from traceanalyzer.trace import Trace
-from traceanalyzer.units import display_us, duration_us
+from traceanalyzer.units import Shown, duration_us
 
 GPU_WAIT = "gpu_wait"  # the kind of a GPU-side wait: it holds no CPU thread
 IS_STALL = pl.col("kind") != GPU_WAIT  # a sync that held the CPU: the one definition of a stall
@@ -89,25 +88,11 @@ class SyncsResult:
     origin_ns: int = 0  # the trace start
     note: str | None = None
 
-    @cached_property
-    def syncs(self) -> pl.DataFrame:
-        """The listed syncs in µs for display."""
-        return display_us(self.syncs_ns, self.origin_ns)
-
-    @cached_property
-    def summary(self) -> pl.DataFrame:
-        """By site, in µs for display."""
-        return display_us(self.summary_ns, self.origin_ns)
-
-    @cached_property
-    def by_api(self) -> pl.DataFrame:
-        """By kind and API, in µs for display."""
-        return display_us(self.by_api_ns, self.origin_ns)
-
-    @cached_property
-    def per_step(self) -> pl.DataFrame:
-        """Per step, in µs for display."""
-        return display_us(self.per_step_ns, self.origin_ns)
+    # the µs display views of the ns tables (units.Shown)
+    syncs = Shown("syncs_ns")
+    summary = Shown("summary_ns")
+    by_api = Shown("by_api_ns")
+    per_step = Shown("per_step_ns")
 
     @property
     def sync_idle_us(self) -> float:
