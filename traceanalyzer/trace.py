@@ -1,7 +1,7 @@
 """The one data model: typed tables of a trace, its metadata, and the links between them.
 
-All times are int64 nanoseconds on the trace's own clock (`*_ns`); `Trace.origin_ns` is the
-trace start, and analyses report microseconds relative to it.
+All times are int64 nanoseconds on the trace's own clock (`*_ns`); `meta.origin_ns` is the
+trace start, and outputs show microseconds relative to it (`units`).
 """
 
 from __future__ import annotations
@@ -98,10 +98,6 @@ class Trace:
     def has_gpu_work(self) -> bool:
         """Whether the trace holds any kernel, memcpy or memset."""
         return self.gpu.height > 0
-
-    def rel_us(self, ns: int | None) -> float | None:
-        """A trace timestamp as microseconds from the trace start."""
-        return None if ns is None else (ns - self.meta.origin_ns) / 1000.0
 
 
 def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:

@@ -28,6 +28,12 @@ def point_us(ns: int | None, origin_ns: int) -> float | None:
     return None if ns is None else (ns - origin_ns) / 1000.0
 
 
+def point_ms(ns, origin_ns: int):
+    """Trace timestamps (a number or a Series) as milliseconds from the trace start: the time
+    axis of the pictures."""
+    return (ns - origin_ns) / 1e6
+
+
 def duration_us(ns: int | None) -> float:
     """A duration (or a sum of them, an integer) in microseconds; 0 for none."""
     return (ns or 0) / 1000.0

@@ -6,14 +6,6 @@ from __future__ import annotations
 import polars as pl
 
 
-def us_sum(col: str) -> pl.Expr:
-    """Sum of a column of microseconds that came from integer nanoseconds, summed as integers.
-
-    A float sum inside a parallel group_by depends on how polars split the rows (11223.838 one
-    run, 11223.838000000002 the next), so the same trace gave different JSON; integer sums do not."""
-    return (pl.col(col) * 1000).round().cast(pl.Int64).sum() / 1000.0
-
-
 def reach(end: str, by: list[str] | None = None) -> pl.Expr:
     """The furthest end among the earlier rows of each group, rows sorted by start (null on a
     group's first row): the one sweep behind merging intervals, finding the outermost ones and

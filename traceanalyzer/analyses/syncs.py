@@ -122,6 +122,11 @@ class SyncsResult:
         return self.syncs.filter(IS_STALL) if self.syncs.height else self.syncs
 
     @property
+    def stalls_ns(self) -> pl.DataFrame:
+        """`stalls` in ns (`start_ns`, `blocked_ns`, ...)."""
+        return self.syncs_ns.filter(IS_STALL) if self.syncs_ns.height else self.syncs_ns
+
+    @property
     def waits(self) -> pl.DataFrame:
         """The listed GPU-side waits (cudaStreamWaitEvent): they hold no CPU thread."""
         return self.syncs.filter(~IS_STALL) if self.syncs.height else self.syncs

@@ -139,9 +139,9 @@ def rank_result(
         "python_frame": pl.String,
     }
     idle = (
-        gaps.all_gaps.select(
-            start_ns=(pl.col("start_us") * 1000).round(0).cast(pl.Int64) + origin,
-            end_ns=((pl.col("start_us") + pl.col("duration_us")) * 1000).round(0).cast(pl.Int64) + origin,
+        gaps.all_gaps_ns.select(
+            "start_ns",
+            end_ns=pl.col("start_ns") + pl.col("duration_ns"),
             cause="cause",
             op="op",
             python_frame="python_frame",

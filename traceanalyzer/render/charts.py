@@ -20,6 +20,7 @@ import polars as pl
 
 from traceanalyzer.render.timeline import cause_color, cause_order, new_figure, png_bytes
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import point_ms
 from traceanalyzer.wording import plural
 
 
@@ -359,7 +360,7 @@ def memory_timeline(
             color=col,
         )
     for b in trace.steps["start_ns"].to_list():
-        ax.axvline((b - trace.meta.origin_ns) / 1e6, color="#bbbbbb", linestyle=":", linewidth=0.8)
+        ax.axvline(point_ms(b, trace.meta.origin_ns), color="#bbbbbb", linestyle=":", linewidth=0.8)
     ax.set_xlabel("time from trace start (ms)")
     ax.set_ylabel("memory (MiB)")
     ax.yaxis.set_major_formatter(_thousands())

@@ -45,6 +45,7 @@ from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported f
     window_idle,
 )
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import point_ms, point_us
 
 
 def new_figure(width_px: int, height_px: int, dpi: int):
@@ -93,7 +94,7 @@ def _gap_labels(gap_rows: pl.DataFrame, w: Window, origin: int, labelled_gaps: i
     always the largest), largest first, with the visible start/duration."""
     if gap_rows.is_empty():
         return gap_rows
-    a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
+    a_us, b_us = point_us(w.start_ns, origin), point_us(w.end_ns, origin)
     vis = window_idle(
         gap_rows.rename({"start_us": "_s", "duration_us": "_d"}).with_columns(
             start_us=pl.col("_s"), duration_us=pl.col("_d")
@@ -133,7 +134,7 @@ def render_timeline(
     w = window or choose_window(trace)
     origin = trace.meta.origin_ns
     scale = dpi / 100
-    a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
+    a_us, b_us = point_us(w.start_ns, origin), point_us(w.end_ns, origin)
 
     gpu = in_window(trace.gpu.filter(pl.col("device").is_not_null()), w).select(
         "device", "stream", "kind", "ts_ns", "end_ns"
@@ -173,7 +174,7 @@ def render_timeline(
 
     fig = new_figure(width, height, dpi)
     ax = fig.add_axes((left_px / width, bottom_px / height, plot_w / width, plot_h / height))
-    to_ms = lambda px: (lo_ns + px * ns_per_px - origin) / 1e6  # noqa: E731
+    to_ms = lambda px: point_ms(lo_ns + px * ns_per_px, origin)  # noqa: E731
     xlim = (to_ms(0), to_ms(plot_w))
     ax.set_xlim(*xlim)
     ax.set_ylim(n, 0)
@@ -206,7 +207,7 @@ def render_timeline(
     kinds_drawn: set[str] = set()
     for key, kind, part in sorted(draws, key=lambda d: order[d[1]]):
         i = index[key]
-        x0 = (part["px0"].cast(pl.Float64) * ns_per_px + lo_ns - origin) / 1e6
+        x0 = point_ms(part["px0"].cast(pl.Float64) * ns_per_px + lo_ns, origin)
         wd = (part["px1"] - part["px0"]).cast(pl.Float64) * ns_per_px / 1e6
         ax.broken_barh(
             list(zip(x0.to_list(), wd.to_list())),
@@ -333,7 +334,7 @@ def _draw_steps(ax, trace: Trace, lo_ns: float, hi_ns: float, origin: int) -> No
     bounds = sorted(set(steps["start_ns"].to_list()) | set(steps["end_ns"].to_list()))
     for b in bounds:
         if lo_ns <= b <= hi_ns:
-            ax.axvline((b - origin) / 1e6, color="black", linestyle="--", linewidth=1.0, zorder=7)
+            ax.axvline(point_ms(b, origin), color="black", linestyle="--", linewidth=1.0, zorder=7)
     ns_per_px = (hi_ns - lo_ns) / max(ax.get_window_extent().width, 1)
     for r in steps.iter_rows(named=True):
         a, b = max(r["start_ns"], lo_ns), min(r["end_ns"], hi_ns)
@@ -343,7 +344,7 @@ def _draw_steps(ax, trace: Trace, lo_ns: float, hi_ns: float, origin: int) -> No
             if (b - a) / ns_per_px < len(text) * CHAR_PX + 8:
                 continue
         ax.text(
-            ((a + b) / 2 - origin) / 1e6,
+            point_ms((a + b) / 2, origin),
             1.003,
             text,
             transform=ax.get_xaxis_transform(),
@@ -377,7 +378,7 @@ def _draw_blocking(ax, inputs: TimelineInputs, w: Window, index: dict, lo_ns, hi
             if len(text) * CHAR_PX * scale + 8 > (b_ns - a_ns) / ns_per_px:
                 continue
         ax.text(
-            ((a_ns + b_ns) / 2 - origin) / 1e6,
+            point_ms((a_ns + b_ns) / 2, origin),
             index[key] + 0.5,
             text,
             ha="center",
