@@ -22,7 +22,6 @@ PENDING = {
     ("plural", "render/report_md.py"),
     ("health line", "render/report_md.py"),
     # issue #21 point 3, not moved to ns yet: these still make µs / ms from the trace start
-    ("time from the trace start", "analyses/memory.py"),
     ("time from the trace start", "render/report_md.py"),
     ("time from the trace start", "render/timeline_layout.py"),
 }

@@ -15,12 +15,13 @@ from collections.abc import Iterable
 import polars as pl
 
 # Column names of time points (instants on the trace clock), as opposed to durations.
-POINTS = ("start_ns", "end_ns", "ts_ns", "t_ns")
+POINTS = ("start_ns", "end_ns", "ts_ns", "t_ns", "at_ns")
 
 
 def is_point(column: str) -> bool:
-    """Whether a `*_ns` column holds time points (`start_ns`, `startup_end_ns`) or durations."""
-    return column in POINTS or column.endswith(("_start_ns", "_end_ns", "_ts_ns"))
+    """Whether a `*_ns` column holds time points (`start_ns`, `startup_end_ns`, `peak_at_ns`) or
+    durations."""
+    return column in POINTS or column.endswith(("_start_ns", "_end_ns", "_ts_ns", "_at_ns"))
 
 
 def point_us(ns: int | None, origin_ns: int) -> float | None:
