@@ -4,6 +4,9 @@ A fenced block whose first line starts with `$ ` is an example: each `$ ` line i
 repository root (at 100 columns, `COLUMNS=100`) and followed by what it printed (stdout; stderr
 too for commands that only report what they wrote). `$ echo $?` prints the previous exit status.
 Run: `.venv/bin/python scripts/refresh_docs.py` (needs ../shared/traces).
+
+The cause tables of README.md and docs/causes.md are written from the registry
+(`traceanalyzer.causes`) between their markers; `--causes` rewrites only those (no trace needed).
 """
 
 from __future__ import annotations
@@ -53,6 +56,23 @@ def refresh(path: Path) -> None:
         print(f"refreshed {path.relative_to(ROOT)}", file=sys.stderr)
 
 
+def refresh_cause_tables() -> None:
+    """Write the registry's cause tables between the markers of README.md and docs/causes.md."""
+    from traceanalyzer.causes import markdown_table, table_marker
+
+    for name, long in (("README.md", False), ("docs/causes.md", True)):
+        path = ROOT / name
+        text = path.read_text()
+        begin, end = table_marker(long)
+        block = f"{begin}\n{markdown_table(long)}\n{end}"
+        new = re.sub(re.escape(begin) + r"\n.*?\n" + re.escape(end), lambda _m, b=block: b, text, flags=re.S)
+        if new != text:
+            path.write_text(new)
+            print(f"refreshed the cause table of {name}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        refresh(page)
+    refresh_cause_tables()
+    if "--causes" not in sys.argv[1:]:
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+            refresh(page)

@@ -134,12 +134,12 @@ class Session:
     def syncs(self) -> SyncsResult:
         """Every sync, the bubble it left and its site (`analyse_syncs`)."""
         classified = self.classified if self.trace.has_gpu_work else None
-        return analyse_syncs(self.trace, self.options, classified=classified)
+        return analyse_syncs(self.trace, self.options, classified=classified, blocking=self.blocking_calls)
 
     @cached_property
     def copies(self) -> CopiesResult:
         """Every memcpy and memset (`analyse_copies`)."""
-        return analyse_copies(self.trace, self.options)
+        return analyse_copies(self.trace, self.options, blocking=self.blocking_calls)
 
     @cached_property
     def steps(self) -> StepsResult:

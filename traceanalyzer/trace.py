@@ -1,7 +1,7 @@
 """The one data model: typed tables of a trace, its metadata, and the links between them.
 
-All times are int64 nanoseconds on the trace's own clock (`*_ns`); `Trace.origin_ns` is the
-trace start, and analyses report microseconds relative to it.
+All times are int64 nanoseconds on the trace's own clock (`*_ns`); `meta.origin_ns` is the
+trace start, and outputs show microseconds relative to it (`units`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import polars as pl
 from traceanalyzer.links import GROUP, innermost_containing, nest
 from traceanalyzer.patterns import LIBRARY_FRAME as LIBRARY_FRAME_PATTERN
 from traceanalyzer.patterns import PROFILER_STEP as STEP_NAME
+from traceanalyzer.units import point_ms
 
 GPU_KINDS = {
     "kernel": "kernel",
@@ -116,7 +117,7 @@ class Trace:
         devices = ", ".join(sorted({d.name for d in m.devices})) or "none listed"
         return [
             ("path", self.path),
-            ("span", f"{(m.end_ns - m.origin_ns) / 1e6:,.1f} ms"),
+            ("span", f"{point_ms(m.end_ns, m.origin_ns):,.1f} ms"),
             ("steps", f"{self.steps.height:,}"),
             ("ops", f"{self.ops.height:,}"),
             ("gpu", f"{self.gpu.height:,}"),
@@ -135,10 +136,6 @@ class Trace:
         from traceanalyzer.reprs import html_table
 
         return html_table("Trace", self._summary())
-
-    def rel_us(self, ns: int | None) -> float | None:
-        """A trace timestamp as microseconds from the trace start."""
-        return None if ns is None else (ns - self.meta.origin_ns) / 1000.0
 
 
 def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:

@@ -289,16 +289,6 @@ def test_startup_in_the_first_profiler_step(tmp_path):
     assert ses.verdict.top_cause == "data_loading" and ses.verdict.top_share > 0.95
 
 
-def test_the_readme_cause_table_is_the_code(SHARED_TRACES):
-    from pathlib import Path
-
-    from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, MEANINGS
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = {line.split("`")[1] for line in readme.splitlines() if line.startswith("  | `")}
-    assert table == set(CAUSES) == set(MEANINGS) == set(HINTS)
-
-
 def test_a_compiled_model_is_told_about_cuda_graphs_not_torch_compile(real):
     ses = real("v100_memory_events.json.gz")  # CompiledFunction ranges: torch.compile is on
     f = next(f for f in ses.findings if f.rule == "launch_bound")

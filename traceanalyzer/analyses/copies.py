@@ -8,8 +8,8 @@ Definitions (all per copy):
   host memory is involved (DtoD, PtoP, memset).
 - gbps: bytes / duration (bytes per ns = GB/s); null without bytes or duration.
 - overlap_fraction: the share of the copy's time covered by compute kernels (kernels other than
-  communication) on other streams of the same device; exposed_us: the rest of its duration.
-- blocked_us: how long the issuing runtime call held the CPU thread when that call blocks (a
+  communication) on other streams of the same device; exposed_ns: the rest of its duration.
+- blocked_ns: how long the issuing runtime call held the CPU thread when that call blocks (a
   synchronous cudaMemcpy/hipMemcpyWithStream, or a cudaMemcpyAsync involving pageable memory);
   0 for a call that returns at once, null when the copy's launch is not in the trace.
 - step: the ProfilerStep whose CPU range holds the issuing call, else the (GPU-extended) step
@@ -26,11 +26,12 @@ import polars as pl
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge, us_sum
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown
 
 COPY_COLUMNS = [
     "copy_id",
@@ -38,12 +39,12 @@ COPY_COLUMNS = [
     "direction",
     "host_memory",
     "bytes",
-    "start_us",
-    "duration_us",
+    "start_ns",
+    "duration_ns",
     "gbps",
     "overlap_fraction",
-    "exposed_us",
-    "blocked_us",
+    "exposed_ns",
+    "blocked_ns",
     "device",
     "stream",
     "api",
@@ -58,14 +59,24 @@ COPY_COLUMNS = [
 
 @dataclass(frozen=True, repr=False)
 class CopiesResult(Compact):
-    """Every memcpy and memset of a trace, by site and per step (see the module docstring)."""
+    """Every memcpy and memset of a trace, by site and per step (see the module docstring).
+
+    The tables hold int64 ns on the trace clock (`*_ns`, sums as integers); `copies`, `summary`
+    and `per_step` are their display views in µs (`units.display_us`: `start_us` from the trace
+    start), the columns the outputs print."""
 
     trace_path: str
     options: CopyOptions
-    copies: pl.DataFrame  # one row per memcpy/memset, COPY_COLUMNS
-    summary: pl.DataFrame  # by (direction, host_memory, op, range, python_frame)
-    per_step: pl.DataFrame  # step, copies, bytes, duration_us, exposed_us, blocked_us
+    copies_ns: pl.DataFrame  # one row per memcpy/memset, COPY_COLUMNS
+    summary_ns: pl.DataFrame  # by (direction, host_memory, op, range, python_frame)
+    per_step_ns: pl.DataFrame  # step, copies, bytes, duration_ns, exposed_ns, blocked_ns
+    origin_ns: int = 0  # the trace start
     note: str | None = None
+
+    # the µs display views of the ns tables (units.Shown)
+    copies = Shown("copies_ns")
+    summary = Shown("summary_ns")
+    per_step = Shown("per_step_ns")
 
 
 def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern: str) -> pl.DataFrame:
@@ -89,8 +100,9 @@ def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern
     )
 
 
-def copy_table(trace: Trace, collective_pattern: str) -> pl.DataFrame:
-    """Per-copy facts in ns (internal): the frame behind `CopiesResult.copies`."""
+def copy_table(trace: Trace, collective_pattern: str, blocking: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per-copy facts in ns (internal): the frame behind `CopiesResult.copies`; `blocking` is
+    the trace's `cpu_activity.blocking_calls` when already computed."""
     gpu = trace.gpu.filter(pl.col("kind").is_in(["memcpy", "memset"]))
     name = pl.col("name").fill_null("")
     host = (
@@ -109,7 +121,9 @@ def copy_table(trace: Trace, collective_pattern: str) -> pl.DataFrame:
         .then(pl.lit("memset"))
         .otherwise(name.str.extract(COPY_DIRECTION, 1))
     ).with_columns(host_memory=host)
-    blocking = blocking_calls(trace).select("runtime_id", _blocking=pl.lit(True))
+    blocking = (blocking if blocking is not None else blocking_calls(trace)).select(
+        "runtime_id", _blocking=pl.lit(True)
+    )
     calls = trace.runtime.select("runtime_id", pl.col("dur_ns").alias("_call_ns")).join(
         blocking, on="runtime_id", how="left"
     )
@@ -133,23 +147,31 @@ def copy_table(trace: Trace, collective_pattern: str) -> pl.DataFrame:
 _TOTALS = (
     pl.len().alias("copies"),
     pl.col("bytes").sum(),
-    us_sum("duration_us"),
-    us_sum("exposed_us"),
-    us_sum("blocked_us"),
+    pl.col("duration_ns").sum(),
+    pl.col("exposed_ns").sum(),
+    pl.col("blocked_ns").sum(),
 )
 
 
-def analyse_copies(trace: Trace, options: Options | CopyOptions | None = None) -> CopiesResult:
-    """Every memcpy and memset with its cost and its site, by site and per step."""
+def analyse_copies(
+    trace: Trace, options: Options | CopyOptions | None = None, *, blocking: pl.DataFrame | None = None
+) -> CopiesResult:
+    """Every memcpy and memset with its cost and its site, by site and per step; `blocking` is
+    the trace's `cpu_activity.blocking_calls` when already computed (the Session passes it)."""
     bundle = Options.of(options)
     opts = bundle.copies
-    t = copy_table(trace, bundle.patterns.collective_pattern)
+    t = copy_table(trace, bundle.patterns.collective_pattern, blocking)
     if t.is_empty():
         empty = pl.DataFrame(schema={c: pl.Null for c in COPY_COLUMNS})
         return CopiesResult(
-            trace.path, opts, empty, pl.DataFrame(), pl.DataFrame(), note="no GPU memcpy or memset in this trace"
+            trace.path,
+            opts,
+            empty,
+            pl.DataFrame(),
+            pl.DataFrame(),
+            trace.meta.origin_ns,
+            note="no GPU memcpy or memset in this trace",
         )
-    origin = trace.meta.origin_ns
     dur = pl.col("end_ns") - pl.col("ts_ns")
     copies = t.sort("blocked_ns", "ts_ns", descending=[True, False], nulls_last=True).select(
         copy_id=pl.col("gpu_id"),
@@ -157,12 +179,12 @@ def analyse_copies(trace: Trace, options: Options | CopyOptions | None = None) -
         direction="direction",
         host_memory="host_memory",
         bytes="bytes",
-        start_us=(pl.col("ts_ns") - origin) / 1000.0,
-        duration_us=dur / 1000.0,
+        start_ns=pl.col("ts_ns"),
+        duration_ns=dur,
         gbps=pl.when((dur > 0) & pl.col("bytes").is_not_null()).then(pl.col("bytes") / dur),
         overlap_fraction=pl.when(dur > 0).then(pl.col("overlap_ns") / dur).otherwise(0.0),
-        exposed_us=(dur - pl.col("overlap_ns")).clip(0) / 1000.0,
-        blocked_us=pl.col("blocked_ns") / 1000.0,
+        exposed_ns=(dur - pl.col("overlap_ns")).clip(0),
+        blocked_ns=pl.col("blocked_ns"),
         device="device",
         stream="stream",
         api=pl.col("launch_api"),
@@ -176,9 +198,14 @@ def analyse_copies(trace: Trace, options: Options | CopyOptions | None = None) -
     summary = (
         copies.group_by("direction", "host_memory", "op", "range", "python_frame")
         .agg(*_TOTALS, median_gbps=pl.col("gbps").median())
-        .sort("blocked_us", "duration_us", descending=True, nulls_last=True)
+        # ties broken by the site itself: the same trace gives the same JSON every run
+        .sort(
+            ["blocked_ns", "duration_ns", "direction", "host_memory", "op", "range", "python_frame"],
+            descending=[True, True, False, False, False, False, False],
+            nulls_last=True,
+        )
     )
     # Without ProfilerStep the trace is one step (step null): every copy counts in it.
     counted = copies if trace.steps.is_empty() else copies.filter(pl.col("step").is_not_null())
     per_step = counted.group_by("step").agg(*_TOTALS).sort("step")
-    return CopiesResult(trace.path, opts, copies, summary, per_step)
+    return CopiesResult(trace.path, opts, copies, summary, per_step, trace.meta.origin_ns)

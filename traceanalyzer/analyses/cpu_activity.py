@@ -10,6 +10,7 @@ import polars as pl
 
 from traceanalyzer.analyses.intervals import coverage_index, merge
 from traceanalyzer.analyses.op_tree import ancestors
+from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
 from traceanalyzer.trace import Trace
 
@@ -81,19 +82,12 @@ def launch_calls(trace: Trace) -> pl.DataFrame:
     )
 
 
-# What a thread can be doing, in priority order: each moment of a CPU interval goes to the first
-# of these that covers it. Data loading first: whatever a DataLoader range does inside (a sync,
-# a runtime call) is data loading to the person who reads the verdict. `launch` holds the launch
-# calls and the ops that launch GPU work (their dispatch overhead); `cpu_op` the ops that launch
-# nothing.
-LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op", "python")
-
-
 @dataclass(frozen=True)
 class CpuActivity:
     """Per-thread coverage indexes: `blocked` (in synchronising calls) and, for the exclusive
-    split of a CPU interval, `cumulative[k]`: the union of LAYERS[0..k], so that the time of
-    layer k alone is covered(cumulative[k]) - covered(cumulative[k-1])."""
+    split of a CPU interval, `cumulative[k]`: the union of the interval sets of LAYERS[0..k]
+    (`causes.LAYERS`, the priority order), so that the time of layer k alone is
+    covered(cumulative[k]) - covered(cumulative[k-1])."""
 
     blocked: pl.DataFrame
     cumulative: tuple[pl.DataFrame, ...]
@@ -136,16 +130,27 @@ class CpuActivity:
             ]
         )
         is_wrapper = pl.col("op_id").is_in(wrappers.implode()) & ~is_launching
+        # A compiled wrapper's own time is Python (the generated code), not an op's.
         python = pl.concat(
             [
                 trace.python.select(*THREAD, "ts_ns", "end_ns"),
                 real_ops.filter(is_wrapper).select(*THREAD, "ts_ns", "end_ns"),
             ]
         )
-        sets = (data, blocking, other, launch_side, real_ops.filter(~is_launching & ~is_wrapper), python)
+        # One interval set per layer, by name (causes.LAYERS says the order they win in).
+        sets = {
+            "data_loading": data,
+            "sync": blocking,
+            "runtime_call": other,
+            "launch": launch_side,
+            "cpu_op": real_ops.filter(~is_launching & ~is_wrapper),
+            "python": python,
+        }
+        assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
         cumulative = []
         union = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64})
-        for df in sets:
+        for name in LAYERS:
+            df = sets[name]
             both = pl.concat([union, df.select(*THREAD, "ts_ns", "end_ns").cast(union.schema)])
             merged = merge(both, THREAD)
             cumulative.append(coverage_index(merged, THREAD))

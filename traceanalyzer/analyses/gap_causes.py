@@ -36,51 +36,16 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
-from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, step_threads
+from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, step_threads
 from traceanalyzer.analyses.intervals import covered
 from traceanalyzer.analyses.startup import find_startup
+from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
 from traceanalyzer.options import GapOptions, Options
 from traceanalyzer.trace import Trace
 
-CAUSES = (
-    "sync",
-    "data_loading",
-    "cpu_bound",
-    "runtime_call",
-    "slow_launch",
-    "launch_latency",
-    "gpu_wait",
-    "kernel_spacing",
-    "untraced",
-)
-# One line each: what the cause means (the README's cause table and `rules` show these).
-MEANINGS = {
-    "launch_latency": "the work was launched late: its launch call returned after the gap began, right after it "
-    "began or while the thread only issued launches (in launch calls or the ops that launch)",
-    "slow_launch": "the launch call itself, or the op launching it, took the time (over --slow-launch): first launch, "
-    "lazy init, autotuning, JIT",
-    "kernel_spacing": "the work was already queued and the gap is under --kernel-spacing: the device's own spacing",
-    "gpu_wait": "queued work waited on another stream, an event, a collective's peers or a graph dependency",
-    "runtime_call": "the thread sat in a runtime call that neither launches nor synchronises (allocation, "
-    "stream/event creation, module loading)",
-    "data_loading": "the thread was inside a data-loading range",
-    "sync": "the thread was blocked in a synchronising call as the GPU ran dry: the gap is its bubble",
-    "cpu_bound": "the thread ran ops that launch nothing, or Python code with no op under it",
-    "untraced": "no event at all covers the thread",
-}
-HINTS = {
-    "sync": "the CPU waited for the GPU; remove the synchronising call or move it out of the loop",
-    "data_loading": "the CPU was loading data; raise DataLoader num_workers, pin_memory, prefetch_factor",
-    "cpu_bound": "the CPU was busy in ops or Python code that launched no GPU work; move that work off the critical path",
-    "runtime_call": "the CPU sat in a CUDA/HIP runtime call (allocation, stream or event creation, module loading); "
-    "one-time at start-up, else allocator churn: reuse buffers, set PYTORCH_CUDA_ALLOC_CONF",
-    "slow_launch": "a launch call itself took the time (first launch of a module, lazy initialisation, JIT); "
-    "warm up before profiling",
-    "launch_latency": "kernels too short for their launch overhead; fuse them (torch.compile) or use CUDA graphs",
-    "gpu_wait": "work was queued but waited on another stream, an event, a collective or a graph dependency",
-    "kernel_spacing": "the device's own spacing between kernels already queued: nothing to fix on the CPU",
-    "untraced": "no CPU event explains the gap; profile with with_stack=True and record_function ranges",
-}
+# The causes, their meanings and advice live in the registry (traceanalyzer.causes); they are
+# re-exported here for the modules that read them with the classification.
+__all__ = ["CAUSES", "HINTS", "MEANINGS", "ClassifiedGaps", "classify_gaps", "largest_overlap"]
 
 
 def _next_activity(trace: Trace) -> pl.DataFrame:
@@ -146,6 +111,11 @@ def _prev_activity(trace: Trace) -> pl.DataFrame:
     )
 
 
+def _layer_time(layers: tuple[str, ...]) -> pl.Expr:
+    first, *rest = (pl.col(f"t_{layer}") for layer in layers)
+    return sum(rest, first)
+
+
 def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataFrame) -> pl.DataFrame:
     latency = int(o.launch_latency_us * 1000)
     spacing = int(o.kernel_spacing_us * 1000)
@@ -171,24 +141,20 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     gaps = gaps.with_columns(_launch_blocks=pl.col("launch_runtime_id").is_in(blocking_ids).fill_null(False))
     for k, index in enumerate(act.cumulative):
         gaps = covered(gaps, index, THREAD, "cpu_a", "cpu_b", f"_u{k}")
-    # Each moment of the interval to the first layer covering it (cpu_activity.LAYERS).
+    # Each moment of the interval to the first layer covering it (causes.LAYERS).
     gaps = gaps.with_columns(
         [
             (pl.col(f"_u{k}") - (pl.col(f"_u{k - 1}") if k else 0)).clip(0).alias(f"t_{name}")
             for k, name in enumerate(LAYERS)
         ]
-    ).with_columns(t_none=(pl.col("cpu_b") - pl.col("cpu_a") - pl.col(f"_u{len(LAYERS) - 1}")).clip(0))
+    ).with_columns(
+        pl.col("cpu_b").sub(pl.col("cpu_a")).sub(pl.col(f"_u{len(LAYERS) - 1}")).clip(0).alias(f"t_{UNCOVERED}")
+    )
     gaps = gaps.drop([f"_u{k}" for k in range(len(LAYERS))])
     span = pl.col("cpu_b") - pl.col("cpu_a")
-    t_cpu = pl.col("t_cpu_op") + pl.col("t_python")
-    shares = [
-        (pl.col("t_data_loading"), "data_loading"),
-        (pl.col("t_sync"), "sync"),
-        (pl.col("t_runtime_call"), "runtime_call"),
-        (pl.col("t_launch"), "launch_latency"),
-        (t_cpu, "cpu_bound"),
-        (pl.col("t_none"), "untraced"),
-    ]
+    # Each cause decided by the thread's time sums its layers (causes.by_layer_share), in the
+    # order the layers win, so the first of equal shares wins.
+    shares = [(_layer_time(layers), cause) for cause, layers in by_layer_share()]
     largest = pl.max_horizontal([t for t, _ in shares])
     by_cpu = pl.when(pl.col("pid").is_null()).then(pl.lit("untraced"))
     for t, name in shares:

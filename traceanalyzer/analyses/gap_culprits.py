@@ -9,6 +9,7 @@ import polars as pl
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
 from traceanalyzer.analyses.modules import op_modules
+from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
 from traceanalyzer.trace import Trace
 
@@ -41,7 +42,7 @@ def _waited_on(gaps: pl.DataFrame) -> pl.Expr:
     name = pl.col("next_name").fill_null("")
     api = pl.col("launch_api").fill_null("")
     return (
-        pl.when(pl.col("cause") != "gpu_wait")
+        pl.when(~pl.col("cause").is_in(WAITED_ON))
         .then(pl.lit(None, pl.String))
         .when(pl.col("launched_before_trace").fill_null(False))
         .then(pl.lit("work queued before the trace began (its launch is not in the trace)"))
@@ -99,7 +100,7 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 
 def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     """The classified pieces with, per gap: op, range, op_chain, python_frame (the culprit's
-    context), sync_api, call_api / call_us (the runtime call a sync, slow_launch or
+    context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
     act = classified.activity
     pieces = _stream_waits(trace, classified.pieces)
@@ -141,23 +142,21 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     python_only = pl.col("t_python") > pl.col("t_cpu_op")
     # A slow launch names its call when the call took the time, else the op that did.
     slow_call = (pl.col("launch_end_ns") - pl.col("launch_ts_ns")) * 2 >= pl.col("end_ns") - pl.col("start_ns")
-    culprit_op = (
-        pl.when(cause == "sync")
-        .then(pl.col("sync_op_id"))
-        .when(cause == "data_loading")
-        .then(pl.col("data_op"))
+    # The culprit op, found as the registry says for each cause (causes.Cause.culprit); a cause
+    # with no culprit (kernel_spacing: nothing on the CPU made that gap) or found by its Python
+    # line only gets none.
+    how = {
+        "blocking_call": pl.col("sync_op_id"),
+        "data_range": pl.col("data_op"),
         # CPU time in Python frames with no op under them: the frame names it (python_frame).
-        .when((cause == "cpu_bound") & python_only)
-        .then(None)
-        .when(cause == "cpu_bound")
-        .then(pl.col("cpu_op_id"))
-        .when(cause == "runtime_call")
-        .then(pl.col("rt_op_id"))
-        # kernel_spacing has no culprit: nothing on the CPU made that gap.
-        .when(cause.is_in(["gpu_wait", "launch_latency", "slow_launch"]))
-        .then(pl.col("launch_op_id"))
-        .otherwise(None)
-    )
+        "busiest_op": pl.when(python_only).then(None).otherwise(pl.col("cpu_op_id")),
+        "runtime_call": pl.col("rt_op_id"),
+        "launching_op": pl.col("launch_op_id"),
+        "python_line": pl.lit(None, pl.Int64),
+    }
+    culprit_op = pl.lit(None, pl.Int64)
+    for kind in reversed(CULPRITS):
+        culprit_op = pl.when(cause.is_in(culprit_causes(kind))).then(how[kind]).otherwise(culprit_op)
     pieces = pieces.with_columns(
         call_api=pl.when(cause == "sync")
         .then(pl.col("sync_api"))
@@ -165,12 +164,12 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         .then(pl.col("launch_api"))
         .when(cause == "runtime_call")
         .then(pl.col("rt_api")),
-        call_us=pl.when(cause == "sync")
-        .then(pl.col("sync_ns") / 1000.0)
+        call_ns=pl.when(cause == "sync")
+        .then(pl.col("sync_ns"))
         .when((cause == "slow_launch") & slow_call)
-        .then((pl.col("launch_end_ns") - pl.col("launch_ts_ns")) / 1000.0)
+        .then(pl.col("launch_end_ns") - pl.col("launch_ts_ns"))
         .when(cause == "runtime_call")
-        .then(pl.col("rt_ns") / 1000.0),
+        .then(pl.col("rt_ns")),
     )
     pieces = pieces.with_columns(culprit_op_id=culprit_op)
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})

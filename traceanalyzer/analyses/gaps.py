@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, ClassifiedGaps, classify_gaps
+from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gap_culprits import name_culprits
-from traceanalyzer.analyses.intervals import us_sum
+from traceanalyzer.causes import CAUSES, HINTS, WITH_CULPRIT
 from traceanalyzer.options import GapOptions, Options
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown, duration_us, point_us
 
 __all__ = ["CAUSES", "HINTS", "GapsResult", "analyse_gaps", "classify_gaps"]
 
@@ -33,81 +34,115 @@ CUT_OFF_NOTE = (
 
 
 def _by_cause(gaps: pl.DataFrame) -> pl.DataFrame:
-    """cause, idle_us, gaps, share_of_idle: largest first."""
-    total = gaps.select(us_sum("duration_us")).item() if gaps.height else 0.0
+    """cause, idle_ns, gaps, share_of_idle: largest first (integer sums)."""
+    total = int(gaps["duration_ns"].sum()) if gaps.height else 0
     return (
         gaps.group_by("cause")
-        .agg(idle_us=us_sum("duration_us"), gaps=pl.len())
-        .with_columns(share_of_idle=pl.col("idle_us") / total if total else pl.lit(0.0))
-        .sort(["idle_us", "cause"], descending=[True, False])
+        .agg(idle_ns=pl.col("duration_ns").sum(), gaps=pl.len())
+        .with_columns(share_of_idle=pl.col("idle_ns") / total if total else pl.lit(0.0))
+        .sort(["idle_ns", "cause"], descending=[True, False])
     )
 
 
 @dataclass(frozen=True, repr=False)
 class GapsResult(Compact):
     """Every GPU idle gap of a trace with its cause and culprit, and the totals per device and
-    step. The start-up (see `analyses.startup`) is set apart: `steady_*` speak of the rest."""
+    step. The start-up (see `analyses.startup`) is set apart: `steady_*` speak of the rest.
+
+    The tables hold int64 ns on the trace clock (`*_ns`, sums as integers); `devices`, `steps`,
+    `idle_by_cause`, `culprits`, `gaps`, `all_gaps` and `steady_idle_by_cause` are their µs
+    display views (`units.display_us`: `start_us` from the trace start), as the outputs print."""
 
     trace_path: str
     options: GapOptions
     has_gpu_work: bool
     window_kind: str  # see analyses.windows.window_kind
-    devices: pl.DataFrame  # device, window_us, busy_us, idle_us, busy_share
-    steps: pl.DataFrame  # device, step, window_us, busy_us, idle_us, busy_share
-    idle_by_cause: pl.DataFrame  # cause, idle_us, gaps, share_of_idle (every gap)
-    culprits: pl.DataFrame  # phase, cause, op, python_frame, gaps, idle_us
-    gaps: pl.DataFrame  # every gap >= min_gap_us, see GAP_COLUMNS
-    all_gaps: pl.DataFrame  # every gap, whatever its length (same columns)
+    devices_ns: pl.DataFrame  # device, window_ns, busy_ns, idle_ns, busy_share
+    steps_ns: pl.DataFrame  # device, step, window_ns, busy_ns, idle_ns, busy_share
+    idle_by_cause_ns: pl.DataFrame  # cause, idle_ns, gaps, share_of_idle (every gap)
+    culprits_ns: pl.DataFrame  # phase, cause, op, python_frame, gaps, idle_ns
+    gaps_ns: pl.DataFrame  # every gap >= min_gap_us (the columns of all_gaps_ns)
+    all_gaps_ns: pl.DataFrame  # every gap, whatever its length (same columns)
     note: str | None = None
-    steady_idle_by_cause: pl.DataFrame = field(default_factory=pl.DataFrame)  # as idle_by_cause, start-up left out
-    startup_end_us: float | None = None  # where the start-up ends, µs from the trace start
-    startup_window_us: float = 0.0  # window time inside the start-up (summed over devices)
-    startup_busy_us: float = 0.0
+    steady_idle_by_cause_ns: pl.DataFrame = field(default_factory=pl.DataFrame)  # start-up left out
+    startup_end_ns: int | None = None  # where the start-up ends (trace clock)
+    startup_window_ns: int = 0  # window time inside the start-up (summed over devices)
+    startup_busy_ns: int = 0
+    origin_ns: int = 0  # the trace start
+
+    # the µs display views of the ns tables (units.Shown)
+    devices = Shown("devices_ns")
+    steps = Shown("steps_ns")
+    idle_by_cause = Shown("idle_by_cause_ns")
+    steady_idle_by_cause = Shown("steady_idle_by_cause_ns")
+    culprits = Shown("culprits_ns")
+    gaps = Shown("gaps_ns")
+    all_gaps = Shown("all_gaps_ns")
+
+    @property
+    def startup_end_us(self) -> float | None:
+        """Where the start-up ends, µs from the trace start."""
+        return point_us(self.startup_end_ns, self.origin_ns)
+
+    @property
+    def startup_window_us(self) -> float:
+        """Window time inside the start-up (summed over devices), µs."""
+        return duration_us(self.startup_window_ns)
+
+    @property
+    def startup_busy_us(self) -> float:
+        """GPU busy time inside the start-up, µs."""
+        return duration_us(self.startup_busy_ns)
+
+    def _devices_sum(self, col: str) -> int:
+        return int(self.devices_ns[col].sum()) if self.has_gpu_work and self.devices_ns.height else 0
 
     @property
     def window_us(self) -> float:
         """The windows' duration summed over the devices with GPU work (0 without any)."""
-        return float(self.devices["window_us"].sum()) if self.has_gpu_work and self.devices.height else 0.0
+        return duration_us(self._devices_sum("window_ns"))
 
     @property
     def busy_share(self) -> float | None:
         """GPU busy time over window time, all devices together; None without GPU work."""
-        window = self.window_us
-        return float(self.devices["busy_us"].sum()) / window if window else None
+        window = self._devices_sum("window_ns")
+        return self._devices_sum("busy_ns") / window if window else None
+
+    def idle_ns(self, cause: str | None = None, phase: str | None = None) -> int:
+        """GPU idle time in all gaps, or in those of one cause and/or phase (integer ns)."""
+        if not self.has_gpu_work or self.all_gaps_ns.is_empty():
+            return 0
+        gaps = self.all_gaps_ns
+        if phase is not None:
+            gaps = gaps.filter(pl.col("phase") == phase)
+        if cause is not None:
+            gaps = gaps.filter(pl.col("cause") == cause)
+        return int(gaps["duration_ns"].sum())
 
     def idle_us(self, cause: str | None = None) -> float:
         """GPU idle time in all gaps, or in the gaps of one cause."""
-        if not self.has_gpu_work or self.all_gaps.is_empty():
-            return 0.0
-        gaps = self.all_gaps if cause is None else self.all_gaps.filter(pl.col("cause") == cause)
-        return float(gaps["duration_us"].sum())
+        return duration_us(self.idle_ns(cause))
 
     @property
     def startup_idle_us(self) -> float:
         """GPU idle time in the start-up set aside (0 without one)."""
-        if not self.has_gpu_work or self.all_gaps.is_empty():
-            return 0.0
-        return float(self.all_gaps.filter(pl.col("phase") == "startup")["duration_us"].sum())
+        return duration_us(self.idle_ns(phase="startup"))
 
     @property
     def steady_window_us(self) -> float:
         """Window time after the start-up."""
-        return self.window_us - self.startup_window_us
+        return duration_us(self._devices_sum("window_ns") - self.startup_window_ns)
 
     @property
     def steady_busy_share(self) -> float | None:
         """GPU busy share after the start-up (the figure verdicts speak of)."""
-        window = self.steady_window_us
-        busy = float(self.devices["busy_us"].sum()) - self.startup_busy_us if self.has_gpu_work else 0.0
+        window = self._devices_sum("window_ns") - self.startup_window_ns
+        busy = self._devices_sum("busy_ns") - self.startup_busy_ns if self.has_gpu_work else 0
         return busy / window if window > 0 else None
 
     def steady_idle_us(self, cause: str | None = None) -> float:
         """GPU idle time after the start-up, in all gaps or in the gaps of one cause."""
-        if not self.has_gpu_work or self.all_gaps.is_empty():
-            return 0.0
-        gaps = self.all_gaps.filter(pl.col("phase") == "steady")
-        gaps = gaps if cause is None else gaps.filter(pl.col("cause") == cause)
-        return float(gaps["duration_us"].sum())
+        return duration_us(self.idle_ns(cause, phase="steady"))
 
 
 def analyse_gaps(
@@ -132,16 +167,16 @@ def analyse_gaps(
             empty,
             empty,
             note=CUT_OFF_NOTE if trace.gpu_cut_off else NO_GPU_NOTE,
+            origin_ns=trace.meta.origin_ns,
         )
     classified = classified or classify_gaps(trace, bundle)
     per_window = classified.per_window
     pieces = name_culprits(trace, classified)
-    origin = trace.meta.origin_ns
     all_gaps = pieces.select(
         "device",
         "step",
-        start_us=(pl.col("start_ns") - origin) / 1000.0,
-        duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0,
+        start_ns=pl.col("start_ns"),
+        duration_ns=pl.col("end_ns") - pl.col("start_ns"),
         cause=pl.col("cause"),
         phase=pl.col("phase"),
         op=pl.col("op"),
@@ -151,48 +186,44 @@ def analyse_gaps(
         module=pl.col("module"),
         sync_api=pl.when(pl.col("cause") == "sync").then(pl.col("sync_api")),
         call_api=pl.col("call_api"),
-        call_us=pl.col("call_us"),
+        call_ns=pl.col("call_ns"),
         waited_on=pl.col("waited_on"),
         prev_activity=pl.col("prev_name"),
         next_activity=pl.col("next_name"),
         next_stream=pl.col("next_stream"),
         launch_api=pl.col("launch_api"),
         launch_tid=pl.col("launch_tid"),
-        launch_delay_us=(pl.col("next_start_ns") - pl.col("launch_ts_ns")) / 1000.0,
+        launch_delay_ns=pl.col("next_start_ns") - pl.col("launch_ts_ns"),
         blocked_thread=pl.col("blocked_thread"),
     )
-    listed = all_gaps.filter(pl.col("duration_us") >= opts.min_gap_us)
+    listed = all_gaps.filter(pl.col("duration_ns") >= opts.min_gap_us * 1000)
 
     steps = per_window.with_columns(idle_ns=pl.col("window_ns") - pl.col("busy_ns"))
     step_table = steps.select(
         "device",
         "step",
-        window_us=pl.col("window_ns") / 1000.0,
-        busy_us=pl.col("busy_ns") / 1000.0,
-        idle_us=pl.col("idle_ns") / 1000.0,
+        "window_ns",
+        "busy_ns",
+        "idle_ns",
         busy_share=pl.col("busy_ns") / pl.col("window_ns"),
     ).sort("device", "step")
     devices = (
         steps.group_by("device")
-        .agg(
-            window_us=pl.col("window_ns").sum() / 1000.0,
-            busy_us=pl.col("busy_ns").sum() / 1000.0,
-            idle_us=pl.col("idle_ns").sum() / 1000.0,
-        )
-        .with_columns(busy_share=pl.col("busy_us") / pl.col("window_us"))
+        .agg(pl.col("window_ns").sum(), pl.col("busy_ns").sum(), pl.col("idle_ns").sum())
+        .with_columns(busy_share=pl.col("busy_ns") / pl.col("window_ns"))
         .sort("device")
     )
     culprits = (
-        all_gaps.filter(pl.col("cause") != "kernel_spacing")  # the device's own spacing: no culprit
+        all_gaps.filter(pl.col("cause").is_in(WITH_CULPRIT))  # kernel_spacing, the device's own spacing: none
         .group_by("phase", "cause", "op", "python_frame")
-        .agg(gaps=pl.len(), idle_us=us_sum("duration_us"))
+        .agg(gaps=pl.len(), idle_ns=pl.col("duration_ns").sum())
         .sort(
-            ["idle_us", "cause", "op", "python_frame", "phase"],
+            ["idle_ns", "cause", "op", "python_frame", "phase"],
             descending=[True, False, False, False, False],
             nulls_last=True,
         )
     )
-    listed = listed.sort(["duration_us", "device", "start_us"], descending=[True, False, False])
+    listed = listed.sort(["duration_ns", "device", "start_ns"], descending=[True, False, False])
     end = classified.startup_end_ns
     return GapsResult(
         trace.path,
@@ -205,8 +236,9 @@ def analyse_gaps(
         culprits,
         listed,
         all_gaps,
-        steady_idle_by_cause=_by_cause(all_gaps.filter(pl.col("phase") == "steady")),
-        startup_end_us=(end - origin) / 1000.0 if end is not None else None,
-        startup_window_us=classified.startup_window_ns / 1000.0,
-        startup_busy_us=classified.startup_busy_ns / 1000.0,
+        steady_idle_by_cause_ns=_by_cause(all_gaps.filter(pl.col("phase") == "steady")),
+        startup_end_ns=end,
+        startup_window_ns=classified.startup_window_ns,
+        startup_busy_ns=classified.startup_busy_ns,
+        origin_ns=trace.meta.origin_ns,
     )

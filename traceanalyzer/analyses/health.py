@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.analyses.intervals import reach
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.options import HealthOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, LAUNCH_API
@@ -50,6 +51,12 @@ class HealthCheck:
     message: str
     evidence: dict
     unreliable: tuple[str, ...] = ()
+
+    def line(self, strong: str = "") -> str:
+        """The check in one line, `[severity] check: message (unreliable: ...)`: the one wording
+        of every output; `strong` wraps the head (`**` in Markdown)."""
+        tail = f" (unreliable: {', '.join(self.unreliable)})" if self.unreliable else ""
+        return f"{strong}[{self.severity}] {self.check}{strong}: {self.message}{tail}"
 
 
 def _missing_gpu_events(trace: Trace, o: HealthOptions) -> HealthCheck | None:
@@ -123,9 +130,7 @@ def _stream_overlap(trace: Trace, o: HealthOptions) -> HealthCheck | None:
     k = trace.gpu.filter(pl.col("kind") == "kernel").select("device", "stream", "ts_ns", "end_ns")
     if k.is_empty():
         return None
-    k = k.sort("device", "stream", "ts_ns").with_columns(
-        _reach=pl.col("end_ns").cum_max().shift(1).over("device", "stream")
-    )
+    k = k.sort("device", "stream", "ts_ns").with_columns(_reach=reach("end_ns", ["device", "stream"]))
     over = k.filter(pl.col("ts_ns") < pl.col("_reach"))
     share = over.height / k.height
     if share < o.stream_overlap_share:

@@ -6,12 +6,20 @@ from __future__ import annotations
 import polars as pl
 
 
-def us_sum(col: str) -> pl.Expr:
-    """Sum of a column of microseconds that came from integer nanoseconds, summed as integers.
+def reach(end: str, by: list[str] | None = None) -> pl.Expr:
+    """The furthest end among the earlier rows of each group, rows sorted by start (null on a
+    group's first row): the one sweep behind merging intervals, finding the outermost ones and
+    overlaps. A row starting after it opens a new run; one starting before it overlaps an
+    earlier row; one ending by it lies inside an earlier one."""
+    furthest = pl.col(end).cum_max().shift(1)
+    return furthest.over(by) if by else furthest
 
-    A float sum inside a parallel group_by depends on how polars split the rows (11223.838 one
-    run, 11223.838000000002 the next), so the same trace gave different JSON; integer sums do not."""
-    return (pl.col(col) * 1000).round().cast(pl.Int64).sum() / 1000.0
+
+def run_id(start: str, end: str, by: list[str], join: int | float = 0) -> pl.Expr:
+    """A number per run of overlapping intervals (rows sorted by `by`, then start): a row that
+    starts more than `join` after every earlier row of its group has ended opens a new run."""
+    furthest = reach(end)  # per group: the whole expression runs inside one window
+    return (furthest.is_null() | (pl.col(start) > furthest + join)).cast(pl.Int64).cum_sum().over(by)
 
 
 def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end_ns") -> pl.DataFrame:
@@ -19,9 +27,7 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end
     if df.is_empty():
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
     s = df.select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
-    reach = pl.col("end_ns").cum_max().shift(1).over(by)
-    s = s.with_columns(_new=(reach.is_null() | (pl.col("start_ns") > reach)).cast(pl.Int64))
-    s = s.with_columns(_grp=pl.col("_new").cum_sum().over(by))
+    s = s.with_columns(_grp=run_id("start_ns", "end_ns", by))
     return (
         s.group_by([*by, "_grp"])
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())

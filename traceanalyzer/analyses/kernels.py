@@ -69,6 +69,7 @@ class KernelsResult(Compact):
     tensor_core_share: float | None  # of matmul/conv kernel time
     matmul_conv_us: float
     matmul_conv_no_tc_us: float
+    short_names: pl.DataFrame  # the short kernels by name: name, calls, total_us; most calls first
     no_tensor_cores_devices: bool = False  # every device is below compute capability 7.0
 
 
@@ -133,6 +134,11 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         .select(KERNEL_COLUMNS)
     )
     short = k.filter(pl.col("short"))
+    short_names = (
+        short.group_by("name")
+        .agg(calls=pl.len(), total_us=pl.col("dur_ns").sum() / 1000.0)
+        .sort(["calls", "name"], descending=[True, False])
+    )
     outside = k.filter(~pl.col("graph"))
     short_out = outside.filter(pl.col("short")).height
     census = ShortKernels(
@@ -159,4 +165,5 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         matmul_conv_us=mm_us,
         matmul_conv_no_tc_us=no_tc_us,
         no_tensor_cores_devices=without_tensor_cores(trace),
+        short_names=short_names,
     )

@@ -30,6 +30,7 @@ from traceanalyzer.options import MemoryOptions, Options
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown
 
 NO_MEMORY_NOTE = (
     "no [memory] events in this trace: capture it with torch.profiler.profile(profile_memory=True) "
@@ -45,17 +46,22 @@ class MemoryResult(Compact):
     options: MemoryOptions
     has_memory: bool
     has_totals: bool  # False for 2021 traces: allocated is relative to the trace start
-    devices: pl.DataFrame  # one row per device, see _device_summary
-    live_at_peak: pl.DataFrame  # allocations alive at each device's peak, largest first
+    devices_ns: pl.DataFrame  # one row per device (peak_at_ns on the trace clock)
+    live_at_peak_ns: pl.DataFrame  # allocations alive at each device's peak, largest first (at_ns, freed_at_ns)
     live_by_op: pl.DataFrame  # the same grouped by op
     top_ops: pl.DataFrame  # allocating ops: count, self/total bytes, freed bytes
-    never_freed: pl.DataFrame  # allocations with no free inside the trace, largest first
+    never_freed_ns: pl.DataFrame  # allocations with no free inside the trace, largest first
     steps: pl.DataFrame  # allocated/reserved at each step boundary, per device
-    timeline: (
-        pl.DataFrame
-    )  # device, t_us, allocated_mb, reserved_mb: the step functions, change points kept (_timeline)
+    timeline_ns: pl.DataFrame  # device, t_ns, allocated_mb, reserved_mb: the step functions, change points kept
     has_addresses: bool = True  # False for 2021 traces: allocations cannot be paired with frees
     note: str | None = None
+    origin_ns: int = 0  # the trace start
+
+    # µs display views (units.Shown): times from the trace start
+    devices = Shown("devices_ns")
+    live_at_peak = Shown("live_at_peak_ns")
+    never_freed = Shown("never_freed_ns")
+    timeline = Shown("timeline_ns")
 
 
 def device_label(device_type: pl.Expr, device_id: pl.Expr) -> pl.Expr:
@@ -240,13 +246,13 @@ def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None)
     ev = _events(trace)
     if ev.is_empty():
         empty = pl.DataFrame()
+        tables = [empty] * 7
         return MemoryResult(
-            trace.path, opts, False, False, empty, empty, empty, empty, empty, empty, empty, note=NO_MEMORY_NOTE
+            trace.path, opts, False, False, *tables, note=NO_MEMORY_NOTE, origin_ns=trace.meta.origin_ns
         )
     has_totals = ev["total_allocated"].null_count() < ev.height
     has_addr = ev["addr"].null_count() < ev.height
     ev = _attribute(trace, ev)
-    origin = trace.meta.origin_ns
 
     # The peak of each device: its first event with the largest allocated total.
     peak = (
@@ -305,7 +311,7 @@ def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None)
     devices = devices.sort("device_type", "device_id", descending=[True, False]).select(
         "device",
         peak_allocated_mb=pl.col("peak_bytes") / MB,
-        peak_at_us=(pl.col("peak_ts_ns") - origin) / 1000.0,
+        peak_at_ns=pl.col("peak_ts_ns"),
         peak_step=pl.col("step"),
         reserved_at_peak_mb=pl.col("reserved_at_peak") / MB,
         # CPU allocations have no caching allocator: no reserved memory, no cache.
@@ -333,8 +339,8 @@ def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None)
             "device",
             mb=pl.col("bytes") / MB,
             bytes="bytes",
-            at_us=(pl.col("ts_ns") - origin) / 1000.0,
-            freed_at_us=(pl.col("free_ts_ns") - origin) / 1000.0,
+            at_ns=pl.col("ts_ns"),
+            freed_at_ns=pl.col("free_ts_ns"),
             op="op",
             inner_op="inner_op",
             input_dims="input_dims",
@@ -352,21 +358,21 @@ def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None)
         .drop("live_in_trace_bytes", "live_allocs")
         .sort("mb", "device", "op", "range", descending=[True, False, False, False], nulls_last=True)
     )
-    result = MemoryResult(
+    return MemoryResult(
         trace.path,
         opts,
         True,
         has_totals,
-        devices=devices,
-        live_at_peak=live_list,
+        devices_ns=devices,
+        live_at_peak_ns=live_list,
         live_by_op=live_by_op,
         top_ops=_top_ops(trace, ev),
-        never_freed=listing(never),
+        never_freed_ns=listing(never),
         steps=_step_boundaries(trace, ev),
-        timeline=step_function(trace, ev, opts.timeline_points),
+        timeline_ns=step_function(ev, opts.timeline_points),
         has_addresses=has_addr,
         note=None
         if has_totals
         else "this trace (2021 schema) has no allocator totals or addresses: allocated memory is counted from the trace start and allocations are not paired with frees",
+        origin_ns=trace.meta.origin_ns,
     )
-    return result

@@ -1,16 +1,14 @@
 """The memory timeline of a device: the allocated and reserved step functions of its `[memory]`
-events, decimated only where events crowd into one bucket (see `step_function`)."""
+events (`t_ns` on the trace clock), decimated only where events crowd into one bucket (see `step_function`)."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.trace import Trace
-
 MB = 1024 * 1024  # MiB: memory is shown in MiB everywhere
 
 
-def step_function(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
+def step_function(ev: pl.DataFrame, points: int) -> pl.DataFrame:
     """The allocated and reserved step functions per device, decimated only where events crowd
     into one of `points` buckets: a bucket keeps its first and last event and the events of its
     smallest and largest value (allocated and reserved: the M4 rule), so every change point of
@@ -18,7 +16,7 @@ def step_function(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
     bucket holds the value before it (never a maximum over time with no event)."""
     if ev.is_empty():
         return pl.DataFrame(
-            schema={"device": pl.String, "t_us": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64}
+            schema={"device": pl.String, "t_ns": pl.Int64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64}
         )
     lo, hi = ev["ts_ns"].min(), ev["ts_ns"].max()
     width = max((hi - lo) // max(points, 1) + 1, 1)
@@ -46,7 +44,7 @@ def step_function(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
         .sort("_i")
         .select(
             "device",
-            t_us=(pl.col("ts_ns") - trace.meta.origin_ns) / 1000.0,
+            t_ns="ts_ns",
             allocated_mb=pl.col("allocated") / MB,
             reserved_mb=pl.col("total_reserved") / MB,
         )

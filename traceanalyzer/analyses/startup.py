@@ -6,7 +6,8 @@ never recur. A verdict over a trace that holds them would send the engineer afte
 cost, so the gaps they cause are reported as start-up and the headline and findings speak of
 the steady state after it.
 
-Definition: an *initialisation gap* is one whose cause is `runtime_call` or `slow_launch`, that
+Definition: an *initialisation gap* is one whose cause is one-time in the cause registry
+(`causes.ONE_TIME`: `runtime_call`, `slow_launch`), that
 lasts at least `startup_gap_us`, and whose pattern happens once: its key (the runtime call it sat
 in, or the kernel a slow launch launched) does not recur later. A key recurs when its gaps (of
 that cause, at least `startup_gap_us`) fall in two iterations after the first (with two steps or
@@ -29,8 +30,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time
-
-INIT_CAUSES = ("runtime_call", "slow_launch")
+from traceanalyzer.causes import ONE_TIME
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def find_startup(
     if pieces.is_empty() or wins.is_empty():
         return Startup(None)
     d = pl.col("end_ns") - pl.col("start_ns")
-    long_init = pl.col("cause").is_in(INIT_CAUSES) & (d >= int(startup_gap_us * 1000))
+    long_init = pl.col("cause").is_in(ONE_TIME) & (d >= int(startup_gap_us * 1000))
     key = pl.col("init_key") if "init_key" in pieces.columns else pl.lit(None, pl.String)
     p = pieces.sort("start_ns").with_columns(_key=key)
     lo, hi = int(wins["start_ns"].min()), int(wins["end_ns"].max())

@@ -28,6 +28,7 @@ import dataclasses
 
 import polars as pl
 
+from traceanalyzer.analyses.intervals import reach
 from traceanalyzer.options import Options
 from traceanalyzer.patterns import NN_MODULE, STEP_FUNCTION, ZERO_GRAD
 from traceanalyzer.trace import Trace, extend_steps
@@ -49,8 +50,8 @@ _VLLM = r"context_(\d+)\(\d+\)_generation_(\d+)"
 def _outermost(df: pl.DataFrame) -> pl.DataFrame:
     """Occurrences not nested inside an earlier one of the same set (same thread)."""
     df = df.sort("pid", "tid", "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
-    reach = pl.col("end_ns").cum_max().shift(1).over("pid", "tid")
-    return df.filter(reach.is_null() | (pl.col("ts_ns") >= reach))
+    furthest = reach("end_ns", ["pid", "tid"])
+    return df.filter(furthest.is_null() | (pl.col("ts_ns") >= furthest))
 
 
 def _ranges(df: pl.DataFrame, id_col: str | None) -> pl.DataFrame:

@@ -15,20 +15,22 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
+from traceanalyzer.analyses.cpu_activity import data_loading_ranges
 from traceanalyzer.analyses.intervals import merge
 from traceanalyzer.analyses.step_detection import step_kind
 from traceanalyzer.options import Options, StepOptions
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown, duration_us, us_expr
 
 STEP_COLUMNS = {
     "step": pl.Int64,
     "name": pl.String,
     "kind": pl.String,  # prefill | decode | mixed for LLM serving steps that say so, else null
-    "start_us": pl.Float64,
-    "duration_us": pl.Float64,
-    "cpu_duration_us": pl.Float64,
-    "gpu_busy_us": pl.Float64,
+    "start_ns": pl.Int64,
+    "duration_ns": pl.Int64,
+    "cpu_duration_ns": pl.Int64,
+    "gpu_busy_ns": pl.Int64,
     "busy_share": pl.Float64,
     "kernel_share": pl.Float64,
     "outlier": pl.Boolean,
@@ -47,16 +49,34 @@ class Caveat:
 
 @dataclass(frozen=True, repr=False)
 class StepsResult(Compact):
-    """The steps (analysis windows) with their duration and GPU busy share, and the capture caveats."""
+    """The steps (analysis windows) with their duration and GPU busy share, and the capture caveats.
+
+    `table_ns` and `by_kind_ns` hold ns on the trace clock; `table`, `by_kind`, `median_us` and
+    `mean_us` are their µs display views (`units`)."""
 
     options: StepOptions
-    table: pl.DataFrame  # STEP_COLUMNS, one row per step in time order
-    median_us: float | None
-    mean_us: float | None
+    table_ns: pl.DataFrame  # STEP_COLUMNS, one row per step in time order
+    median_ns: float | None
+    mean_ns: float | None
     caveats: tuple[Caveat, ...]
     window_kind: str = "steps"  # see analyses.windows.window_kind
     source: str = "profiler"  # how the steps were found (see analyses.step_detection)
-    by_kind: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, steps, mean_us, median_us
+    by_kind_ns: pl.DataFrame = field(default_factory=pl.DataFrame)  # kind, steps, mean_ns, median_ns
+    origin_ns: int = 0  # the trace start
+
+    # the µs display views of the ns tables (units.Shown)
+    table = Shown("table_ns")
+    by_kind = Shown("by_kind_ns")
+
+    @property
+    def median_us(self) -> float | None:
+        """The median step duration (warm-up steps left out unless kept), µs."""
+        return None if self.median_ns is None else duration_us(self.median_ns)
+
+    @property
+    def mean_us(self) -> float | None:
+        """The mean step duration, µs."""
+        return None if self.mean_ns is None else duration_us(self.mean_ns)
 
     @property
     def count(self) -> int:
@@ -95,32 +115,31 @@ def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
         steps = steps.join(cpu, on="step", how="left")
     else:
         steps = steps.with_columns(name=pl.lit(None, pl.String), cpu_ns=pl.col("end_ns") - pl.col("start_ns"))
-    origin = trace.meta.origin_ns
     t = steps.select(
         "step",
         "name",
+        "start_ns",
         kind=step_kind(pl.col("name")),
-        start_us=(pl.col("start_ns") - origin) / 1000.0,
-        duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0,
-        cpu_duration_us=pl.col("cpu_ns") / 1000.0,
+        duration_ns=pl.col("end_ns") - pl.col("start_ns"),
+        cpu_duration_ns=pl.col("cpu_ns"),
     )
     if trace.has_gpu_work:
         work = _busy_per_step(trace, ["kernel", "memcpy", "memset"])
         kern = _busy_per_step(trace, ["kernel"]).select("step", kernel_ns="busy_ns")
         t = t.join(work, on="step", how="left", nulls_equal=True).join(kern, on="step", how="left", nulls_equal=True)
         t = t.with_columns(
-            gpu_busy_us=pl.col("busy_ns") / 1000.0,
+            gpu_busy_ns=pl.col("busy_ns"),
             busy_share=pl.col("busy_ns") / pl.col("device_window_ns"),
             kernel_share=pl.col("kernel_ns") / pl.col("device_window_ns"),
         )
     else:
         t = t.with_columns(
-            gpu_busy_us=pl.lit(0.0), busy_share=pl.lit(None, pl.Float64), kernel_share=pl.lit(None, pl.Float64)
+            gpu_busy_ns=pl.lit(0, pl.Int64), busy_share=pl.lit(None, pl.Float64), kernel_share=pl.lit(None, pl.Float64)
         )
-    median = t["duration_us"].median()
-    t = t.with_columns(outlier=pl.col("duration_us") > opts.outlier_factor * median)
+    median = t["duration_ns"].median()
+    t = t.with_columns(outlier=pl.col("duration_ns") > opts.outlier_factor * median)
     return (
-        t.with_columns(warmup=_warmup(t["duration_us"], opts.outlier_factor))
+        t.with_columns(warmup=_warmup(t["duration_ns"], opts.outlier_factor))
         .select(list(STEP_COLUMNS))
         .cast(STEP_COLUMNS)
     )
@@ -158,23 +177,23 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern:
             )
         warm = table.filter(pl.col("warmup"))
         if warm.height:
-            rest_median = table.filter(~pl.col("warmup"))["duration_us"].median()
+            rest_median = table.filter(~pl.col("warmup"))["duration_ns"].median()
             left_out = "left out of the step averages" if opts.warmup_steps == "exclude" else "kept in the averages"
             out.append(
                 Caveat(
                     "warm_up",
                     f"{warm.height} warm-up step(s) at the start ({', '.join(f'#{s}' for s in warm['step'].to_list())}) "
-                    f"took up to {warm['duration_us'].max() / rest_median:.1f}× the median of the others ({left_out}): "
+                    f"took up to {warm['duration_ns'].max() / rest_median:.1f}× the median of the others ({left_out}): "
                     "allocator, cuDNN autotuning, compilation; raise `warmup` in the profiler schedule",
                     {
                         "steps": warm["step"].to_list(),
-                        "duration_us": warm["duration_us"].to_list(),
-                        "median_others_us": rest_median,
+                        "duration_us": warm.select(us_expr("duration_ns", 0))["duration_us"].to_list(),
+                        "median_others_us": duration_us(rest_median),
                     },
                 )
             )
     # Data loading outside every step window: time the loop spent that no step accounts for.
-    data = trace.ops.filter(pl.col("name").str.contains(data_pattern))
+    data = data_loading_ranges(trace, data_pattern)
     if data.height and trace.steps.height:
         inside = (
             data.select("op_id", "ts_ns", "end_ns")
@@ -191,9 +210,9 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern:
             out.append(
                 Caveat(
                     "data_loading_outside_steps",
-                    f"{outside.height} data-loading range(s) ({outside['dur_ns'].sum() / 1000:,.0f} µs) lie outside every ProfilerStep: "
-                    "call prof.step() after fetching the batch so loading counts in a step",
-                    {"ranges": outside.height, "duration_us": outside["dur_ns"].sum() / 1000.0},
+                    f"{outside.height} data-loading range(s) ({duration_us(outside['dur_ns'].sum()):,.0f} µs) lie outside "
+                    "every ProfilerStep: call prof.step() after fetching the batch so loading counts in a step",
+                    {"ranges": outside.height, "duration_us": duration_us(outside["dur_ns"].sum())},
                 )
             )
     return out
@@ -206,13 +225,15 @@ def analyse_steps(trace: Trace, options: Options | StepOptions | None = None, so
     opts = bundle.steps
     table = _step_table(trace, opts)
     counted = table.filter(~pl.col("warmup")) if opts.warmup_steps == "exclude" else table
-    median = counted["duration_us"].median() if counted.height else None
-    mean = counted["duration_us"].mean() if counted.height else None
+    median = counted["duration_ns"].median() if counted.height else None
+    mean = counted["duration_ns"].mean() if counted.height else None
     caveats = tuple(_caveats(trace, table, opts, bundle.patterns.data_loading_pattern))
     by_kind = (
         counted.filter(pl.col("kind").is_not_null())
         .group_by("kind")
-        .agg(steps=pl.len(), mean_us=pl.col("duration_us").mean(), median_us=pl.col("duration_us").median())
+        .agg(steps=pl.len(), mean_ns=pl.col("duration_ns").mean(), median_ns=pl.col("duration_ns").median())
         .sort("kind")
     )
-    return StepsResult(opts, table, median, mean, caveats, windows.window_kind(trace), source, by_kind)
+    return StepsResult(
+        opts, table, median, mean, caveats, windows.window_kind(trace), source, by_kind, trace.meta.origin_ns
+    )

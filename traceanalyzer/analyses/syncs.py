@@ -44,15 +44,19 @@ from traceanalyzer.options import Options, SyncOptions
 from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown, duration_us
+
+GPU_WAIT = "gpu_wait"  # the kind of a GPU-side wait: it holds no CPU thread
+IS_STALL = pl.col("kind") != GPU_WAIT  # a sync that held the CPU: the one definition of a stall
 
 SYNC_COLUMNS = [
     "sync_id",
     "kind",
     "api",
-    "start_us",
-    "blocked_us",
-    "bubble_us",
-    "idle_while_blocked_us",
+    "start_ns",
+    "blocked_ns",
+    "bubble_ns",
+    "idle_while_blocked_ns",
     "waited_for",
     "waited_for_stream",
     "op",
@@ -67,21 +71,78 @@ SYNC_COLUMNS = [
 
 @dataclass(frozen=True, repr=False)
 class SyncsResult(Compact):
-    """Every sync of a trace, its bubble and its site, with the totals that other outputs quote."""
+    """Every sync of a trace, its bubble and its site, with the totals that other outputs quote.
+
+    The tables hold int64 ns (`*_ns`, sums as integers); `syncs`, `summary`, `by_api` and
+    `per_step` are their µs display views (`units.display_us`), the totals `*_us` likewise."""
 
     trace_path: str
     options: SyncOptions
-    syncs: pl.DataFrame  # every sync (all kinds), SYNC_COLUMNS, longest blocked first
-    summary: pl.DataFrame  # by site (kind, op, range, python_frame)
-    by_api: pl.DataFrame  # every call, whatever min_blocked_us: kind, api, calls, blocked_us, bubble_us
-    per_step: pl.DataFrame  # step, step_us, syncs, blocked_us, bubble_us, shares
+    syncs_ns: pl.DataFrame  # the listed syncs (all kinds), SYNC_COLUMNS, longest blocked first
+    summary_ns: pl.DataFrame  # by site (kind, op, range, python_frame)
+    by_api_ns: pl.DataFrame  # every call, whatever min_blocked_us: kind, api, calls, blocked_ns, bubble_ns
+    per_step_ns: pl.DataFrame  # step, step_ns, syncs, blocked_ns, bubble_ns, shares
     steps: int  # steps the per-step figures divide by (1 without ProfilerStep)
-    sync_idle_us: float = 0.0  # GPU idle caused by syncs: bubbles + idle while blocked = gaps' `sync` idle
-    blocked_us: float = 0.0  # CPU time blocked in synchronising calls (all of them)
-    window_us: float = 0.0  # the analysis windows' total duration
+    sync_idle_ns: int = 0  # GPU idle caused by syncs: bubbles + idle while blocked = gaps' `sync` idle
+    blocked_ns: int = 0  # CPU time blocked in synchronising calls (all of them)
+    window_ns: int = 0  # the analysis windows' total duration
+    origin_ns: int = 0  # the trace start
     note: str | None = None
     # every blocking call (whatever min_blocked_us) with its site: sync_id, kind, op, range, python_frame
     sites: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+    # the µs display views of the ns tables (units.Shown)
+    syncs = Shown("syncs_ns")
+    summary = Shown("summary_ns")
+    by_api = Shown("by_api_ns")
+    per_step = Shown("per_step_ns")
+
+    @property
+    def sync_idle_us(self) -> float:
+        """GPU idle caused by syncs, µs."""
+        return duration_us(self.sync_idle_ns)
+
+    @property
+    def blocked_us(self) -> float:
+        """CPU time blocked in synchronising calls, µs."""
+        return duration_us(self.blocked_ns)
+
+    @property
+    def window_us(self) -> float:
+        """The analysis windows' total duration, µs."""
+        return duration_us(self.window_ns)
+
+    @property
+    def bubble_ns(self) -> int:
+        """The bubbles after the calls that held the CPU, all of them (the rest of `sync_idle_ns`
+        is idle while they still blocked)."""
+        stalls = self.by_api_ns.filter(IS_STALL) if self.by_api_ns.height else self.by_api_ns
+        return int(stalls["bubble_ns"].sum()) if stalls.height else 0
+
+    @property
+    def stalls(self) -> pl.DataFrame:
+        """The listed syncs that held the CPU (every kind but the GPU-side waits)."""
+        return self.syncs.filter(IS_STALL) if self.syncs.height else self.syncs
+
+    @property
+    def stalls_ns(self) -> pl.DataFrame:
+        """`stalls` in ns (`start_ns`, `blocked_ns`, ...)."""
+        return self.syncs_ns.filter(IS_STALL) if self.syncs_ns.height else self.syncs_ns
+
+    @property
+    def waits(self) -> pl.DataFrame:
+        """The listed GPU-side waits (cudaStreamWaitEvent): they hold no CPU thread."""
+        return self.syncs.filter(~IS_STALL) if self.syncs.height else self.syncs
+
+    @property
+    def stall_apis(self) -> pl.DataFrame:
+        """`by_api` for the calls that held the CPU: every one, whatever `min_blocked_us`."""
+        return self.by_api.filter(IS_STALL) if self.by_api.height else self.by_api
+
+    @property
+    def wait_calls(self) -> int:
+        """How many GPU-side waits the trace holds (listed or not)."""
+        return int(self.by_api.filter(~IS_STALL)["calls"].sum()) if self.by_api.height else 0
 
 
 def charged_gaps(
@@ -144,13 +205,18 @@ def _waited_for(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def analyse_syncs(
-    trace: Trace, options: Options | SyncOptions | None = None, *, classified: ClassifiedGaps | None = None
+    trace: Trace,
+    options: Options | SyncOptions | None = None,
+    *,
+    classified: ClassifiedGaps | None = None,
+    blocking: pl.DataFrame | None = None,
 ) -> SyncsResult:
     """Every sync, its bubble and its site; `classified` is the trace's `classify_gaps` result
-    when already computed with the same options (the bubbles come from it)."""
+    when already computed with the same options (the bubbles come from it), `blocking` its
+    `cpu_activity.blocking_calls` (the Session passes both)."""
     bundle = Options.of(options)
     opts = bundle.syncs
-    blocking = blocking_calls(trace)
+    blocking = blocking if blocking is not None else blocking_calls(trace)
     waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
     calls = pl.concat(
         [blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))],
@@ -169,7 +235,8 @@ def analyse_syncs(
             pl.DataFrame(),
             pl.DataFrame(),
             n_steps,
-            window_us=total_ns / 1000.0,
+            window_ns=total_ns,
+            origin_ns=trace.meta.origin_ns,
             note="no synchronising runtime call in this trace",
         )
     gaps = charged_gaps(trace, bundle, classified)
@@ -202,21 +269,20 @@ def analyse_syncs(
     )
     kind = (
         pl.when(~pl.col("_blocking"))
-        .then(pl.lit("gpu_wait"))
+        .then(pl.lit(GPU_WAIT))
         .when(pl.col("op").fill_null("").str.contains(NAMESPACED_OP))
         .then(pl.lit("implicit"))
         .otherwise(pl.lit("explicit"))
     )
-    origin = trace.meta.origin_ns
-    blocked = pl.when(pl.col("_blocking")).then(pl.col("dur_ns") / 1000.0).otherwise(0.0)
+    blocked = pl.when(pl.col("_blocking")).then(pl.col("dur_ns")).otherwise(0)
     table = calls.with_columns(kind=kind).select(
         sync_id=pl.col("runtime_id"),
         kind="kind",
         api=pl.col("name"),
-        start_us=(pl.col("ts_ns") - origin) / 1000.0,
-        blocked_us=blocked,
-        bubble_us=pl.when(pl.col("_blocking")).then(pl.col("bubble_ns").fill_null(0) / 1000.0),
-        idle_while_blocked_us=pl.when(pl.col("_blocking")).then(pl.col("idle_while_blocked_ns").fill_null(0) / 1000.0),
+        start_ns=pl.col("ts_ns"),
+        blocked_ns=blocked,
+        bubble_ns=pl.when(pl.col("_blocking")).then(pl.col("bubble_ns").fill_null(0)),
+        idle_while_blocked_ns=pl.when(pl.col("_blocking")).then(pl.col("idle_while_blocked_ns").fill_null(0)),
         waited_for=pl.when(pl.col("_blocking")).then(pl.col("waited_for")),
         waited_for_stream=pl.when(pl.col("_blocking")).then(pl.col("waited_for_stream")),
         op="op",
@@ -236,27 +302,27 @@ def analyse_syncs(
         .otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
     )
     table = table.with_columns(_point=point)
-    stalls = table.filter(pl.col("kind") != "gpu_wait")
+    stalls = table.filter(IS_STALL)
     summary = (
         stalls.group_by("kind", "op", "range", "python_frame")
         .agg(
             calls=pl.len(),
             sync_points=pl.col("_point").n_unique(),
             apis=pl.col("api").unique().sort().str.join(", "),
-            blocked_us=pl.col("blocked_us").sum(),
-            bubble_us=pl.col("bubble_us").sum(),
-            idle_while_blocked_us=pl.col("idle_while_blocked_us").sum(),
+            blocked_ns=pl.col("blocked_ns").sum(),
+            bubble_ns=pl.col("bubble_ns").sum(),
+            idle_while_blocked_ns=pl.col("idle_while_blocked_ns").sum(),
         )
         .with_columns(
             points_per_step=pl.col("sync_points") / n_steps,
-            blocked_us_per_step=pl.col("blocked_us") / n_steps,
-            bubble_us_per_step=pl.col("bubble_us") / n_steps,
-            blocked_share=pl.col("blocked_us") * 1000 / total_ns if total_ns else pl.lit(None, pl.Float64),
-            bubble_share=pl.col("bubble_us") * 1000 / total_ns if total_ns else pl.lit(None, pl.Float64),
+            blocked_ns_per_step=pl.col("blocked_ns") / n_steps,
+            bubble_ns_per_step=pl.col("bubble_ns") / n_steps,
+            blocked_share=pl.col("blocked_ns") / total_ns if total_ns else pl.lit(None, pl.Float64),
+            bubble_share=pl.col("bubble_ns") / total_ns if total_ns else pl.lit(None, pl.Float64),
         )
         .sort(
-            "bubble_us",
-            "blocked_us",
+            "bubble_ns",
+            "blocked_ns",
             "kind",
             "op",
             "range",
@@ -273,11 +339,11 @@ def analyse_syncs(
             "calls",
             "sync_points",
             "points_per_step",
-            "blocked_us",
-            "bubble_us",
-            "idle_while_blocked_us",
-            "blocked_us_per_step",
-            "bubble_us_per_step",
+            "blocked_ns",
+            "bubble_ns",
+            "idle_while_blocked_ns",
+            "blocked_ns_per_step",
+            "bubble_ns_per_step",
             "blocked_share",
             "bubble_share",
         )
@@ -288,32 +354,32 @@ def analyse_syncs(
         .agg(
             syncs=pl.len(),
             sync_points=pl.col("_point").n_unique(),
-            blocked_us=pl.col("blocked_us").sum(),
-            bubble_us=pl.col("bubble_us").sum(),
+            blocked_ns=pl.col("blocked_ns").sum(),
+            bubble_ns=pl.col("bubble_ns").sum(),
         )
     )
     per_step = (
         step_table.join(agg, on="step", how="left", nulls_equal=True)
-        .with_columns(pl.col("syncs", "sync_points").fill_null(0), pl.col("blocked_us", "bubble_us").fill_null(0.0))
+        .with_columns(pl.col("syncs", "sync_points").fill_null(0), pl.col("blocked_ns", "bubble_ns").fill_null(0))
         .select(
             "step",
-            step_us=pl.col("step_ns") / 1000.0,
+            "step_ns",
             syncs="syncs",
             sync_points="sync_points",
-            blocked_us="blocked_us",
-            bubble_us="bubble_us",
-            blocked_share=pl.col("blocked_us") * 1000 / pl.col("step_ns"),
-            bubble_share=pl.col("bubble_us") * 1000 / pl.col("step_ns"),
+            blocked_ns="blocked_ns",
+            bubble_ns="bubble_ns",
+            blocked_share=pl.col("blocked_ns") / pl.col("step_ns"),
+            bubble_share=pl.col("bubble_ns") / pl.col("step_ns"),
         )
         .sort("step")
     )
     by_api = (
         table.group_by("kind", "api")
-        .agg(calls=pl.len(), blocked_us=pl.col("blocked_us").sum(), bubble_us=pl.col("bubble_us").sum())
+        .agg(calls=pl.len(), blocked_ns=pl.col("blocked_ns").sum(), bubble_ns=pl.col("bubble_ns").sum())
         .sort("calls", "kind", "api", descending=[True, False, False])  # ties in one order every run
     )
-    listed = table.filter((pl.col("kind") == "gpu_wait") | (pl.col("blocked_us") >= opts.min_blocked_us))
-    listed = listed.sort("blocked_us", "sync_id", descending=[True, False]).select(SYNC_COLUMNS)
+    listed = table.filter(~IS_STALL | (pl.col("blocked_ns") >= opts.min_blocked_us * 1000))
+    listed = listed.sort("blocked_ns", "sync_id", descending=[True, False]).select(SYNC_COLUMNS)
     return SyncsResult(
         trace.path,
         opts,
@@ -322,8 +388,9 @@ def analyse_syncs(
         by_api,
         per_step,
         n_steps,
-        sync_idle_us=float(stalls["bubble_us"].sum() + stalls["idle_while_blocked_us"].sum()),
-        blocked_us=float(stalls["blocked_us"].sum()),
-        window_us=total_ns / 1000.0,
+        sync_idle_ns=int(stalls["bubble_ns"].sum() + stalls["idle_while_blocked_ns"].sum()),
+        blocked_ns=int(stalls["blocked_ns"].sum()),
+        window_ns=total_ns,
+        origin_ns=trace.meta.origin_ns,
         sites=stalls.select("sync_id", "kind", "op", "range", "python_frame"),
     )

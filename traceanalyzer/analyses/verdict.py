@@ -2,7 +2,9 @@
 
 - The verdict speaks of the steady state: the start-up (see `analyses.startup`) is set aside
   and said so.
-- `kernel_spacing` never leads: it is the device's own spacing between kernels already queued.
+- A cause the registry marks `leads=False` never leads (`kernel_spacing`: the device's own
+  spacing between kernels already queued). How the leading cause's detail is told is the
+  registry's `detail` (what the GPU waited on, the call, or the culprit op).
 - Advice must fit the trace: at `busy_enough` GPU busy or more there is little idle to recover,
   and no fusion or CUDA-graph advice is given.
 - `gpu_wait` says what the GPU waited on and, when another thread of the process sat in a
@@ -18,13 +20,13 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.gap_causes import HINTS
 from traceanalyzer.analyses.gaps import GapsResult
+from traceanalyzer.causes import BY_ID, NOT_A_HEADLINE, hint
 from traceanalyzer.patterns import COMPILED_FRAME, COMPILED_OP, TRITON_KERNEL
 from traceanalyzer.trace import Trace
 
 BUSY_ENOUGH = 0.9
-NOT_A_HEADLINE = ("kernel_spacing",)
+__all__ = ["BUSY_ENOUGH", "NOT_A_HEADLINE", "Verdict", "advice_for", "compiled_model", "verdict"]
 # Launch overhead in a model already compiled: fusion is done; CUDA graphs remove the rest.
 COMPILED_LAUNCH_HINT = (
     "the model is already compiled: launch overhead remains between its kernels; capture them in CUDA graphs "
@@ -98,7 +100,8 @@ def _top(df: pl.DataFrame, by: str, *keys: str) -> dict | None:
 def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
     g = gaps.filter(pl.col("cause") == cause)
     per = "per step" if steps > 1 else "in all"
-    if cause == "gpu_wait":
+    how = BY_ID[cause].detail if cause in BY_ID else "culprit"
+    if how == "waited_on":
         kind = g.with_columns(what=pl.col("waited_on").str.replace(r"\s*\(.*$", ""))
         top = _top(kind, "duration_us", "what")
         text = f"the GPU waited on {top['what']}" if top else None
@@ -113,7 +116,7 @@ def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
                     f"{who['call_us'] / steps / 1000:,.1f} ms {per}"
                 )
         return text
-    if cause in ("sync", "runtime_call", "slow_launch"):
+    if how == "call":
         top = _top(g, "duration_us", "call_api")
         if top or cause != "slow_launch":
             return f"in {top['call_api']} ({top['duration_us'] / 1000:,.1f} ms of idle)" if top else None
@@ -131,12 +134,7 @@ def advice_for(cause: str, busy_share: float | None, with_stack: bool, compiled:
         return f"the GPU is {busy_share:.0%} busy: little idle time is left to recover on the CPU side"
     if cause == "launch_latency" and compiled:
         return COMPILED_LAUNCH_HINT
-    if cause == "untraced" and with_stack:
-        return (
-            "no op, range or Python frame covers the thread then: it was outside the profiled code "
-            "(native code, another library, or the profiler itself)"
-        )
-    return HINTS[cause]
+    return hint(cause, with_stack)
 
 
 def verdict(

@@ -100,7 +100,7 @@ def reduction(args: Args) -> Work | str:
     )
 
 
-def norm(args: Args) -> Work | str:
+def norm_work(args: Args) -> Work | str:
     """Normalisations and softmax, forward and backward: read the tensors, write one of the
     first tensor's size."""
     ts = args.tensors()

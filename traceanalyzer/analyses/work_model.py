@@ -42,7 +42,7 @@ for _name in work_memory.ELEMENTWISE:
 for _name in work_memory.REDUCTIONS:
     MODELS.setdefault(_name, work_memory.reduction)
 for _name in work_memory.NORMS:
-    MODELS[_name] = work_memory.norm
+    MODELS[_name] = work_memory.norm_work
 for _name in work_memory.COPIES:
     MODELS[_name] = lambda a, n=_name: work_memory.copy(n, a)
 MODELS["max"] = lambda a: work_memory.elementwise("max", a)  # max(a, b) is elementwise, max(a) a reduction

@@ -20,11 +20,12 @@ from collections.abc import Callable
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.gaps import HINTS
+from traceanalyzer.causes import HINTS
 from traceanalyzer.cli.commands.common import plural
 from traceanalyzer.render.values import flat, saving_text
 from traceanalyzer.report import Block, Code, FindingRow, Findings, Image, Report, Section, Strong, Table, Text, marked
 from traceanalyzer.session import Session
+from traceanalyzer.units import point_ms
 
 SECTIONS = (
     "Verdict",
@@ -129,7 +130,7 @@ def _summary(ses: Session) -> list[Block]:
         items.append("Devices: none (CPU-only trace)")
     activities = f"{trace.gpu.height:,} GPU " + ("activity" if trace.gpu.height == 1 else "activities")
     items.append(
-        f"Span: {(m.end_ns - m.origin_ns) / 1e6:,.1f} ms; {plural(trace.steps.height, 'profiler step')}; "
+        f"Span: {point_ms(m.end_ns, m.origin_ns):,.1f} ms; {plural(trace.steps.height, 'profiler step')}; "
         f"{plural(trace.ops.height, 'CPU op')}, {activities}"
     )
     if m.rank is not None:

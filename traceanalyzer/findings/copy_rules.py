@@ -1,6 +1,7 @@
 """Rules over the `copies` analysis: pageable host memory, many small copies, device-to-host
 copies inside the step loop, copies a side stream could hide, device-to-device copy storms. Each names its top site (the op,
-range and Python line that cost the most). A trace without ProfilerStep counts as one step."""
+range and Python line that cost the most). A trace without ProfilerStep counts as one step.
+Times are summed in integer ns (`CopiesResult.copies_ns`) and shown in µs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import polars as pl
 
 from traceanalyzer.analyses import gpu_time
 from traceanalyzer.findings.engine import Finding, Rule, counted, severity, site
+from traceanalyzer.units import display_us, duration_us
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -29,8 +31,8 @@ def _top_site(df: pl.DataFrame, by: str) -> dict:
 
 
 def _copies(ses: Session) -> pl.DataFrame:
-    """The copies with `_step`: their step, or 0 for every copy of a trace without steps."""
-    c = ses.copies.copies
+    """The copies (ns) with `_step`: their step, or 0 for every copy of a trace without steps."""
+    c = ses.copies.copies_ns
     if c.is_empty() or "host_memory" not in c.columns:
         return pl.DataFrame()
     return c.with_columns(_step=pl.col("step") if ses.trace.steps.height else pl.lit(0, pl.Int64))
@@ -59,13 +61,13 @@ def _pageable(ses: Session) -> list[Finding]:
     if pageable.is_empty():
         return []
     o = ses.options.copies
-    blocked = float(pageable["blocked_us"].fill_null(0).sum())
-    duration = float(pageable["duration_us"].sum())
+    blocked = duration_us(pageable["blocked_ns"].fill_null(0).sum())
+    duration = duration_us(pageable["duration_ns"].sum())
     moved = int(pageable["bytes"].fill_null(0).sum())
     floor = o.copy_min_finding_us
     if blocked < floor and duration < floor and moved < o.pageable_copy_bytes:
         return []
-    s = _top_site(pageable, "blocked_us")
+    s = _top_site(pageable, "blocked_ns")
     sev = "high" if blocked >= 2 * floor or moved >= 2 * o.pageable_copy_bytes else "medium"
     return [
         Finding(
@@ -82,10 +84,12 @@ def _pageable(ses: Session) -> list[Finding]:
             },
             PINNED_ADVICE,
             tuple(
-                pageable.sort("blocked_us", "bytes", descending=True, nulls_last=True)
-                .head(5)
-                .select("direction", "bytes", "start_us", "duration_us", "blocked_us", "op", "python_frame")
-                .to_dicts()
+                display_us(
+                    pageable.sort("blocked_ns", "bytes", descending=True, nulls_last=True)
+                    .head(5)
+                    .select("direction", "bytes", "start_ns", "duration_ns", "blocked_ns", "op", "python_frame"),
+                    ses.copies.origin_ns,
+                ).to_dicts()
             ),
             at_stake_us=duration + _idle_while_blocked_us(ses, pageable),
         )
@@ -105,15 +109,15 @@ def _many_small(ses: Session) -> list[Finding]:
     if small.is_empty():
         return []
     per = small.group_by("_step").agg(
-        n=pl.len(), t=pl.col("duration_us").sum(), b=pl.col("blocked_us").fill_null(0).sum()
-    )
+        n=pl.len(), t=pl.col("duration_ns").sum() / 1000.0, b=pl.col("blocked_ns").fill_null(0).sum() / 1000.0
+    )  # per step, integer sums shown in µs
     many = per.filter(pl.col("n") >= o.many_small_per_step)
     if many.is_empty():
         return []
     cost = float((many["t"].sum() + many["b"].sum()) / many.height)
     if cost < o.copy_min_finding_us:
         return []
-    s = _top_site(small, "duration_us")
+    s = _top_site(small, "duration_ns")
     n = float(many["n"].mean())
     return [
         Finding(
@@ -143,13 +147,13 @@ def _device_to_host(ses: Session) -> list[Finding]:
     if c.is_empty():
         return []
     dtoh = c.filter(
-        (pl.col("direction") == "DtoH") & pl.col("_step").is_not_null() & pl.col("blocked_us").is_not_null()
+        (pl.col("direction") == "DtoH") & pl.col("_step").is_not_null() & pl.col("blocked_ns").is_not_null()
     )
     floor = ses.options.copies.copy_min_finding_us
-    blocked = float(dtoh["blocked_us"].sum()) if dtoh.height else 0.0
+    blocked = duration_us(dtoh["blocked_ns"].sum()) if dtoh.height else 0.0
     if not dtoh.height or blocked < floor:
         return []
-    s = _top_site(dtoh, "blocked_us")
+    s = _top_site(dtoh, "blocked_ns")
     steps_with = dtoh["_step"].n_unique()
     return [
         Finding(
@@ -182,13 +186,13 @@ def _not_overlapped(ses: Session) -> list[Finding]:
     hideable = (
         c.filter(pl.col("direction").is_in(["HtoD", "DtoH"]))
         .join(compute_streams, on=["device", "stream"], how="left")
-        .filter(pl.col("_compute").fill_null(False) & (pl.col("exposed_us") > 0))
+        .filter(pl.col("_compute").fill_null(False) & (pl.col("exposed_ns") > 0))
     )
     floor = ses.options.copies.copy_min_finding_us
-    exposed = float(hideable["exposed_us"].sum()) if hideable.height else 0.0
+    exposed = duration_us(hideable["exposed_ns"].sum()) if hideable.height else 0.0
     if not hideable.height or exposed < floor:
         return []
-    s = _top_site(hideable, "exposed_us")
+    s = _top_site(hideable, "exposed_ns")
     return [
         Finding(
             "copies_not_overlapped",

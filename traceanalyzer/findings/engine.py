@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analyses.whatif import Scenario
+from traceanalyzer.units import us_expr
+from traceanalyzer.wording import plural
 
 if TYPE_CHECKING:  # the session imports the rules; rules only read a session they are given
     from traceanalyzer.session import Session
@@ -136,7 +138,7 @@ def events_of(df: pl.DataFrame, origin_ns: int, *cols: str) -> tuple[dict, ...]:
     """Up to MAX_EVENTS rows of an event table (ts_ns, dur_ns) as start_us / duration_us."""
     return tuple(
         df.head(MAX_EVENTS)
-        .select(*cols, start_us=(pl.col("ts_ns") - origin_ns) / 1000.0, duration_us=pl.col("dur_ns") / 1000.0)
+        .select(*cols, us_expr("ts_ns", origin_ns).alias("start_us"), us_expr("dur_ns", origin_ns).alias("duration_us"))
         .to_dicts()
     )
 
@@ -154,16 +156,10 @@ def counted(total: int, steps: int, noun: str, unit: str) -> str:
     """A count in whole numbers: "9 implicit syncs per step" when it divides evenly, else
     "14 implicit syncs in 5 steps" (never "2.8 syncs"); just "16 implicit syncs" per trace."""
     if unit != "step":
-        return f"{total:,} {_nouns(total, noun)}"
+        return plural(total, noun)
     if steps and total % steps == 0:
-        return f"{total // steps:,} {_nouns(total // steps, noun)} per step"
-    return f"{total:,} {_nouns(total, noun)} in {steps:,} steps"
-
-
-def _nouns(n: int, noun: str) -> str:
-    if n == 1:
-        return noun
-    return noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else noun + "s"
+        return f"{plural(total // steps, noun)} per step"
+    return f"{plural(total, noun)} in {steps:,} steps"
 
 
 def per_unit(ses: Session) -> str:

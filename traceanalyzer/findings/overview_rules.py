@@ -36,8 +36,7 @@ def _data_loading(ses: Session) -> list[Finding]:
     th = ses.options.findings.data_loading_share
     if share < th:
         return []
-    pattern = ses.options.patterns.data_loading_pattern
-    ranges = ses.trace.ops.filter(pl.col("name").str.contains(pattern)).sort("dur_ns", descending=True)
+    ranges = ses.activity.data_ranges.sort("dur_ns", descending=True)
     per = per_unit(ses)
     n = step_count(ses.trace)
     stage = ses.pipeline_stages
@@ -107,13 +106,7 @@ def _launch_bound(ses: Session) -> list[Finding]:
     th = o.launch_bound_short_share
     if s.count_share_outside_graphs < th or busy >= o.low_gpu_utilization or latency_share < o.launch_latency_share:
         return []
-    short_names = (
-        ses.trace.gpu.filter((pl.col("kind") == "kernel") & (pl.col("dur_ns") < int(s.threshold_us * 1000)))
-        .group_by("name")
-        .agg(calls=pl.len(), total_us=pl.col("dur_ns").sum() / 1000.0)
-        .sort(["calls", "name"], descending=[True, False])
-        .head(MAX_EVENTS)
-    )
+    short_names = ses.kernels.short_names.head(MAX_EVENTS)
     return [
         Finding(
             "launch_bound",

@@ -34,8 +34,8 @@ def _sync_stalls(ses: Session) -> list[Finding]:
     th = ses.options.syncs.sync_stall_share
     if share < th:
         return []
-    stalls = s.syncs.filter(pl.col("kind") != "gpu_wait")
-    every = s.by_api.filter(pl.col("kind") != "gpu_wait")
+    stalls = s.stalls
+    every = s.stall_apis
     apis = every.group_by("api").agg(pl.col("calls").sum()).sort(["calls", "api"], descending=[True, False])
     by_api = ", ".join(f"{r['api']} ×{r['calls']}" for r in apis.iter_rows(named=True))
     top = stalls.with_columns(_idle=pl.col("bubble_us") + pl.col("idle_while_blocked_us")).sort(

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.gap_causes import CAUSES
 from traceanalyzer.analyses.op_tree import self_time
+from traceanalyzer.causes import CAUSES
 from traceanalyzer.options import DiffOptions, Options
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import duration_us, us_name
 
 MAD_TO_SD = 1.4826
 
@@ -109,20 +110,20 @@ def _copies(per: pl.DataFrame, n: int) -> dict[str, float]:
         "copies_per_step": float(per["copies"].sum()) / n if per.height else 0.0,
         "copy_mb_per_step": float(per["bytes"].fill_null(0).sum()) / 2**20 / n if per.height else 0.0,
     }
-    # per_step has no columns at all when the trace has no copy.
-    for col in ("exposed_us", "blocked_us"):
+    # per_step has no columns at all when the trace has no copy; times summed as integer ns.
+    for col in ("exposed_ns", "blocked_ns"):
         if col in per.columns:
-            out[f"copy_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
+            out[f"copy_{us_name(col)}_per_step"] = duration_us(per[col].fill_null(0).sum()) / n if per.height else 0.0
     return out
 
 
 def _syncs(per: pl.DataFrame, n: int) -> dict[str, float]:
     """Syncs per step, from the `syncs` analysis' totals per step."""
     out = {"syncs_per_step": float(per["syncs"].sum()) / n if per.height else 0.0}
-    # per_step has no columns at all without syncs.
-    for col in ("blocked_us", "bubble_us"):
+    # per_step has no columns at all without syncs; times summed as integer ns.
+    for col in ("blocked_ns", "bubble_ns"):
         if col in per.columns:
-            out[f"sync_{col}_per_step"] = float(per[col].fill_null(0).sum()) / n if per.height else 0.0
+            out[f"sync_{us_name(col)}_per_step"] = duration_us(per[col].fill_null(0).sum()) / n if per.height else 0.0
     return out
 
 
@@ -146,8 +147,8 @@ def profile(trace: Trace | Session, options: Options | DiffOptions | None = None
         metrics["gpu_busy_pct"] = None
     for k, v in ses.stages.average.items():
         metrics[f"stage_{k}_us_per_step"] = v
-    metrics.update(_copies(ses.copies.per_step, n))
-    metrics.update(_syncs(ses.syncs.per_step, n))
+    metrics.update(_copies(ses.copies.per_step_ns, n))
+    metrics.update(_syncs(ses.syncs.per_step_ns, n))
     kernels = _kernel_table(trace, wins, n)
     metrics["kernels_per_step"] = kernels["count_per_step"].sum() if kernels.height else 0.0
     metrics["kernel_us_per_step"] = kernels["us_per_step"].sum() if kernels.height else 0.0

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import collectives, windows
-from traceanalyzer.analyses.gap_causes import CAUSES
 from traceanalyzer.analyses.health import SEVERITIES
+from traceanalyzer.causes import CAUSES
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
 from traceanalyzer.options import Options, RankOptions
 from traceanalyzer.session import Session
@@ -148,9 +148,9 @@ def rank_result(
         "python_frame": pl.String,
     }
     idle = (
-        gaps.all_gaps.select(
-            start_ns=(pl.col("start_us") * 1000).round(0).cast(pl.Int64) + origin,
-            end_ns=((pl.col("start_us") + pl.col("duration_us")) * 1000).round(0).cast(pl.Int64) + origin,
+        gaps.all_gaps_ns.select(
+            "start_ns",
+            end_ns=pl.col("start_ns") + pl.col("duration_ns"),
             cause="cause",
             op="op",
             python_frame="python_frame",

@@ -19,6 +19,7 @@ from traceanalyzer.load.normalize import BIG_IDS, FRAME_BUILDERS, STATS, STRING_
 from traceanalyzer.load.repair import BARE, CONTROL
 from traceanalyzer.load.repair import fix_utf8 as _fix_utf8
 from traceanalyzer.load.source import ByteSource
+from traceanalyzer.wording import plural
 
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENT = msgspec.json.Decoder(Event)
@@ -143,7 +144,7 @@ def read_warnings(split: Split, raw: RawTables, source: ByteSource) -> list[str]
     if regions:
         total = sum(n for _, n in regions)
         warnings.append(
-            f"{len(regions):,} damaged region{'s' if len(regions) > 1 else ''} ({total:,} bytes, the first at "
+            f"{plural(len(regions), 'damaged region')} ({total:,} bytes, the first at "
             f"byte {regions[0][0]:,}) could not be read and {'were' if len(regions) > 1 else 'was'} skipped; "
             f"reading went on after {'each' if len(regions) > 1 else 'it'}: {raw.events:,} events read"
         )

@@ -14,22 +14,41 @@ Only the top-level metadata is re-encoded, through `redact` (environment, tokens
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import polars as pl
 
-from traceanalyzer.analyses.gaps import HINTS, GapsResult
-from traceanalyzer.analyses.syncs import SyncsResult
+from traceanalyzer.causes import HINTS
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.redact import redact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import us_expr
 
 PROCESS_NAME = "traceanalyzer"
 CATEGORY = "traceanalyzer"
 SYNC_TID = 1000
 COPY_TID = 1001
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _GapOptions(Protocol):
+    min_gap_us: float
+
+
+class ListedGaps(Protocol):
+    """What the annotations read of the gaps (`analyses.gaps.GapsResult` fits)."""
+
+    options: _GapOptions
+    has_gpu_work: bool
+    gaps_ns: pl.DataFrame  # device, step, start_ns, duration_ns, cause, op, range, python_frame, ...
+
+
+class SyncStalls(Protocol):
+    """What the annotations read of the syncs (`analyses.syncs.SyncsResult` fits)."""
+
+    note: str | None
+    stalls_ns: pl.DataFrame  # api, start_ns, blocked_ns, tid, op, range, python_frame
 
 
 @dataclass(frozen=True)
@@ -110,13 +129,14 @@ def free_pid(trace: Trace) -> int:
 
 def build_annotations(
     trace: Trace,
-    gaps: GapsResult,
+    gaps: ListedGaps,
     copies: pl.DataFrame | None = None,
     min_us: float | None = None,
-    syncs: SyncsResult | None = None,
+    syncs: SyncStalls | None = None,
 ) -> Annotations:
     """Events marking the gaps (>= the gaps' min_gap_us), the sync stalls (the `syncs`
-    analysis' synchronising calls blocking that long) and the exposed copies."""
+    analysis' synchronising calls blocking that long) and the exposed copies (`copies`: the
+    copies analysis' ns table). Times are taken in ns from the results, as the trace has them."""
     pid = free_pid(trace)
     min_us = gaps.options.min_gap_us if min_us is None else min_us
     origin = trace.meta.origin_ns
@@ -125,18 +145,18 @@ def build_annotations(
         _meta("process_sort_index", pid, 0, {"sort_index": -1}),
     ]
     counts: dict[str, int] = {}
-    if gaps.has_gpu_work and gaps.gaps.height:
-        for dev in sorted(gaps.gaps["device"].drop_nulls().unique().to_list()):
+    listed = gaps.gaps_ns if gaps.has_gpu_work else pl.DataFrame()
+    if listed.height:
+        for dev in sorted(listed["device"].drop_nulls().unique().to_list()):
             out.append(_meta("thread_name", pid, 1 + dev, {"name": f"GPU {dev} idle gaps"}))
-        for r in gaps.gaps.sort("start_us").iter_rows(named=True):
-            start = origin + round(r["start_us"] * 1000)
+        for r in listed.sort("start_ns").with_columns(us_expr("duration_ns", origin)).iter_rows(named=True):
             out.append(
                 _event(
                     f"idle: {r['cause']}",
                     pid,
                     1 + r["device"],
-                    start,
-                    round(r["duration_us"] * 1000),
+                    r["start_ns"],
+                    r["duration_ns"],
                     {
                         "cause": r["cause"],
                         "duration_us": r["duration_us"],
@@ -153,7 +173,7 @@ def build_annotations(
             key = f"GPU {r['device']} idle gaps"
             counts[key] = counts.get(key, 0) + 1
     stalls = (
-        syncs.syncs.filter((pl.col("kind") != "gpu_wait") & (pl.col("blocked_us") >= min_us)).sort("start_us")
+        syncs.stalls_ns.filter(pl.col("blocked_ns") >= min_us * 1000).sort("start_ns")
         if syncs is not None and not syncs.note
         else pl.DataFrame()
     )
@@ -165,8 +185,8 @@ def build_annotations(
                     f"sync stall: {r['api']}",
                     pid,
                     SYNC_TID,
-                    origin + round(r["start_us"] * 1000),
-                    round(r["blocked_us"] * 1000),
+                    r["start_ns"],
+                    r["blocked_ns"],
                     {
                         "api": r["api"],
                         "thread": r["tid"],
@@ -177,8 +197,8 @@ def build_annotations(
                 )
             )
         counts["sync stalls"] = stalls.height
-    if copies is not None and copies.height and "exposed_us" in copies.columns:
-        exposed = copies.filter(pl.col("exposed_us") > 0).sort("start_us")
+    if copies is not None and copies.height and "exposed_ns" in copies.columns:
+        exposed = copies.filter(pl.col("exposed_ns") > 0).sort("start_ns").with_columns(us_expr("exposed_ns", origin))
         if exposed.height:
             out.append(_meta("thread_name", pid, COPY_TID, {"name": "exposed copies (not hidden under compute)"}))
             for r in exposed.iter_rows(named=True):
@@ -188,8 +208,8 @@ def build_annotations(
                         f"exposed copy: {label}",
                         pid,
                         COPY_TID,
-                        origin + round(r["start_us"] * 1000),
-                        round(r["duration_us"] * 1000),
+                        r["start_ns"],
+                        r["duration_ns"],
                         {
                             "bytes": r.get("bytes"),
                             "exposed_us": r["exposed_us"],

@@ -13,15 +13,49 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
+from typing import Protocol
 
 import polars as pl
 
-from traceanalyzer.analyses.copies import CopiesResult
-from traceanalyzer.analyses.gaps import GapsResult
-from traceanalyzer.analyses.memory import MemoryResult
-from traceanalyzer.analyses.stages import StagesResult
-from traceanalyzer.render.timeline import cause_color, cause_order, new_figure, png_bytes
+from traceanalyzer.render.figures import new_figure, png_bytes
+from traceanalyzer.render.timeline import cause_color, cause_order
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import point_ms
+from traceanalyzer.wording import plural
+
+
+# What each chart reads of a result, as the results hand it (`StagesResult`, `GapsResult`,
+# `CopiesResult`, `MemoryResult` fit these): a renderer is handed results, it imports no analysis.
+class StageTimes(Protocol):
+    """Time per step and stage (`analyses.stages.StagesResult`)."""
+
+    times: pl.DataFrame  # step, stage, time_us
+    stages: Sequence[str]  # the stage order
+    view: str
+
+
+class IdleGaps(Protocol):
+    """Every idle gap with its cause (`analyses.gaps.GapsResult`)."""
+
+    has_gpu_work: bool
+    all_gaps: pl.DataFrame  # duration_us, cause, ...
+
+
+class Copies(Protocol):
+    """Every copy (`analyses.copies.CopiesResult`)."""
+
+    copies: pl.DataFrame  # kind, direction, host_memory, bytes, duration_us, gbps
+
+
+class MemoryCurves(Protocol):
+    """Memory over time per device (`analyses.memory.MemoryResult`)."""
+
+    has_memory: bool
+    has_totals: bool
+    timeline: pl.DataFrame  # device, t_us, allocated / reserved
+    devices: pl.DataFrame  # device, peak
+
 
 STAGE_COLORS = {
     "data_loading": "#ff7f0e",
@@ -72,7 +106,7 @@ def _extra_colors(names: list[str]) -> dict[str, str]:
     return {n: STAGE_COLORS.get(n, matplotlib.colors.to_hex(cmap(i % 20))) for i, n in enumerate(names)}
 
 
-def stage_times(stages: StagesResult) -> tuple[pl.DataFrame, tuple[str, ...], str]:
+def stage_times(stages: StageTimes) -> tuple[pl.DataFrame, tuple[str, ...], str]:
     """step, stage, time_us (long form), the stage order, and the view they come from."""
     r = stages
     return r.times.select("step", "stage", "time_us"), tuple(r.stages), f"{r.view} view"
@@ -88,7 +122,7 @@ MIN_SLOTS = 6  # a chart of 1 step keeps the width of 6, so its bar is a bar, no
 
 
 def stage_bars(
-    stages: StagesResult,
+    stages: StageTimes,
     trace: Trace,
     width: int = 1000,
     height: int = 500,
@@ -159,11 +193,11 @@ def stage_bars(
     ax.yaxis.set_major_formatter(_thousands())
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     n = len(labels)
-    fig.suptitle(_title(trace, f"Step time by stage ({source}, {n} step{'s' if n != 1 else ''})"), fontsize=11)
+    fig.suptitle(_title(trace, f"Step time by stage ({source}, {plural(n, 'step')})"), fontsize=11)
     return png_bytes(fig, dpi)
 
 
-def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
+def gap_histogram(gaps: IdleGaps, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
     """Idle-gap durations on log bins, stacked by cause: how many, and how much idle time."""
     if not gaps.has_gpu_work or gaps.all_gaps.is_empty():
         return None
@@ -203,7 +237,7 @@ def gap_histogram(gaps: GapsResult, trace: Trace, width: int = 1000, height: int
     return png_bytes(fig, dpi)
 
 
-def copy_rows(copies: CopiesResult) -> pl.DataFrame:
+def copy_rows(copies: Copies) -> pl.DataFrame:
     """direction, host_memory, bytes, duration_us, gbps for every memcpy (as analyses.copies
     reads them)."""
     c = copies.copies
@@ -222,9 +256,7 @@ def device_links(trace: Trace) -> tuple[str | None, float | None, float | None, 
     return None, None, None, None
 
 
-def copy_bandwidth(
-    copies: CopiesResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100
-) -> bytes | None:
+def copy_bandwidth(copies: Copies, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100) -> bytes | None:
     """Achieved bandwidth against size, one point per memcpy: colour by direction, marker by
     host memory (pinned o, pageable x); dashed lines at the device's link peaks."""
     c = copy_rows(copies).filter((pl.col("bytes") > 0) & pl.col("gbps").is_not_null() & (pl.col("gbps") > 0))
@@ -279,7 +311,7 @@ def copy_bandwidth(
 
 
 def memory_timeline(
-    memory: MemoryResult, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100
+    memory: MemoryCurves, trace: Trace, width: int = 1000, height: int = 500, dpi: int = 100
 ) -> bytes | None:
     """Allocated and reserved memory per device over time (the memory analysis' timeline), the
     peak marked; step starts dotted."""
@@ -329,7 +361,7 @@ def memory_timeline(
             color=col,
         )
     for b in trace.steps["start_ns"].to_list():
-        ax.axvline((b - trace.meta.origin_ns) / 1e6, color="#bbbbbb", linestyle=":", linewidth=0.8)
+        ax.axvline(point_ms(b, trace.meta.origin_ns), color="#bbbbbb", linestyle=":", linewidth=0.8)
     ax.set_xlabel("time from trace start (ms)")
     ax.set_ylabel("memory (MiB)")
     ax.yaxis.set_major_formatter(_thousands())

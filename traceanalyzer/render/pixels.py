@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.units import point_ms
+
 IDLE_DOMINATES = 0.5  # a pixel is drawn idle when the GPU was idle at least this share of it
 
 
@@ -27,18 +29,14 @@ def spread(df: pl.DataFrame, by: list[str], lo_ns: float, ns_per_px: float) -> p
     return s.select(*by, "px", ns=ns.clip(lower_bound=0.0))
 
 
-def idle_pixels(gaps: pl.DataFrame, origin_ns: int, lo_ns: float, ns_per_px: float, width_px: int) -> pl.DataFrame:
+def idle_pixels(gaps_ns: pl.DataFrame, lo_ns: float, ns_per_px: float, width_px: int) -> pl.DataFrame:
     """device, px, cause, idle_share: the pixel columns where a device was idle at least
-    `IDLE_DOMINATES` of the time, with the cause that held most of it."""
+    `IDLE_DOMINATES` of the time, with the cause that held most of it (`gaps_ns`: the gaps'
+    ns table, device, cause, start_ns, duration_ns)."""
     schema = {"device": pl.Int64, "px": pl.Int64, "cause": pl.String, "idle_share": pl.Float64}
-    if gaps.is_empty():
+    if gaps_ns.is_empty():
         return pl.DataFrame(schema=schema)
-    g = gaps.select(
-        "device",
-        "cause",
-        ts_ns=origin_ns + pl.col("start_us") * 1000.0,
-        end_ns=origin_ns + (pl.col("start_us") + pl.col("duration_us")) * 1000.0,
-    )
+    g = gaps_ns.select("device", "cause", ts_ns="start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"))
     per = spread(g, ["device", "cause"], lo_ns, ns_per_px).filter((pl.col("px") >= 0) & (pl.col("px") < width_px))
     by_cause = per.group_by("device", "px", "cause").agg(pl.col("ns").sum())
     return (
@@ -71,28 +69,25 @@ def without_idle(bars: pl.DataFrame, idle: pl.DataFrame, by: list[str]) -> pl.Da
     return runs(kept, by)
 
 
-def shade_idle(ax, idle_px, drawn, band, lo_ns, ns_per_px, origin) -> None:
-    """Shade the idle-dominated pixel columns that no drawn gap covers (gaps under two pixels)."""
+def shade_idle(ax, idle_px, drawn_ns, band, lo_ns, ns_per_px, origin) -> None:
+    """Shade the idle-dominated pixel columns that no drawn gap covers (gaps under two pixels;
+    `drawn_ns`: the ns table of the gaps drawn one by one)."""
     from matplotlib.patches import Rectangle
 
     from traceanalyzer.render.timeline_layout import GAP_ALPHA, cause_color
 
     if idle_px.is_empty():
         return
-    if drawn.height:  # pixels a shaded gap already covers stay as they are (no double shade)
+    if drawn_ns.height:  # pixels a shaded gap already covers stay as they are (no double shade)
         covered = spread(
-            drawn.select(
-                "device",
-                ts_ns=origin + pl.col("start_us") * 1000.0,
-                end_ns=origin + (pl.col("start_us") + pl.col("duration_us")) * 1000.0,
-            ),
+            drawn_ns.select("device", ts_ns="start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns")),
             ["device"],
             lo_ns,
             ns_per_px,
         ).filter(pl.col("ns") >= 0.5 * ns_per_px)
         idle_px = idle_px.join(covered.select("device", "px").unique(), on=["device", "px"], how="anti")
     for r in runs(idle_px, ["cause"]).iter_rows(named=True):
-        x0 = (lo_ns + r["px0"] * ns_per_px - origin) / 1e6
+        x0 = point_ms(lo_ns + r["px0"] * ns_per_px, origin)
         ax.add_patch(
             Rectangle(
                 (x0, band[0]),

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.render.timeline import new_figure, png_bytes
+from traceanalyzer.render.figures import new_figure, png_bytes
 
 FAMILY_COLORS = {
     "matmul": "#1f5fbf",

@@ -12,11 +12,11 @@ the Agg backend.
 
 from __future__ import annotations
 
-import io
 import os
 
 import polars as pl
 
+from traceanalyzer.render.figures import figure_bytes, new_figure, png_bytes  # noqa: F401 - re-exported
 from traceanalyzer.render.pixels import idle_pixels, shade_idle, without_idle
 from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported for the pictures' users
     CAUSE_COLORS,
@@ -47,33 +47,7 @@ from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported f
 )
 from traceanalyzer.render.timeline_path import PATH_COLOR, PATH_LABEL, draw_path
 from traceanalyzer.trace import Trace
-
-
-def new_figure(width_px: int, height_px: int, dpi: int):
-    """A matplotlib Figure of the given size in pixels (Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width_px / dpi, height_px / dpi), dpi=dpi)
-
-
-def png_bytes(fig, dpi: int) -> bytes:
-    """The figure as PNG bytes."""
-    return figure_bytes(fig, dpi, "png")
-
-
-def figure_bytes(fig, dpi: int, fmt: str = "png") -> bytes:
-    """The figure as png, svg or pdf bytes (fonts as paths in SVG, so it looks the same
-    everywhere; no creation date in PDF/SVG, so equal inputs give equal bytes)."""
-    import matplotlib
-
-    buf = io.BytesIO()
-    meta = {"Date": None} if fmt in ("svg", "pdf") else None
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "traceanalyzer"}):
-        fig.savefig(buf, format=fmt, dpi=dpi, metadata=meta)
-    return buf.getvalue()
+from traceanalyzer.units import point_ms, point_us
 
 
 def _device_name(trace: Trace, devices: list[int]) -> str:
@@ -95,7 +69,7 @@ def _gap_labels(gap_rows: pl.DataFrame, w: Window, origin: int, labelled_gaps: i
     always the largest), largest first, with the visible start/duration."""
     if gap_rows.is_empty():
         return gap_rows
-    a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
+    a_us, b_us = point_us(w.start_ns, origin), point_us(w.end_ns, origin)
     vis = window_idle(
         gap_rows.rename({"start_us": "_s", "duration_us": "_d"}).with_columns(
             start_us=pl.col("_s"), duration_us=pl.col("_d")
@@ -136,7 +110,7 @@ def render_timeline(
     w = window or choose_window(trace, windows=inputs.windows, steady_steps=inputs.steady_steps)
     origin = trace.meta.origin_ns
     scale = dpi / 100
-    a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
+    a_us, b_us = point_us(w.start_ns, origin), point_us(w.end_ns, origin)
 
     gpu = in_window(trace.gpu.filter(pl.col("device").is_not_null()), w).select(
         "device", "stream", "kind", "ts_ns", "end_ns"
@@ -176,7 +150,7 @@ def render_timeline(
 
     fig = new_figure(width, height, dpi)
     ax = fig.add_axes((left_px / width, bottom_px / height, plot_w / width, plot_h / height))
-    to_ms = lambda px: (lo_ns + px * ns_per_px - origin) / 1e6  # noqa: E731
+    to_ms = lambda px: point_ms(lo_ns + px * ns_per_px, origin)  # noqa: E731
     xlim = (to_ms(0), to_ms(plot_w))
     ax.set_xlim(*xlim)
     ax.set_ylim(n, 0)
@@ -201,11 +175,12 @@ def render_timeline(
     gpu_bars = merge_by_pixel(gpu, ["device", "stream", "kind"], int(lo_ns), ns_per_px)
     # Where the GPU was idle most of a pixel, idle shows (the subtitle's share) and bars give way.
     idle_px = pl.DataFrame()
-    if band is not None and gaps.has_gpu_work and gaps.all_gaps.height:
-        near = gaps.all_gaps.filter(pl.col("device").is_in(shown_devices))
-        idle_px = idle_pixels(near, origin, lo_ns, ns_per_px, int(plot_w))
+    if band is not None and gaps.has_gpu_work and gaps.all_gaps_ns.height:
+        shown = pl.col("device").is_in(shown_devices)
+        idle_px = idle_pixels(gaps.all_gaps_ns.filter(shown), lo_ns, ns_per_px, int(plot_w))
         gpu_bars = without_idle(gpu_bars, idle_px, ["device", "stream", "kind"])
-        shade_idle(ax, idle_px, gap_rows, band, lo_ns, ns_per_px, origin)
+        drawn_ns = gaps.all_gaps_ns.filter(shown & (pl.col("duration_ns") >= 2 * ns_per_px))  # as gap_rows
+        shade_idle(ax, idle_px, drawn_ns, band, lo_ns, ns_per_px, origin)
     for (pid, tid, kind), part in cpu_bars.partition_by(["pid", "tid", "kind"], as_dict=True).items():
         if ("cpu", pid, tid) in index:
             draws.append((("cpu", pid, tid), kind, part))
@@ -216,7 +191,7 @@ def render_timeline(
     kinds_drawn: set[str] = set()
     for key, kind, part in sorted(draws, key=lambda d: order[d[1]]):
         i = index[key]
-        x0 = (part["px0"].cast(pl.Float64) * ns_per_px + lo_ns - origin) / 1e6
+        x0 = point_ms(part["px0"].cast(pl.Float64) * ns_per_px + lo_ns, origin)
         wd = (part["px1"] - part["px0"]).cast(pl.Float64) * ns_per_px / 1e6
         ax.broken_barh(
             list(zip(x0.to_list(), wd.to_list())),
@@ -349,7 +324,7 @@ def _draw_steps(ax, trace: Trace, lo_ns: float, hi_ns: float, origin: int) -> No
     bounds = sorted(set(steps["start_ns"].to_list()) | set(steps["end_ns"].to_list()))
     for b in bounds:
         if lo_ns <= b <= hi_ns:
-            ax.axvline((b - origin) / 1e6, color="black", linestyle="--", linewidth=1.0, zorder=7)
+            ax.axvline(point_ms(b, origin), color="black", linestyle="--", linewidth=1.0, zorder=7)
     ns_per_px = (hi_ns - lo_ns) / max(ax.get_window_extent().width, 1)
     for r in steps.iter_rows(named=True):
         a, b = max(r["start_ns"], lo_ns), min(r["end_ns"], hi_ns)
@@ -359,7 +334,7 @@ def _draw_steps(ax, trace: Trace, lo_ns: float, hi_ns: float, origin: int) -> No
             if (b - a) / ns_per_px < len(text) * CHAR_PX + 8:
                 continue
         ax.text(
-            ((a + b) / 2 - origin) / 1e6,
+            point_ms((a + b) / 2, origin),
             1.003,
             text,
             transform=ax.get_xaxis_transform(),
@@ -393,7 +368,7 @@ def _draw_blocking(ax, inputs: TimelineInputs, w: Window, index: dict, lo_ns, hi
             if len(text) * CHAR_PX * scale + 8 > (b_ns - a_ns) / ns_per_px:
                 continue
         ax.text(
-            ((a_ns + b_ns) / 2 - origin) / 1e6,
+            point_ms((a_ns + b_ns) / 2, origin),
             index[key] + 0.5,
             text,
             ha="center",

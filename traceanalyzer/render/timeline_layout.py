@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.causes import COLOURS
 from traceanalyzer.errors import UsageError
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.redact import scrub_text
@@ -35,18 +36,7 @@ KIND_LABELS = {
     "data_loading": "DataLoader range",
     "sync": "sync call (CPU blocked)",
 }
-CAUSE_COLORS = {
-    "sync": "#d62728",
-    "data_loading": "#ff7f0e",
-    "cpu_bound": "#8c564b",
-    "launch_latency": "#e377c2",
-    "slow_launch": "#f7b6d2",
-    "kernel_spacing": "#9edae5",
-    "runtime_call": "#dbdb8d",
-    "gpu_wait": "#bcbd22",
-    # Not a grey: CPU ops are grey, and an untraced gap must not read as CPU work.
-    "untraced": "#17becf",
-}
+CAUSE_COLORS = COLOURS  # the registry's colours (traceanalyzer.causes), in its order
 # Causes the palette does not know yet get one of these, the same one for the same name.
 FALLBACK_COLORS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d")
 GAP_ALPHA = 0.35

@@ -8,6 +8,8 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.units import point_ms
+
 PATH_COLOR = "#000000"  # black: red is the sync call, the other colours are kinds and causes
 PATH_LABEL = "critical path"
 PATH_Y = 0.28  # the line's height in its lane (0 top, 1 bottom): above the middle, where bars carry labels
@@ -23,8 +25,8 @@ def path_points(segments: pl.DataFrame, index: dict[tuple, int], lo_ns: float, h
         if key not in index:
             continue
         y = index[key] + PATH_Y
-        a = (max(r["start_ns"], lo_ns) - origin) / 1e6
-        b = (min(r["end_ns"], hi_ns) - origin) / 1e6
+        a = point_ms(max(r["start_ns"], lo_ns), origin)
+        b = point_ms(min(r["end_ns"], hi_ns), origin)
         if pts and pts[-1][1] == y and abs(pts[-1][0] - a) < 1e-12:
             pts[-1] = (b, y)  # still on the same lane: extend
             continue

@@ -28,7 +28,7 @@ def command(trace: str, output: str, **kwargs) -> None:
 
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
-    ann = build_annotations(ses.trace, ses.gaps, ses.copies.copies, syncs=ses.syncs)
+    ann = build_annotations(ses.trace, ses.gaps, ses.copies.copies_ns, syncs=ses.syncs)
     top, events = read_document(trace)
     data = annotated_document(top, events, ann.events)
     write_atomic(output, compress(data) if output.endswith(".gz") else data)

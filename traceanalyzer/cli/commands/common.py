@@ -110,11 +110,6 @@ def record_report(report: Report, table: pl.DataFrame, n: int, noun: str) -> Rep
     )
 
 
-def plural(n: int, noun: str) -> str:
-    """`1 step`, `2 steps`, `1,024 kernels`."""
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
-
-
 def head(df: pl.DataFrame, top: int) -> pl.DataFrame:
     """The first `top` rows (all of them for 0)."""
     return df if not top else df.head(top)
@@ -139,10 +134,7 @@ def health_section(ses: Session) -> Section | None:
     (those are capture caveats too, among the findings)."""
     if not any(h.severity != "info" for h in ses.health):
         return None
-    text = "\n".join(
-        f"[{h.severity}] {h.check}: {h.message}" + (f" (unreliable: {', '.join(h.unreliable)})" if h.unreliable else "")
-        for h in ses.health
-    )
+    text = "\n".join(h.line() for h in ses.health)
     return Section("Trace health (checked before any number)", text=text)
 
 

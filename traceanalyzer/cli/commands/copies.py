@@ -22,6 +22,7 @@ from traceanalyzer.cli.options import build_options, option_flags, output_option
 from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
+from traceanalyzer.units import display_us, duration_us
 
 GROUPS = ("patterns", "copies", "steps", "health", "materiality")
 
@@ -57,33 +58,39 @@ def copies_report(ses: Session, top: int) -> Report:
             headline=result.note,
             warnings=warnings,
         )
-    c = result.copies
-    blocked = c["blocked_us"].fill_null(0).sum()
-    headline = (
-        f"{c.height:,} copies and memsets, {int(c['bytes'].fill_null(0).sum()):,} bytes, {c['duration_us'].sum() / 1000:,.1f} ms on the GPU "
-        f"({c['exposed_us'].sum() / 1000:,.1f} ms not hidden under compute); their calls held the CPU {blocked / 1000:,.1f} ms"
+    # The display edge: tables in µs from the ns results, totals summed as integer ns.
+    c = display_us(result.copies_ns, result.origin_ns)
+    ns = result.copies_ns
+    blocked, duration, exposed = (
+        duration_us(ns[k].fill_null(0).sum()) for k in ("blocked_ns", "duration_ns", "exposed_ns")
     )
+    headline = (
+        f"{c.height:,} copies and memsets, {int(c['bytes'].fill_null(0).sum()):,} bytes, {duration / 1000:,.1f} ms on the GPU "
+        f"({exposed / 1000:,.1f} ms not hidden under compute); their calls held the CPU {blocked / 1000:,.1f} ms"
+    )
+    summary = display_us(result.summary_ns, result.origin_ns)
+    per_step = display_us(result.per_step_ns, result.origin_ns)
     found = ses.findings_of(rules_for("copies"))
     sections = (
         Section("Findings", text=findings_text(found)),
-        Section("By direction, host memory, op and Python frame", head(result.summary, top)),
+        Section("By direction, host memory, op and Python frame", head(summary, top)),
         Section(
             f"Copies, longest CPU block first ({c.height} in all)",
             head(c.select(TABLE_COLUMNS), top),
             main=True,
             export=head(c, top),  # CSV: every field of a copy
         ),
-        Section("Per step", result.per_step),
+        Section("Per step", per_step),
     )
     payload = {
         "summary": {
             "copies": c.height,
             "bytes": int(c["bytes"].fill_null(0).sum()),
-            "duration_us": c["duration_us"].sum(),
-            "exposed_us": c["exposed_us"].sum(),
+            "duration_us": duration,
+            "exposed_us": exposed,
             "blocked_us": blocked,
-            "groups": head(result.summary, top),
-            "per_step": result.per_step,
+            "groups": head(summary, top),
+            "per_step": per_step,
         },
         "findings": findings_payload(found),
         "copies": head(c, top),  # every column (analyses.copies.COPY_COLUMNS)

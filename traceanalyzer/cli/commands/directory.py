@@ -33,6 +33,7 @@ from traceanalyzer.jobs.executors import analyse_dir, is_rank_dir
 from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile, rank_health
 from traceanalyzer.options import EXECUTION_FIELDS, Options
 from traceanalyzer.report import FindingRow, Findings, Image, Report, Section
+from traceanalyzer.units import point_us
 
 __all__ = ["check_fail_on", "dir_report", "is_rank_dir", "multirank_report"]
 
@@ -314,7 +315,7 @@ def gaps_per_rank(results: list[RankResult], min_gap_us: float, top: int) -> pl.
     parts = [
         r.idle_gaps.select(
             rank=pl.lit(r.rank, pl.Int64),
-            start_us=(pl.col("start_ns") - r.origin_ns) / 1000.0,
+            start_us=point_us(pl.col("start_ns"), r.origin_ns),
             duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0,
             cause="cause",
             op="op",

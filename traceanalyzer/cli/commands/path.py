@@ -15,6 +15,8 @@ from traceanalyzer.cli.commands.common import emit, head, open_session, with_hea
 from traceanalyzer.cli.options import build_options, option_flags, output_options
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
+from traceanalyzer.units import point_us
+from traceanalyzer.wording import plural
 
 GROUPS = ("patterns", "gaps", "steps", "path", "health")
 
@@ -31,7 +33,7 @@ def step_paths(cp: CriticalPath, origin_ns: int) -> list[dict]:
         "kind",
         "name",
         "lane",
-        start_us=(pl.col("start_ns") - origin_ns) / 1000.0,
+        start_us=point_us(pl.col("start_ns"), origin_ns),
         duration_us=pl.col("duration_ns") / 1000.0,
     )
     out = []
@@ -83,7 +85,7 @@ def headline(cp: CriticalPath) -> str:
         return "no timed events: no critical path"
     top = ", ".join(f"{k} {s:.1%}" for k, s in cp.by_kind.head(3).select("kind", "share").iter_rows())
     n = cp.steps.height
-    return f"critical path over {n} step{'s' if n != 1 else ''}: {top} of the step time"
+    return f"critical path over {plural(n, 'step')}: {top} of the step time"
 
 
 def path_report(ses: Session, th: dict) -> Report:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, MEANINGS
+from traceanalyzer.causes import CAUSES, HINTS, MEANINGS
 from traceanalyzer.cli.commands.common import emit
 from traceanalyzer.cli.options import build_options, option_flags, output_options
 from traceanalyzer.findings import RULES

@@ -19,7 +19,6 @@ from traceanalyzer.cli.commands.common import (
     findings_table,
     findings_text,
     open_session,
-    plural,
     with_health,
 )
 from traceanalyzer.cli.commands.path import headline as path_headline
@@ -32,6 +31,7 @@ from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.render.roofline_plot import roofline_headline, roofline_table
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
+from traceanalyzer.wording import plural
 
 GROUPS = (
     "patterns",

@@ -7,7 +7,6 @@ waited for, and the GPU idle bubble that followed, grouped by the op and Python 
 from __future__ import annotations
 
 import click
-import polars as pl
 
 from traceanalyzer.cli.commands.common import (
     emit,
@@ -23,6 +22,8 @@ from traceanalyzer.cli.options import build_options, option_flags, output_option
 from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
+from traceanalyzer.units import duration_us
+from traceanalyzer.wording import plural
 
 GROUPS = ("patterns", "gaps", "syncs", "steps", "health", "materiality")
 
@@ -68,16 +69,17 @@ def syncs_report(ses: Session, top: int) -> Report:
             warnings=warnings,
         )
     s = result.syncs
-    stalls = s.filter(pl.col("kind") != "gpu_wait")
-    waits = s.filter(pl.col("kind") == "gpu_wait")
-    every = result.by_api.filter(pl.col("kind") != "gpu_wait")
-    n_waits = int(result.by_api.filter(pl.col("kind") == "gpu_wait")["calls"].sum())
+    stalls = result.stalls
+    waits = result.waits
+    every = result.stall_apis
+    n_waits = result.wait_calls
     unit = "step" if ses.trace.steps.height else "trace (no ProfilerStep: one step)"
     headline = (
         f"{int(every['calls'].sum()):,} synchronising calls held the CPU {result.blocked_us / 1000:,.1f} ms (blocked_us); "
-        f"they left the GPU idle {result.sync_idle_us / 1000:,.1f} ms (sync_idle_us: {every['bubble_us'].sum() / 1000:,.1f} ms "
-        f"of bubbles after them, the rest while they still blocked) over {result.steps} {unit}"
-        f"{'s' if result.steps != 1 and unit == 'step' else ''}; {n_waits:,} GPU-side waits (cudaStreamWaitEvent)"
+        f"they left the GPU idle {result.sync_idle_us / 1000:,.1f} ms (sync_idle_us: {duration_us(result.bubble_ns) / 1000:,.1f} ms "
+        f"of bubbles after them, the rest while they still blocked) over "
+        f"{plural(result.steps, unit) if unit == 'step' else f'{result.steps} {unit}'}; "
+        f"{n_waits:,} GPU-side waits (cudaStreamWaitEvent)"
     )
     found = ses.findings_of(rules_for("syncs"))
     sections = (
@@ -105,8 +107,8 @@ def syncs_report(ses: Session, top: int) -> Report:
             "syncs": int(every["calls"].sum()),
             "gpu_waits": n_waits,
             "blocked_us": result.blocked_us,
-            "bubble_us": every["bubble_us"].sum(),
-            "idle_while_blocked_us": result.sync_idle_us - every["bubble_us"].sum(),
+            "bubble_us": duration_us(result.bubble_ns),
+            "idle_while_blocked_us": duration_us(result.sync_idle_ns - result.bubble_ns),
             "sync_idle_us": result.sync_idle_us,
             "listed": s.height,
             "steps": result.steps,
@@ -130,7 +132,7 @@ def command(trace: str, fmt: str | None, top: int, output: str | None, record: i
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
     if record is not None:
-        stalls = ses.syncs.syncs.filter(pl.col("kind") != "gpu_wait")
+        stalls = ses.syncs.stalls
         emit(record_report(syncs_report(ses, 0), stalls, record, "sync"), fmt, output)
         return
     emit(with_health(syncs_report(ses, top), ses, "gap_causes"), fmt, output)

@@ -1,0 +1,55 @@
+"""The one display helper (ns on the trace clock -> µs from the trace start) and the one plural."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.units import Shown, display_us, duration_us, is_point, point_ms, point_us, us_name
+from traceanalyzer.wording import noun, plural
+
+
+def test_points_count_from_the_trace_start_and_durations_do_not():
+    df = pl.DataFrame(
+        {
+            "start_ns": [1_000_500],
+            "duration_ns": [2_500],
+            "blocked_ns_per_step": [1_250.0],
+            "peak_at_ns": [1_001_000],
+            "bytes": [7],
+        }
+    )
+    out = display_us(df, origin_ns=1_000_000)
+    # worked by hand: (1_000_500 - 1_000_000) / 1000 = 0.5 µs; 2_500 ns = 2.5 µs
+    assert out.columns == ["start_us", "duration_us", "blocked_us_per_step", "peak_at_us", "bytes"]
+    assert out.row(0) == (0.5, 2.5, 1.25, 1.0, 7)
+    assert display_us(df, 1_000_000, keep=["duration_ns"]).columns[1] == "duration_ns"
+
+
+def test_names_and_scalars():
+    assert is_point("startup_end_ns") and is_point("t_ns") and not is_point("window_ns")
+    assert us_name("idle_while_blocked_ns") == "idle_while_blocked_us"
+    assert point_us(None, 5) is None and point_us(2_005, 5) == 2.0
+    assert duration_us(None) == 0.0 and duration_us(1_500) == 1.5
+    assert point_ms(3_000_005, 5) == 3.0
+
+
+def test_a_display_view_is_computed_once():
+    class R:
+        origin_ns = 100
+        calls = 0
+
+        @property
+        def t_ns(self):
+            R.calls += 1
+            return pl.DataFrame({"ts_ns": [1_100]})
+
+        t = Shown("t_ns")
+
+    r = R()
+    assert r.t["ts_us"].to_list() == [1.0] and r.t.height == 1 and R.calls == 1
+
+
+def test_one_plural():
+    assert plural(1, "copy") == "1 copy" and plural(3, "copy") == "3 copies"
+    assert plural(2, "GPU activity") == "2 GPU activities" and noun(2, "day") == "days"
+    assert plural(1_024, "kernel") == "1,024 kernels"

@@ -1,0 +1,87 @@
+"""Nanoseconds to microseconds for display: the one place that turns a result's times into what
+the outputs print.
+
+Results keep int64 nanoseconds on the trace clock (`*_ns`), and sums of them stay integers (a
+float sum depends on how polars splits the rows, so the same trace gave different last digits).
+Outputs speak microseconds (`*_us`): a time point counts from the trace start (`origin_ns`), a
+duration is itself. A column is a time point when its name says so (POINTS); every other `*_ns`
+column is a duration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+# Column names of time points (instants on the trace clock), as opposed to durations.
+POINTS = ("start_ns", "end_ns", "ts_ns", "t_ns", "at_ns")
+
+
+def is_point(column: str) -> bool:
+    """Whether a `*_ns` column holds time points (`start_ns`, `startup_end_ns`, `peak_at_ns`) or
+    durations."""
+    return column in POINTS or column.endswith(("_start_ns", "_end_ns", "_ts_ns", "_at_ns"))
+
+
+def point_us(ns, origin_ns: int):
+    """A trace timestamp (a number, a Series or an expression) as microseconds from the trace start."""
+    return None if ns is None else (ns - origin_ns) / 1000.0
+
+
+def point_ms(ns, origin_ns: int):
+    """Trace timestamps (a number or a Series) as milliseconds from the trace start: the time
+    axis of the pictures."""
+    return (ns - origin_ns) / 1e6
+
+
+def duration_us(ns: int | None) -> float:
+    """A duration (or a sum of them, an integer) in microseconds; 0 for none."""
+    return (ns or 0) / 1000.0
+
+
+def shown_in_us(column: str) -> bool:
+    """Whether a column holds ns to be shown in µs: `*_ns`, or `*_ns_*` (`blocked_ns_per_step`)."""
+    return column.endswith("_ns") or "_ns_" in column
+
+
+def us_name(column: str) -> str:
+    """The display name of a ns column: `duration_ns` -> `duration_us`, `blocked_ns_per_step` ->
+    `blocked_us_per_step`."""
+    if column.endswith("_ns"):
+        return column[: -len("_ns")] + "_us"
+    return column.replace("_ns_", "_us_", 1)
+
+
+def us_expr(column: str, origin_ns: int) -> pl.Expr:
+    """The display expression of one ns column (`shown_in_us`), named as `us_name` says."""
+    out = us_name(column)
+    if is_point(column):
+        return ((pl.col(column) - origin_ns) / 1000.0).alias(out)
+    return (pl.col(column) / 1000.0).alias(out)
+
+
+def display_us(df: pl.DataFrame, origin_ns: int, keep: Iterable[str] = ()) -> pl.DataFrame:
+    """`df` with every ns column (`shown_in_us`, but those in `keep`) replaced, in place, by its
+    µs display column: points from the trace start, durations as they are."""
+    kept = set(keep)
+    return df.select(us_expr(c, origin_ns) if shown_in_us(c) and c not in kept else pl.col(c) for c in df.columns)
+
+
+class Shown:
+    """A result's µs display view of one of its ns tables, computed once on first read:
+    `copies = Shown("copies_ns")` in a frozen result dataclass with an `origin_ns` field."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.name = source
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None) -> pl.DataFrame:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        value = display_us(getattr(obj, self.source), obj.origin_ns)
+        obj.__dict__[self.name] = value  # a frozen dataclass forbids setattr, not its __dict__
+        return value
