@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The single-file cache (traceanalyzer.jobs.cache) is off in tests, and points away from the real
+# home cache should a test turn it on: CI runs as root in a fresh clone, and a test must compute
+# what it checks. tests/jobs/test_cache.py turns it on in a temporary folder.
+os.environ["TRACEANALYZER_NO_CACHE"] = "1"
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="traceanalyzer-test-cache-")
 
 # ../shared/traces seen from the repository root.
 SHARED_TRACES_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
