@@ -172,17 +172,23 @@ def _label(rules: list[tuple[str, str]], fallback: pl.Expr) -> pl.Expr:
 def _labelled(
     trace: Trace, rules: list[tuple[str, str]], cpu_fallback: pl.Expr, gpu_fallback: str
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(cpu intervals, gpu intervals), each with `label`."""
+    """(cpu intervals, gpu intervals), each with `label`. The labels depend on the op chain
+    only: each op's chain is matched once, and the ops, runtime calls and GPU activities get
+    their op's label by a narrow join (a call without an op gets the label of an empty chain)."""
     chains = _chains(trace)
+    cpu_label, gpu_label = _label(rules, cpu_fallback).alias("_cpu"), _label(rules, pl.lit(gpu_fallback)).alias("_gpu")
+    labels = chains.select("op_id", cpu_label, gpu_label)
+    empty = pl.DataFrame({"op_chain": [""]}).select(cpu_label, gpu_label).row(0)
+
+    def labelled(df: pl.DataFrame, which: str, fallback: str) -> pl.DataFrame:
+        got = df.join(labels.select("op_id", which), on="op_id", how="left", maintain_order="left")
+        return got.with_columns(label=pl.col(which).fill_null(fallback)).drop(which)
+
     not_step = ~trace.ops["name"].str.contains(PROFILER_STEP)
-    ops = trace.ops.filter(not_step).select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
-    rt = trace.runtime.select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
-    cpu = pl.concat([ops, rt]).with_columns(label=_label(rules, cpu_fallback))
-    gpu = (
-        trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns")
-        .join(chains, on="op_id", how="left")
-        .with_columns(label=_label(rules, pl.lit(gpu_fallback)))
-    )
+    ops = trace.ops.filter(not_step).select("op_id", "ts_ns", "end_ns")
+    rt = trace.runtime.select("op_id", "ts_ns", "end_ns")
+    cpu = labelled(pl.concat([ops, rt]), "_cpu", empty[0])
+    gpu = labelled(trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns"), "_gpu", empty[1])
     return cpu, gpu
 
 
