@@ -100,7 +100,9 @@ class CpuActivity:
     cumulative: tuple[pl.DataFrame, ...]
     blocking: pl.DataFrame  # the blocking calls themselves (runtime rows)
     data_ranges: pl.DataFrame
-    runtime_other: pl.DataFrame  # runtime calls that neither launch nor synchronise (runtime_id, pid, tid, ts_ns, end_ns)
+    runtime_other: (
+        pl.DataFrame
+    )  # runtime calls that neither launch nor synchronise (runtime_id, pid, tid, ts_ns, end_ns)
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
