@@ -184,8 +184,8 @@ def _labelled(
         got = df.join(labels.select("op_id", which), on="op_id", how="left", maintain_order="left")
         return got.with_columns(label=pl.col(which).fill_null(fallback)).drop(which)
 
-    not_step = ~trace.ops["name"].str.contains(PROFILER_STEP)
-    ops = trace.ops.filter(not_step).select("op_id", "ts_ns", "end_ns")
+    ops = trace.ops.select("op_id", "ts_ns", "end_ns", "name").filter(~pl.col("name").str.contains(PROFILER_STEP))
+    ops = ops.drop("name")
     rt = trace.runtime.select("op_id", "ts_ns", "end_ns")
     cpu = labelled(pl.concat([ops, rt]), "_cpu", empty[0])
     gpu = labelled(trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns"), "_gpu", empty[1])

@@ -49,8 +49,11 @@ def find_startup(
     init = pl.col("cause").is_in(INIT_CAUSES) & (d >= int(startup_gap_us * 1000))
     if first_step is not None:
         init = init & (pl.col("step") == first_step)
-    p = pieces.sort("start_ns").with_columns(
-        _init=init, _cum_idle=d.cum_sum(), _cum_init=pl.when(init).then(d).otherwise(0).cum_sum()
+    # four columns, not the wide classified table: sorting copies every column it carries
+    p = (
+        pieces.select("start_ns", "end_ns", "step", "cause")
+        .sort("start_ns")
+        .with_columns(_init=init, _cum_idle=d.cum_sum(), _cum_init=pl.when(init).then(d).otherwise(0).cum_sum())
     )
     cand = p.filter(pl.col("_init") & (pl.col("_cum_init") * 2 >= pl.col("_cum_idle")))
     if cand.is_empty():
