@@ -15,6 +15,7 @@ from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
 from traceanalyzer.analyses.ops import analyse_ops
+from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
@@ -33,6 +34,7 @@ from traceanalyzer.options import (
     Options,
     PatternOptions,
     RankOptions,
+    RooflineOptions,
     StageOptions,
     StepOptions,
     SyncOptions,
@@ -49,6 +51,7 @@ __all__ = [
     "Options",
     "PatternOptions",
     "RankOptions",
+    "RooflineOptions",
     "Trace",
     "TraceMeta",
     "ANALYSES",
@@ -74,6 +77,8 @@ __all__ = [
     "KernelOptions",
     "analyse_memory",
     "MemoryResult",
+    "analyse_roofline",
+    "RooflineResult",
     "MemoryOptions",
     "analyse_findings",
     "Finding",

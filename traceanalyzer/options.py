@@ -199,6 +199,21 @@ class MemoryOptions:
 
 
 @dataclass(frozen=True)
+class RooflineOptions:
+    """Options of the roofline analysis and of its finding."""
+
+    # 0: the peaks table's figure for the device's name (analyses.peaks)
+    peak_tflops: float = opt(0.0, "compute roof (TFLOP/s) for every precision, in place of the peaks table")
+    peak_gbps: float = opt(0.0, "memory roof (GB/s), in place of the peaks table")
+    far_from_roofline_share: float = opt(
+        0.3, "far_from_roofline: an op/shape under this share of its roof", flag="--roofline-share"
+    )
+    roofline_min_gpu_share: float = opt(
+        0.05, "far_from_roofline: only op/shapes with this share of GPU time", flag="--roofline-min-gpu"
+    )
+
+
+@dataclass(frozen=True)
 class FindingOptions:
     """Thresholds of the rules that read more than one analysis (see `analyses.findings`)."""
 
@@ -308,6 +323,7 @@ GROUPS: dict[str, type] = {
     "ops": OpsOptions,
     "kernels": KernelOptions,
     "memory": MemoryOptions,
+    "roofline": RooflineOptions,
     "findings": FindingOptions,
     "health": HealthOptions,
     "diff": DiffOptions,
@@ -329,6 +345,7 @@ class Options:
     ops: OpsOptions = field(default_factory=OpsOptions)
     kernels: KernelOptions = field(default_factory=KernelOptions)
     memory: MemoryOptions = field(default_factory=MemoryOptions)
+    roofline: RooflineOptions = field(default_factory=RooflineOptions)
     findings: FindingOptions = field(default_factory=FindingOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
     diff: DiffOptions = field(default_factory=DiffOptions)

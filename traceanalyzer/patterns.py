@@ -72,4 +72,7 @@ TENSOR_CORE_KERNEL = (
     r"s161616|nvjet|fmha|flash|GemmUniversal|CollectiveMma|hgemm|bf16.*gemm|gemm.*bf16|fp16.*gemm|tf32|"
     r"bmm_.*(E4m3|E2m1|Bfloat16|Fp16)|(volta|turing|ampere|hopper)_(h|bf16|fp16|tf32|i8)"
 )
+# Convolution kernels that do fewer multiplications than the direct method counts (Winograd
+# transforms, FFT): their FLOPs per second, counted the direct way, can pass the peak.
+FEWER_FLOPS_KERNEL = r"(?i)winograd|fft"
 MATMUL_CONV_KERNEL = r"(?i)gemm|gemv|matmul|convolve|convolution|conv[23]d|cudnn.*conv|cutlass|cublas|wgrad|dgrad|fprop|xmma|nvjet|scudnn|winograd|bmm_|fmha|flash"

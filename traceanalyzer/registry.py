@@ -14,6 +14,7 @@ from traceanalyzer.analyses.gaps import analyse_gaps
 from traceanalyzer.analyses.kernels import analyse_kernels
 from traceanalyzer.analyses.memory import analyse_memory
 from traceanalyzer.analyses.ops import analyse_ops
+from traceanalyzer.analyses.roofline import analyse_roofline
 from traceanalyzer.analyses.stages import analyse_stages
 from traceanalyzer.analyses.steps import analyse_steps
 from traceanalyzer.analyses.syncs import analyse_syncs
@@ -29,5 +30,6 @@ ANALYSES: dict[str, Callable[[Trace, Any], Any]] = {
     "ops": analyse_ops,
     "kernels": analyse_kernels,
     "memory": analyse_memory,
+    "roofline": analyse_roofline,
     "findings": analyse_findings,
 }

@@ -30,6 +30,7 @@ from traceanalyzer.analyses.health import HealthCheck, analyse_health
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
 from traceanalyzer.analyses.ops import analyse_ops
+from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
@@ -202,6 +203,11 @@ class Session:
     def memory(self) -> MemoryResult:
         """The memory peak, who holds it and growth per step (`analyse_memory`)."""
         return analyse_memory(self.trace, self.options)
+
+    @cached_property
+    def roofline(self) -> RooflineResult:
+        """Achieved FLOP/s and bandwidth per op and shape against the device's peaks (`analyse_roofline`)."""
+        return analyse_roofline(self.trace, self.options)
 
     # -- findings --------------------------------------------------------------------------
     # The rules sit a floor above (`traceanalyzer.findings`) and read this Session; importing

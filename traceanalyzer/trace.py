@@ -60,7 +60,8 @@ class Trace:
 
     - `ops`: CPU ops and record_function ranges (cat cpu_op / Operator / user_annotation):
       op_id, kind, name, pid, tid, ts_ns, dur_ns, end_ns, depth, parent_id, external_id,
-      sequence_number, fwd_thread_id, input_dims and input_type (compact JSON text), python_frame
+      sequence_number, fwd_thread_id, input_dims, input_type and concrete_inputs (compact JSON
+      text; the scalar arguments record_shapes recorded, "" for tensors), python_frame
       (user code line).
     - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, end_ns, depth,
       parent_id, python_id, python_parent_id, is_user.

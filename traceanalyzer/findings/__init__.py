@@ -1,7 +1,7 @@
 """One findings engine: every rule of the tool, in one registry.
 
 Each rule reads a `Session`'s results and returns its findings (see `engine`). `summary` and
-`report` show every rule; `copies`, `syncs` and `memory` show their own (`Rule.commands`);
+`report` show every rule; `copies`, `syncs`, `memory` and `roofline` show their own (`Rule.commands`);
 `rules` lists them all; `--fail-on` takes any rule id. `analyse_findings(trace)` evaluates them
 all on one trace; importing this package registers `evaluate` with the Session (a floor below,
 which never imports the rules), so `ses.findings` is every finding.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceanalyzer.findings import copy_rules, job_rules, memory_rules, overview_rules, sync_rules
+from traceanalyzer.findings import copy_rules, job_rules, memory_rules, overview_rules, roofline_rules, sync_rules
 from traceanalyzer.findings.engine import Finding, Rule
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
@@ -23,6 +23,7 @@ RULES: tuple[Rule, ...] = (
     + sync_rules.RULES
     + copy_rules.RULES
     + overview_rules.RULES[1:]
+    + roofline_rules.RULES
     + memory_rules.RULES
     + job_rules.RULES  # a directory of rank files only (job_rules.job_findings)
 )

@@ -40,6 +40,7 @@ class Args(msgspec.Struct, gc=False):
     fwd_thread_id: Any = field(default=None, name="Fwd thread id")
     input_dims: Raw = field(default=_EMPTY, name="Input Dims")
     input_type: Raw = field(default=_EMPTY, name="Input type")
+    concrete_inputs: Raw = field(default=_EMPTY, name="Concrete Inputs")
     call_stack: Any = field(default=None, name="Call stack")
     python_id: Any = field(default=None, name="Python id")
     python_parent_id: Any = field(default=None, name="Python parent id")
@@ -152,6 +153,7 @@ def _op_columns(events: list[Event]) -> dict[str, list]:
     cols["fwd_thread_id"] = _get(a, "fwd_thread_id")
     cols["input_dims"] = _raw(a, "input_dims")
     cols["input_type"] = _raw(a, "input_type")
+    cols["concrete_inputs"] = _raw(a, "concrete_inputs")
     cols["call_stack"] = _get(a, "call_stack")
     return cols
 

@@ -257,6 +257,7 @@ def op_frame(c: dict[str, list]) -> pl.DataFrame:
             "fwd_thread_id": to_int(c["fwd_thread_id"]),
             "input_dims": json_text(c["input_dims"]),
             "input_type": json_text(c["input_type"]),
+            "concrete_inputs": json_text(c["concrete_inputs"]),
             "call_stack": to_str(c["call_stack"]),
         },
     )

@@ -1,7 +1,7 @@
 """The incident report: Markdown with its pictures beside it, or one self-contained HTML file.
 
 Sections: Verdict and Findings first (what a reader of the ticket needs), then the evidence
-(Trace, Timeline, Stages, Idle by cause, Top gaps, Copies, Syncs, Memory), then Warnings about
+(Trace, Timeline, Stages, Idle by cause, Top gaps, Copies, Syncs, Memory, Roofline), then Warnings about
 the trace itself. A CPU-only trace says so in one line and leaves out the GPU sections.
 Every number comes from the one `Session` the report is built from, so the report says exactly
 what the commands say with the same options; an analysis that fails leaves a one-line note in
@@ -39,6 +39,7 @@ SECTIONS = (
     "Copies",
     "Syncs",
     "Memory",
+    "Roofline",
     "Warnings",
 )
 CPU_ONLY_SECTIONS = ("Verdict", "Findings", "Trace", "Stages", "Memory", "Warnings")
@@ -265,6 +266,16 @@ def _memory(rep: IncidentReport, ses: Session) -> None:
     rep.picture("memory.png", charts.memory_timeline(m, ses.trace), "Memory over time")
 
 
+def _roofline(rep: IncidentReport, ses: Session, top: int) -> None:
+    from traceanalyzer.render.roofline_plot import roofline_headline, roofline_png, roofline_table
+
+    r = ses.roofline
+    rep.text(roofline_headline(r) + ". Peaks: dense datasheet figures (docs/roofline.md).")
+    if r.ops.height:
+        rep.table(roofline_table(r.ops.head(top)))
+        rep.picture("roofline.png", roofline_png(r, os.path.basename(ses.path)), "Roofline")
+
+
 def _findings(rep: IncidentReport, ses: Session) -> None:
     found = ses.findings
     rep.items([f"**[{f.severity}] {f.rule}**: {f.message} — {f.recommendation}" for f in found] or ["no rule fired"])
@@ -306,6 +317,7 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
         ("Copies", lambda: _copies(rep, ses, top)),
         ("Syncs", lambda: _syncs(rep, ses, top)),
         ("Memory", lambda: _memory(rep, ses)),
+        ("Roofline", lambda: _roofline(rep, ses, top)),
         ("Warnings", lambda: _warnings(rep, trace)),
     )
     for title, fn in parts:

@@ -41,7 +41,7 @@ def test_real_report_has_every_section_and_its_pictures(real_report):
     for png in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
         img = Image.open(real_report / png)
         assert img.size[0] >= 800
-    assert {"timeline.png", "stages.png", "gap_histogram.png", "copy_bandwidth.png", "memory.png"} <= {
+    assert {"timeline.png", "stages.png", "gap_histogram.png", "copy_bandwidth.png", "memory.png", "roofline.png"} <= {
         p.name for p in real_report.iterdir()
     }
     # The headline number: idle by cause is dominated by data loading (6 gaps, one per step:
@@ -53,7 +53,7 @@ def test_real_report_has_every_section_and_its_pictures(real_report):
 def test_real_html_is_self_contained(real_report):
     page = (real_report / "report.html").read_text()
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == 5
+    assert len(images) == 6  # timeline, stages, gap histogram, copy bandwidth, memory, roofline
     Image.open(io.BytesIO(base64.b64decode(images[0]))).verify()
     assert not re.search(r'src="(?!data:)', page)
     for s in SECTIONS:

@@ -28,6 +28,7 @@ COMMANDS = (
     ["ops"],
     ["ops", "--group-by", "module"],
     ["kernels"],
+    ["roofline"],
 )
 
 

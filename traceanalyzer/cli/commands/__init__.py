@@ -11,6 +11,7 @@ from traceanalyzer.cli.commands import (
     memory,
     ops,
     report,
+    roofline,
     rules,
     stages,
     summary,
@@ -30,6 +31,7 @@ COMMANDS = [
     stages.command,
     ops.command,
     kernels.command,
+    roofline.command,
     rules.command,
     summary.command,
 ]

@@ -1,5 +1,6 @@
 """One screen: devices, steps, GPU busy share, stage breakdown, idle by cause with the top
-culprits, the two sync figures side by side, top ops and kernels, and every finding.
+culprits, the two sync figures side by side, top ops and kernels, the ops furthest below the
+roofline, and every finding.
 `--fail-on RULE` (repeatable, any rule id of `traceanalyzer rules`) exits 1 when that finding
 fires (for CI); 0 otherwise; 2 for bad input. A DIRECTORY of per-rank files gives the
 cross-rank summary.
@@ -26,10 +27,24 @@ from traceanalyzer.cli.options import build_options, fail_on_option, option_flag
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.findings import Finding
 from traceanalyzer.patterns import PROFILER_STEP
+from traceanalyzer.render.roofline_plot import roofline_headline, roofline_table
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "gaps", "syncs", "copies", "steps", "stages", "kernels", "memory", "findings", "health", "ranks")
+GROUPS = (
+    "patterns",
+    "gaps",
+    "syncs",
+    "copies",
+    "steps",
+    "stages",
+    "kernels",
+    "memory",
+    "roofline",
+    "findings",
+    "health",
+    "ranks",
+)
 SCREEN_ROWS = 5
 
 
@@ -117,6 +132,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     idle = g.idle_by_cause if g.has_gpu_work else pl.DataFrame()
     culprits = g.culprits if g.has_gpu_work else pl.DataFrame()
     per = "step" if ses.stages.window_kind == "steps" else "trace"
+    roof = ses.roofline
     sections = [
         Section("Devices", _devices(ses).drop("memory_bytes"), export=_devices(ses).drop("memory_gib"))
         if g.has_gpu_work
@@ -139,6 +155,12 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
             ops.select("name", "calls", "total_cpu_us", "self_gpu_us", "total_gpu_us").head(rows),
         ),
         Section("Top kernels", kern.head(rows)),
+        Section(
+            "Roofline: ops by GPU time left below the roof (`roofline` for all)",
+            roofline_table(roof.ops.head(rows)),
+            text=roofline_headline(roof),
+            export=roof.ops,
+        ),
         Section("Findings", findings_table(findings), text=findings_text(findings), main=True, show_table=False),
     ]
     payload = {
@@ -162,6 +184,11 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         "communication": ses.communication,
         "top_ops": ops.head(top) if top else ops,
         "top_kernels": kern.head(top) if top else kern,
+        "roofline": {
+            "modelled_share": roof.modelled_share,
+            "device": roof.devices,
+            "ops": roof.ops.head(top) if top else roof.ops,
+        },
         "findings": findings_payload(findings),
     }
     report = Report(

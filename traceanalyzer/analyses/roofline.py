@@ -1,0 +1,302 @@
+"""How close to the hardware: achieved FLOP/s and bandwidth per op and shape, against the
+device's peaks (`analyses.peaks`), from the work model (`analyses.work_model`).
+
+- Level: an op is reported when the model gives it numbers and no op around it has numbers:
+  the outermost modelled op (`aten::linear` rather than the `aten::addmm` it calls,
+  `aten::conv2d` rather than `aten::cudnn_convolution`). Its work is counted once, at that
+  level; where the outer op's arguments do not say enough (mixed dtypes, a 2021 trace's
+  `cudnn_convolution_backward`) the ops inside it are the outermost modelled ones.
+- GPU time: the kernels, memsets and device-to-device copies launched by the op or by any op
+  nested in it (the same attribution as `ops`' total GPU time, through `op_tree.ancestors`).
+  Copies between host and device are left out (their roof is the host link: see `copies`).
+- Roof: matmul, convolution and attention meet the compute peak of their dtype (FP32 ops whose
+  kernels' names say Tensor Cores meet the TF32 peak; AMD's FP32 the matrix-core peak) or the
+  memory roof, whichever the arithmetic intensity (FLOPs / byte) reaches first; elementwise
+  ops, reductions, normalisations and copies the memory roof. `peak_share` is the achieved
+  rate over the roof at that bound. `tensor_core_share` puts a matmul's, convolution's or
+  attention's rate against the device's 16-bit Tensor Core peak whatever its precision: the
+  share of what the hardware offers that op kind (an FP32 SGEMM near its own roof is low here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.op_tree import ancestors
+from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
+from traceanalyzer.analyses.work_model import KEYS, NO_MODEL, work_table
+from traceanalyzer.options import Options, RooflineOptions
+from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL
+from traceanalyzer.trace import Trace
+
+MEMORY_FAMILIES = ("elementwise", "reduction", "norm", "copy")
+HOST_COPY = r"^Memcpy (HtoD|DtoH|HtoH)|Host -> Device|Device -> Host"
+OP_COLUMNS = [
+    "op",
+    "input_dims",
+    "dtype",
+    "family",
+    "device",
+    "calls",
+    "flops_per_call",
+    "bytes_per_call",
+    "gpu_us",
+    "achieved_tflops",
+    "achieved_gbps",
+    "intensity",
+    "roof",
+    "peak_tflops",
+    "peak_gbps",
+    "bound",
+    "peak_share",
+    "headroom_us",
+    "tensor_core_share",
+    "tensor_cores",
+    "note",
+]
+DEVICE_SCHEMA = {
+    "device": pl.Int64,
+    "name": pl.String,
+    "part": pl.String,
+    "found": pl.String,
+    "source": pl.String,
+    **{r: pl.Float64 for r in COMPUTE_ROOFS},
+    "memory_gbps": pl.Float64,
+}
+UNMODELLED_SCHEMA = {"op": pl.String, "reason": pl.String, "gpu_us": pl.Float64, "activities": pl.Int64}
+
+
+@dataclass(frozen=True)
+class RooflineResult:
+    """`ops`: one row per op, shape and device (OP_COLUMNS), the most GPU time left below the
+    roof first (`headroom_us` = gpu_us · (1 − peak_share)); `unmodelled`: GPU time no modelled
+    op accounts for, by op and reason; `devices`: the peaks used and their source."""
+
+    ops: pl.DataFrame
+    unmodelled: pl.DataFrame
+    devices: pl.DataFrame
+    gpu_us: float  # every kernel, memcpy and memset
+    modelled_gpu_us: float
+    note: str | None = None
+
+    @property
+    def modelled_share(self) -> float | None:
+        """Share of GPU time the reported ops hold."""
+        return self.modelled_gpu_us / self.gpu_us if self.gpu_us else None
+
+
+def device_peaks(trace: Trace, opts: RooflineOptions) -> pl.DataFrame:
+    """DEVICE_SCHEMA: every device the trace lists or runs work on, with its peaks (the table's,
+    or the flags') and where they come from."""
+    listed = {d.id: d for d in trace.meta.devices}
+    used = trace.gpu["device"].drop_nulls().unique().sort().to_list() if trace.gpu.height else []
+    rows = []
+    for dev in sorted(set(listed) | set(used)):
+        d = listed.get(dev)
+        peaks, found = find_peaks(d) if d is not None else (None, "not in the trace's deviceProperties")
+        peaks = override(peaks, opts.peak_tflops, opts.peak_gbps)
+        if peaks is not None and peaks.part == "user":
+            found = "from the flags"
+        rows.append(
+            {
+                "device": dev,
+                "name": d.name if d is not None else None,
+                "part": peaks.part if peaks else None,
+                "found": found,
+                "source": peaks.source if peaks else None,
+                **{r: peaks.compute(r) if peaks else None for r in COMPUTE_ROOFS},
+                "memory_gbps": peaks.memory_gbps if peaks else None,
+            }
+        )
+    return pl.DataFrame(rows, schema=DEVICE_SCHEMA, orient="row") if rows else pl.DataFrame(schema=DEVICE_SCHEMA)
+
+
+def _roof() -> pl.Expr:
+    memory = pl.col("family").is_in(MEMORY_FAMILIES)
+    fp32 = (
+        pl.when(pl.col("tensor_cores") & pl.col("tf32").is_not_null())
+        .then(pl.lit("tf32"))
+        .when(pl.col("fp32_matrix").is_not_null())
+        .then(pl.lit("fp32_matrix"))
+        .otherwise(pl.lit("fp32"))
+    )
+    return (
+        pl.when(memory)
+        .then(pl.lit("memory"))
+        .when(pl.col("dtype") == "fp32")
+        .then(fp32)
+        .when(pl.col("dtype").is_in(["fp16", "bf16", "fp8", "int8"]))
+        .then(pl.col("dtype"))
+        .when(pl.col("dtype") == "uint8")
+        .then(pl.lit("int8"))
+        .otherwise(pl.lit(None, pl.String))
+    )
+
+
+def _peak_tflops() -> pl.Expr:
+    expr = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
+    for r in COMPUTE_ROOFS:
+        expr = expr.when(pl.col("roof") == r).then(pl.col(r))
+    return expr.otherwise(pl.lit(None, pl.Float64))
+
+
+def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
+    """Achieved rates, roof, bound and share of each op/shape row."""
+    secs = pl.col("gpu_ns") / 1e9
+    out = (
+        rows.join(devices.drop("name", "part", "found", "source"), on="device", how="left")
+        .with_columns(roof=_roof())
+        .with_columns(
+            peak_tflops=_peak_tflops(),
+            peak_gbps=pl.col("memory_gbps"),
+            achieved_tflops=pl.col("flops_per_call") * pl.col("calls") / secs / 1e12,
+            achieved_gbps=pl.col("bytes_per_call") * pl.col("calls") / secs / 1e9,
+            intensity=pl.when(pl.col("bytes_per_call") > 0).then(pl.col("flops_per_call") / pl.col("bytes_per_call")),
+            gpu_us=pl.col("gpu_ns") / 1000.0,
+        )
+    )
+    ridge = pl.col("peak_tflops") * 1000.0 / pl.col("peak_gbps")  # FLOPs per byte where the roofs meet
+    memory = pl.col("roof") == "memory"
+    bound = (
+        pl.when(memory & pl.col("peak_gbps").is_not_null())
+        .then(pl.lit("memory"))
+        .when(memory | pl.col("peak_tflops").is_null() | pl.col("peak_gbps").is_null())
+        .then(pl.lit(None, pl.String))
+        .when(pl.col("intensity") >= ridge)
+        .then(pl.lit("compute"))
+        .otherwise(pl.lit("memory"))
+    )
+    # Past a roof, the model's assumption is what broke, not the hardware: bytes came from cache
+    # (the model counts every byte from device memory), or Winograd/FFT kernels did fewer FLOPs
+    # than the direct count. Such a row gets no share.
+    above_memory = (bound == "memory") & (pl.col("achieved_gbps") > pl.col("peak_gbps"))
+    above_compute = (bound == "compute") & (pl.col("achieved_tflops") > pl.col("peak_tflops")) & pl.col("fewer_flops")
+    bound = pl.when(above_memory).then(pl.lit("cache")).when(above_compute).then(pl.lit("fewer_flops")).otherwise(bound)
+    note = pl.col("note").fill_null("")
+    fewer = pl.when(pl.col("fewer_flops")).then(pl.lit("Winograd/FFT kernels: fewer FLOPs executed than counted"))
+    out = out.with_columns(
+        bound=bound,
+        note=pl.concat_str([note, fewer.otherwise(pl.lit(""))], separator="; ").str.strip_chars("; "),
+    )
+    share = (
+        pl.when(pl.col("bound") == "compute")
+        .then(pl.col("achieved_tflops") / pl.col("peak_tflops"))
+        .when(pl.col("bound") == "memory")
+        .then(pl.col("achieved_gbps") / pl.col("peak_gbps"))
+    )
+    # The same rate against the device's 16-bit Tensor Core roof: what the hardware offers a
+    # matmul at all, whatever precision this one ran in (an FP32 SGEMM shows low here).
+    tensor = pl.max_horizontal("fp16", "bf16")
+    out = out.with_columns(peak_share=share).with_columns(
+        headroom_us=pl.col("gpu_us") * (1 - pl.col("peak_share").clip(0, 1)),
+        tensor_core_share=pl.when(~pl.col("family").is_in(MEMORY_FAMILIES) & (tensor > 0)).then(
+            pl.col("achieved_tflops") / tensor
+        ),
+    )
+    return out.sort(
+        ["headroom_us", "gpu_us", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True
+    ).select(OP_COLUMNS)
+
+
+def _unmodelled(
+    trace: Trace, gpu: pl.DataFrame, owned: pl.DataFrame, anc: pl.DataFrame, cand: pl.DataFrame, host: pl.DataFrame
+) -> pl.DataFrame:
+    """GPU time outside every reported op: by the innermost op around the launch that the model
+    knows by name and could not model (with its reason), else by the op a user would name;
+    copies between host and device in one row."""
+    host_row = pl.DataFrame(
+        {
+            "op": ["(copies between host and device)"],
+            "reason": ["their roof is the host link, not device memory (see `copies`)"],
+            "gpu_us": [float(host["dur_ns"].sum()) / 1000.0],
+            "activities": [host.height],
+        },
+        schema=UNMODELLED_SCHEMA,
+    ).filter(pl.col("activities") > 0)
+    rest = gpu.join(owned.select("gpu_id"), on="gpu_id", how="anti")
+    if rest.is_empty():
+        return host_row
+    why = cand.filter(pl.col("reason").is_not_null()).select(ancestor_id="op_id", why_op="name", reason="reason")
+    reasoned = (
+        anc.join(why, on="ancestor_id", how="inner")
+        .sort("op_id", "level")
+        .group_by("op_id", maintain_order=True)
+        .first()
+        .select("op_id", "why_op", "reason")
+    )
+    launching = rest["op_id"].drop_nulls().unique()
+    named = op_context(trace, launching).select("op_id", named="op")
+    rows = (
+        rest.join(reasoned, on="op_id", how="left")
+        .join(named, on="op_id", how="left")
+        .select(
+            op=pl.coalesce("why_op", "named", pl.lit("(no CPU op around the launch)")),
+            reason=pl.coalesce(
+                "reason", pl.when(pl.col("op_id").is_null()).then(pl.lit("launched outside any op")), pl.lit(NO_MODEL)
+            ),
+            dur_ns="dur_ns",
+        )
+    )
+    per = rows.group_by("op", "reason").agg(gpu_us=pl.col("dur_ns").sum() / 1000.0, activities=pl.len().cast(pl.Int64))
+    return pl.concat([per.select(list(UNMODELLED_SCHEMA)), host_row]).sort(["gpu_us", "op"], descending=[True, False])
+
+
+def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = None) -> RooflineResult:
+    """Per op, shape and device: FLOPs and bytes per call, GPU time, achieved TFLOP/s and GB/s,
+    arithmetic intensity, the bound and the share of the peak at that bound (see the module)."""
+    opts = Options.of(options).roofline
+    devices = device_peaks(trace, opts)
+    all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
+    host = trace.gpu.filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY))
+    gpu = trace.gpu.join(host.select("gpu_id"), on="gpu_id", how="anti").select(
+        "gpu_id", "op_id", "kind", "name", "device", "dur_ns"
+    )
+    ops = trace.ops.filter(pl.col("kind") == "cpu_op").select("op_id", *KEYS)
+    work = work_table(ops)
+    cand = ops.join(work, on=KEYS, how="inner", nulls_equal=True)
+    modelled = cand.filter(pl.col("reason").is_null())
+    # Report at the outermost modelled op: drop every modelled op that has one around it.
+    around = (
+        ancestors(trace.ops, modelled["op_id"])
+        .filter(pl.col("level") > 0)
+        .join(modelled.select(ancestor_id="op_id"), on="ancestor_id", how="semi")
+    )
+    reported = modelled.join(around.select("op_id").unique(), on="op_id", how="anti")
+    # Each launch belongs to at most one reported op: reported ops never nest.
+    anc = ancestors(trace.ops, gpu["op_id"].drop_nulls().unique())
+    owner = anc.join(reported.select(ancestor_id="op_id"), on="ancestor_id", how="semi").select("op_id", "ancestor_id")
+    owned = gpu.join(owner, on="op_id", how="inner")
+    per_op = owned.group_by("ancestor_id").agg(
+        gpu_ns=pl.col("dur_ns").sum(),
+        device=pl.col("device").drop_nulls().mode().min(),
+        tensor_cores=((pl.col("kind") == "kernel") & pl.col("name").str.contains(TENSOR_CORE_KERNEL)).any(),
+        fewer_flops=((pl.col("kind") == "kernel") & pl.col("name").str.contains(FEWER_FLOPS_KERNEL)).any(),
+    )
+    rows = (
+        reported.join(per_op, left_on="op_id", right_on="ancestor_id", how="inner")
+        .filter(pl.col("gpu_ns") > 0)
+        .group_by(*KEYS, "device", maintain_order=True)
+        .agg(
+            pl.col("family", "flops", "bytes", "dtype", "note").first(),
+            calls=pl.len().cast(pl.Int64),
+            gpu_ns=pl.col("gpu_ns").sum(),
+            tensor_cores=pl.col("tensor_cores").any(),
+            fewer_flops=pl.col("fewer_flops").any(),
+        )
+        .rename({"name": "op", "flops": "flops_per_call", "bytes": "bytes_per_call"})
+    )
+    table = _judge(rows, devices)
+    note = None
+    if trace.ops.height and trace.ops["input_dims"].null_count() == trace.ops.height:
+        note = "the trace recorded no shapes (Input Dims): profile with record_shapes=True to model ops"
+    return RooflineResult(
+        ops=table,
+        unmodelled=_unmodelled(trace, gpu, owned, anc, cand, host),
+        devices=devices,
+        gpu_us=all_gpu_ns / 1000.0,
+        modelled_gpu_us=float(owned["dur_ns"].sum()) / 1000.0 if owned.height else 0.0,
+        note=note,
+    )
