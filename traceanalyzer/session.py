@@ -204,7 +204,7 @@ class Session:
         """The memory peak, who holds it and growth per step (`analyse_memory`)."""
         return analyse_memory(self.trace, self.options)
 
-    @cached_property
+    @_result
     def roofline(self) -> RooflineResult:
         """Achieved FLOP/s and bandwidth per op and shape against the device's peaks (`analyse_roofline`)."""
         return analyse_roofline(self.trace, self.options)

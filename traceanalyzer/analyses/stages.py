@@ -38,7 +38,7 @@ import polars as pl
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import Options, PatternOptions, StageOptions
@@ -112,15 +112,14 @@ def _iv(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _covered(union: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
-    """step, ns: time of the disjoint `union` inside each window."""
+    """step, ns: time of the disjoint `union` inside each window (prefix sums and two
+    join_asofs, `intervals.covered`: no join of the union with the windows)."""
     if union.is_empty():
         return wins.select("step", ns=pl.lit(0, pl.Int64))
-    w = wins.rename({"start_ns": "w_s", "end_ns": "w_e"})
-    j = union.join_where(w, pl.col("start_ns") < pl.col("w_e"), pl.col("end_ns") > pl.col("w_s"))
-    per = j.group_by("step").agg(ns=(pl.min_horizontal("end_ns", "w_e") - pl.max_horizontal("start_ns", "w_s")).sum())
-    return (
-        wins.select("step").join(per, on="step", how="left", nulls_equal=True).with_columns(pl.col("ns").fill_null(0))
-    )
+    index = coverage_index(union.select("start_ns", "end_ns", _g=pl.lit(0)), ["_g"])
+    q = wins.select("step", "start_ns", "end_ns", _g=pl.lit(0)).with_row_index("_w")
+    per = covered(q, index, ["_g"], "start_ns", "end_ns", "ns").sort("_w")
+    return per.select("step", pl.col("ns").cast(pl.Int64))
 
 
 def priority_breakdown(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFrame, remainder: str) -> pl.DataFrame:
