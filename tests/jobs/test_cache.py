@@ -109,3 +109,11 @@ def test_fingerprint_sees_the_ends_of_the_file(tmp_path):
         fh.write(b"y")
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert cache.fingerprint(p) != a
+
+
+def test_other_code_is_a_miss(cached, trace, monkeypatch):
+    """A result computed by other code (a checkout edited under one version) is never read."""
+    _run("gaps", str(trace))
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: "other code")
+    _run("gaps", str(trace))
+    assert len(list(cached.iterdir())) == 2

@@ -13,14 +13,16 @@ DataFrame in it written beside as Parquet (`dump` / `load`): reading is a Parque
 an unpickling of the tables. The input file is only read.
 
 The trace key is a fingerprint of the file's content (`fingerprint`: size, mtime and a hash of
-its first and last MiB; hashing all of a 1-5 GB trace would cost seconds) with the tool version
-and the load options; the results key adds every option that changes a number
+its first and last MiB; hashing all of a 1-5 GB trace would cost seconds) with the tool version,
+the code (`code_fingerprint`: a checkout edited under one version never reads results of its
+former code) and the load options; the results key adds every option that changes a number
 (`executors.options_key`). A trace edited in place changes its size, mtime or ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import os
@@ -50,6 +52,19 @@ def default_root() -> Path:
 def disabled_by_env() -> bool:
     """Whether `TRACEANALYZER_NO_CACHE` turns the cache off."""
     return os.environ.get(ENV_DISABLE, "").strip() not in ("", "0")
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A key of this installation's code: path, size and mtime of every module of the package.
+    The version alone is not enough where the code changes under one version (a checkout being
+    worked on): a result computed by other code is never read back."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        st = p.stat()
+        h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:16]
 
 
 def fingerprint(path: str | os.PathLike[str]) -> str:
@@ -153,7 +168,8 @@ class TraceCache:
         on_compute: Callable[[str], None] | None = None,
     ) -> None:
         self.on_compute = on_compute
-        key = hashlib.sha256(f"{_FORMAT}\0{__version__}\0{fingerprint(path)}\0{load_key}".encode()).hexdigest()[:32]
+        key = f"{_FORMAT}\0{__version__}\0{code_fingerprint()}\0{fingerprint(path)}\0{load_key}"
+        key = hashlib.sha256(key.encode()).hexdigest()[:32]
         self.folder = Path(root) / key
         okey = hashlib.sha256(options_key.encode()).hexdigest()[:16]
         self.results = self.folder / f"results-{okey}"
