@@ -117,3 +117,27 @@ def test_other_code_is_a_miss(cached, trace, monkeypatch):
     monkeypatch.setattr(cache, "code_fingerprint", lambda: "other code")
     _run("gaps", str(trace))
     assert len(list(cached.iterdir())) == 2
+
+
+def test_prune_removes_the_least_recently_used_first(tmp_path):
+    for k, (name, size, age) in enumerate([("old", 300, 30), ("mid", 300, 20), ("new", 300, 10)]):
+        d = tmp_path / name / "trace"
+        d.mkdir(parents=True)
+        (d / "value.pickle").write_bytes(b"x" * size)
+        t = 1_700_000_000 - age
+        os.utime(tmp_path / name, (t, t))
+    # 900 bytes held, 650 allowed: the oldest goes; "mid" is in use, so "new" goes next at 350
+    assert [p.name for p in cache.prune(tmp_path, 650)] == ["old"]
+    assert [p.name for p in cache.prune(tmp_path, 350, keep=tmp_path / "mid")] == ["new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid"]
+
+
+def test_cache_max_keeps_only_the_trace_in_use(cached, trace, SHARED_TRACES, tmp_path, monkeypatch):
+    other = tmp_path / "other.json.gz"
+    shutil.copy(SHARED_TRACES / "mi250_rocm_minitoy.json.gz", other)
+    _run("gaps", str(other))
+    _run("--cache-max", "1", "gaps", str(trace))
+    (left,) = list(cached.iterdir())
+    assert (left / "trace").is_dir() and len(list(left.glob("results-*"))) == 1
+    _forbid(monkeypatch)
+    _run("gaps", str(trace))  # the entry in use survived the pruning: a hit

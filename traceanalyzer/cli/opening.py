@@ -84,6 +84,16 @@ def cache_root(options: Options) -> str | None:
     return obj.get("cache_dir") or options.ranks.rank_cache or str(cache.default_root())
 
 
+def prune(store: Any) -> None:
+    """Keep the cache under `--cache-max` once the command is done (the trace in use stays)."""
+    if store is None:
+        return
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    limit = (obj.get("cache_max") if isinstance(obj, dict) else None) or cache.DEFAULT_MAX_BYTES
+    cache.prune(store.folder.parent, limit, keep=store.folder)
+
+
 def open_trace(path: str, options: Options, max_decompressed: int | None = None) -> tuple[Any, Any]:
     """(trace, store): the Trace, from the cache when it holds this file, and the cache the
     Session keeps its results in (None when off or when `path` is not a regular file)."""

@@ -38,6 +38,7 @@ import polars as pl
 from traceanalyzer.version import __version__
 
 ENV_DISABLE = "TRACEANALYZER_NO_CACHE"  # "1": no cache (as --no-cache)
+DEFAULT_MAX_BYTES = 20 << 30  # --cache-max: the least recently used traces go beyond it
 ENDS_BYTES = 1 << 20
 MISSING = object()
 _FORMAT = 1  # bump when the layout or the pickled classes change incompatibly
@@ -152,6 +153,31 @@ def load(folder: Path, shared: dict[str, Any] | None = None) -> Any:
         return MISSING
 
 
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def prune(root: str | os.PathLike[str], max_bytes: int, keep: Path | None = None) -> list[Path]:
+    """Remove the least recently used trace entries (by the time they were last read or
+    written) until the cache holds at most `max_bytes`; `keep` (the entry in use) stays.
+    Returns the entries removed."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    entries = [(d.stat().st_mtime, d, _size(d)) for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    total = sum(n for _, _, n in entries)
+    removed = []
+    for _, d, n in sorted(entries, key=lambda e: e[0]):
+        if total <= max_bytes:
+            break
+        if keep is not None and d == keep:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        total -= n
+        removed.append(d)
+    return removed
+
+
 class TraceCache:
     """The cache entries of one trace file under one set of options: `trace` (the loaded
     Trace) and the Session store protocol (`get`, `put`, `computing`, `share`) for its results.
@@ -177,8 +203,12 @@ class TraceCache:
         self.loaded: set[str] = set()
 
     def get_trace(self) -> Any:
-        """The cached Trace, or MISSING."""
-        return load(self.folder / "trace")
+        """The cached Trace, or MISSING; a hit marks the entry as just used (for `prune`)."""
+        value = load(self.folder / "trace")
+        if value is not MISSING:
+            with contextlib.suppress(OSError):
+                os.utime(self.folder)
+        return value
 
     def put_trace(self, trace: Any) -> None:
         """Cache the loaded Trace (once; never over an existing entry)."""

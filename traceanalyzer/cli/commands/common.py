@@ -48,6 +48,7 @@ def open_session(path: str, options: Options) -> Session:
     ses = Session(trace, options, store=store)
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
+        ctx.call_on_close(lambda: opening.prune(store))  # runs last: callbacks close in reverse order
         ctx.call_on_close(ses.save)
         ctx.call_on_close(opening.stop_progress)
     return ses
