@@ -120,7 +120,7 @@ def test_other_code_is_a_miss(cached, trace, monkeypatch):
 
 
 def test_prune_removes_the_least_recently_used_first(tmp_path):
-    for k, (name, size, age) in enumerate([("old", 300, 30), ("mid", 300, 20), ("new", 300, 10)]):
+    for name, size, age in [("old", 300, 30), ("mid", 300, 20), ("new", 300, 10)]:
         d = tmp_path / name / "trace"
         d.mkdir(parents=True)
         (d / "value.pickle").write_bytes(b"x" * size)
