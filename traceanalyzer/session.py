@@ -221,7 +221,12 @@ class Session:
         return self._evaluate(None)
 
     def findings_of(self, rules: tuple[Any, ...]) -> list[Any]:
-        """The findings of some rules only, evaluating no more than they need."""
+        """The findings of some rules only, evaluating no more than they need (all of them come
+        from the store when an earlier run kept them)."""
+        if "findings" not in self.__dict__ and self.store is not None:
+            kept = self.store.get("findings")
+            if kept is not self.store.MISSING:
+                self.__dict__["findings"] = kept
         if "findings" in self.__dict__:
             ids = {r.id for r in rules}
             return [f for f in self.findings if f.rule in ids]
