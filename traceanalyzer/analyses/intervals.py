@@ -84,6 +84,8 @@ def overlap_join(
     (48 MB for 60 windows against 300 k ops). Rows with a null key or time match nothing."""
     right_by = right_by or by
     (ls, le), (rs, re_) = left_span, right_span
+    if left.is_empty() or right.is_empty():
+        return pl.concat([left.clear(), right.clear()], how="horizontal")
     if not by:
         left, right = left.with_columns(_k0=pl.lit(0)), right.with_columns(_k1=pl.lit(0))
         by, right_by = ["_k0"], ["_k1"]
