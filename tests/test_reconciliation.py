@@ -59,7 +59,7 @@ def test_sync_idle_is_one_number(path):
     assert gaps_sync == pytest.approx(s.sync_idle_us, abs=1.0)
     assert gaps_sync == pytest.approx(from_table, abs=1.0)
     # The rule reads the same number: forced to fire (threshold 0), its evidence is gaps' figure.
-    forced = ta.Session(ses.trace, Options().with_values({"sync_stall_share": 0.0}))
+    forced = ta.Session(ses.trace, Options().with_values({"sync_stall_share": 0.0, "min_finding_share": 0.0}))
     found = [f for f in forced.findings_of((RULES_BY_ID["sync_stalls"],))]
     if s.note:  # no synchronising call at all
         assert not found and gaps_sync == 0.0
@@ -190,7 +190,8 @@ def test_rules_fire_exactly_at_their_thresholds(path):
             continue  # nothing to measure on this trace (no GPU work, no kernels, no stages)
         value = forced[0].evidence[key]
         default = ses.options.value(threshold)
-        fires = {f.rule for f in ses.findings}
+        # Every finding, material or not: the materiality floor is tested on its own.
+        fires = {f.rule for f in ta.Session(ses.trace, Options().with_values({"min_finding_share": 0.0})).findings}
         if side == "above":
             assert (rule_id in fires) == (value >= default), (rule_id, value, default)
         else:

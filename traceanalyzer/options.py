@@ -116,6 +116,9 @@ class CopyOptions:
         1 << 20,
         "pageable_copies also fires when copies to/from pageable host memory move at least this many bytes",
     )
+    dtod_copy_share: float = opt(
+        0.05, "dtod_copies fires when device-to-device copies take this share of GPU busy time"
+    )
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,9 @@ class MemoryOptions:
         16.0, "ignore growth and dominant ops smaller than this many MiB in findings", flag="--min-finding-mb"
     )
     timeline_points: int = opt(200, "points in the allocated/reserved timeline (JSON output)", flag="--timeline-points")
+    allocator_churn_share: float = opt(
+        0.10, "allocator_churn fires when steady-state device malloc/free leave the GPU idle this share of its idle"
+    )
 
 
 @dataclass(frozen=True)
@@ -241,15 +247,25 @@ class FindingOptions:
 
 
 @dataclass(frozen=True)
+class MaterialityOptions:
+    """Which findings are shown and how severe, from the GPU time at stake (see `findings.engine`)."""
+
+    min_finding_share: float = opt(
+        0.01,
+        "findings whose GPU time at stake is below this share of the analysed window are not shown (0: show all)",
+        flag="--min-finding-share",
+    )
+    high_finding_share: float = opt(0.05, "a finding is high only when its GPU time at stake reaches this share")
+
+
+@dataclass(frozen=True)
 class HealthOptions:
     """Thresholds of the trace-health checks (see `analyses.health`)."""
 
     missing_gpu_share: float = opt(
         0.05, "missing_gpu_events fires when this share of launch calls has no GPU activity in the trace"
     )
-    clock_skew_us: float = opt(
-        1000.0, "clock_skew fires on GPU activity starting this long before its launch, or outside the CPU span"
-    )
+    clock_skew_us: float = opt(1000.0, "clock_skew fires on GPU activity starting this long before its own launch call")
     stream_overlap_share: float = opt(0.01, "stream_overlap fires when this share of kernels overlap on one stream")
     unlinked_gpu_share: float = opt(0.10, "unlinked_gpu_work fires when this share of GPU work links to no launch call")
     sampled_density: float = opt(
@@ -325,6 +341,7 @@ GROUPS: dict[str, type] = {
     "memory": MemoryOptions,
     "roofline": RooflineOptions,
     "findings": FindingOptions,
+    "materiality": MaterialityOptions,
     "health": HealthOptions,
     "diff": DiffOptions,
     "ranks": RankOptions,
@@ -347,6 +364,7 @@ class Options:
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     roofline: RooflineOptions = field(default_factory=RooflineOptions)
     findings: FindingOptions = field(default_factory=FindingOptions)
+    materiality: MaterialityOptions = field(default_factory=MaterialityOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
     diff: DiffOptions = field(default_factory=DiffOptions)
     ranks: RankOptions = field(default_factory=RankOptions)

@@ -16,6 +16,8 @@ DATA_LOADING = r"(?i)enumerate\(DataLoader\)|DataLoaderIter|DataLoader.*__next__
 TB_DATALOADER = r"^enumerate\(DataLoader\)#.*__next__"
 BACKWARD = r"autograd::engine::evaluate_function|Backward"
 OPTIMIZER = r"Optimizer\.(step|zero_grad)|optimizer_step"
+# The optimizer annotation that clears gradients: one iteration holds it and the step beside it.
+ZERO_GRAD = r"zero_grad"
 # A namespaced op (aten::to, c10d::allreduce_, vllm::unified_attention) is what user code
 # called; anything else in an op chain is a range (record_function, module, DataLoader).
 NAMESPACED_OP = r"^[A-Za-z_][\w.]*::\w"
@@ -27,12 +29,20 @@ MODEL_CPU = r"::|^nn\.Module:| > nn\.Module:"
 SINGLE_TENSOR_OPTIMIZER = "_single_tensor_"  # a literal, not a pattern
 # Signs of a model compiled with torch.compile: its autograd function and Inductor's kernels.
 COMPILED_OP = r"^CompiledFunction|CompiledFunctionBackward|^Torch-Compiled Region"
+# Ops that wrap compiled code (Dynamo's region, its cache lookup, AOTAutograd's wrappers and
+# autograd function): the time inside them between launches is the Python that runs it.
+COMPILED_WRAPPER = (
+    r"^Torch-Compiled Region|^TorchDynamo Cache Lookup|^Pregraph bytecode|^AOTDispatcher|^CompiledFunction"
+)
+# Python frames of Dynamo, AOTAutograd and Inductor, and Inductor's generated modules.
+COMPILED_FRAME = r"torch/_inductor/|torch/_dynamo/|torch/_functorch/_aot_autograd/|torchinductor_"
 TRITON_KERNEL = r"^triton_"
 
 # Frames of the framework, the standard library and the interpreter: a gap's "Python line" is
-# the innermost frame that is none of these, i.e. the user's own code.
+# the innermost frame that is none of these, i.e. the user's own code (Inductor's generated
+# modules are the framework's).
 LIBRARY_FRAME = (
-    r"^<|^nn\.Module:|^torch/|/torch/|site-packages/|dist-packages/|/lib/python3[.\d]*/|"
+    r"^<|^nn\.Module:|^torch/|/torch/|site-packages/|dist-packages/|/lib/python3[.\d]*/|torchinductor_|"
     r"^(threading|contextlib|functools|typing|logging/__init__|selectors|queue|multiprocessing/\S+)\.py|"
     r"^(logging|multiprocessing|concurrent|asyncio|importlib|json|collections)/"
 )
@@ -47,6 +57,13 @@ SYNC_API = (
 # A wait on the GPU side (a stream waits for an event); it does not hold the CPU.
 GPU_WAIT_API = r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent$"
 GRAPH_LAUNCH = r"GraphLaunch"
+# Device memory allocated or freed through the runtime or driver: the caching allocator growing
+# or giving blocks back (cudaMalloc/cudaFree, hipMalloc/hipFree, the async and virtual-memory
+# APIs that expandable segments use).
+DEVICE_ALLOC_API = (
+    r"^(cuda|hip)(Malloc|Free)(Async)?$|^hipExtMallocWithFlags$|^cuMem(Alloc|Free)(Async)?(_v2)?$|"
+    r"^(cu|hip)Mem(Create|Release|Map|Unmap|AddressReserve|AddressFree)$"
+)
 # Calls that put work on a stream and return (CUDA runtime and driver, HIP).
 LAUNCH_API = (
     r"Launch(Kernel|CooperativeKernel|HostFunc)|GraphLaunch|LaunchKernelEx|^cuLaunch|^hipExtLaunch|"
@@ -65,14 +82,29 @@ PINNED_COPY = r"(?i)pinned"
 COPY_DIRECTION = r"^Memcpy\s+(\w+)"  # group 1: HtoD, DtoH, DtoD, PtoP, HtoH
 H2D_COPY = r"HtoD|Host -> Device"
 D2H_COPY = r"DtoH|Device -> Host"
-# Kernels that use Tensor Cores, by the instruction family their names state (cuBLAS, cuDNN,
-# CUTLASS, FlashAttention), and kernels that do matmul or convolution work.
+# Kernels that use Tensor Cores (NVIDIA) or matrix cores (AMD MFMA/WMMA), by the instruction
+# family or library kernel their names state: CUDA mma/wmma/hmma/imma, Hopper wgmma and
+# warp-specialised CUTLASS 3 kernels (Sm90, Gmma, TMA), Blackwell tcgen05 / UMMA, cuBLAS (nvjet,
+# *_s16816gemm), cuDNN xmma, FlashAttention; ROCm MFMA (`_MI32x32x8` in hipBLASLt / Tensile
+# `Cijk_*` names, `mfma`, MIOpen's xdlops `igemm_*_gtcx*`), Composable Kernel `xdl`/`wmma`
+# kernels; DeepGEMM; Triton matmuls (`matmul_ogs`, `_matmul`: tl.dot compiles to MMA/MFMA).
 TENSOR_CORE_KERNEL = (
-    r"(?i)tensorop|wmma|xmma|hmma|imma|wgmma|tcgen|warpgroup|_mma|mma_|s1688|h1688|s884|h884|s16816|h16816|i8816|"
+    r"(?i)tensorop|wmma|xmma|hmma|imma|wgmma|tcgen|umma|warpgroup|_mma|mma_|s1688|h1688|s884|h884|s16816|h16816|i8816|"
     r"s161616|nvjet|fmha|flash|GemmUniversal|CollectiveMma|hgemm|bf16.*gemm|gemm.*bf16|fp16.*gemm|tf32|"
-    r"bmm_.*(E4m3|E2m1|Bfloat16|Fp16)|(volta|turing|ampere|hopper)_(h|bf16|fp16|tf32|i8)"
+    r"bmm_.*(E4m3|E2m1|Bfloat16|Fp16)|(volta|turing|ampere|hopper)_(h|bf16|fp16|tf32|i8)|"
+    r"sm(90|100|120)_?\w*(gemm|xmma|gmma)|Sm(90|100)|Gmma|TmaWarpSpecialized|deep_gemm|"
+    r"_MI\d+x\d+x\d+|mfma|xdlops|gtcx|_xdl|DeviceGemmXdl|matmul_ogs|_matmul"
+)
+# A matmul whose operands are already a Tensor Core precision (fp16, bf16, fp8 E4M3/E5M2, fp4
+# E2M1/NVFP4/MXFP4, int8): mixed-precision advice does not apply to it (a GEMV in bf16 is
+# bandwidth-bound either way).
+TENSOR_CORE_PRECISION = (
+    r"(?i)bf16|bfloat16|fp16|half|__half|f16|fp8|float8|e4m3|e5m2|fp4|e2m1|nvfp4|mxfp|int8|i8|_HHS_|_BBS_|_HSS_"
+)
+MATMUL_CONV_KERNEL = (
+    r"(?i)gemm|gemv|matmul|convolve|convolution|conv[23]d|cudnn.*conv|cutlass::conv|cublas|wgrad|dgrad|fprop|xmma|"
+    r"nvjet|scudnn|winograd|bmm_|fmha|flash|^Cijk_"
 )
 # Convolution kernels that do fewer multiplications than the direct method counts (Winograd
 # transforms, FFT): their FLOPs per second, counted the direct way, can pass the peak.
 FEWER_FLOPS_KERNEL = r"(?i)winograd|fft"
-MATMUL_CONV_KERNEL = r"(?i)gemm|gemv|matmul|convolve|convolution|conv[23]d|cudnn.*conv|cutlass|cublas|wgrad|dgrad|fprop|xmma|nvjet|scudnn|winograd|bmm_|fmha|flash"

@@ -35,7 +35,7 @@ from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
-from traceanalyzer.analyses.verdict import Verdict, verdict
+from traceanalyzer.analyses.verdict import Verdict, compiled_model, verdict
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
@@ -153,7 +153,11 @@ class Session:
     @_result
     def verdict(self) -> Verdict:
         """The cause to lead with and the advice that fits, over the steady state."""
-        return verdict(self.gaps, step_count(self.trace), self.trace.meta.with_stack)
+        comm = self.communication
+        exposed = float(comm["exposed_us"].sum()) if comm.height else 0.0
+        return verdict(
+            self.gaps, step_count(self.trace), self.trace.meta.with_stack, compiled_model(self.trace), exposed
+        )
 
     @_result
     def communication(self) -> pl.DataFrame:

@@ -282,7 +282,9 @@ def test_startup_in_the_first_profiler_step(tmp_path):
         b.kernel("k", ts=t0 + 6020, dur=3900, launch_ts=t0 + 6012)
     ses = _session(b, tmp_path)
     g = ses.gaps
-    assert g.startup_end_us == pytest.approx(6020) and g.all_gaps.filter(pl.col("phase") == "startup").height == 1
+    # It runs to the next iteration boundary (step 2 at 10,000 µs): step 1's 6 ms of
+    # initialisation and its last 80 µs idle piece [9920, 10000].
+    assert g.startup_end_us == pytest.approx(10_000) and g.all_gaps.filter(pl.col("phase") == "startup").height == 2
     assert ses.verdict.top_cause == "data_loading" and ses.verdict.top_share > 0.95
 
 
@@ -300,3 +302,70 @@ def test_a_compiled_model_is_told_about_cuda_graphs_not_torch_compile(real):
     ses = real("v100_memory_events.json.gz")  # CompiledFunction ranges: torch.compile is on
     f = next(f for f in ses.findings if f.rule == "launch_bound")
     assert "already compiled" in f.recommendation
+    assert "torch.compile" not in f.recommendation and 'mode="reduce-overhead"' in f.recommendation
+    assert "torch.compile" not in ses.verdict.advice
+
+
+def _compiled_region(b: TraceBuilder, t0: float, python_us: float) -> None:
+    # Dynamo's wrapper around compiled code: `Torch-Compiled Region` (no op a user calls), the
+    # Inductor module's Python `call` inside it, then one triton op that launches a 2 µs kernel.
+    b.python("model.py(30): forward", t0, python_us + 100, pid_=int(t0) + 1)
+    b.op("Torch-Compiled Region: 0/1", t0 + 5, python_us + 80)
+    b.python(
+        "torch/_inductor/output_code.py(590): __call__", t0 + 10, python_us + 60, pid_=int(t0) + 2, parent=int(t0) + 1
+    )
+    b.python(
+        "/tmp/torchinductor_root/ab/cab.py(132): call", t0 + 20, python_us + 40, pid_=int(t0) + 3, parent=int(t0) + 2
+    )
+    b.op("triton_poi_fused_add_0", t0 + python_us + 20, 30)
+    b.kernel("triton_poi_fused_add_0", ts=t0 + python_us + 60, dur=2, launch_ts=t0 + python_us + 30, launch_dur=15)
+
+
+def test_python_in_a_compiled_wrapper_is_cpu_bound_even_when_a_launch_ends_the_gap(tmp_path):
+    # Gap [100, 15_160]: 15 ms in the compiled wrapper's Python (the issue's 14-17 ms gaps in a
+    # compiled `call`), then a 15 µs launch by a 30 µs triton op. Neither the call nor its op
+    # took the time: not slow_launch, not launch_latency; cpu_bound in the user's frame.
+    b = TraceBuilder()
+    b.kernel("k1", ts=0, dur=100, launch_ts=-10)
+    _compiled_region(b, 100, 15_000)
+    ses = _session(b, tmp_path)
+    g = _gap(ses, 110)  # the trace starts at -10
+    assert g["duration_us"] == pytest.approx(15_060) and g["cause"] == "cpu_bound" and g["call_api"] is None
+    assert g["op"] is None and g["python_frame"] == "model.py(30): forward"
+
+
+def test_an_op_that_takes_the_time_before_its_launch_is_slow_launch(tmp_path):
+    # Gap [100, 2700]: aten::linear > aten::addmm spends 2.45 ms (cuBLASLt heuristics on a first
+    # call, as b200's nvjet gemm) before its 30 µs launch: the op took the time.
+    b = TraceBuilder()
+    b.kernel("k1", ts=0, dur=100, launch_ts=-10)
+    b.op("aten::linear", 150, 2540)
+    b.op("aten::addmm", 200, 2480)
+    b.kernel("nvjet_gemm", ts=2700, dur=50, launch_ts=2650, launch_dur=30)
+    g = _gap(_session(b, tmp_path), 110)
+    assert g["cause"] == "slow_launch" and g["op"] == "aten::linear" and g["call_api"] is None
+
+
+def test_many_launches_in_a_long_gap_are_launch_latency_not_slow_launch(tmp_path):
+    # Gap [100, 1700]: 16 eager ops of 95 µs, each issuing a launch; the last launch ends the
+    # gap. 1.6 ms of launching, but no single call or op took the 1 ms of --slow-launch.
+    b = TraceBuilder()
+    b.kernel("k1", ts=0, dur=100, launch_ts=-10)
+    for i in range(16):
+        t = 100 + 100 * i
+        b.op("aten::add", t, 95)
+        b.runtime("cudaLaunchKernel", t + 80, 10)
+    b.kernel("k2", ts=1700, dur=10, launch_ts=1685, launch_dur=10)
+    g = _gap(_session(b, tmp_path), 110)
+    assert g["cause"] == "launch_latency"
+
+
+def test_b200_largest_launch_gap_is_python_in_compiled_regions(real):
+    # The 873 µs gap at 5,277 µs into execute_context_1(...): of it, 584 µs inside
+    # `Torch-Compiled Region: 0/1` (dynamo/AOT/Inductor Python) and the rest vLLM Python; the
+    # triton op that ends it lasts 74 µs and its cuLaunchKernel 25 µs. cpu_bound in a frame.
+    ses = real("b200_eager_rank0.json.gz")
+    gaps = ses.gaps.all_gaps
+    g = gaps.filter((pl.col("duration_us") - 872.573).abs() < 0.01).row(0, named=True)
+    assert g["cause"] == "cpu_bound" and g["op"] is None and g["python_frame"].startswith("vllm/")
+    assert gaps.filter(pl.col("cause") == "launch_latency")["duration_us"].max() < 872

@@ -45,7 +45,28 @@ def test_clock_skew(tmp_path):
     b = _base(TraceBuilder())
     b.kernel("skewed", ts=-100_000_000, dur=5, launch_ts=3500)
     h = _checks(b, tmp_path)["clock_skew"]
-    assert h.severity == "error" and h.evidence["before_launch"] == 1 and h.evidence["outside_cpu_span"] == 1
+    assert h.severity == "error" and h.evidence["before_launch"] == 1 and h.evidence["before_cpu_start"] == 1
+    assert h.evidence["max_lead_us"] == 100_003_500
+
+
+def test_queue_drain_after_the_cpu_stops_is_not_skew(tmp_path):
+    # 489 kernels 1.3-4.2 ms after the last CPU event, each launched before it ran (the issue's
+    # case): the queue drained after the profiler stopped recording the CPU. An info line only.
+    b = _base(TraceBuilder())
+    cpu_end = 4000  # _base's last CPU event ends at 4000 µs (the step-4 range)
+    for i in range(489):
+        b.kernel("drain", ts=cpu_end + 1300 + i * 6, dur=5, launch_ts=3900 + i * 0.1, launch_dur=0.05)
+    checks = _checks(b, tmp_path)
+    assert "clock_skew" not in checks
+    h = checks["queue_drain"]
+    assert h.severity == "info" and h.unreliable == () and h.evidence["after_cpu_end"] == 489
+
+
+def test_first_kernel_9us_after_its_launch_is_not_skew(tmp_path):
+    # A serving trace whose first kernel starts 9 µs after its launch: normal.
+    b = _base(TraceBuilder())
+    b.kernel("first", ts=3509, dur=5, launch_ts=3500)
+    assert "clock_skew" not in _checks(b, tmp_path)
 
 
 def test_kernels_overlapping_on_one_stream(tmp_path):

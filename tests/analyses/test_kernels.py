@@ -54,6 +54,57 @@ def gb10(SHARED_TRACES):
     return load(path), raw
 
 
+TENSOR_CORE_NAMES = [
+    # CUDA: FP8 grouped GEMM in CUTLASS (the issue's case), DeepGEMM, Hopper wgmma, Blackwell
+    # tcgen05 and nvjet, FP4 in TRT-LLM's bmm
+    "void cutlass::device_kernel<flashinfer::group_gemm::GroupedGemmKernel<cutlass::float_e4m3_t, float>>(Params)",
+    "void deep_gemm::fp8_gemm_kernel<128u, 128u, 128u, 64u, 4u, 8u, 1u>(float*, int*, unsigned int)",
+    "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+    "void cutlass::device_kernel<cutlass::gemm::kernel::Sm100GemmTmaUmmaWarpSpecialized<tcgen05>>(Params)",
+    "nvjet_tst_144x128_64x6_2x1_v_bz_bias_TNN",
+    "bmm_E2m1_E2m1E2m1_Fp32_t128x128x256u2_s4_et128x64_m256x128x64_cga2x1x1_16dp256b_TN_schPd2x1x2x3_sm100f",
+    # ROCm: hipBLASLt / Tensile MFMA (fp32 inputs on matrix cores), CK xdl, MIOpen xdlops,
+    # Triton matmul (on ROCm or CUDA)
+    "Cijk_Alik_Bljk_SB_MT64x64x16_MI16x16x1_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1_AMAS3",
+    "void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemm_xdl_cshuffle_v3<float>>(Argument)",
+    "igemm_fwd_gtcx3_nhwc_fp16_bx0_ex0_bt128x128x32_wt32x32x8_ws1x1_wr2x2_ta1x8x2x1_1x4x1x64_gkgs",
+    "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x256x128x1_swiglu",
+    "_matmul_kernel",
+    # a bf16 GEMV: already a Tensor Core precision, nothing for mixed-precision advice to add
+    "void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, 128, 16, 4, 4>",
+]
+
+
+@pytest.mark.parametrize("name", TENSOR_CORE_NAMES)
+def test_tensor_cores_by_instruction_family_and_precision(tmp_path, name):
+    b = TraceBuilder()
+    b.op("aten::mm", 0, 10)
+    b.kernel(name, ts=100, dur=100, launch_ts=1)
+    r = analyse_kernels(load(b.write(tmp_path)))
+    row = r.table.row(0, named=True)
+    assert row["matmul_conv"] and row["tensor_cores"] and r.matmul_conv_no_tc_us == 0
+
+
+@pytest.mark.parametrize(
+    "name, matmul",
+    [
+        ("volta_sgemm_128x64_nn", True),  # FP32 SIMT GEMM: no Tensor Cores
+        ("ampere_sgemm_32x32_sliced1x4_tn", True),
+        ("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", True),
+        # b200: a MoE epilogue whose template names cutlass' bf16 type is no matmul
+        (
+            "void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<cutlass::bfloat16_t>>",
+            False,
+        ),
+    ],
+)
+def test_fp32_simt_kernels_are_not_tensor_cores(tmp_path, name, matmul):
+    b = TraceBuilder()
+    b.kernel(name, ts=100, dur=100, launch_ts=1)
+    row = analyse_kernels(load(b.write(tmp_path))).table.row(0, named=True)
+    assert row["matmul_conv"] is matmul and not row["tensor_cores"]
+
+
 def test_graph_replays_are_attributed_to_the_launching_op(gb10):
     trace, raw = gb10
     launches = [e for e in raw if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaGraphLaunch"]

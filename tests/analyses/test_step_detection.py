@@ -88,6 +88,43 @@ def test_optimizer_cycles_without_enclosing_ranges(tmp_path):
     assert cpu["cpu_end_ns"].to_list()[1] - cpu["cpu_start_ns"].to_list()[1] == 1_000_000  # 900 -> 1900 µs
 
 
+def _training_loop(b: TraceBuilder, iterations: int, zero_grad: str | None) -> TraceBuilder:
+    # Each 27 ms iteration: zero_grad at its start (kernels when set_to_none=False, none when
+    # True, absent when None), forward/backward, then Optimizer.step at its end (the issue's
+    # loop, where a boundary at each annotation gave steps alternating 5 and 22 ms).
+    for i in range(iterations):
+        t0 = 27_000 * i
+        if zero_grad is not None:
+            b.annotation("Optimizer.zero_grad#AdamW.zero_grad", t0, 300)
+            if zero_grad == "set_to_none=False":
+                b.kernel("zero_", ts=t0 + 50, dur=100, launch_ts=t0 + 10)
+        b.kernel("fwd_bwd", ts=t0 + 500, dur=20_000, launch_ts=t0 + 400)
+        b.annotation("Optimizer.step#AdamW.step", t0 + 22_000, 4_000)
+        b.kernel("adam", ts=t0 + 22_100, dur=3_000, launch_ts=t0 + 22_050)
+    return b
+
+
+@pytest.mark.parametrize("zero_grad", ["set_to_none=False", "set_to_none=True", None])
+def test_one_optimizer_cycle_per_iteration(tmp_path, zero_grad):
+    # 40 iterations holding zero_grad and step (or step only): 40 steps, not 80, each 27 ms
+    # from one step's end (27_000 i + 26_000 µs) to the next's.
+    ses = ta.Session(ta.load(_training_loop(TraceBuilder(), 40, zero_grad).write(tmp_path)))
+    assert ses.step_source == "auto: cycles between optimizer steps" and ses.steps.count == 40
+    cpu = ses.trace.steps.sort("step")
+    lengths = (cpu["cpu_end_ns"] - cpu["cpu_start_ns"]).to_list()
+    assert set(lengths[1:]) == {27_000_000}
+
+
+def test_zero_grad_alone_marks_the_cycle(tmp_path):
+    b = TraceBuilder()
+    for i in range(5):
+        t0 = 10_000 * i
+        b.annotation("Optimizer.zero_grad#SGD.zero_grad", t0, 100)
+        b.kernel("fwd_bwd", ts=t0 + 500, dur=8_000, launch_ts=t0 + 400)
+    ses = ta.Session(ta.load(b.write(tmp_path)))
+    assert ses.step_source == "auto: cycles between optimizer steps" and ses.steps.count == 5
+
+
 def test_warm_up_steps_are_listed_and_left_out_of_averages(tmp_path):
     b = TraceBuilder()
     durations = [9000, 5000, 1000, 1000, 1100, 1000]

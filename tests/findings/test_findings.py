@@ -7,7 +7,7 @@ import pytest
 from tests.synthetic import TraceBuilder
 from traceanalyzer import Session, load
 from traceanalyzer.findings import RULE_IDS, RULES, analyse_findings, evaluate, rules_for
-from traceanalyzer.options import GROUP_OF, CopyOptions
+from traceanalyzer.options import GROUP_OF, CopyOptions, Options
 
 
 def _rules(trace, options=None) -> dict:
@@ -36,7 +36,9 @@ def test_rule_ids_keep_the_published_names_and_every_finding_is_a_rule():
         "many_small_copies",
         "device_to_host_in_step",
         "copies_not_overlapped",
+        "dtod_copies",
     }
+    assert {r.id for r in rules_for("memory")} >= {"allocator_churn"}
     assert {r.id for r in rules_for("syncs")} == {"sync_stalls", "implicit_sync", "explicit_sync"}
     assert rules_for("summary") == RULES
 
@@ -59,12 +61,17 @@ def test_data_loading_fires_on_workers0_only(workers):
 
 def test_sync_stalls_read_the_gaps_sync_idle(SHARED_TRACES, workers):
     # a100: the syncs leave the GPU idle under 7 ms (0.6 % of the 1.23 s window; the rest of its
-    # idle is gpu_wait), so sync_stalls stays silent although the CPU sits 146 ms per step in
-    # cudaMemcpyAsync: that is the implicit_sync site finding, a different quantity.
+    # idle is gpu_wait), so sync_stalls stays silent, and so does the implicit_sync site: under
+    # the 1 % materiality floor. The CPU sits 146 ms per step in pageable cudaMemcpyAsync while
+    # the GPU waits: the copy rules say so, with the GPU idle while those calls blocked at stake.
     a100 = Session.open(SHARED_TRACES / "a100_multistream_syncs.json.gz")
     assert 6000 < a100.gaps.idle_us("sync") < 7000
-    fired = {f.rule for f in a100.findings}
-    assert "sync_stalls" not in fired and "implicit_sync" in fired
+    fired = {f.rule: f for f in a100.findings}
+    assert "sync_stalls" not in fired and "implicit_sync" not in fired
+    assert fired["pageable_copies"].severity == "high" and fired["pageable_copies"].at_stake_share > 0.3
+    every = Session(a100.trace, Options().with_values({"min_finding_share": 0.0})).findings
+    site = max((f for f in every if f.rule == "implicit_sync"), key=lambda f: f.at_stake_us)
+    assert site.at_stake_share < 0.01 and site.severity == "medium"
     # workers4: step 5 opens with a 44,992 µs gap while the main thread sits 39,996 µs in a
     # pageable cudaMemcpyAsync (aten::to of the batch, raw JSON); with the other bubbles, sync
     # idle is 5.7 % of the 846,408 µs of steps, above the 5 % default.
@@ -112,6 +119,20 @@ def test_no_tensor_cores_and_low_utilisation(tmp_path):
     assert "launch_bound" not in f  # three kernels say nothing about launches
 
 
+def test_no_tensor_cores_finding_on_a_gpu_without_them(tmp_path):
+    # The same FP32 GEMMs on a Pascal P100 (compute capability 6.0): no Tensor Cores to use.
+    b = TraceBuilder()
+    b.metadata["deviceProperties"][0].update(name="Tesla P100", computeMajor=6, computeMinor=0)
+    for i in range(3):
+        b.step(i + 1, 1000 * i, 1000)
+        b.op("aten::mm", 1000 * i, 10)
+        b.kernel("maxwell_sgemm_128x64_nn", ts=1000 * i + 100, dur=100, launch_ts=1000 * i + 1)
+    f = _rules(load(b.write(tmp_path)))
+    assert "no_tensor_cores" not in f
+    b.metadata["deviceProperties"][0].update(computeMajor=7)  # V100: the finding is back
+    assert "no_tensor_cores" in _rules(load(b.write(tmp_path)))
+
+
 def test_every_rule_runs_on_empty_and_cpu_only_traces(SHARED_TRACES):
     for name in (
         "edge_gb10_no_gpu_events.pt.trace.json.gz",
@@ -119,4 +140,6 @@ def test_every_rule_runs_on_empty_and_cpu_only_traces(SHARED_TRACES):
         "edge_large_integer.pt.trace.json.gz",
     ):
         fired = evaluate(Session(load(SHARED_TRACES / name)))
-        assert {f.rule for f in fired} <= {"capture_caveats", "low_gpu_utilization"}
+        # edge_large_integer's one kernel is a 50 µs ncclKernel_AllReduce with no compute beside it:
+        # all of its window is exposed communication, and the rule says so.
+        assert {f.rule for f in fired} <= {"capture_caveats", "low_gpu_utilization", "exposed_communication"}

@@ -189,3 +189,32 @@ def test_gaps_command_accepts_a_directory(dlrm_dir):
     assert [r["rank"] for r in doc["ranks"]] == list(range(8))
     assert doc["longest_rank"] == 1 and doc["clocks_aligned"] is True
     assert doc["thresholds"]["straggler_min_us"] == 1000.0 and "tool_version" in doc
+
+
+def test_directory_summary_carries_each_ranks_health_and_world_size(tmp_path):
+    # Two of a 128-rank job; rank 1's collective starts 100 s before its own launch call (the
+    # clocks disagree: an error), rank 0 is clean but has one step (few_steps, info).
+    from click.testing import CliRunner
+
+    from traceanalyzer.cli import cli
+
+    d = tmp_path / "job"
+    d.mkdir()
+    for rank in (0, 1):
+        p = _rank_trace(d, f"rank{rank}.json", 1_000_000.0, 2000.0, rank)
+        doc = json.loads(p.read_text())
+        doc["distributedInfo"]["world_size"] = 128
+        if rank == 1:
+            doc["traceEvents"][4]["ts"] = 1_000_000.0 - 100_000_000
+        p.write_text(json.dumps(doc))
+    res = CliRunner().invoke(cli, ["summary", str(d), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["headline"].startswith("2 of 128 ranks (world_size 128")
+    assert "health errors on rank(s) 1 (clock_skew)" in doc["headline"]
+    health = [(h["rank"], h["check"], h["severity"]) for h in doc["health"]]
+    assert health[0] == (1, "clock_skew", "error")
+    assert [s for _, _, s in health] == sorted((s for _, _, s in health), key=["error", "warning", "info"].index)
+    assert {(0, "few_steps", "info")} <= set(health)
+    assert doc["ranks_held"] == 2 and doc["world_size"] == 128
+    assert [r["health"] for r in doc["ranks"]][1].startswith("clock_skew (error)")

@@ -10,7 +10,7 @@ import polars as pl
 
 from traceanalyzer.analyses.intervals import coverage_index, merge
 from traceanalyzer.analyses.op_tree import ancestors
-from traceanalyzer.patterns import LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
+from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
 from traceanalyzer.trace import Trace
 
 THREAD = ["pid", "tid"]
@@ -120,9 +120,19 @@ class CpuActivity:
         real_ops = trace.ops.select(*THREAD, "op_id", "ts_ns", "end_ns", "kind", "name").filter(
             (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)
         )
-        # An op that launches GPU work (itself or through the ops inside it) is issuing launches:
-        # its CPU time is launch overhead. Only ops that launch nothing are CPU-bound work.
-        launching = ancestors(trace.ops, launches.get_column("op_id").drop_nulls().unique())["ancestor_id"].unique()
+        # An op that launches GPU work (itself or through the ops inside it: aten::linear over
+        # aten::addmm, an autograd node over its aten ops) is issuing launches: its CPU time is
+        # launch overhead. A compiled-code wrapper (`Torch-Compiled Region`, `TorchDynamo Cache
+        # Lookup`, AOT wrappers: patterns.COMPILED_WRAPPER) is not: the Python it runs between
+        # launches is CPU-bound work, as the ops that launch nothing are.
+        up = ancestors(trace.ops, launches.get_column("op_id").drop_nulls().unique())
+        names = trace.ops.select(ancestor_id="op_id", _name="name")
+        up = up.join(names, on="ancestor_id", how="left")
+        is_launch_op = (pl.col("level") == 0) | ~pl.col("_name").fill_null("").str.contains(COMPILED_WRAPPER)
+        launching = up.filter(is_launch_op)["ancestor_id"].unique()
+        # Such a wrapper holds the Python frames that run the compiled code (dynamo, AOT, the
+        # Inductor `call`): its time outside the launches is Python's, so it joins that layer.
+        wrappers = up.filter(~is_launch_op)["ancestor_id"].unique()
         is_launching = pl.col("op_id").is_in(launching.implode())
         launch_side = pl.concat(
             [
@@ -130,7 +140,14 @@ class CpuActivity:
                 real_ops.filter(is_launching).select(*THREAD, "ts_ns", "end_ns"),
             ]
         )
-        sets = (data, blocking, other, launch_side, real_ops.filter(~is_launching), trace.python)
+        is_wrapper = pl.col("op_id").is_in(wrappers.implode()) & ~is_launching
+        python = pl.concat(
+            [
+                trace.python.select(*THREAD, "ts_ns", "end_ns"),
+                real_ops.filter(is_wrapper).select(*THREAD, "ts_ns", "end_ns"),
+            ]
+        )
+        sets = (data, blocking, other, launch_side, real_ops.filter(~is_launching & ~is_wrapper), python)
         cumulative = []
         union = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64})
         for df in sets:

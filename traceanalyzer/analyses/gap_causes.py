@@ -10,8 +10,9 @@ from the work that ended it (the "next" activity) and the thread that launched t
   device's own spacing between kernels already queued: shown, never a headline), else `gpu_wait`
   (it waited on another stream, an event, a collective's peers or a graph dependency);
 - it was launched during the gap, by a call that itself took at least `slow_launch_us` and
-  covers most of the gap, or after at least `slow_launch_us` spent mostly in the ops that launch
-  it: `slow_launch` (first launch of a module, lazy initialisation, autotuning, JIT);
+  covers most of the gap, or by an op (the one around the launch call) that took at least
+  `slow_launch_us` of the gap and most of it, while the thread was mostly issuing launches:
+  `slow_launch` (first launch of a module, lazy initialisation, autotuning, JIT);
 - otherwise the CPU interval from the gap's start until that launch call returned decides:
   `data_loading` when a data-loading range fills over half of it; `sync` when the thread was
   blocked in a synchronising call at the instant the GPU went idle (the sync drained the queue;
@@ -22,7 +23,9 @@ from the work that ended it (the "next" activity) and the thread that launched t
   range), `sync` (blocked in a synchronising call), `runtime_call` (a runtime call that neither
   launches nor synchronises: stream or event creation, cudaMalloc/cudaFree, module loading),
   `launch_latency` (issuing launches: in launch calls or in the ops that launch), `cpu_bound` (in
-  ops that launched nothing, or in Python frames with no op under them), `untraced` (no event).
+  ops that launched nothing, or in Python frames with no op under them, or in a wrapper that is
+  no op a user called, `Torch-Compiled Region` say: the Python that runs compiled code between
+  its launches), `untraced` (no event).
 A gap with no next activity (idle until the window ends) is judged from the step's thread.
 """
 
@@ -143,13 +146,17 @@ def _prev_activity(trace: Trace) -> pl.DataFrame:
     )
 
 
-def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions) -> pl.DataFrame:
+def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataFrame) -> pl.DataFrame:
     latency = int(o.launch_latency_us * 1000)
     spacing = int(o.kernel_spacing_us * 1000)
     slow = int(o.slow_launch_us * 1000)
     start, end = pl.col("start_ns"), pl.col("end_ns")
     known = pl.col("launch_ts_ns").is_not_null()
     queued = (known & (pl.col("launch_end_ns") <= start)) | pl.col("launched_before_trace").fill_null(False)
+    # The op around the call that launched the next work (a slow launch is its time).
+    gaps = gaps.join(
+        ops.select(launch_op_id="op_id", _op_ts_ns="ts_ns", _op_end_ns="end_ns"), on="launch_op_id", how="left"
+    )
     gaps = gaps.with_columns(
         # The CPU interval that explains a gap: from its start until the call launching the
         # next work returned. A blocking launch (a pageable cudaMemcpyAsync staging its data)
@@ -191,6 +198,9 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions) -> pl.DataFra
         0
     )
     waited_after = end - pl.col("launch_end_ns")
+    op_in_gap = (
+        (pl.min_horizontal("_op_end_ns", "end_ns") - pl.max_horizontal("_op_ts_ns", "start_ns")).clip(0).fill_null(0)
+    )
     cause = (
         pl.when(queued & ((end - start) < spacing))
         .then(pl.lit("kernel_spacing"))
@@ -215,9 +225,10 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions) -> pl.DataFra
         .then(pl.lit("gpu_wait"))
         .when(known & (span <= latency))
         .then(pl.lit("launch_latency"))
-        # Over a millisecond inside ops that then launch: lazy initialisation (a library's first
-        # call, autotuning, JIT), a slow launch, not per-kernel launch overhead.
-        .when((by_cpu == "launch_latency") & (span >= slow))
+        # The op that launches the work took over `slow_launch_us` of the gap itself: lazy
+        # initialisation (a library's first call, autotuning, JIT), a slow launch, not per-kernel
+        # launch overhead. Many launches by many ops in a long gap stay launch_latency.
+        .when((by_cpu == "launch_latency") & (op_in_gap >= slow) & (op_in_gap * 2 >= end - start))
         .then(pl.lit("slow_launch"))
         .otherwise(by_cpu)
     )
@@ -297,11 +308,32 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     pieces = pieces.join(threads, on="step", how="left", nulls_equal=True)
     pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
     act = activity or CpuActivity.of(trace, opts.patterns.data_loading_pattern)
-    pieces = _classify(pieces, act, opts.gaps).sort("gap_id")
+    pieces = _classify(pieces, act, opts.gaps, trace.ops).drop("_op_ts_ns", "_op_end_ns").sort("gap_id")
     sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
     pieces = pieces.join(sync_call, on="gap_id", how="left").sort("gap_id")
+    # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
+    # culprit `gaps` names, and the key by which start-up tells one-time calls from churn.
+    rt_call = largest_overlap(
+        pieces.filter(pl.col("cause") == "runtime_call"), act.runtime_other, "runtime_id", "rt_call", True
+    )
+    rt_names = trace.runtime.select(rt_call="runtime_id", _rt_name="name")
+    pieces = (
+        pieces.join(rt_call, on="gap_id", how="left")
+        .join(rt_names, on="rt_call", how="left")
+        .with_columns(
+            init_key=pl.when(pl.col("cause") == "runtime_call")
+            .then(pl.col("_rt_name"))
+            .when(pl.col("cause") == "slow_launch")
+            .then(pl.col("next_name"))
+        )
+        .drop("_rt_name")
+        .sort("gap_id")
+    )
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
-    startup = find_startup(pieces, wins, busy, opts.gaps.startup_gap_us, first_step)
+    boundaries = (
+        wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None
+    )
+    startup = find_startup(pieces, wins, busy, opts.gaps.startup_gap_us, first_step, boundaries)
     pieces = pieces.with_columns(phase=pl.lit("startup") if startup.end_ns is not None else pl.lit("steady"))
     if startup.end_ns is not None:
         pieces = pieces.with_columns(

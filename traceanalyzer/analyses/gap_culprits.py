@@ -128,9 +128,10 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         )
     )
     # The runtime call a runtime_call gap sat in (the longest on the thread in the interval).
-    rt_call = largest_overlap(
-        pieces.filter(pl.col("cause") == "runtime_call"), act.runtime_other, "runtime_id", "rt_call", True
-    ).join(
+    # (found by gap_causes, which keys start-up on it)
+    rt_call = pieces.select("gap_id", "rt_call", "rt_call_overlap_ns").filter(pl.col("rt_call").is_not_null())
+    pieces = pieces.drop("rt_call", "rt_call_overlap_ns")
+    rt_call = rt_call.join(
         trace.runtime.select(
             pl.col("runtime_id").alias("rt_call"),
             pl.col("op_id").alias("rt_op_id"),

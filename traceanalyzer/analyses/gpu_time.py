@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.trace import Trace
 
 
@@ -80,3 +80,15 @@ def busy_by_window(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col("busy_ns").fill_null(0))
         .select("device", "step", "start_ns", "end_ns", "window_ns", "busy_ns")
     )
+
+
+def idle_within(idle: pl.DataFrame, q: pl.DataFrame, a: str, b: str, out: str) -> pl.DataFrame:
+    """Add `out` to `q` (device, a, b): the device's idle time (`idle`: pieces device, start_ns,
+    end_ns, as `gap_causes` classifies them) inside [q[a], q[b]]: the GPU time lost while a CPU
+    call held its thread, say. Null bounds count nothing."""
+    if q.is_empty():
+        return q.with_columns(pl.lit(0, pl.Int64).alias(out))
+    index = coverage_index(merge(idle.select("device", "start_ns", "end_ns"), ["device"], start="start_ns"), ["device"])
+    known = q.filter(pl.col(a).is_not_null() & pl.col(b).is_not_null() & pl.col("device").is_not_null())
+    found = covered(known.with_row_index("_q"), index, ["device"], a, b, out).select("_q", out)
+    return q.with_row_index("_q").join(found, on="_q", how="left").with_columns(pl.col(out).fill_null(0)).drop("_q")

@@ -8,8 +8,11 @@ Checks:
 - `missing_gpu_events`: launch calls (kernels, graph launches) whose correlation reaches no GPU
   activity, over `missing_gpu_share` of launches (all of them: an error: the GPU side was not
   recorded, so "idle" is an artefact);
-- `clock_skew`: GPU activity that starts before its own launch call by more than `clock_skew_us`,
-  or lies outside the CPU events' span by more than that: the two clocks disagree;
+- `clock_skew`: GPU activity that starts before its own launch call by more than `clock_skew_us`
+  (only skew explains it: the clocks disagree);
+- `queue_drain` (info): GPU activity starting after the CPU's last event, or ending before its
+  first, by more than `clock_skew_us`, with none before its own launch: the CPU recording
+  stopped first (or began late); nothing is spoilt;
 - `stream_overlap`: kernels overlapping on one stream (programmatic dependent launch on
   Hopper/Blackwell): sums of kernel time count the overlap twice; the busy union is unaffected;
 - `unlinked_gpu_work`: GPU work whose correlation links to no runtime call (id 0 on AMD, lost
@@ -72,23 +75,47 @@ def _missing_gpu_events(trace: Trace, o: HealthOptions) -> HealthCheck | None:
 
 
 def _clock_skew(trace: Trace, o: HealthOptions) -> HealthCheck | None:
+    """Only what skew explains: GPU work that starts before its own launch call (the correlation
+    link, the trace's ac2g flow, runs backwards). GPU work after the CPU's last event is the queue
+    draining after the profiler stopped recording the CPU (or work queued before it began): an info
+    line, never an error."""
     tol = int(o.clock_skew_us * 1000)
     early = trace.gpu.filter(pl.col("launch_ts_ns").is_not_null() & (pl.col("ts_ns") < pl.col("launch_ts_ns") - tol))
     cpu = [t for t in (trace.ops, trace.runtime) if t.height]
-    outside = 0
+    after = before = 0
     if cpu and trace.gpu.height:
         lo = min(t["ts_ns"].min() for t in cpu)
         hi = max(t["end_ns"].max() for t in cpu)
-        outside = trace.gpu.filter((pl.col("end_ns") < lo - tol) | (pl.col("ts_ns") > hi + tol)).height
-    if not early.height and not outside:
+        after = trace.gpu.filter(pl.col("ts_ns") > hi + tol).height
+        before = trace.gpu.filter(pl.col("end_ns") < lo - tol).height
+    evidence = {
+        "before_launch": early.height,
+        "after_cpu_end": after,
+        "before_cpu_start": before,
+        "gpu_activities": trace.gpu.height,
+    }
+    if early.height:
+        lead = int((early["launch_ts_ns"] - early["ts_ns"]).max())
+        return HealthCheck(
+            "clock_skew",
+            "error",
+            f"{early.height:,} GPU activities start over {o.clock_skew_us:,.0f} µs before their own launch call (up to "
+            f"{lead / 1e6:,.1f} ms): the GPU and CPU clocks disagree",
+            evidence | {"max_lead_us": lead / 1000.0},
+            ("busy_share", "gap_causes", "steps"),
+        )
+    if not after and not before:
         return None
+    said = []
+    if after:
+        said.append(
+            f"{after:,} GPU activities start after the CPU's last event (the queue draining: the profiler "
+            "stopped recording the CPU first)"
+        )
+    if before:
+        said.append(f"{before:,} end before the CPU's first event (queued before the CPU recording began)")
     return HealthCheck(
-        "clock_skew",
-        "error",
-        f"{early.height:,} GPU activities start over {o.clock_skew_us:,.0f} µs before their own launch call and "
-        f"{outside:,} lie that far outside the CPU events: the GPU and CPU clocks disagree",
-        {"before_launch": early.height, "outside_cpu_span": outside, "gpu_activities": trace.gpu.height},
-        ("busy_share", "gap_causes", "steps"),
+        "queue_drain", "info", "; ".join(said) + "; no activity starts before its own launch", evidence, ()
     )
 
 

@@ -2,9 +2,13 @@
 Tensor Core use (by name), and the ops that launch it; plus the short-kernel census, the
 launch-bound signal (count and kernel-time share of kernels shorter than `short_kernel_us`).
 
-Kernels only (no memcpy / memset). "Tensor Cores" is read from the kernel name (`tensorop`,
-`wmma`, `xmma`, `s1688`, `nvjet`, `fmha`…): a heuristic that the name states the instruction
-family, true for cuBLAS, cuDNN, CUTLASS and FlashAttention kernels. "launched_by" names the op a
+Kernels only (no memcpy / memset). "Tensor Cores" is read from the kernel name: the instruction
+family or library kernel it states (`patterns.TENSOR_CORE_KERNEL`: CUDA mma/wgmma/tcgen05, cuBLAS,
+cuDNN, CUTLASS, FlashAttention, DeepGEMM; ROCm MFMA `_MI..`, hipBLASLt, MIOpen xdlops, CK; Triton
+matmuls), or, for a matmul/conv kernel, a Tensor Core precision its name states (fp16, bf16,
+fp8, fp4, int8: `patterns.TENSOR_CORE_PRECISION`), for which mixed-precision advice has nothing
+to add. `no_tensor_cores_devices` says whether every device lacks Tensor Cores (compute
+capability below 7.0 in deviceProperties): then no kernel could use them. "launched_by" names the op a
 user would recognise (see `attribution.op_context`), the most frequent first; kernels a
 `cudaGraphLaunch` replays belong to the op around that launch.
 """
@@ -17,7 +21,7 @@ import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.options import KernelOptions, Options
-from traceanalyzer.patterns import GRAPH_LAUNCH, MATMUL_CONV_KERNEL, TENSOR_CORE_KERNEL
+from traceanalyzer.patterns import GRAPH_LAUNCH, MATMUL_CONV_KERNEL, TENSOR_CORE_KERNEL, TENSOR_CORE_PRECISION
 from traceanalyzer.trace import Trace
 
 KERNEL_COLUMNS = [
@@ -64,6 +68,14 @@ class KernelsResult:
     tensor_core_share: float | None  # of matmul/conv kernel time
     matmul_conv_us: float
     matmul_conv_no_tc_us: float
+    no_tensor_cores_devices: bool = False  # every device is below compute capability 7.0
+
+
+def without_tensor_cores(trace: Trace) -> bool:
+    """Whether every device the trace describes lacks Tensor Cores: compute capability below 7.0
+    (Pascal and older) in deviceProperties. False when no device states its capability."""
+    caps = [d.compute_capability for d in trace.meta.devices if d.compute_capability]
+    return bool(caps) and all(float(c.split(".")[0]) < 7 for c in caps)
 
 
 def _mode(col: str) -> pl.Expr:
@@ -110,7 +122,8 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         )
         .with_columns(
             share=pl.col("total_us") / (total_ns / 1000.0) if total_ns else pl.lit(None, pl.Float64),
-            tensor_cores=pl.col("name").str.contains(TENSOR_CORE_KERNEL),
+            tensor_cores=pl.col("name").str.contains(TENSOR_CORE_KERNEL)
+            | (pl.col("name").str.contains(MATMUL_CONV_KERNEL) & pl.col("name").str.contains(TENSOR_CORE_PRECISION)),
             matmul_conv=pl.col("name").str.contains(MATMUL_CONV_KERNEL),
         )
         .join(_launchers(trace, k), on="name", how="left")
@@ -144,4 +157,5 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         tensor_core_share=(mm_us - no_tc_us) / mm_us if mm_us else None,
         matmul_conv_us=mm_us,
         matmul_conv_no_tc_us=no_tc_us,
+        no_tensor_cores_devices=without_tensor_cores(trace),
     )

@@ -14,7 +14,8 @@
   an iteration, never one) (vLLM/SGLang `execute_*` ranges, a model's top
   `forward`), names compared with their numbers blanked (`execute_context_0(0)_generation_4(4)`
   and `..._generation_3(3)` are one range); else, for training without `prof.step()`, the
-  cycles between the ends of successive optimizer steps; else one step.
+  cycles between the ends of successive optimizer steps (one boundary per iteration: with both
+  zero_grad and step recorded, the step marks it); else one step.
 
 Whatever found them, the ranges are extended to the GPU side by `trace.extend_steps`, the one
 definition of a step. `kind` labels LLM serving steps `prefill`, `decode` or `mixed` when the
@@ -28,7 +29,7 @@ import dataclasses
 import polars as pl
 
 from traceanalyzer.options import Options
-from traceanalyzer.patterns import NN_MODULE, STEP_FUNCTION
+from traceanalyzer.patterns import NN_MODULE, STEP_FUNCTION, ZERO_GRAD
 from traceanalyzer.trace import Trace, extend_steps
 
 MIN_REPEATS = 3
@@ -122,8 +123,16 @@ def _python_candidates(trace: Trace) -> pl.DataFrame:
 
 
 def _cycles(trace: Trace, pattern: str) -> pl.DataFrame | None:
-    """Steps between the ends of successive optimizer steps (training without prof.step())."""
+    """Steps between the ends of successive optimizer steps (training without prof.step()).
+
+    One boundary per iteration: an iteration that holds both `Optimizer.zero_grad#...` and
+    `Optimizer.step#...` is one cycle, so only one kind of annotation marks it: the optimizer's
+    step (it ends the iteration's update), else zero_grad when no step is recorded. Whether
+    zero_grad launched kernels (set_to_none=False) or none (set_to_none=True) changes nothing."""
     opt = _outermost(trace.ops.filter(pl.col("name").str.contains(pattern)))
+    zero = opt.filter(pl.col("name").str.contains(ZERO_GRAD))
+    steps = opt.join(zero.select("op_id"), on="op_id", how="anti")
+    opt = steps if steps.height >= MIN_REPEATS else zero
     if opt.height < MIN_REPEATS or not _steady(opt):
         return None
     opt = opt.sort("ts_ns")

@@ -7,6 +7,9 @@
   and no fusion or CUDA-graph advice is given.
 - `gpu_wait` says what the GPU waited on and, when another thread of the process sat in a
   blocking call meanwhile, which thread, call and op, with that call's time per step.
+- A GPU whose busy time is mostly collectives that no compute hid (`exposed_comm_us` at least
+  half of its busy time in the window) is communication-bound: it looks busy, but the headline
+  says so rather than "little idle time is left to recover".
 """
 
 from __future__ import annotations
@@ -17,9 +20,26 @@ import polars as pl
 
 from traceanalyzer.analyses.gap_causes import HINTS
 from traceanalyzer.analyses.gaps import GapsResult
+from traceanalyzer.patterns import COMPILED_FRAME, COMPILED_OP, TRITON_KERNEL
+from traceanalyzer.trace import Trace
 
 BUSY_ENOUGH = 0.9
 NOT_A_HEADLINE = ("kernel_spacing",)
+# Launch overhead in a model already compiled: fusion is done; CUDA graphs remove the rest.
+COMPILED_LAUNCH_HINT = (
+    "the model is already compiled: launch overhead remains between its kernels; capture them in CUDA graphs "
+    '(mode="reduce-overhead" where the model is compiled, or torch.cuda.CUDAGraph) or batch more work per launch'
+)
+
+
+def compiled_model(trace: Trace) -> bool:
+    """Whether the model ran compiled (torch.compile): a `Torch-Compiled Region` or compiled
+    autograd function, Dynamo/AOT/Inductor Python frames, or Inductor's `triton_*` kernels."""
+    return bool(
+        trace.ops["name"].str.contains(COMPILED_OP).any()
+        or (trace.python.height and trace.python["name"].str.contains(COMPILED_FRAME).any())
+        or trace.gpu["name"].str.contains(TRITON_KERNEL).any()
+    )
 
 
 @dataclass(frozen=True)
@@ -35,12 +55,22 @@ class Verdict:
     detail: str | None  # what the top cause came down to (a call, a wait, a blocked thread)
     startup_window_us: float
     startup_idle_us: float
+    exposed_comm_us: float = 0.0  # collective time no compute hid, over the whole analysed window
+    comm_window_us: float = 0.0  # that window (start-up included: the communication table's)
+    communication_bound: bool = False  # exposed communication holds half the GPU's busy time or more
 
     def sentence(self, where: str) -> str:
         """The verdict in one line; `where` says what the window is (`over the profiled steps`)."""
         if self.busy_share is None:
             return self.advice
         parts = [f"GPU busy {self.busy_share:.1%} of {self.window_us / 1000:,.1f} ms ({where})"]
+        if self.communication_bound:
+            parts.append(
+                f"communication-bound: {self.exposed_comm_us / 1000:,.1f} ms of the {self.comm_window_us / 1000:,.1f} "
+                "ms analysed ran collectives with no compute "
+                "beside them; overlap communication with compute (DDP bucket_cap_mb, FSDP prefetch, async "
+                "collectives) or find the rank the others wait for"
+            )
         if self.startup_window_us:
             parts.append(
                 f"start-up set aside: the first {self.startup_window_us / 1000:,.1f} ms "
@@ -85,7 +115,9 @@ def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
         return text
     if cause in ("sync", "runtime_call", "slow_launch"):
         top = _top(g, "duration_us", "call_api")
-        return f"in {top['call_api']} ({top['duration_us'] / 1000:,.1f} ms of idle)" if top else None
+        if top or cause != "slow_launch":
+            return f"in {top['call_api']} ({top['duration_us'] / 1000:,.1f} ms of idle)" if top else None
+        # A slow launch whose op, not its call, took the time names the op.
     top = _top(g, "duration_us", "op") or _top(g, "duration_us", "python_frame")
     if not top:
         return None
@@ -93,10 +125,12 @@ def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
     return f"most from {name} ({top['duration_us'] / 1000:,.1f} ms)"
 
 
-def advice_for(cause: str, busy_share: float | None, with_stack: bool) -> str:
-    """The advice for a cause, fitted to the trace."""
+def advice_for(cause: str, busy_share: float | None, with_stack: bool, compiled: bool = False) -> str:
+    """The advice for a cause, fitted to the trace (`compiled`: the model ran under torch.compile)."""
     if busy_share is not None and busy_share >= BUSY_ENOUGH:
-        return f"the GPU is {busy_share:.0%} busy: little idle time is left to recover"
+        return f"the GPU is {busy_share:.0%} busy: little idle time is left to recover on the CPU side"
+    if cause == "launch_latency" and compiled:
+        return COMPILED_LAUNCH_HINT
     if cause == "untraced" and with_stack:
         return (
             "no op, range or Python frame covers the thread then: it was outside the profiled code "
@@ -105,8 +139,12 @@ def advice_for(cause: str, busy_share: float | None, with_stack: bool) -> str:
     return HINTS[cause]
 
 
-def verdict(gaps: GapsResult, steps: int = 1, with_stack: bool = False) -> Verdict:
-    """The verdict on `gaps` (steady state; `steps` to give figures per step)."""
+def verdict(
+    gaps: GapsResult, steps: int = 1, with_stack: bool = False, compiled: bool = False, exposed_comm_us: float = 0.0
+) -> Verdict:
+    """The verdict on `gaps` (steady state; `steps` to give figures per step; `compiled`: the
+    model ran compiled, see `compiled_model`; `exposed_comm_us`: collective time no compute hid,
+    from `communication`)."""
     if not gaps.has_gpu_work:
         return Verdict(None, 0.0, 0.0, None, None, gaps.note or "no GPU work", None, 0.0, 0.0)
     steady = gaps.all_gaps.filter(pl.col("phase") == "steady")
@@ -120,7 +158,16 @@ def verdict(gaps: GapsResult, steps: int = 1, with_stack: bool = False) -> Verdi
             else "no idle time"
         )
         return Verdict(
-            busy, gaps.steady_window_us, idle, None, None, advice, None, gaps.startup_window_us, gaps.startup_idle_us
+            busy,
+            gaps.steady_window_us,
+            idle,
+            None,
+            None,
+            advice,
+            None,
+            gaps.startup_window_us,
+            gaps.startup_idle_us,
+            *_comm(gaps, exposed_comm_us),
         )
     top = by.row(0, named=True)
     cause = top["cause"]
@@ -130,8 +177,16 @@ def verdict(gaps: GapsResult, steps: int = 1, with_stack: bool = False) -> Verdi
         idle,
         cause,
         top["idle_us"] / idle,
-        advice_for(cause, busy, with_stack),
+        advice_for(cause, busy, with_stack, compiled),
         _detail(cause, steady, steps),
         gaps.startup_window_us,
         gaps.startup_idle_us,
+        *_comm(gaps, exposed_comm_us),
     )
+
+
+def _comm(gaps: GapsResult, exposed_us: float) -> tuple[float, float, bool]:
+    """(exposed_comm_us, its window, communication-bound): exposed communication against the GPU
+    busy time of the same whole window (the communication table counts start-up too)."""
+    busy = (gaps.busy_share or 0.0) * gaps.window_us
+    return exposed_us, gaps.window_us, busy > 0 and exposed_us * 2 >= busy

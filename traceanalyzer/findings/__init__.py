@@ -3,7 +3,7 @@
 Each rule reads a `Session`'s results and returns its findings (see `engine`). `summary` and
 `report` show every rule; `copies`, `syncs`, `memory` and `roofline` show their own (`Rule.commands`);
 `rules` lists them all; `--fail-on` takes any rule id. `analyse_findings(trace)` evaluates them
-all on one trace; importing this package registers `evaluate` with the Session (a floor below,
+all on one trace (material findings, most severe first); importing this package registers `evaluate` with the Session (a floor below,
 which never imports the rules), so `ses.findings` is every finding.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceanalyzer.findings import copy_rules, job_rules, memory_rules, overview_rules, roofline_rules, sync_rules
-from traceanalyzer.findings.engine import Finding, Rule
+from traceanalyzer.findings.engine import Finding, Rule, material, ordered
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
@@ -25,7 +25,7 @@ RULES: tuple[Rule, ...] = (
     + overview_rules.RULES[1:]
     + roofline_rules.RULES
     + memory_rules.RULES
-    + job_rules.RULES  # a directory of rank files only (job_rules.job_findings)
+    + job_rules.RULES  # straggler_rank: a directory only; exposed_communication: a trace and a directory
 )
 RULES_BY_ID = {r.id: r for r in RULES}
 RULE_IDS = tuple(RULES_BY_ID)
@@ -40,8 +40,11 @@ def rules_for(command: str) -> tuple[Rule, ...]:
 
 
 def evaluate(ses: Session, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
-    """Every finding the rules give on `ses` (all rules when `rules` is None), in registry order."""
-    return [f for r in (RULES if rules is None else rules) for f in r.run(ses)]
+    """Every material finding the rules give on `ses` (all rules when `rules` is None): those
+    whose GPU time at stake reaches `min_finding_share` of the window, most severe first, then
+    the most time at stake (see `engine.ordered`)."""
+    found = [f for r in (RULES if rules is None else rules) for f in r.run(ses)]
+    return ordered(material(found, ses.options.materiality.min_finding_share))
 
 
 def analyse_findings(trace: Trace, options: Any = None) -> list[Finding]:

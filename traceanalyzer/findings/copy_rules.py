@@ -1,5 +1,5 @@
 """Rules over the `copies` analysis: pageable host memory, many small copies, device-to-host
-copies inside the step loop, copies a side stream could hide. Each names its top site (the op,
+copies inside the step loop, copies a side stream could hide, device-to-device copy storms. Each names its top site (the op,
 range and Python line that cost the most). A trace without ProfilerStep counts as one step."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer.analyses import gpu_time
 from traceanalyzer.findings.engine import Finding, Rule, counted, severity, site
 
 if TYPE_CHECKING:
@@ -33,6 +34,21 @@ def _copies(ses: Session) -> pl.DataFrame:
     if c.is_empty() or "host_memory" not in c.columns:
         return pl.DataFrame()
     return c.with_columns(_step=pl.col("step") if ses.trace.steps.height else pl.lit(0, pl.Int64))
+
+
+def _idle_while_blocked_us(ses: Session, copies: pl.DataFrame) -> float:
+    """GPU idle on the copies' devices while their calls held the CPU: the GPU time a blocking
+    copy cost (a CPU blocked on a busy GPU costs nothing)."""
+    if copies.is_empty() or not ses.trace.has_gpu_work:
+        return 0.0
+    calls = copies.select("copy_id", "blocked_us").join(
+        ses.trace.gpu.select(copy_id="gpu_id", device="device", _a="launch_ts_ns", _b="launch_end_ns"),
+        on="copy_id",
+        how="left",
+    )
+    calls = calls.filter(pl.col("blocked_us").fill_null(0) > 0)
+    idle = gpu_time.idle_within(ses.classified.pieces, calls, "_a", "_b", "_idle_ns")
+    return float(idle["_idle_ns"].sum()) / 1000.0 if idle.height else 0.0
 
 
 def _pageable(ses: Session) -> list[Finding]:
@@ -71,6 +87,7 @@ def _pageable(ses: Session) -> list[Finding]:
                 .select("direction", "bytes", "start_us", "duration_us", "blocked_us", "op", "python_frame")
                 .to_dicts()
             ),
+            at_stake_us=duration + _idle_while_blocked_us(ses, pageable),
         )
     ]
 
@@ -115,6 +132,8 @@ def _many_small(ses: Session) -> list[Finding]:
                 "top_site": site(s),
             },
             "batch them into one tensor and copy once",
+            at_stake_us=float(many["t"].sum())
+            + _idle_while_blocked_us(ses, small.join(many.select("_step"), on="_step", how="semi")),
         )
     ]
 
@@ -145,6 +164,7 @@ def _device_to_host(ses: Session) -> list[Finding]:
                 "top_site": site(s),
             },
             "keep values on the GPU, or copy with non_blocking=True into pinned memory and read them a step later",
+            at_stake_us=float(dtoh["duration_us"].sum()) + _idle_while_blocked_us(ses, dtoh),
         )
     ]
 
@@ -177,6 +197,55 @@ def _not_overlapped(ses: Session) -> list[Finding]:
             f"under compute (most from {site(s)})",
             {"copies": hideable.height, "exposed_us": exposed, "top_site": site(s)},
             "issue them on a side stream (torch.cuda.Stream) from pinned memory with non_blocking=True",
+            at_stake_us=exposed,
+        )
+    ]
+
+
+DTOD_ADVICE = (
+    "find the ops that copy on the device (their sites below): .contiguous() / .clone() after a transpose or a "
+    "slice, torch.cat / stack in a loop, dtype casts, copies into static buffers before a CUDA graph replay; keep "
+    "layouts contiguous, preallocate and write in place (out=), and in compiled regions avoid graph breaks and "
+    "inputs that are copied in at every call"
+)
+
+
+def _dtod(ses: Session) -> list[Finding]:
+    c = _copies(ses)
+    if c.is_empty() or not ses.gaps.has_gpu_work:
+        return []
+    dtod = c.filter(pl.col("direction") == "DtoD")
+    busy = float(ses.gaps.devices["busy_us"].sum())
+    if dtod.is_empty() or busy <= 0:
+        return []
+    duration = float(dtod["duration_us"].sum())
+    share = duration / busy
+    th = ses.options.copies.dtod_copy_share
+    if share < th:
+        return []
+    s = _top_site(dtod, "duration_us")
+    return [
+        Finding(
+            "dtod_copies",
+            severity(share, th),
+            f"{counted(dtod.height, 1, 'device-to-device copy', 'trace')} ran {duration / 1000:,.1f} ms on the GPU, "
+            f"{share:.1%} of its busy time (most from {site(s)})",
+            {
+                "copies": dtod.height,
+                "duration_us": duration,
+                "bytes": int(dtod["bytes"].fill_null(0).sum()),
+                "gpu_busy_us": busy,
+                "share_of_busy": share,
+                "top_site": site(s),
+            },
+            DTOD_ADVICE,
+            tuple(
+                dtod.sort("duration_us", descending=True)
+                .head(5)
+                .select("bytes", "start_us", "duration_us", "op", "range", "python_frame")
+                .to_dicts()
+            ),
+            at_stake_us=duration,
         )
     ]
 
@@ -212,6 +281,14 @@ RULES = (
         ("copy_min_finding_us",),
         "copy on a side stream from pinned memory",
         _not_overlapped,
+        ("copies",),
+    ),
+    Rule(
+        "dtod_copies",
+        "Device-to-device copies taking a share of GPU busy time (a copy storm)",
+        ("dtod_copy_share",),
+        "contiguous layouts, in-place writes, no per-step copies into static buffers",
+        _dtod,
         ("copies",),
     ),
 )

@@ -7,6 +7,13 @@ the thing), compares one number with its thresholds (fields of the `Options` bun
 
 Severity: `high` when the measured value is at least twice as far past the threshold (twice the
 threshold, or half of it for "below" rules), else `medium`; capture caveats are `info`.
+
+Time at stake: a finding about GPU time says how much (`at_stake_us`: the GPU idle its cause left,
+or the GPU time of the work it would shorten; never CPU time blocked on a busy GPU), and
+`Rule.run` adds its share of the analysed window (`at_stake_share`). Severity follows it: a
+finding is `high` only when its time at stake reaches `high_finding_share` of the window;
+findings under `min_finding_share` are left out (`materiality`), and `ordered` sorts the rest by
+severity, then time at stake.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ class Finding:
     recommendation: str
     events: tuple[dict[str, Any], ...] = ()
     thresholds: dict[str, Any] = field(default_factory=dict)
+    at_stake_us: float | None = None  # GPU time at stake (None: the finding is not about GPU time)
+    at_stake_share: float | None = None  # of the analysed window (`Rule.run` fills it in)
 
 
 @dataclass(frozen=True)
@@ -51,10 +60,36 @@ class Rule:
     def run(self, ses: Session) -> list[Finding]:
         """The rule's findings, each stamped with the threshold values it was judged by."""
         values = {name: ses.options.value(name) for name in self.thresholds}
-        return [
-            Finding(f.rule, f.severity, f.message, f.evidence, f.recommendation, f.events, values)
-            for f in self.check(ses)
-        ]
+        window = ses.gaps.window_us if ses.trace.has_gpu_work else 0.0
+        high = ses.options.materiality.high_finding_share
+        out = []
+        for f in self.check(ses):
+            share = f.at_stake_us / window if f.at_stake_us is not None and window > 0 else None
+            sev = "medium" if f.severity == "high" and share is not None and share < high else f.severity
+            out.append(
+                Finding(f.rule, sev, f.message, f.evidence, f.recommendation, f.events, values, f.at_stake_us, share)
+            )
+        return out
+
+
+SEVERITY_ORDER = ("high", "medium", "info")
+
+
+def material(findings: list[Finding], floor: float) -> list[Finding]:
+    """The findings whose GPU time at stake reaches `floor` of the window (and those not about
+    GPU time, whose share is unknown); `floor` 0 keeps all."""
+    return [f for f in findings if f.at_stake_share is None or f.at_stake_share >= floor]
+
+
+def ordered(findings: list[Finding]) -> list[Finding]:
+    """Most severe first, then the most GPU time at stake; registry order breaks ties."""
+    return sorted(
+        findings,
+        key=lambda f: (
+            SEVERITY_ORDER.index(f.severity) if f.severity in SEVERITY_ORDER else len(SEVERITY_ORDER),
+            -(f.at_stake_us or 0.0),
+        ),
+    )
 
 
 def severity(value: float, threshold: float, below: bool = False) -> str:

@@ -7,7 +7,10 @@ evaluates them on the `MultiRankResult` that `multirank.cross_rank` builds.
 - `straggler_rank`: one rank arrives last at `straggler_last_share` of the matched collectives
   or more, late by `straggler_min_us` or more on average (vs the median rank).
 - `exposed_communication`: a rank's collective time that no compute kernel hid reaches
-  `exposed_comm_share` of its step time (summed over steps).
+  `exposed_comm_share` of its step time (summed over steps). The one rule with this id also
+  fires on a single trace: there its `check` reads the Session's `communication` table (the same
+  exposed time, per step, from that rank alone; whether it was waiting for peers or transfer
+  needs the other ranks).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.findings.engine import Finding, Rule, severity
+from traceanalyzer.analyses import windows
+from traceanalyzer.findings.engine import Finding, Rule, ordered, severity
 
 if TYPE_CHECKING:
     from traceanalyzer.jobs.multirank import MultiRankResult
@@ -37,6 +41,38 @@ EXPOSED_ADVICE = (
     "mostly waiting for peers, fix the straggler first; when it is transfer, compress or shard less"
 )
 
+
+def _exposed_single(ses) -> list[Finding]:
+    """One trace: the collective time no compute kernel hid, as a share of the step windows."""
+    comm = ses.communication
+    if comm.is_empty():
+        return []
+    wins = windows.step_windows(ses.trace)
+    window = float((wins["end_ns"] - wins["start_ns"]).sum()) / 1000.0 if wins.height else 0.0
+    exposed = float(comm["exposed_us"].sum())
+    total = float(comm["comm_us"].sum())
+    th = ses.options.value("exposed_comm_share")
+    if window <= 0 or exposed / window < th:
+        return []
+    share = exposed / window
+    n = max(comm.height, 1)
+    per = "per step" if ses.trace.steps.height else "in the trace"
+    return [
+        Finding(
+            "exposed_communication",
+            severity(share, th),
+            f"{exposed / 1000:,.1f} ms of the {total / 1000:,.1f} ms of collectives ran with no compute beside them: "
+            f"{share:.1%} of the step windows ({window / 1000:,.1f} ms"
+            + (f", {exposed / n / 1000:,.1f} ms {per} over {n} steps" if ses.trace.steps.height else "")
+            + "); whether that was waiting for peers or the transfer needs the other ranks (`summary DIR`)",
+            {"exposed_us": exposed, "comm_us": total, "share": share, "window_us": window, "steps": comm.height},
+            EXPOSED_ADVICE,
+            tuple(comm.sort("exposed_us", descending=True).head(5).to_dicts()),
+            at_stake_us=exposed,
+        )
+    ]
+
+
 RULES = (
     Rule(
         "straggler_rank",
@@ -50,18 +86,18 @@ RULES = (
         "Collective time that compute does not hide",
         ("exposed_comm_share",),
         EXPOSED_ADVICE,
-        _none,
+        _exposed_single,
     ),
 )
 
 
 def _stamp(f: Finding, rule: Rule, mr: MultiRankResult) -> Finding:
     values = {n: getattr(mr.options, n) for n in rule.thresholds}
-    return Finding(f.rule, f.severity, f.message, f.evidence, f.recommendation, f.events, values)
+    return Finding(f.rule, f.severity, f.message, f.evidence, f.recommendation, f.events, values, f.at_stake_us)
 
 
 def job_findings(mr: MultiRankResult) -> list[Finding]:
-    """The job-level findings of a compared job."""
+    """The job-level findings of a compared job, most severe first, then most time at stake."""
     out: list[Finding] = []
     opts = mr.options
     m = mr.matched
@@ -99,7 +135,8 @@ def job_findings(mr: MultiRankResult) -> list[Finding]:
                         f"({r['exposed_wait_us']:,.0f} µs waiting for peers)",
                         {**r, "share": share, "step_time_us": window},
                         EXPOSED_ADVICE,
+                        at_stake_us=r["exposed_us"],
                     )
                 )
     by_id = {r.id: r for r in RULES}
-    return [_stamp(f, by_id[f.rule], mr) for f in out]
+    return ordered([_stamp(f, by_id[f.rule], mr) for f in out])

@@ -1,5 +1,6 @@
 """Rules over the `memory` analysis: a device near its capacity, allocated memory that grows in
-every step, one op holding most of the memory alive at the peak. One finding per device."""
+every step, one op holding most of the memory alive at the peak (one finding per device); and
+over the gaps: device memory allocated and freed in every step (allocator churn)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.findings.engine import Finding, Rule, severity
+from traceanalyzer.analyses.windows import step_count
+from traceanalyzer.findings.engine import Finding, Rule, counted, per_unit, severity
+from traceanalyzer.patterns import DEVICE_ALLOC_API
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -88,6 +91,67 @@ def _dominant_op(ses: Session) -> list[Finding]:
     ]
 
 
+ALLOC_ADVICE = (
+    "the caching allocator is disabled or defeated: check that PYTORCH_NO_CUDA_MEMORY_CACHING is not set; set "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm) so fragmented blocks are "
+    "not freed and re-allocated; create tensors once outside the loop and reuse them (no torch.cuda.empty_cache() "
+    "per step, no new buffers of changing shapes every step)"
+)
+
+
+def _allocator_churn(ses: Session) -> list[Finding]:
+    """Device malloc/free calls in the steady state, and the GPU idle time they caused (the
+    runtime_call gaps `gaps` blames on them), as a share of the steady-state idle time."""
+    g = ses.gaps
+    if not g.has_gpu_work:
+        return []
+    steady_idle = g.steady_idle_us()
+    gaps = g.all_gaps.filter(
+        (pl.col("phase") == "steady")
+        & (pl.col("cause") == "runtime_call")
+        & pl.col("call_api").fill_null("").str.contains(DEVICE_ALLOC_API)
+    )
+    idle = float(gaps["duration_us"].sum()) if gaps.height else 0.0
+    th = ses.options.memory.allocator_churn_share
+    if not steady_idle or idle / steady_idle < th:
+        return []
+    share = idle / steady_idle
+    t = ses.trace
+    after = t.meta.origin_ns + int((g.startup_end_us or 0.0) * 1000) if g.startup_end_us is not None else None
+    calls = t.runtime.filter(pl.col("name").str.contains(DEVICE_ALLOC_API))
+    calls = calls.filter(pl.col("ts_ns") >= after) if after is not None else calls
+    apis = calls.group_by("name").agg(n=pl.len(), us=pl.col("dur_ns").sum() / 1000.0).sort("n", descending=True)
+    said = ", ".join(f"{r['name']} ×{r['n']:,}" for r in apis.iter_rows(named=True))
+    unit = per_unit(ses)
+    window = g.steady_window_us
+    return [
+        Finding(
+            "allocator_churn",
+            severity(share, th),
+            f"{counted(calls.height, step_count(t), 'device malloc/free call', unit)} in the steady state ({said}), "
+            f"{float(apis['us'].sum()) / 1000:,.1f} ms in all: they left the GPU idle {idle / 1000:,.1f} ms, "
+            f"{share:.0%} of its steady-state idle time ({idle / window:.1%} of the steady-state window)",
+            {
+                "calls": calls.height,
+                "call_us": float(apis["us"].sum()),
+                "idle_us": idle,
+                "share_of_idle": share,
+                "steady_idle_us": steady_idle,
+                "window_us": window,
+                "by_api": {r["name"]: r["n"] for r in apis.iter_rows(named=True)},
+            },
+            ALLOC_ADVICE,
+            tuple(
+                gaps.sort("duration_us", descending=True)
+                .head(5)
+                .select("start_us", "duration_us", "call_api", "op", "python_frame")
+                .to_dicts()
+            ),
+            at_stake_us=idle,
+        )
+    ]
+
+
 RULES = (
     Rule(
         "memory_near_capacity",
@@ -111,6 +175,15 @@ RULES = (
         ("dominant_op_share", "min_finding_mb"),
         "shrink or free that op's outputs",
         _dominant_op,
+        ("memory",),
+    ),
+    Rule(
+        "allocator_churn",
+        "Device memory allocated and freed in the steady state (cudaMalloc/cudaFree, hipMalloc/hipFree) leaving "
+        "the GPU idle, as a share of its steady-state idle",
+        ("allocator_churn_share",),
+        "keep the caching allocator on and reuse buffers (expandable_segments, no per-step tensors)",
+        _allocator_churn,
         ("memory",),
     ),
 )

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.analyses.steps import Caveat
+from traceanalyzer.analyses.verdict import COMPILED_LAUNCH_HINT, compiled_model
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.findings.engine import MAX_EVENTS, Finding, Rule, events_of, per_unit, severity
-from traceanalyzer.patterns import COMPILED_OP, SINGLE_TENSOR_OPTIMIZER, TRITON_KERNEL
+from traceanalyzer.patterns import SINGLE_TENSOR_OPTIMIZER
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -44,8 +45,8 @@ def _data_loading(ses: Session) -> list[Finding]:
         Finding(
             "data_loading",
             severity(share, th),
-            f"the GPU sat idle {idle / 1000:,.1f} ms ({share:.1%} of the window) while the CPU loaded data "
-            f"({idle / n / 1000:,.1f} ms per {per})",
+            f"the GPU sat idle {idle / 1000:,.1f} ms in all ({share:.1%} of the {window / 1000:,.1f} ms "
+            f"{_steady_name(g)}) while the CPU loaded data ({idle / n / 1000:,.1f} ms per {per})",
             {
                 "data_loading_idle_us": idle,
                 "window_us": window,
@@ -55,8 +56,15 @@ def _data_loading(ses: Session) -> list[Finding]:
             },
             DATA_ADVICE,
             events_of(ranges, ses.trace.meta.origin_ns, "name"),
+            at_stake_us=idle,
         )
     ]
+
+
+def _steady_name(g) -> str:
+    """What the steady-state window is, in words."""
+    base = "of profiled steps" if g.window_kind == "steps" else "GPU span"
+    return base + (" after start-up" if g.startup_window_us else "")
 
 
 def _data_loading_cpu_only(ses: Session) -> list[Finding]:
@@ -110,7 +118,8 @@ def _launch_bound(ses: Session) -> list[Finding]:
             "launch_bound",
             severity(s.count_share_outside_graphs, th),
             f"{s.count_share_outside_graphs:.0%} of kernels launched outside CUDA graphs run under {s.threshold_us:g} µs, "
-            f"GPU busy only {busy:.0%}, and launch latency leaves it idle {latency_us:,.0f} µs ({latency_share:.1%} of the window)",
+            f"GPU busy only {busy:.0%} of the {g.steady_window_us / 1000:,.1f} ms {_steady_name(g)}, and launch latency "
+            f"leaves it idle {latency_us:,.0f} µs in all ({latency_share:.1%} of that window)",
             {
                 "short_kernels": s.count_outside_graphs,
                 "kernels": s.total_outside_graphs,
@@ -121,20 +130,15 @@ def _launch_bound(ses: Session) -> list[Finding]:
             },
             _launch_advice(ses),
             tuple(short_names.to_dicts()),
+            at_stake_us=latency_us,
         )
     ]
 
 
 def _launch_advice(ses: Session) -> str:
     """Fusion advice that fits: a model already compiled is told about CUDA graphs instead."""
-    compiled = (
-        ses.trace.ops["name"].str.contains(COMPILED_OP).any() or ses.trace.gpu["name"].str.contains(TRITON_KERNEL).any()
-    )
-    if compiled:
-        return (
-            "the model is already compiled (torch.compile): launch overhead remains between its kernels; capture it "
-            "in CUDA graphs (torch.compile(mode='reduce-overhead')) or batch more work per launch"
-        )
+    if compiled_model(ses.trace):
+        return COMPILED_LAUNCH_HINT
     return (
         "fuse small kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs), capture the step "
         "in a CUDA graph, or batch more work per launch"
@@ -143,7 +147,8 @@ def _launch_advice(ses: Session) -> str:
 
 def _no_tensor_cores(ses: Session) -> list[Finding]:
     k = ses.kernels
-    if not k.total_us:
+    # On a GPU without Tensor Cores (compute capability below 7.0) no kernel could use them.
+    if not k.total_us or k.no_tensor_cores_devices:
         return []
     share = k.matmul_conv_no_tc_us / k.total_us
     th = ses.options.findings.no_tensor_cores_share
@@ -165,6 +170,7 @@ def _no_tensor_cores(ses: Session) -> list[Finding]:
             "torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True "
             "(or torch.set_float32_matmul_precision('high'))",
             tuple(top.select("kernel", "calls", "total_us", "share").to_dicts()),
+            at_stake_us=k.matmul_conv_no_tc_us,
         )
     ]
 
@@ -200,14 +206,16 @@ def _low_gpu_utilization(ses: Session) -> list[Finding]:
         return []
     causes = g.steady_idle_by_cause.head(3)
     top = ", ".join(f"{r['cause']} {r['share_of_idle']:.0%}" for r in causes.iter_rows(named=True))
-    where = "over the profiled steps" if g.window_kind == "steps" else "over the GPU span"
+    where = f"of the {g.steady_window_us / 1000:,.1f} ms " + (
+        "of profiled steps" if g.window_kind == "steps" else "GPU span"
+    )
     if g.startup_window_us:
-        where += f", start-up ({g.startup_window_us / 1000:,.1f} ms) set aside"
+        where += f" after {g.startup_window_us / 1000:,.1f} ms of start-up (set aside)"
     return [
         Finding(
             "low_gpu_utilization",
             severity(busy, th, below=True),
-            f"the GPU was busy {busy:.1%} of the time {where}" + (f"; idle by cause: {top}" if top else ""),
+            f"the GPU was busy {busy:.1%} {where}" + (f"; idle by cause (share of idle): {top}" if top else ""),
             {
                 "busy_share": busy,
                 "window_us": g.steady_window_us,
@@ -216,6 +224,7 @@ def _low_gpu_utilization(ses: Session) -> list[Finding]:
             },
             "see `traceanalyzer gaps` for every idle gap and the op and Python line behind it",
             tuple(g.culprits.filter(pl.col("phase") == "steady").head(MAX_EVENTS).to_dicts()),
+            at_stake_us=g.steady_idle_us(),
         )
     ]
 

@@ -120,6 +120,8 @@ def _far_from_roofline(ses: Session) -> list[Finding]:
                         )
                     },
                 ),
+                # at stake: the GPU time the op would give back at its roof
+                at_stake_us=row["headroom_us"],
             )
         )
     return out

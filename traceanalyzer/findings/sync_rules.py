@@ -45,8 +45,9 @@ def _sync_stalls(ses: Session) -> list[Finding]:
         Finding(
             "sync_stalls",
             severity(share, th),
-            f"syncs left the GPU idle {s.sync_idle_us:,.0f} µs ({share:.1%} of the window): the CPU sat in synchronising "
-            f"calls ({by_api}) as the GPU ran dry; those calls held the CPU {s.blocked_us:,.0f} µs in all",
+            f"syncs left the GPU idle {s.sync_idle_us:,.0f} µs in all ({share:.1%} of the {window_us / 1000:,.1f} ms "
+            f"analysed): the CPU sat in synchronising calls ({by_api}) as the GPU ran dry; those calls held the CPU "
+            f"{s.blocked_us:,.0f} µs in all (summed over threads)",
             {
                 "sync_idle_us": s.sync_idle_us,
                 "share": share,
@@ -60,6 +61,7 @@ def _sync_stalls(ses: Session) -> list[Finding]:
                 .select("api", "start_us", "blocked_us", "bubble_us", "idle_while_blocked_us", "op", "python_frame")
                 .to_dicts()
             ),
+            at_stake_us=s.sync_idle_us,
         )
     ]
 
@@ -95,6 +97,7 @@ def _sites(kind: str):
                         "bubble_share": r["bubble_share"],
                     },
                     SYNC_ADVICE,
+                    at_stake_us=cost * s.steps,
                 )
             )
         return out

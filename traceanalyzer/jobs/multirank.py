@@ -36,6 +36,7 @@ import polars as pl
 
 from traceanalyzer.analyses import collectives, windows
 from traceanalyzer.analyses.gap_causes import CAUSES
+from traceanalyzer.analyses.health import SEVERITIES
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
 from traceanalyzer.options import Options, RankOptions
 from traceanalyzer.session import Session
@@ -65,6 +66,14 @@ class RankResult:
     findings: pl.DataFrame  # rule, severity, message: the rank's own findings
     idle_gaps: pl.DataFrame = field(repr=False)  # start_ns, end_ns, cause, op, python_frame
     warnings: tuple[str, ...] = ()  # the loader's warnings for this file
+    health: pl.DataFrame = field(default_factory=pl.DataFrame)  # check, severity, message, unreliable
+
+    @property
+    def worst_health(self) -> str | None:
+        """The most severe health check of this rank (error, warning, info), None when clean."""
+        if not self.health.height:
+            return None
+        return min(self.health["severity"].to_list(), key=SEVERITIES.index)
 
     @property
     def damaged(self) -> bool:
@@ -171,6 +180,11 @@ def rank_result(
         found,
         idle,
         tuple(trace.warnings),
+        pl.DataFrame(
+            [(h.check, h.severity, h.message, ", ".join(h.unreliable)) for h in ses.health],
+            schema={"check": pl.String, "severity": pl.String, "message": pl.String, "unreliable": pl.String},
+            orient="row",
+        ),
     )
 
 
@@ -195,8 +209,34 @@ def _per_rank_row(i: int, r: RankResult) -> dict:
         "idle_us": idle,
         **{f"idle_{c}_us": v for c, v in by_cause.items()},
         "findings": ", ".join(dict.fromkeys(r.findings["rule"].to_list())) if r.findings.height else "",
+        "health": ", ".join(f"{h['check']} ({h['severity']})" for h in _worst_first(r.health).iter_rows(named=True)),
         "damaged": r.damaged,
     }
+
+
+def _worst_first(health: pl.DataFrame) -> pl.DataFrame:
+    if not health.height:
+        return health
+    return health.with_columns(_s=pl.col("severity").replace_strict(SEVERITIES, list(range(len(SEVERITIES))))).sort(
+        "_s", "check"
+    )
+
+
+def rank_health(results: list[RankResult]) -> pl.DataFrame:
+    """Every rank's health checks, worst first (errors, then warnings, then info; by rank):
+    rank, file, check, severity, message, unreliable. A rank with none has no row."""
+    rows = [
+        {"rank": r.rank if r.rank is not None else i, "file": r.path.replace("\\", "/").rsplit("/", 1)[-1], **h}
+        for i, r in enumerate(results)
+        for h in (r.health.iter_rows(named=True) if r.health.height else ())
+    ]
+    schema = {"rank": pl.Int64, "file": pl.String, "check": pl.String, "severity": pl.String}
+    schema |= {"message": pl.String, "unreliable": pl.String}
+    if not rows:
+        return pl.DataFrame(schema=schema)
+    df = pl.DataFrame(rows, schema=schema)
+    order = pl.col("severity").replace_strict(SEVERITIES, list(range(len(SEVERITIES))))
+    return df.with_columns(_s=order).sort("_s", "rank", "check").drop("_s")
 
 
 def _lateness_cause(r: RankResult, start_ns: int, late_ns: int) -> dict:

@@ -106,10 +106,13 @@ def test_syncs_json_fields_and_thresholds(SHARED_TRACES):
         "0",
         "--min-blocked",
         "1000",
+        "--min-finding-share",
+        "0",  # its sync sites cost under 1 % of the window: immaterial, shown when asked
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     th = doc["thresholds"]
+    assert th["min_finding_share"] == 0.0
     assert th["min_blocked_us"] == 1000.0 and th["sync_min_finding_us"] == 100.0 and th["sync_stall_share"] == 0.05
     # the gap classification the bubbles come from is part of what syncs prints
     assert th["launch_latency_us"] == 30.0 and "data_loading_pattern" in th

@@ -184,6 +184,8 @@ def findings_payload(findings: list[Finding]) -> list[dict]:
             "thresholds": f.thresholds,
             "recommendation": f.recommendation,
             "events": list(f.events),
+            "at_stake_us": f.at_stake_us,
+            "at_stake_share": f.at_stake_share,
         }
         for f in findings
     ]

@@ -14,7 +14,7 @@ from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "copies", "steps", "health")
+GROUPS = ("patterns", "copies", "steps", "health", "materiality")
 
 TABLE_COLUMNS = [
     "direction",

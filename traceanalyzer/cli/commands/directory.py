@@ -28,7 +28,7 @@ from traceanalyzer.cli.commands.common import findings_payload, findings_table, 
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.findings.job_rules import job_findings
 from traceanalyzer.jobs.executors import analyse_dir, is_rank_dir
-from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile
+from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile, rank_health
 from traceanalyzer.options import EXECUTION_FIELDS, Options
 from traceanalyzer.report import Report, Section
 
@@ -104,14 +104,39 @@ def _name(p: str) -> str:
     return os.path.basename(p.replace("\\", "/"))
 
 
-def _headline(mr: MultiRankResult, n_skipped: int) -> str:
-    n = mr.ranks.height
-    headline = f"{n} ranks" + (f" ({n_skipped} non-trace file(s) skipped)" if n_skipped else "")
+def _held(results: list[RankResult]) -> str:
+    """How many of the job's ranks the directory holds: "2 of 128 ranks" when the files'
+    distributedInfo says world_size, else "2 ranks"."""
+    n = len(results)
+    sizes = {r.world_size for r in results if r.world_size}
+    if len(sizes) == 1 and (w := sizes.pop()) != n:
+        return f"{n} of {w} ranks (world_size {w}: the others are not in this directory)"
+    return f"{n} ranks"
+
+
+def _health_line(health: pl.DataFrame) -> str:
+    """The headline's caveat: the ranks whose health checks are errors, and what they spoil."""
+    err = health.filter(pl.col("severity") == "error")
+    if not err.height:
+        return ""
+    ranks = sorted(set(err["rank"].to_list()))
+    checks = ", ".join(dict.fromkeys(err["check"].to_list()))
+    spoilt = ", ".join(dict.fromkeys(m for u in err["unreliable"].to_list() for m in u.split(", ") if m))
+    return (
+        f"; health errors on rank(s) {', '.join(map(str, ranks))} ({checks}): their {spoilt or 'numbers'} "
+        "are unreliable, and so are the stragglers and exposed time built on them"
+    )
+
+
+def _headline(mr: MultiRankResult, n_skipped: int, results: list[RankResult], health: pl.DataFrame) -> str:
+    headline = _held(results) + (f" ({n_skipped} non-trace file(s) skipped)" if n_skipped else "")
+    headline += _health_line(health)
     if mr.longest_rank is not None:
         row = mr.ranks.filter(pl.col("rank") == mr.longest_rank).row(0, named=True)
         top_cause = mr.longest_idle_by_cause.row(0, named=True) if mr.longest_idle_by_cause.height else None
         headline += (
-            f"; longest step on rank {mr.longest_rank} ({row['step_time_us'] / 1000:,.2f} ms, GPU idle {row['idle_us'] / 1000:,.2f} ms"
+            f"; longest step on rank {mr.longest_rank} ({row['step_time_us'] / 1000:,.2f} ms per step on average; "
+            f"GPU idle {row['idle_us'] / 1000:,.2f} ms over its {row['steps']} step{'' if row['steps'] == 1 else 's'}"
             + (f", mostly {top_cause['cause']}" if top_cause else "")
             + ")"
         )
@@ -152,6 +177,7 @@ def multirank_report(
         warning=pl.col("file").replace_strict(first_warning, default=None, return_dtype=pl.String)
     )
     jf = job_findings(mr)
+    health = rank_health(results)
     m = mr.matched
     fired = sorted({f.rule for f in jf} | {x for r in results for x in r.findings["rule"].to_list()})
 
@@ -169,6 +195,11 @@ def multirank_report(
     ]  # fmt: skip
     sections = (
         Section("Per rank: step time, GPU busy, idle by cause (µs), its findings, damaged files", ranks, main=True),
+        Section(
+            "Health of each rank, worst first (errors make that rank's numbers unreliable)",
+            health.select("rank", "check", "severity", "unreliable", "message") if health.height else None,
+            text=None if health.height else "every rank's trace passed its health checks",
+        ),
         Section("Findings across ranks", findings_table(jf).select("rule", "severity"), text=findings_text(jf)),
         Section(f"Rank {mr.longest_rank}, the longest step: idle by cause", mr.longest_idle_by_cause),
         Section(
@@ -189,9 +220,14 @@ def multirank_report(
         ),
         Section("Ranks late to a step or their latest collective, and why", mr.stragglers, text=mr.alignment_note),
     )
+    headline = _headline(mr, len(skipped), results, health)
     payload = {
+        "headline": headline,
         "ranks": ranks,
         "fired_rules": fired,
+        "health": health,
+        "ranks_held": len(results),
+        "world_size": next((r.world_size for r in results if r.world_size), None),
         "findings": findings_payload(jf),
         "skipped_files": [{"file": s.path, "reason": s.reason} for s in skipped],
         "longest_rank": mr.longest_rank,
@@ -214,6 +250,7 @@ def multirank_report(
                 "file": r.path,
                 "damaged": r.damaged,
                 "warnings": list(r.warnings),
+                "health": r.health,
                 "findings": r.findings,
                 "devices": r.devices,
                 "idle_by_cause": r.idle_by_cause,
@@ -222,4 +259,4 @@ def multirank_report(
             for r in sorted(results, key=lambda r: (r.rank is None, r.rank or 0))
         ],
     }
-    return Report(command, path, th, sections, payload, headline=_headline(mr, len(skipped)), warnings=warnings)
+    return Report(command, path, th, sections, payload, headline=headline, warnings=warnings)

@@ -16,7 +16,7 @@ from traceanalyzer.cli.options import build_options, option_flags, output_option
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "gaps", "steps", "health", "ranks")
+GROUPS = ("patterns", "gaps", "steps", "health", "ranks", "materiality")
 
 GAP_TABLE_COLUMNS = [
     "device",

@@ -17,7 +17,7 @@ from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("memory", "steps", "health")
+GROUPS = ("memory", "steps", "health", "materiality")
 MIB = 1024 * 1024
 
 DEVICE_COLUMNS = [

@@ -13,7 +13,7 @@ from traceanalyzer.findings import RULES
 from traceanalyzer.options import Options
 from traceanalyzer.report import Report, Section
 
-GROUPS = ("syncs", "copies", "steps", "memory", "findings")
+GROUPS = ("syncs", "copies", "steps", "memory", "findings", "materiality")
 
 
 def rules_table(options: Options) -> pl.DataFrame:

@@ -42,6 +42,7 @@ GROUPS = (
     "memory",
     "roofline",
     "findings",
+    "materiality",
     "health",
     "ranks",
 )
@@ -78,7 +79,9 @@ def _devices(ses: Session) -> pl.DataFrame:
 
 
 def _sync_figures(ses: Session) -> pl.DataFrame:
-    """The two sync quantities, side by side: they differ, and both matter."""
+    """The two sync quantities, side by side: they differ, and both matter. Only the GPU idle is
+    a share of the GPU window; the blocked time is CPU time summed over threads, which can
+    exceed any one window (two threads blocked at once), so it gets no share."""
     s = ses.syncs
     window = ses.gaps.window_us
     return pl.DataFrame(
@@ -86,11 +89,12 @@ def _sync_figures(ses: Session) -> pl.DataFrame:
             "quantity": ["sync_idle_us", "blocked_us"],
             "meaning": [
                 "GPU idle caused by syncs (gaps of cause sync: bubbles + idle while blocked)",
-                "CPU time blocked in synchronising calls",
+                "CPU time blocked in synchronising calls, summed over threads (no share: not one window's time)",
             ],
             "us": [s.sync_idle_us, s.blocked_us],
-            "share_of_window": [s.sync_idle_us / window if window else None, s.blocked_us / window if window else None],
-        }
+            "share_of_gpu_window": [s.sync_idle_us / window if window else None, None],
+        },
+        schema_overrides={"share_of_gpu_window": pl.Float64},
     )
 
 
@@ -113,8 +117,18 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
         parts.append(f"{plural(st.count, 'step')}, mean {st.mean_us:,.0f} µs, median {st.median_us:,.0f} µs")
     else:
         parts.append("no ProfilerStep (the trace counts as one step)")
-    busy = ses.gaps.busy_share
-    parts.append(f"GPU busy {busy:.1%}" if busy is not None else "no GPU work")
+    g = ses.gaps
+    busy = g.busy_share
+    where = "the profiled steps" if g.window_kind == "steps" else "the GPU span"
+    if busy is None:
+        parts.append("no GPU work")
+    else:
+        parts.append(f"GPU busy {busy:.1%} of {g.window_us / 1000:,.1f} ms ({where})")
+        if g.startup_window_us and g.steady_busy_share is not None:
+            parts.append(
+                f"{g.steady_busy_share:.1%} of the {g.steady_window_us / 1000:,.1f} ms steady state after "
+                f"{g.startup_window_us / 1000:,.1f} ms of start-up"
+            )
     parts.append("findings: " + (", ".join(dict.fromkeys(f.rule for f in findings)) if findings else "none"))
     return "; ".join(parts)
 

@@ -15,7 +15,7 @@ from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
-GROUPS = ("patterns", "gaps", "syncs", "steps", "health")
+GROUPS = ("patterns", "gaps", "syncs", "steps", "health", "materiality")
 
 TABLE_COLUMNS = [
     "kind",
