@@ -3,6 +3,7 @@
     import traceanalyzer as ta
     ses = ta.Session.open("trace.pt.trace.json.gz")   # or ta.Session(ta.load(path), ta.Options())
     ses.gaps.idle_by_cause, ses.syncs.sync_idle_us, [f.rule for f in ses.findings]
+    ses.critical_path.by_kind, ses.whatif(ta.Scenario(without=("data_loading",))).predicted_median_step_us
 
 Every analysis is also a pure function (`ta.analyse_gaps(trace, options)`); a Session computes
 each once and hands the same result to everything that reads it.
@@ -11,6 +12,7 @@ Neither click nor matplotlib is imported here: they load only with the CLI and t
 """
 
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
+from traceanalyzer.analyses.critical_path import CriticalPath
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
@@ -19,6 +21,7 @@ from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
+from traceanalyzer.analyses.whatif import Scenario, WhatIf
 from traceanalyzer.errors import NotATraceError, TraceAnalyzerError, TraceReadError
 from traceanalyzer.findings import Finding, analyse_findings
 from traceanalyzer.jobs.diff import DiffResult, analyse_diff
@@ -32,6 +35,7 @@ from traceanalyzer.options import (
     MemoryOptions,
     OpsOptions,
     Options,
+    PathOptions,
     PatternOptions,
     RankOptions,
     RooflineOptions,
@@ -86,6 +90,10 @@ __all__ = [
     "analyse_diff",
     "DiffResult",
     "DiffOptions",
+    "CriticalPath",
+    "Scenario",
+    "WhatIf",
+    "PathOptions",
     "TraceAnalyzerError",
     "TraceReadError",
     "NotATraceError",

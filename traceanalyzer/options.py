@@ -275,6 +275,18 @@ class HealthOptions:
 
 
 @dataclass(frozen=True)
+class PathOptions:
+    """Options of the dependency graph behind the critical path and the what-if replay."""
+
+    thread_wait_us: float = opt(
+        50.0,
+        "a gap of the main thread (no op, no runtime call) at least this long while another launching thread "
+        "works is a wait on that thread (the autograd engine's backward): the replay joins the two threads there",
+        flag="--thread-wait",
+    )
+
+
+@dataclass(frozen=True)
 class DiffOptions:
     """Options of `diff`."""
 
@@ -329,24 +341,6 @@ class RankOptions:
 
 EXECUTION_FIELDS = ("rank_jobs", "rank_executor", "dask_address", "rank_cache")
 
-GROUPS: dict[str, type] = {
-    "patterns": PatternOptions,
-    "gaps": GapOptions,
-    "syncs": SyncOptions,
-    "copies": CopyOptions,
-    "steps": StepOptions,
-    "stages": StageOptions,
-    "ops": OpsOptions,
-    "kernels": KernelOptions,
-    "memory": MemoryOptions,
-    "roofline": RooflineOptions,
-    "findings": FindingOptions,
-    "materiality": MaterialityOptions,
-    "health": HealthOptions,
-    "diff": DiffOptions,
-    "ranks": RankOptions,
-}
-
 
 @dataclass(frozen=True)
 class Options:
@@ -366,6 +360,7 @@ class Options:
     findings: FindingOptions = field(default_factory=FindingOptions)
     materiality: MaterialityOptions = field(default_factory=MaterialityOptions)
     health: HealthOptions = field(default_factory=HealthOptions)
+    path: PathOptions = field(default_factory=PathOptions)
     diff: DiffOptions = field(default_factory=DiffOptions)
     ranks: RankOptions = field(default_factory=RankOptions)
 
@@ -414,4 +409,6 @@ def thresholds(options: Any) -> dict[str, Any]:
     return out
 
 
+# The groups by name, in the bundle's order: the one list of them is the Options fields.
+GROUPS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Options)}
 GROUP_OF: dict[str, str] = {f.name: g for g, cls in GROUPS.items() for f in dataclasses.fields(cls)}

@@ -24,6 +24,8 @@ import polars as pl
 from traceanalyzer.analyses.communication import exposed_communication
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
+from traceanalyzer.analyses.critical_path import CriticalPath
+from traceanalyzer.analyses.dependency_graph import build_graph
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.health import HealthCheck, analyse_health
@@ -36,6 +38,7 @@ from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.analyses.verdict import Verdict, compiled_model, verdict
+from traceanalyzer.analyses.whatif import Model, Scenario, WhatIf
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
@@ -208,6 +211,26 @@ class Session:
         """The memory peak, who holds it and growth per step (`analyse_memory`)."""
         return analyse_memory(self.trace, self.options)
 
+    @cached_property  # a building block, not kept by the store: it holds the trace and its graph
+    def dependency_model(self) -> Model:
+        """The dependency graph of the trace, ordered, with its replay of the capture."""
+        o = self.options
+        graph = build_graph(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
+        return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
+
+    @_result
+    def critical_path(self) -> CriticalPath:
+        """The critical path of every step: segments that sum to the step time (`analyses.critical_path`)."""
+        return self.dependency_model.critical_path()
+
+    def whatif(self, scenario: Scenario | None = None, **changes: tuple) -> WhatIf:
+        """The steps predicted under `scenario` (or `Scenario(**changes)`: without, speedup, drop)."""
+        sc = scenario if scenario is not None else Scenario(**changes)
+        cache = self.__dict__.setdefault("_whatifs", {})
+        if sc not in cache:
+            cache[sc] = self.dependency_model.what_if(sc)
+        return cache[sc]
+
     @_result
     def roofline(self) -> RooflineResult:
         """Achieved FLOP/s and bandwidth per op and shape against the device's peaks (`analyse_roofline`)."""
@@ -223,6 +246,17 @@ class Session:
     def findings(self) -> list[Any]:
         """Every finding of every rule, in registry order (`traceanalyzer.findings.Finding`)."""
         return self._evaluate(None)
+
+    @property
+    def findings_by_saving(self) -> list[Any]:
+        """The findings by what fixing each would save per step (`Finding.saving_us`, from its
+        rule's what-if scenario), largest first. A `low`-confidence estimate is an upper bound, so
+        those come after the firm ones; findings without an estimate last, most severe first
+        (the order of `findings`)."""
+        return sorted(
+            self.findings,
+            key=lambda f: (f.saving_us is None, f.saving_confidence == "low", -(f.saving_us or 0.0)),
+        )
 
     def findings_of(self, rules: tuple[Any, ...]) -> list[Any]:
         """The findings of some rules only, evaluating no more than they need (all of them come

@@ -29,7 +29,7 @@ gaps). A sync's bubble plus idle while blocked, summed over all syncs, is the `s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -79,6 +79,8 @@ class SyncsResult:
     blocked_us: float = 0.0  # CPU time blocked in synchronising calls (all of them)
     window_us: float = 0.0  # the analysis windows' total duration
     note: str | None = None
+    # every blocking call (whatever min_blocked_us) with its site: sync_id, kind, op, range, python_frame
+    sites: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 def charged_gaps(
@@ -322,4 +324,5 @@ def analyse_syncs(
         sync_idle_us=float(stalls["bubble_us"].sum() + stalls["idle_while_blocked_us"].sum()),
         blocked_us=float(stalls["blocked_us"].sum()),
         window_us=total_ns / 1000.0,
+        sites=stalls.select("sync_id", "kind", "op", "range", "python_frame"),
     )

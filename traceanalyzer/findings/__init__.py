@@ -9,10 +9,12 @@ which never imports the rules), so `ses.findings` is every finding.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from traceanalyzer.findings import copy_rules, job_rules, memory_rules, overview_rules, roofline_rules, sync_rules
 from traceanalyzer.findings.engine import Finding, Rule, material, ordered
+from traceanalyzer.findings.savings import SCENARIOS
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
@@ -26,6 +28,10 @@ RULES: tuple[Rule, ...] = (
     + roofline_rules.RULES
     + memory_rules.RULES
     + job_rules.RULES  # straggler_rank: a directory only; exposed_communication: a trace and a directory
+)
+# Each rule's what-if scenario (`savings`), unless the rule names its own.
+RULES = tuple(
+    replace(r, whatif=SCENARIOS[r.id]) if r.id in SCENARIOS and isinstance(r.whatif, str) else r for r in RULES
 )
 RULES_BY_ID = {r.id: r for r in RULES}
 RULE_IDS = tuple(RULES_BY_ID)

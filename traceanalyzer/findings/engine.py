@@ -19,10 +19,12 @@ severity, then time at stake.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+
+from traceanalyzer.analyses.whatif import Scenario
 
 if TYPE_CHECKING:  # the session imports the rules; rules only read a session they are given
     from traceanalyzer.session import Session
@@ -43,6 +45,18 @@ class Finding:
     thresholds: dict[str, Any] = field(default_factory=dict)
     at_stake_us: float | None = None  # GPU time at stake (None: the finding is not about GPU time)
     at_stake_share: float | None = None  # of the analysed window (`Rule.run` fills it in)
+    # What fixing it would save per step, by the what-if replay of the rule's scenario
+    # (`Rule.whatif`): µs, share of the replayed median step, confidence (high | medium | low),
+    # and the scenario replayed, or, with saving_us None, why it cannot be estimated.
+    saving_us: float | None = None
+    saving_share: float | None = None
+    saving_confidence: str | None = None
+    saving_note: str = ""
+
+
+# What a rule's fix amounts to: (scenario to replay, confidence), or why it cannot be estimated.
+WhatIfSpec = Callable[["Session", Finding], "tuple[Scenario, str] | str"]
+MODEL_ERROR_LIMIT = 0.02  # a replay of the capture off by more than this: every estimate is `low`
 
 
 @dataclass(frozen=True)
@@ -56,9 +70,11 @@ class Rule:
     advice: str
     check: Callable[[Session], list[Finding]]
     commands: tuple[str, ...] = ()
+    whatif: WhatIfSpec | str = "no what-if scenario for this rule"  # the fix as a scenario, or why none
 
     def run(self, ses: Session) -> list[Finding]:
-        """The rule's findings, each stamped with the threshold values it was judged by."""
+        """The rule's findings, each stamped with the threshold values it was judged by and the
+        saving its what-if scenario predicts."""
         values = {name: ses.options.value(name) for name in self.thresholds}
         window = ses.gaps.window_us if ses.trace.has_gpu_work else 0.0
         high = ses.options.materiality.high_finding_share
@@ -66,10 +82,27 @@ class Rule:
         for f in self.check(ses):
             share = f.at_stake_us / window if f.at_stake_us is not None and window > 0 else None
             sev = "medium" if f.severity == "high" and share is not None and share < high else f.severity
-            out.append(
-                Finding(f.rule, sev, f.message, f.evidence, f.recommendation, f.events, values, f.at_stake_us, share)
+            found = Finding(
+                f.rule, sev, f.message, f.evidence, f.recommendation, f.events, values, f.at_stake_us, share
             )
+            out.append(self.estimate(ses, found))
         return out
+
+    def estimate(self, ses: Session, f: Finding) -> Finding:
+        """`f` with `saving_*` from replaying the rule's scenario for it (see `analyses.whatif`)."""
+        spec = self.whatif if isinstance(self.whatif, str) else self.whatif(ses, f)
+        if isinstance(spec, str):
+            return replace(f, saving_note=spec)
+        scenario, confidence = spec
+        w = ses.whatif(scenario)
+        if w.saving_us is None:
+            return replace(f, saving_note=f"{scenario.describe()}: no steps to replay")
+        if w.model_error is None or w.model_error > MODEL_ERROR_LIMIT:
+            confidence = "low"
+        share = w.saving_us / w.replayed_median_step_us if w.replayed_median_step_us else None
+        return replace(
+            f, saving_us=w.saving_us, saving_share=share, saving_confidence=confidence, saving_note=scenario.describe()
+        )
 
 
 SEVERITY_ORDER = ("high", "medium", "info")

@@ -89,6 +89,9 @@ def _sites(kind: str):
                     f"{cost / 1000:,.2f} ms per {unit}, holding the CPU {r['blocked_us_per_step'] / 1000:,.2f} ms per {unit}",
                     {
                         "site": where,
+                        "op": r["op"],
+                        "range": r["range"],
+                        "python_frame": r["python_frame"],
                         "apis": r["apis"],
                         "sync_points_per_step": r["points_per_step"],
                         "blocked_us_per_step": r["blocked_us_per_step"],

@@ -23,7 +23,7 @@ from traceanalyzer.analyses.gaps import HINTS, GapsResult
 from traceanalyzer.analyses.syncs import SyncsResult
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.markdown import table as md_table
-from traceanalyzer.render.values import LAUNCH_SHAPES
+from traceanalyzer.render.values import LAUNCH_SHAPES, saving_text
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 from traceanalyzer.version import __version__
@@ -33,6 +33,7 @@ SECTIONS = (
     "Findings",
     "Trace",
     "Timeline",
+    "Critical path",
     "Stages",
     "Idle by cause",
     "Top gaps",
@@ -42,7 +43,7 @@ SECTIONS = (
     "Roofline",
     "Warnings",
 )
-CPU_ONLY_SECTIONS = ("Verdict", "Findings", "Trace", "Stages", "Memory", "Warnings")
+CPU_ONLY_SECTIONS = ("Verdict", "Findings", "Trace", "Critical path", "Stages", "Memory", "Warnings")
 CPU_ONLY = "CPU-only trace: no GPU activity was recorded, so there is no GPU idle time, copy or kernel to analyse."
 GAP_COLUMNS = ["device", "step", "start_us", "duration_us", "cause", "op", "range", "python_frame", "waited_on"]
 
@@ -277,8 +278,23 @@ def _roofline(rep: IncidentReport, ses: Session, top: int) -> None:
 
 
 def _findings(rep: IncidentReport, ses: Session) -> None:
-    found = ses.findings
-    rep.items([f"**[{f.severity}] {f.rule}**: {f.message} — {f.recommendation}" for f in found] or ["no rule fired"])
+    found = ses.findings_by_saving
+    rep.items(
+        [f"**[{f.severity}] {f.rule}**: {f.message} — {f.recommendation} _({saving_text(f)})_" for f in found]
+        or ["no rule fired"]
+    )
+
+
+def _critical_path(rep: IncidentReport, ses: Session, top: int) -> None:
+    cp = ses.critical_path
+    rep.text(
+        "The chain of work and waits that set each step's end (`traceanalyzer path`); the black line on the "
+        "timeline above. Work off the path can get faster without the step getting shorter; `traceanalyzer "
+        "whatif` replays a change. Share of the step time, over all steps:"
+    )
+    us = pl.col("duration_ns") / 1000.0
+    rep.table(cp.by_kind.select("kind", "segments", duration_us=us, share="share"))
+    rep.table(cp.by_name.head(top).select("kind", "name", "segments", duration_us=us, share="share"))
 
 
 def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 900, dpi: int = 100) -> IncidentReport:
@@ -311,6 +327,7 @@ def build_report(ses: Session, top: int = 10, width: int = 1600, height: int = 9
         ("Findings", lambda: _findings(rep, ses)),
         ("Trace", lambda: _summary(rep, trace, gaps)),
         ("Timeline", timeline),
+        ("Critical path", lambda: _critical_path(rep, ses, top)),
         ("Stages", lambda: _stages(rep, ses)),
         ("Idle by cause", lambda: _idle(rep, trace, gaps)),
         ("Top gaps", lambda: _top_gaps(rep, gaps, top)),

@@ -44,6 +44,7 @@ from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported f
     short_text,
     window_idle,
 )
+from traceanalyzer.render.timeline_path import PATH_COLOR, PATH_LABEL, draw_path
 from traceanalyzer.trace import Trace
 
 
@@ -127,6 +128,7 @@ def render_timeline(
     fmt: str = "png",
 ) -> Picture:
     """The timeline of `window` (default: the slowest step) as png, svg or pdf bytes."""
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
 
     trace, gaps = inputs.trace, inputs.gaps
@@ -226,6 +228,7 @@ def render_timeline(
         ax.axhline(lane.index, color="#e0e0e0", linewidth=0.5, zorder=0)
 
     _draw_steps(ax, trace, lo_ns, hi_ns, origin)
+    path_vertices = draw_path(ax, inputs.path, index, w.start_ns, w.end_ns, origin)
     _draw_blocking(ax, inputs, w, index, lo_ns, hi_ns, ns_per_px, origin, scale)
 
     # Gap labels in the strip above the lanes, each with a line down to its gap.
@@ -300,6 +303,8 @@ def render_timeline(
     handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in kinds_drawn]
     causes = cause_order(gap_rows["cause"].unique().to_list()) if gap_rows.height else []
     handles += [Patch(facecolor=cause_color(c), alpha=GAP_ALPHA + 0.15, label=f"GPU idle: {c}") for c in causes]
+    if path_vertices:
+        handles.append(Line2D([0], [0], color=PATH_COLOR, linewidth=2, label=PATH_LABEL))
     if handles:
         fig.legend(
             handles=handles,
@@ -323,6 +328,7 @@ def render_timeline(
         "bars": cpu_bars.height + gpu_bars.height,
         "subtitle": busy_line,
         "labels": texts,
+        "path_vertices": path_vertices,
     }
     return Picture(data, layout, w, extras, fmt)
 

@@ -86,11 +86,20 @@ class TimelineInputs:
     blocking: pl.DataFrame  # blocking calls (cpu_activity.blocking_calls)
     data_loading_pattern: str
     main_thread: tuple[int, int] | None
+    path: pl.DataFrame | None = None  # critical-path segments (analyses.critical_path), drawn as a line
 
     @classmethod
-    def of(cls, ses: Session) -> TimelineInputs:
-        """The session's results a timeline needs."""
-        return cls(ses.trace, ses.gaps, ses.blocking_calls, ses.options.patterns.data_loading_pattern, ses.main_thread)
+    def of(cls, ses: Session, path: bool = True) -> TimelineInputs:
+        """The session's results a timeline needs (the critical path unless `path` is False)."""
+        segments = ses.critical_path.segments if path else None
+        return cls(
+            ses.trace,
+            ses.gaps,
+            ses.blocking_calls,
+            ses.options.patterns.data_loading_pattern,
+            ses.main_thread,
+            segments,
+        )
 
 
 @dataclass(frozen=True)

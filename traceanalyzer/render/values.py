@@ -36,3 +36,12 @@ def cell(value: Any, column: str = "") -> str:
 def header(column: str) -> str:
     """A column's header text."""
     return column
+
+
+def saving_text(f: Any, per: str = "step") -> str:
+    """The estimate in words: "saves ~58.8 ms per step (33.2 %), high confidence (without data_loading)"."""
+    if f.saving_us is None:
+        return f"saving not estimated: {f.saving_note}"
+    amount = f"{f.saving_us / 1000:,.1f} ms" if abs(f.saving_us) >= 1000 else f"{f.saving_us:,.0f} µs"
+    share = f" ({f.saving_share:.1%})" if f.saving_share is not None else ""
+    return f"saves ~{amount} per {per}{share}, {f.saving_confidence} confidence ({f.saving_note})"

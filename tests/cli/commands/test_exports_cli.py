@@ -69,7 +69,7 @@ def test_summary_csv_holds_the_findings_in_full(w0, w0_session, tmp_path):
     out = tmp_path / "s.csv"
     assert main(["summary", w0, "-o", str(out)]) in (0, 1)
     rows = _rows(out)
-    assert set(rows[0]) == {"rule", "severity", "message", "recommendation"}
+    assert set(rows[0]) == {"rule", "severity", "message", "recommendation", "saving_us", "saving_confidence"}
     assert len(rows) == len(w0_session.findings)
 
 

@@ -10,6 +10,7 @@ from traceanalyzer.cli.commands import (
     kernels,
     memory,
     ops,
+    path,
     report,
     roofline,
     rules,
@@ -17,6 +18,7 @@ from traceanalyzer.cli.commands import (
     summary,
     syncs,
     timeline,
+    whatif,
 )
 
 COMMANDS = [
@@ -34,4 +36,6 @@ COMMANDS = [
     roofline.command,
     rules.command,
     summary.command,
+    path.command,
+    whatif.command,
 ]

@@ -19,6 +19,7 @@ from traceanalyzer.options import Options
 from traceanalyzer.render import RENDERERS, csv_format
 from traceanalyzer.render.fit import FIXED_WIDTH, terminal_width
 from traceanalyzer.render.output import write_atomic
+from traceanalyzer.render.values import saving_text
 from traceanalyzer.report import TABLE_ROWS, Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
@@ -157,12 +158,19 @@ def with_health(report: Report, ses: Session, *metrics: str) -> Report:
     )
 
 
-FINDING_SCHEMA = {"rule": pl.String, "severity": pl.String, "message": pl.String, "recommendation": pl.String}
+FINDING_SCHEMA = {
+    "rule": pl.String,
+    "severity": pl.String,
+    "message": pl.String,
+    "recommendation": pl.String,
+    "saving_us": pl.Float64,
+    "saving_confidence": pl.String,
+}
 
 
 def findings_table(findings: list[Finding]) -> pl.DataFrame:
-    """rule, severity, message, recommendation: one row per finding."""
-    rows = [(f.rule, f.severity, f.message, f.recommendation) for f in findings]
+    """rule, severity, message, recommendation, saving_us, saving_confidence: one row per finding."""
+    rows = [(f.rule, f.severity, f.message, f.recommendation, f.saving_us, f.saving_confidence) for f in findings]
     return pl.DataFrame(rows, schema=FINDING_SCHEMA, orient="row")
 
 
@@ -170,7 +178,9 @@ def findings_text(findings: list[Finding]) -> str:
     """The findings as the text block the table renderer prints."""
     if not findings:
         return "none fired (`traceanalyzer rules` lists the rules and thresholds)"
-    return "\n".join(f"[{f.severity}] {f.rule}: {f.message}\n    -> {f.recommendation}" for f in findings)
+    return "\n".join(
+        f"[{f.severity}] {f.rule}: {f.message}\n    -> {f.recommendation}\n    => {saving_text(f)}" for f in findings
+    )
 
 
 def findings_payload(findings: list[Finding]) -> list[dict]:
@@ -186,6 +196,10 @@ def findings_payload(findings: list[Finding]) -> list[dict]:
             "events": list(f.events),
             "at_stake_us": f.at_stake_us,
             "at_stake_share": f.at_stake_share,
+            "saving_us": f.saving_us,
+            "saving_share": f.saving_share,
+            "saving_confidence": f.saving_confidence,
+            "saving_note": f.saving_note,
         }
         for f in findings
     ]

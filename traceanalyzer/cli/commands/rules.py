@@ -17,7 +17,8 @@ GROUPS = ("syncs", "copies", "steps", "memory", "findings", "materiality")
 
 
 def rules_table(options: Options) -> pl.DataFrame:
-    """rule, checks, thresholds (name=value), shown_by, advice: one row per rule."""
+    """rule, checks, thresholds (name=value), shown_by, advice, saving (how `saving_us` is
+    estimated): one row per rule."""
     return pl.DataFrame(
         {
             "rule": [r.id for r in RULES],
@@ -25,8 +26,16 @@ def rules_table(options: Options) -> pl.DataFrame:
             "thresholds": [", ".join(f"{n}={options.value(n)}" for n in r.thresholds) or "-" for r in RULES],
             "shown_by": [", ".join(("summary", "report", *r.commands)) for r in RULES],
             "advice": [r.advice for r in RULES],
+            "saving": [_saving(r) for r in RULES],
         }
     )
+
+
+def _saving(rule) -> str:
+    """How a finding's `saving_us` is estimated: the rule's what-if scenario, or why there is none."""
+    if isinstance(rule.whatif, str):
+        return f"not estimated: {rule.whatif}"
+    return (rule.whatif.__doc__ or "replayed with the rule's scenario").strip()
 
 
 def causes_table() -> pl.DataFrame:
@@ -40,7 +49,7 @@ def rules_text(table: pl.DataFrame) -> str:
     """One block per rule, for a terminal: the advice in full, wrapped by the renderer."""
     blocks = [
         f"{r['rule']}: {r['checks']}\n    thresholds: {r['thresholds']}\n    shown by: {r['shown_by']}"
-        f"\n    -> {r['advice']}"
+        f"\n    -> {r['advice']}\n    saving: {r['saving']}"
         for r in table.iter_rows(named=True)
     ]
     return "\n\n".join(blocks)

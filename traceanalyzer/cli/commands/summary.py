@@ -22,6 +22,8 @@ from traceanalyzer.cli.commands.common import (
     plural,
     with_health,
 )
+from traceanalyzer.cli.commands.path import headline as path_headline
+from traceanalyzer.cli.commands.path import shares
 from traceanalyzer.cli.commands.stages import average_table, stages_payload
 from traceanalyzer.cli.options import build_options, fail_on_option, option_flags, output_options
 from traceanalyzer.errors import RegressionDetected
@@ -44,6 +46,7 @@ GROUPS = (
     "findings",
     "materiality",
     "health",
+    "path",
     "ranks",
 )
 SCREEN_ROWS = 5
@@ -136,8 +139,9 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
 def summary_report(ses: Session, top: int, th: dict) -> Report:
     """The `summary` Report of one trace."""
     rows = top if top and top < SCREEN_ROWS else SCREEN_ROWS
-    findings = ses.findings
+    findings = ses.findings_by_saving  # what fixing each would save per step, largest first
     g = ses.gaps
+    cp = ses.critical_path
     ops = ses.ops.filter(~pl.col("name").str.contains(PROFILER_STEP))
     kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
     stages = average_table(ses.stages)
@@ -156,6 +160,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
             ses.steps.table.select("step", "kind", "duration_us", "busy_share", "kernel_share", "outlier", "warmup"),
         ),
         Section(f"Stages ({ses.stages.view} view, µs per {per})", stages, whole=True),
+        Section("Critical path: share of step time by kind", shares(cp.by_kind).head(rows), text=path_headline(cp)),
     ]
     if g.has_gpu_work:
         sections += [
@@ -198,6 +203,10 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         "communication": lambda: ses.communication,  # JSON only: not computed for a table
         "top_ops": ops.head(top) if top else ops,
         "top_kernels": kern.head(top) if top else kern,
+        "critical_path": {
+            "by_kind": shares(cp.by_kind),
+            "by_name": shares(cp.by_name).head(top) if top else shares(cp.by_name),
+        },
         "roofline": {
             "modelled_share": roof.modelled_share,
             "device": roof.devices,

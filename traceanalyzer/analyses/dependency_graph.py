@@ -1,0 +1,383 @@
+"""The dependency graph of a trace: what had to finish before each piece of work could start.
+
+Nodes (built vectorised, no loop over events):
+
+- CPU slices: the timeline of every thread that launches GPU work, blocks on it or runs a step,
+  cut at every op, runtime-call and step boundary, so that each slice lies inside one innermost
+  op and at most one runtime call. Its `kind` is what the thread was doing, by the priority
+  layers of `cpu_activity` (data_loading, sync, runtime_call, launch, cpu_op, python, untraced),
+  each moment counted once; `t_<layer>` holds how much of the slice each layer covers.
+- GPU nodes: every kernel, memcpy and memset. A collective's duration beyond the shortest
+  instance of the same kernel and message (the launching op's input shapes) is `wait_ns`:
+  waiting for its peers (on one trace the shortest instance is the transfer's own time).
+
+Edges (`etype`), each from the end of its source unless `from_start`, to the start of its
+destination unless `to_end`:
+
+- `serial`: consecutive slices of one thread (each CPU thread is serial);
+- `launch`: the launch call's start -> the GPU activity (correlation; one cudaGraphLaunch ->
+  every kernel it replays);
+- `stream`: consecutive activities of one stream (each stream runs in order);
+- `event`: a cudaStreamWaitEvent / hipStreamWaitEvent whose `Stream Wait Event` marker names the
+  two streams: the last work launched on `wait_on_stream` before the wait -> the first work
+  launched on the waiting stream after it;
+- `sync` (to_end): a blocking call (`cpu_activity.blocking_calls`) returns after the GPU work it
+  waited for: the activity that ended last on its device while it was in progress (the syncs
+  analysis's `waited_for`), its own copy, and the last work its thread launched before it;
+- `fork` / `join`: a gap of the main thread (no op, no runtime call) of at least
+  `thread_wait_us` while another launching thread works (the autograd engine's backward) is a
+  wait on that thread: the other thread's first slice in the gap waits for the main thread's
+  slice before it, and the main thread resumes after the other thread's last slice in it.
+
+Lags make the graph reproduce the capture exactly: every edge has lag min(0, slack) (slack: the
+destination's captured start, or a sync's end, less the source's reference time), and the edge
+that binds (the latest ready) also carries the rest (launch latency, a return latency, a wait we
+cannot see). A replay with nothing changed therefore gives the captured times, and a change moves
+what depends on it through the same edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
+from traceanalyzer.analyses.intervals import covered
+from traceanalyzer.analyses.replay import calibrate
+from traceanalyzer.links import innermost_containing
+from traceanalyzer.patterns import GPU_WAIT_API
+from traceanalyzer.trace import Trace
+
+EDGE_SCHEMA = {
+    "src": pl.Int64,
+    "dst": pl.Int64,
+    "etype": pl.String,
+    "from_start": pl.Boolean,
+    "to_end": pl.Boolean,
+}
+# Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
+WORK_LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op")
+
+
+@dataclass(frozen=True)
+class DependencyGraph:
+    """nodes: node, lane (cpu|gpu), pid, tid, device, stream, ts_ns, end_ns (captured), dur_ns and
+    own_ns (the modelled durations: a sync's own time without waiting), wait_ns (a collective's
+    wait for peers), kind, name, gpu_id, runtime_id, op_id, t_<layer>; edges: src, dst, etype,
+    from_start, to_end, lag_ns; steps: step, pid, tid, cpu_start_ns, cpu_end_ns, first_node,
+    last_node (the slices that begin and end each step's CPU range)."""
+
+    nodes: pl.DataFrame
+    edges: pl.DataFrame
+    steps: pl.DataFrame
+
+
+def _threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
+    """The threads whose timelines matter for the GPU: they launch, block or run a step."""
+    parts = [
+        launch_calls(trace).select(*THREAD),
+        blocking.select(*THREAD),
+        trace.steps.select(*THREAD),
+    ]
+    main = main_thread(trace)
+    if main:
+        parts.append(pl.DataFrame({"pid": [main[0]], "tid": [main[1]]}))
+    return pl.concat([p.cast({"pid": pl.Int64, "tid": pl.Int64}) for p in parts]).unique().sort(THREAD)
+
+
+def _slices(trace: Trace, threads: pl.DataFrame) -> pl.DataFrame:
+    """Consecutive [ts_ns, end_ns) pieces of each thread between all op, call and step boundaries."""
+
+    def keep(df: pl.DataFrame) -> pl.DataFrame:
+        return (
+            df.select(*THREAD, "ts_ns", "end_ns")
+            .cast({"pid": pl.Int64, "tid": pl.Int64})
+            .join(threads, on=THREAD, how="semi")
+        )
+
+    ev = pl.concat(
+        [
+            keep(trace.ops),
+            keep(trace.runtime),
+            keep(trace.steps.select(*THREAD, ts_ns="cpu_start_ns", end_ns="cpu_end_ns")),
+        ]
+    )
+    b = pl.concat([ev.select(*THREAD, t="ts_ns"), ev.select(*THREAD, t="end_ns")]).sort(*THREAD, "t")
+    # distinct boundaries: a sorted frame drops its repeats by comparing neighbours (no hash)
+    new = (pl.col("t") != pl.col("t").shift(1)) | (pl.col("tid") != pl.col("tid").shift(1))
+    new = (new | (pl.col("pid") != pl.col("pid").shift(1))).fill_null(True)
+    b = b.filter(new)
+    same = (pl.col("tid") == pl.col("tid").shift(-1)) & (pl.col("pid") == pl.col("pid").shift(-1))
+    b = b.with_columns(end_ns=pl.when(same).then(pl.col("t").shift(-1))).filter(pl.col("end_ns").is_not_null())
+    return b.select(*THREAD, ts_ns="t", end_ns="end_ns")
+
+
+def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: int) -> pl.DataFrame:
+    s = _slices(trace, threads)
+    rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id", "name").with_columns(
+        parent_id=pl.lit(None, pl.Int64)
+    )
+    s = innermost_containing(s, rt, "runtime_id", "runtime_id")
+    s = innermost_containing(s, trace.ops, "op_id", "op_id")
+    for k, index in enumerate(act.cumulative):
+        s = covered(s, index, THREAD, "ts_ns", "end_ns", f"_u{k}")
+    layers = [
+        (pl.col(f"_u{k}") - (pl.col(f"_u{k - 1}") if k else 0)).clip(0).alias(f"t_{n}") for k, n in enumerate(LAYERS)
+    ]
+    s = s.with_columns(layers).with_columns(
+        t_untraced=(pl.col("end_ns") - pl.col("ts_ns") - pl.col(f"_u{len(LAYERS) - 1}")).clip(0)
+    )
+    s = s.drop([f"_u{k}" for k in range(len(LAYERS))])
+    names = ("data_loading", "sync", "runtime_call", "launch", "cpu_op", "python", "untraced")
+    largest = pl.max_horizontal([pl.col(f"t_{n}") for n in names])
+    kind = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
+    for n in names:
+        kind = kind.when(pl.col(f"t_{n}") >= largest).then(pl.lit(n))
+    s = s.with_columns(kind=kind)
+    s = s.sort(*THREAD, "ts_ns")
+    # Waits on another thread. Idle: no work layer covers the slice (Python frames may).
+    idle = pl.sum_horizontal([pl.col(f"t_{n}") for n in WORK_LAYERS]) == 0
+    s = s.with_columns(_idle=idle)
+    main = main_thread(trace)
+    is_main = (pl.col("pid") == (main[0] if main else -1)) & (pl.col("tid") == (main[1] if main else -1))
+    s = s.with_columns(_main=is_main.fill_null(False))
+    # other threads: a slice with no event at all is the thread waiting for work
+    s = s.with_columns(_wait=~pl.col("_main") & (pl.col("t_untraced") == pl.col("end_ns") - pl.col("ts_ns")))
+    runs = (
+        s.filter(pl.col("_main"))
+        .with_columns(_run=(pl.col("_idle") != pl.col("_idle").shift(1)).fill_null(True).cum_sum())
+        .filter(pl.col("_idle"))
+        .group_by("_run")
+        .agg(pl.col("pid").first(), gap_a=pl.col("ts_ns").min(), gap_b=pl.col("end_ns").max())
+        .filter(pl.col("gap_b") - pl.col("gap_a") >= wait_ns)
+    )
+    busy_other = s.filter(~pl.col("_main") & ~pl.col("_idle")).select("pid", "tid", "ts_ns", "end_ns")
+    forks = pl.DataFrame(schema={"pid": pl.Int64, "gap_a": pl.Int64, "gap_b": pl.Int64})
+    if runs.height and busy_other.height:
+        first = runs.sort("gap_a").join_asof(
+            busy_other.sort("ts_ns").select("pid", _fts="ts_ns"),
+            left_on="gap_a",
+            right_on="_fts",
+            by="pid",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        forks = first.filter(pl.col("_fts") < pl.col("gap_b")).select("pid", "gap_a", "gap_b")
+    s = (
+        s.sort("ts_ns").join_asof(  # as-of joins need the left side in time order too
+            forks.sort("gap_a").rename({"pid": "_fpid"}),
+            left_on="ts_ns",
+            right_on="gap_a",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        if forks.height
+        else s.with_columns(_fpid=pl.lit(None, pl.Int64), gap_a=pl.lit(None, pl.Int64), gap_b=pl.lit(None, pl.Int64))
+    )
+    in_gap = pl.col("_main") & pl.col("_idle") & (pl.col("end_ns") <= pl.col("gap_b")).fill_null(False)
+    s = s.with_columns(_wait=pl.col("_wait") | in_gap).sort(*THREAD, "ts_ns")
+    s = s.with_columns(
+        lane=pl.lit("cpu"),
+        kind=pl.when(pl.col("_wait")).then(pl.lit("thread_wait")).otherwise(pl.col("kind")),
+        dur_ns=pl.when(pl.col("_wait")).then(0).otherwise(pl.col("end_ns") - pl.col("ts_ns")),
+    )
+    s = s.drop("_idle", "_main", "_fpid", "_wait", "gap_a", "gap_b")
+    # names last, gathered by position (runtime_id and op_id are row numbers of their tables)
+    rname = trace.runtime["name"].gather(s["runtime_id"]) if trace.runtime.height else None
+    oname = trace.ops["name"].gather(s["op_id"]) if trace.ops.height else None
+    names = [x for x in (rname, oname) if x is not None]
+    return s.with_columns(name=pl.coalesce(*names, pl.col("kind"))), forks
+
+
+def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
+    g = trace.gpu.filter(pl.col("device").is_not_null()).select(
+        "gpu_id",
+        "kind",
+        "name",
+        "device",
+        "stream",
+        "ts_ns",
+        "end_ns",
+        "runtime_id",
+        "op_id",
+        "launch_ts_ns",
+        "launch_pid",
+        "launch_tid",
+    )
+    dims = trace.ops.select("op_id", "input_dims") if "input_dims" in trace.ops.columns else None
+    coll = (pl.col("kind") == "kernel") & pl.col("name").str.contains(collective_pattern)
+    g = g.with_columns(_coll=coll, dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
+    if dims is not None:
+        g = g.join(dims, on="op_id", how="left")
+    else:
+        g = g.with_columns(input_dims=pl.lit(None, pl.String))
+    # The shortest instance of one collective (same kernel, same message) is its transfer time.
+    fastest = pl.col("dur_ns").min().over("name", "input_dims")
+    return g.with_columns(
+        lane=pl.lit("gpu"),
+        kind=pl.when(pl.col("_coll")).then(pl.lit("collective")).otherwise(pl.col("kind")),
+        wait_ns=pl.when(pl.col("_coll")).then(pl.col("dur_ns") - fastest).otherwise(0),
+    ).drop("_coll", "input_dims")
+
+
+def _pairs(
+    df: pl.DataFrame, src: str, dst: str, etype: str, from_start: bool = False, to_end: bool = False
+) -> pl.DataFrame:
+    return (
+        df.select(
+            src=pl.col(src), dst=pl.col(dst), etype=pl.lit(etype), from_start=pl.lit(from_start), to_end=pl.lit(to_end)
+        )
+        .drop_nulls(["src", "dst"])
+        .cast(EDGE_SCHEMA)
+    )
+
+
+def build_graph(
+    trace: Trace, act: CpuActivity, collective_pattern: str, thread_wait_us: float = 50.0
+) -> DependencyGraph:
+    """The dependency graph of `trace` (see the module docstring); `act` is the Session's CpuActivity."""
+    blocking = act.blocking
+    threads = _threads(trace, blocking)
+    cpu, forks = _cpu_nodes(trace, act, threads, int(thread_wait_us * 1000))
+    gpu = _gpu_nodes(trace, collective_pattern)
+    cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
+    gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
+    edges = []
+    # serial
+    edges.append(_pairs(cpu.with_columns(_next=pl.col("node").shift(-1).over(THREAD)), "node", "_next", "serial"))
+    # launch: the slice that begins the launch call
+    first_slice = cpu.select(*THREAD, "ts_ns", _slice="node")
+    calls = trace.runtime.select("runtime_id", *THREAD, "ts_ns", "end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
+    call_first = calls.join(first_slice, on=[*THREAD, "ts_ns"], how="inner").select("runtime_id", "_slice")
+    edges.append(
+        _pairs(gpu.join(call_first, on="runtime_id", how="inner"), "_slice", "node", "launch", from_start=True)
+    )
+    # stream order
+    gs = gpu.sort("device", "stream", "ts_ns", "gpu_id").with_columns(
+        _next=pl.col("node").shift(-1).over("device", "stream")
+    )
+    edges.append(_pairs(gs, "node", "_next", "stream"))
+    launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select(
+        "node", "device", "stream", "launch_ts_ns", "launch_pid", "launch_tid", "gpu_id"
+    )
+    # cross-stream waits
+    waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API)).select("correlation", w_ts="ts_ns")
+    marks = trace.sync_markers
+    if waits.height and marks.height and "wait_on_stream" in marks.columns:
+        m = marks.filter(pl.col("wait_on_stream").is_not_null()).select(
+            "correlation", "device", "stream", "wait_on_stream"
+        )
+        w = waits.join(m, on="correlation", how="inner").sort("w_ts")
+        by_launch = launched.sort("launch_ts_ns")
+        before = w.join_asof(
+            by_launch.select(_src="node", device="device", wait_on_stream="stream", _l="launch_ts_ns"),
+            left_on="w_ts",
+            right_on="_l",
+            by=["device", "wait_on_stream"],
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        after = before.join_asof(
+            by_launch.select(_dst="node", device="device", stream="stream", _l2="launch_ts_ns"),
+            left_on="w_ts",
+            right_on="_l2",
+            by=["device", "stream"],
+            strategy="forward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        edges.append(_pairs(after, "_src", "_dst", "event"))
+    # syncs: the slice that ends the blocking call returns after the GPU work it waited for
+    last_slice = cpu.select(*THREAD, "end_ns", _slice="node")
+    bl = (
+        blocking.filter(pl.col("end_ns") > pl.col("ts_ns"))
+        .select("runtime_id", *THREAD, "ts_ns", "end_ns")
+        .cast({"pid": pl.Int64, "tid": pl.Int64})
+        .join(last_slice, on=[*THREAD, "end_ns"], how="inner")
+    )
+    if bl.height and gpu.height:
+        own = bl.join(gpu.select("runtime_id", _src="node"), on="runtime_id", how="inner")
+        # the device of the call: its own copy's, else of the last work its thread launched
+        prior = bl.sort("ts_ns").join_asof(
+            launched.sort("launch_ts_ns")
+            .select(pid="launch_pid", tid="launch_tid", _l="launch_ts_ns", _src="node", _dev="device")
+            .cast({"pid": pl.Int64, "tid": pl.Int64}),
+            left_on="ts_ns",
+            right_on="_l",
+            by=THREAD,
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        own_dev = own.join(gpu.select(_src="node", _odev="device"), on="_src", how="left").select("runtime_id", "_odev")
+        dev = prior.join(own_dev.unique("runtime_id"), on="runtime_id", how="left").with_columns(
+            _dev=pl.coalesce("_odev", "_dev", pl.lit(gpu["device"].min()))
+        )
+        ended = gpu.select(_src="node", _dev="device", _gend="end_ns").sort("_gend")
+        waited = (
+            dev.sort("end_ns")
+            .join_asof(
+                ended,
+                left_on="end_ns",
+                right_on="_gend",
+                by="_dev",
+                strategy="backward",
+                suffix="_w",
+                check_sortedness=False,
+            )
+            .filter(pl.col("_gend") >= pl.col("ts_ns"))
+        )
+        # only work that was done when the call returned: a small pageable copy is staged and
+        # runs after its call has returned, and the call did not wait for it
+        done = gpu.select(_s="node", _send="end_ns")
+        for part, col in ((own, "_src"), (prior, "_src"), (waited, "_src_w")):
+            waited_on = part.join(done.rename({"_s": col}), on=col, how="inner").filter(
+                pl.col("_send") <= pl.col("end_ns")
+            )
+            edges.append(_pairs(waited_on, col, "_slice", "sync", to_end=True))
+    # fork / join with the other launching threads
+    if forks.height:
+        other = cpu.filter(pl.col("kind") != "thread_wait")
+        main = main_thread(trace)
+        other = other.filter(~((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))).select(
+            "pid", "node", "ts_ns", "end_ns"
+        )
+        mcpu = cpu.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+        f = forks.sort("gap_a")
+        f = f.join_asof(
+            other.sort("ts_ns").select("pid", _dst="node", _ts="ts_ns"),
+            left_on="gap_a",
+            right_on="_ts",
+            by="pid",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        f = f.sort("gap_b").join_asof(
+            other.sort("end_ns").select("pid", _jsrc="node", _te="end_ns"),
+            left_on="gap_b",
+            right_on="_te",
+            by="pid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        f = f.join(mcpu.select(gap_a="end_ns", _fsrc="node"), on="gap_a", how="left")
+        f = f.join(mcpu.select(gap_b="ts_ns", _jdst="node"), on="gap_b", how="left")
+        edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
+        edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
+    # a blocking call's own copy can also be the work it waited for: only sync edges repeat
+    e = pl.concat(edges).filter(pl.col("src") != pl.col("dst"))
+    e = pl.concat(
+        [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
+    )
+    nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed").sort("node")
+    nodes, e = calibrate(nodes, e)
+    steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
+    steps = steps.join(
+        cpu.select(*THREAD, cpu_start_ns="ts_ns", first_node="node"), on=[*THREAD, "cpu_start_ns"], how="left"
+    )
+    steps = steps.join(
+        cpu.select(*THREAD, cpu_end_ns="end_ns", last_node="node"), on=[*THREAD, "cpu_end_ns"], how="left"
+    )
+    return DependencyGraph(nodes, e, steps)

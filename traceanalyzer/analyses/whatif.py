@@ -1,0 +1,264 @@
+"""What would a fix buy: replay the dependency graph with changed durations and read the new
+step times by the one definition of a step.
+
+A `Scenario` removes the CPU time of gap causes (`without`: the cause's layer of
+`cpu_activity`, as `gap_causes` names them: data_loading, sync, runtime_call, launch_latency,
+slow_launch, cpu_bound, untraced; and on the GPU side gpu_wait, kernel_spacing, peer_wait),
+scales kernels, copies and ops by name pattern (`speedup`: a kernel 1.3x faster takes 1/1.3 of
+its time; an op's CPU time inside it, nested ops and calls included), and drops op instances by
+name (`drop`: their CPU time, their syncs and the GPU work they launched). Removing `sync` also
+stops the calls waiting for the GPU (their `sync` edges are cut).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceanalyzer.analyses import windows as win
+from traceanalyzer.analyses.critical_path import CriticalPath, summarise, walk
+from traceanalyzer.analyses.dependency_graph import DependencyGraph
+from traceanalyzer.analyses.op_tree import ancestors
+from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times
+from traceanalyzer.errors import UsageError
+from traceanalyzer.trace import Trace
+
+# Cause -> the CPU layers (t_<layer> of the graph's slices) whose time it removes.
+CPU_CAUSES = {
+    "data_loading": ("data_loading",),
+    "sync": ("sync",),
+    "runtime_call": ("runtime_call",),
+    "launch_latency": ("launch",),
+    "cpu_bound": ("cpu_op", "python"),
+    "untraced": ("untraced",),
+}
+GPU_CAUSES = ("gpu_wait", "kernel_spacing", "peer_wait", "slow_launch")
+SCENARIO_CAUSES = tuple(CPU_CAUSES) + GPU_CAUSES
+STEP_COLUMNS = ("step_us", "replayed_us", "predicted_us", "saving_us")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A change to replay: causes removed, name patterns sped up (pattern, factor), ops dropped."""
+
+    without: tuple[str, ...] = ()
+    speedup: tuple[tuple[str, float], ...] = ()
+    drop: tuple[str, ...] = ()
+    unsync: tuple[int, ...] = ()  # blocking calls (runtime ids) that stop waiting for the GPU
+    label: str = ""  # the scenario in words, when its parts are too long to read (many kernel names)
+
+    @classmethod
+    def parse(
+        cls, without: tuple[str, ...] = (), speedup: tuple[str, ...] = (), drop: tuple[str, ...] = ()
+    ) -> Scenario:
+        """From command-line strings: `--speedup 'gemm=1.3'` (FACTOR > 0; `inf` removes the work)."""
+        bad = [c for c in without if c not in SCENARIO_CAUSES]
+        if bad:
+            raise UsageError(None, f"--without {bad[0]}: not a cause; one of {', '.join(SCENARIO_CAUSES)}")
+        pairs = []
+        for s in speedup:
+            pattern, sep, factor = s.rpartition("=")
+            try:
+                f = float(factor)
+            except ValueError:
+                f = -1.0
+            if not sep or not pattern or not f > 0:
+                raise UsageError(None, f"--speedup {s!r}: expected PATTERN=FACTOR with FACTOR > 0 (1.3 = 30% faster)")
+            pairs.append((pattern, f))
+        return cls(tuple(without), tuple(pairs), tuple(drop))
+
+    def describe(self) -> str:
+        """The scenario in words."""
+        if self.label:
+            return self.label
+        parts = [f"without {c}" for c in self.without]
+        parts += [f"{p} {f:g}x faster" for p, f in self.speedup]
+        parts += [f"dropping {d}" for d in self.drop]
+        parts += [f"{len(self.unsync)} blocking calls not waiting"] if self.unsync else []
+        return ", ".join(parts) or "nothing changed"
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The steps as captured, replayed unchanged and predicted under a scenario (µs)."""
+
+    scenario: Scenario
+    steps: pl.DataFrame  # step, step_us, replayed_us, predicted_us, saving_us
+    median_step_us: float | None
+    replayed_median_step_us: float | None
+    predicted_median_step_us: float | None
+    model_error: float | None  # |replayed - captured| / captured of the median step
+
+    @property
+    def saving_us(self) -> float | None:
+        """Median step as replayed less as predicted: what the change saves per step."""
+        if self.replayed_median_step_us is None or self.predicted_median_step_us is None:
+            return None
+        return self.replayed_median_step_us - self.predicted_median_step_us
+
+
+@dataclass
+class Model:
+    """The graph of one trace, ordered once, with its replay of the capture; replays scenarios."""
+
+    trace: Trace
+    graph: DependencyGraph
+    kernel_spacing_ns: int
+    slow_launch_ns: int
+    prepared: Prepared = field(init=False)
+    base: Schedule = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prepared = prepare(self.graph.nodes, self.graph.edges)
+        n = self.graph.nodes
+        self._dur = n["dur_ns"].to_list()
+        self._own = n["own_ns"].fill_null(0).to_list()
+        self.base = replay(self.prepared, self._dur, self._own)
+        e = self.graph.edges
+        self._gpu_launch = (
+            n.filter(pl.col("lane") == "gpu")
+            .select("node")
+            .join(e.filter(pl.col("etype") == "launch").select(node="dst", launch_node="src"), on="node", how="left")
+            .unique("node", keep="first")
+            .sort("node")
+        )
+
+    def windows(self, sched: Schedule) -> pl.DataFrame:
+        """step, start_ns, end_ns of each window in a schedule (see `analyses.windows`)."""
+        if self.trace.steps.height:
+            return step_times(self.graph.steps, sched, self.trace.steps, self._gpu_launch)
+        g = self._gpu_launch
+        if g.height:
+            s = pl.Series(sched.start_ns).gather(g["node"])
+            e = pl.Series(sched.end_ns).gather(g["node"])
+            return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
+        cpu = self.graph.nodes.filter(pl.col("lane") == "cpu")["node"]
+        s, e = pl.Series(sched.start_ns).gather(cpu), pl.Series(sched.end_ns).gather(cpu)
+        return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
+
+    def critical_path(self) -> CriticalPath:
+        """The critical path of every step of the capture."""
+        w = self.windows(self.base)
+        if self.graph.nodes.is_empty():  # no timed event at all
+            return summarise(walk(self.graph, self.prepared, self.base, w.clear(), []), w.clear())
+        return summarise(walk(self.graph, self.prepared, self.base, w, self._end_nodes(w, self.base)), w)
+
+    def _end_nodes(self, w: pl.DataFrame, sched: Schedule) -> list[int]:
+        """The node whose end is each window's end (the latest-ending node that ends it)."""
+        end = pl.DataFrame({"node": range(len(sched.end_ns)), "end_ns": sched.end_ns, "start_ns": sched.start_ns})
+        ends = end.sort("end_ns", "start_ns", "node", descending=[False, True, False]).unique("end_ns", keep="first")
+        j = (
+            w.with_row_index("_w")
+            .sort("end_ns")
+            .join_asof(ends.select("end_ns", "node").sort("end_ns"), on="end_ns", strategy="backward")
+        )
+        return j.sort("_w")["node"].fill_null(-1).to_list()
+
+    def what_if(self, scenario: Scenario) -> WhatIf:
+        """Replay `scenario` and compare its median step with the capture's."""
+        if self.graph.nodes.is_empty():
+            empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Float64 for c in STEP_COLUMNS}})
+            return WhatIf(scenario, empty, None, None, None, None)
+        dur, own, lag, cut = self._apply(scenario)
+        sched = replay(self.prepared, dur, own, lag, cut)
+        captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
+        base = self.windows(self.base).select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))
+        new = self.windows(sched).select(predicted_ns=pl.col("end_ns") - pl.col("start_ns"))
+        steps = (
+            captured.with_row_index("_k")
+            .join(base.with_row_index("_k"), on="_k", how="left")
+            .join(new.with_row_index("_k"), on="_k", how="left")
+            .select(
+                "step",
+                step_us=pl.col("step_ns") / 1000.0,
+                replayed_us=pl.col("replayed_ns") / 1000.0,
+                predicted_us=pl.col("predicted_ns") / 1000.0,
+            )
+            .with_columns(saving_us=pl.col("replayed_us") - pl.col("predicted_us"))
+        )
+        med = lambda c: steps[c].median() if steps.height else None  # noqa: E731
+        m, r, p = med("step_us"), med("replayed_us"), med("predicted_us")
+        err = abs(r - m) / m if m and r is not None else None
+        return WhatIf(scenario, steps, m, r, p, err)
+
+    def _apply(self, sc: Scenario) -> tuple[list[int], list[int], list[int], list[bool] | None]:
+        n = self.graph.nodes
+        e = self.graph.edges
+        cpu = pl.col("lane") == "cpu"
+        dur = pl.col("dur_ns").cast(pl.Float64)
+        own = pl.col("own_ns").fill_null(0).cast(pl.Float64)
+        removed = [f"t_{layer}" for c in sc.without for layer in CPU_CAUSES.get(c, ())]
+        frame = n.select("node", "lane", "name", "op_id", "runtime_id", "wait_ns", "dur_ns", "own_ns", *{*removed})
+        exprs_dur, exprs_own = dur, own
+        if removed:
+            gone = pl.sum_horizontal([pl.col(c).fill_null(0) for c in removed]).cast(pl.Float64)
+            keep = pl.when(cpu & (pl.col("dur_ns") > 0)).then((1 - gone / pl.col("dur_ns")).clip(0, 1)).otherwise(1.0)
+            exprs_dur, exprs_own = exprs_dur * keep, exprs_own * keep
+        if "slow_launch" in sc.without:
+            rt = self.trace.runtime.select("runtime_id", _rdur="dur_ns")
+            frame = frame.join(rt, on="runtime_id", how="left")
+            slow = cpu & (pl.col("_rdur") >= self.slow_launch_ns).fill_null(False)
+            exprs_dur = pl.when(slow).then(0.0).otherwise(exprs_dur)
+        if "peer_wait" in sc.without or "gpu_wait" in sc.without:
+            exprs_dur = exprs_dur - pl.col("wait_ns").fill_null(0)
+        for pattern, f in sc.speedup:
+            hit = self._matching_ops(pattern)
+            scale = 0.0 if math.isinf(f) else 1.0 / f
+            on_gpu = ~cpu & pl.col("name").str.contains(pattern)
+            on_cpu = cpu & pl.col("op_id").is_in(hit.implode())
+            w = pl.col("wait_ns").fill_null(0)
+            exprs_dur = (
+                pl.when(on_gpu)
+                .then(w + (exprs_dur - w) * scale)
+                .when(on_cpu)
+                .then(exprs_dur * scale)
+                .otherwise(exprs_dur)
+            )
+            exprs_own = pl.when(on_cpu).then(exprs_own * scale).otherwise(exprs_own)
+        dropped = pl.lit(False)
+        for name in sc.drop:
+            dropped = dropped | pl.col("op_id").is_in(self._matching_ops(name, exact=True).implode())
+        frame = frame.with_columns(
+            _dur=pl.when(dropped).then(0.0).otherwise(exprs_dur),
+            _own=pl.when(dropped).then(0.0).otherwise(exprs_own),
+            _drop=dropped,
+        )
+        unsynced = cpu & pl.col("runtime_id").is_in(list(sc.unsync)) & (pl.col("t_sync") > 0)
+        if sc.unsync:
+            frame = frame.with_columns(t_sync=n["t_sync"]).with_columns(
+                _dur=pl.when(unsynced).then((pl.col("_dur") - pl.col("t_sync")).clip(0)).otherwise(pl.col("_dur")),
+                _own=pl.when(unsynced).then(0.0).otherwise(pl.col("_own")),
+                _drop=pl.col("_drop") | unsynced,
+            )
+        dur_l = frame["_dur"].clip(0).round().cast(pl.Int64).to_list()
+        own_l = frame["_own"].clip(0).round().cast(pl.Int64).to_list()
+        lag = None
+        gpu_edge = e["etype"].is_in(["stream", "event"])
+        if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
+            spacing = e["lag_ns"] <= self.kernel_spacing_ns
+            hit = (gpu_edge & (e["lag_ns"] > 0)) & (spacing if "gpu_wait" not in sc.without else ~spacing)
+            if "gpu_wait" in sc.without and "kernel_spacing" in sc.without:
+                hit = gpu_edge & (e["lag_ns"] > 0)
+            lag = e.select(pl.when(hit).then(0).otherwise(pl.col("lag_ns"))).to_series().to_list()
+        cut = None
+        sync_edges = e["to_end"].cast(pl.Boolean)
+        stop = pl.Series([False] * e.height, dtype=pl.Boolean)
+        if "sync" in sc.without:
+            stop = sync_edges
+        if sc.drop or sc.unsync:
+            dropped_nodes = frame.filter("_drop")["node"]
+            stop = stop | (sync_edges & e["dst"].is_in(dropped_nodes.implode()))
+        if stop.any():
+            cut = stop.to_list()
+        return dur_l, own_l, lag if lag is not None else self.prepared.lag, cut
+
+    def _matching_ops(self, pattern: str, exact: bool = False) -> pl.Series:
+        """The op ids of slices that lie inside an op matching `pattern` (or named exactly)."""
+        ops = self.trace.ops
+        ids = self.graph.nodes["op_id"].drop_nulls().unique()
+        anc = ancestors(ops, ids)
+        names = ops.select(ancestor_id="op_id", _n="name")
+        cond = pl.col("_n") == pattern if exact else pl.col("_n").str.contains(pattern)
+        return anc.join(names, on="ancestor_id", how="left").filter(cond)["op_id"].unique()
