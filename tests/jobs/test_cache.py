@@ -69,9 +69,9 @@ def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, m
 
 def test_cached_output_equals_a_fresh_run(cached, trace):
     """Every command that reads the cache prints what a run without it prints."""
-    for cmd in ("summary", "gaps", "syncs", "copies", "stages", "kernels", "ops"):
+    for cmd in ("summary", "gaps", "syncs", "copies", "stages", "kernels", "ops", "path", "roofline"):
         _run(cmd, str(trace), "--format", "json")
-    for cmd in ("summary", "gaps", "syncs", "copies", "stages", "kernels", "ops"):
+    for cmd in ("summary", "gaps", "syncs", "copies", "stages", "kernels", "ops", "path", "roofline"):
         fresh = _run(cmd, str(trace), "--format", "json", "--no-cache")
         assert _run(cmd, str(trace), "--format", "json") == fresh, cmd
 
