@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,7 +14,8 @@ import pytest
 # home cache should a test turn it on: CI runs as root in a fresh clone, and a test must compute
 # what it checks. tests/jobs/test_cache.py turns it on in a temporary folder.
 os.environ["TRACEANALYZER_NO_CACHE"] = "1"
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="traceanalyzer-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME = tempfile.mkdtemp(prefix="traceanalyzer-test-cache-")
+atexit.register(shutil.rmtree, _CACHE_HOME, True)
 
 # ../shared/traces seen from the repository root.
 SHARED_TRACES_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
