@@ -21,10 +21,10 @@ import traceanalyzer as ta
 from tests.conftest import SHARED_TRACES_DIR
 from tests.synthetic import TraceBuilder
 from traceanalyzer.cli import cli
+from traceanalyzer.cli.incident import build_report
 from traceanalyzer.findings import RULES_BY_ID
 from traceanalyzer.jobs.diff import analyse_diff
 from traceanalyzer.options import GROUP_OF, GROUPS, Options
-from traceanalyzer.render.report_md import build_report
 
 ALL_TRACES = (
     sorted(p for p in SHARED_TRACES_DIR.rglob("*") if p.is_file() and ".json" in p.name)
@@ -137,7 +137,7 @@ def test_report_shows_what_the_commands_show_with_the_same_options(SHARED_TRACES
     assert f"{syncs['summary']['sync_idle_us']:,.0f} µs" in md
     # The findings are the summary's, with the same options.
     for f in summary["findings"]:
-        assert f"**[{f['severity']}] {f['rule']}**" in md
+        assert f"**\\[{f['severity']}\\] {f['rule']}**" in md  # brackets escaped: no link reference
     assert summary["thresholds"]["launch_latency_us"] == 50 and gaps["thresholds"]["min_gap_us"] == 5
 
 

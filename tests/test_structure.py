@@ -101,7 +101,7 @@ def test_no_import_cycle_under_type_checking():
 # imports it. The vocabulary floor holds what every floor reads: the data model, options, name
 # patterns, errors, the loader.
 FLOORS = [
-    ("vocabulary", ("errors", "trace", "patterns", "options", "redact", "links", "version", "causes", "load")),
+    ("vocabulary", ("errors", "trace", "patterns", "options", "redact", "links", "version", "causes", "load", "reprs")),
     ("analyses", ("analyses",)),
     ("session", ("session",)),
     ("findings and jobs", ("findings", "jobs", "registry")),
@@ -154,15 +154,6 @@ RENDER_PENDING = {
     ("traceanalyzer.render.charts", "traceanalyzer.analyses.gaps"),
     ("traceanalyzer.render.charts", "traceanalyzer.analyses.memory"),
     ("traceanalyzer.render.charts", "traceanalyzer.analyses.stages"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.copies"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.gaps"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.syncs"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.windows"),
-    ("traceanalyzer.render.report_md", "traceanalyzer.session"),
-    ("traceanalyzer.render.timeline_layout", "traceanalyzer.analyses.gaps"),
-    ("traceanalyzer.render.timeline_layout", "traceanalyzer.analyses.windows"),
-    ("traceanalyzer.render.timeline_layout", "traceanalyzer.session"),
 }
 
 

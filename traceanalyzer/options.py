@@ -198,7 +198,11 @@ class MemoryOptions:
     min_finding_mb: float = opt(
         16.0, "ignore growth and dominant ops smaller than this many MiB in findings", flag="--min-finding-mb"
     )
-    timeline_points: int = opt(200, "points in the allocated/reserved timeline (JSON output)", flag="--timeline-points")
+    timeline_points: int = opt(
+        1000,
+        "buckets of the allocated/reserved timeline (JSON and picture): each keeps its first, last, lowest and highest event",
+        flag="--timeline-points",
+    )
     allocator_churn_share: float = opt(
         0.10, "allocator_churn fires when steady-state device malloc/free leave the GPU idle this share of its idle"
     )

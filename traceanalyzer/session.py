@@ -107,6 +107,12 @@ class Session:
         done = list(self.computed())
         return f"Session({self.trace.path!r}, computed={done})"
 
+    def _repr_html_(self) -> str:
+        from traceanalyzer.reprs import html_table
+
+        done = [k for k in self.__dict__ if k not in ("trace", "options", "step_source", "loaded")]
+        return html_table("Session", [("trace", repr(self.trace)), ("computed", ", ".join(done) or "nothing yet")])
+
     @property
     def path(self) -> str:
         """The trace's path."""

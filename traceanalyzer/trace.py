@@ -54,7 +54,7 @@ class TraceMeta:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)  # may hold secrets: never echo
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Trace:
     """Tables (all polars):
 
@@ -99,6 +99,42 @@ class Trace:
     def has_gpu_work(self) -> bool:
         """Whether the trace holds any kernel, memcpy or memset."""
         return self.gpu.height > 0
+
+    @property
+    def cut_short(self) -> str | None:
+        """The loader's warning when the file was truncated or damaged and read only up to where
+        it breaks (so what is missing may be any kind of event), else None."""
+        return next((w for w in self.warnings if "truncated" in w or "damaged" in w or "could not be read" in w), None)
+
+    @property
+    def gpu_cut_off(self) -> bool:
+        """No GPU activity was read from a file cut short: not a CPU-only trace, an unknown one."""
+        return not self.has_gpu_work and self.cut_short is not None
+
+    def _summary(self) -> list[tuple[str, str]]:
+        m = self.meta
+        devices = ", ".join(sorted({d.name for d in m.devices})) or "none listed"
+        return [
+            ("path", self.path),
+            ("span", f"{(m.end_ns - m.origin_ns) / 1e6:,.1f} ms"),
+            ("steps", f"{self.steps.height:,}"),
+            ("ops", f"{self.ops.height:,}"),
+            ("gpu", f"{self.gpu.height:,}"),
+            ("runtime", f"{self.runtime.height:,}"),
+            ("memory", f"{self.memory.height:,}"),
+            ("devices", devices),
+            ("rank", "-" if m.rank is None else f"{m.rank} of {m.world_size}"),
+            ("warnings", f"{len(self.warnings)}"),
+        ]
+
+    def __repr__(self) -> str:
+        rows = self._summary()
+        return f"Trace({rows[0][1]!r}, " + ", ".join(f"{k}={v}" for k, v in rows[1:]) + ")"
+
+    def _repr_html_(self) -> str:
+        from traceanalyzer.reprs import html_table
+
+        return html_table("Trace", self._summary())
 
     def rel_us(self, ns: int | None) -> float | None:
         """A trace timestamp as microseconds from the trace start."""

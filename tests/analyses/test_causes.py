@@ -223,9 +223,10 @@ def test_gb10_graph_replays_are_spacing_not_launch_latency(real):
     sentence = ses.verdict.sentence("over the GPU span")
     assert "fuse" not in sentence and "CUDA graphs" not in sentence and "kernel_spacing" not in sentence
     assert "launch_bound" not in {f.rule for f in ses.findings}
-    from traceanalyzer.render.report_md import build_report, to_markdown
+    from traceanalyzer.cli.incident import build_report
+    from traceanalyzer.render import markdown
 
-    summary = to_markdown(build_report(ses, width=400, height=300)).split("## Timeline")[0]
+    summary = markdown.render(build_report(ses, width=400, height=300)).split("## Timeline")[0]
     assert "fuse" not in summary and "CUDA graphs" not in summary
 
 

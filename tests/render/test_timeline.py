@@ -11,13 +11,14 @@ from PIL import Image
 
 import traceanalyzer as ta
 from tests.synthetic import MAIN_TID, PID, TraceBuilder
+from traceanalyzer.cli.pictures import timeline_inputs
 from traceanalyzer.errors import UsageError
-from traceanalyzer.render.timeline import CAUSE_COLORS, GAP_ALPHA, TimelineInputs, choose_window, merge_by_pixel
+from traceanalyzer.render.timeline import CAUSE_COLORS, GAP_ALPHA, choose_window, merge_by_pixel
 from traceanalyzer.render.timeline import render_timeline as _render
 
 
 def render_timeline(trace, window=None, **kwargs):
-    return _render(TimelineInputs.of(ta.Session(trace)), window, **kwargs)
+    return _render(timeline_inputs(ta.Session(trace)), window, **kwargs)
 
 
 # One step of 10 ms. Kernel A runs 0.1-2.0 ms, kernel B 6.0-9.0 ms; between them the main

@@ -29,6 +29,7 @@ from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import coverage_index, covered, merge, us_sum
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
 COPY_COLUMNS = [
@@ -55,8 +56,8 @@ COPY_COLUMNS = [
 ]
 
 
-@dataclass(frozen=True)
-class CopiesResult:
+@dataclass(frozen=True, repr=False)
+class CopiesResult(Compact):
     """Every memcpy and memset of a trace, by site and per step (see the module docstring)."""
 
     trace_path: str

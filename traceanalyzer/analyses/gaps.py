@@ -17,6 +17,7 @@ from traceanalyzer.analyses.gap_causes import CAUSES, HINTS, ClassifiedGaps, cla
 from traceanalyzer.analyses.gap_culprits import name_culprits
 from traceanalyzer.analyses.intervals import us_sum
 from traceanalyzer.options import GapOptions, Options
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
 __all__ = ["CAUSES", "HINTS", "GapsResult", "analyse_gaps", "classify_gaps"]
@@ -24,6 +25,10 @@ __all__ = ["CAUSES", "HINTS", "GapsResult", "analyse_gaps", "classify_gaps"]
 NO_GPU_NOTE = (
     "no GPU work in this trace (kernels, memcpys or memsets): no GPU idle time to analyse; "
     "`traceanalyzer summary` shows where the CPU time went"
+)
+CUT_OFF_NOTE = (
+    "no GPU event was read: the file is cut short (see the trace health), so its GPU work, if any, is in the "
+    "part that is missing; no GPU idle time can be told"
 )
 
 
@@ -38,8 +43,8 @@ def _by_cause(gaps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-@dataclass(frozen=True)
-class GapsResult:
+@dataclass(frozen=True, repr=False)
+class GapsResult(Compact):
     """Every GPU idle gap of a trace with its cause and culprit, and the totals per device and
     step. The start-up (see `analyses.startup`) is set apart: `steady_*` speak of the rest."""
 
@@ -116,7 +121,17 @@ def analyse_gaps(
     if not trace.has_gpu_work:
         empty = pl.DataFrame()
         return GapsResult(
-            trace.path, opts, False, window_kind, empty, empty, empty, empty, empty, empty, note=NO_GPU_NOTE
+            trace.path,
+            opts,
+            False,
+            window_kind,
+            empty,
+            empty,
+            empty,
+            empty,
+            empty,
+            empty,
+            note=CUT_OFF_NOTE if trace.gpu_cut_off else NO_GPU_NOTE,
         )
     classified = classified or classify_gaps(trace, bundle)
     per_window = classified.per_window

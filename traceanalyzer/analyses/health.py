@@ -33,7 +33,7 @@ import polars as pl
 
 from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.options import HealthOptions, Options
-from traceanalyzer.patterns import GRAPH_LAUNCH
+from traceanalyzer.patterns import GRAPH_LAUNCH, LAUNCH_API
 from traceanalyzer.trace import Trace
 
 KERNEL_LAUNCH = r"Launch(Kernel|CooperativeKernel)|LaunchKernelEx|^cuLaunchKernel|^hipExtLaunch|" + GRAPH_LAUNCH
@@ -195,6 +195,17 @@ def _truncated(trace: Trace) -> HealthCheck | None:
     hits = [w for w in trace.warnings if "truncated" in w or "damaged" in w or "could not be read" in w]
     if not hits:
         return None
+    if trace.gpu_cut_off:  # not a CPU-only trace: its GPU events, if any, were in the part cut off
+        launches = trace.runtime.filter(pl.col("name").str.contains(LAUNCH_API)).height if trace.runtime.height else 0
+        return HealthCheck(
+            "truncated",
+            "error",
+            f"the file is cut short before any GPU event was read: {trace.ops.height:,} CPU ops, "
+            f"{trace.runtime.height:,} runtime calls ({launches:,} kernel launches) and {trace.steps.height:,} steps "
+            "were read, no kernel, memcpy or memset; GPU time cannot be told (" + hits[0] + ")",
+            {"warnings": hits, "ops": trace.ops.height, "runtime_calls": trace.runtime.height, "launches": launches},
+            ("steps", "busy_share", "gap_causes", "kernel_time"),
+        )
     return HealthCheck(
         "truncated",
         "warning",

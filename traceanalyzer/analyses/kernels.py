@@ -22,6 +22,7 @@ import polars as pl
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.options import KernelOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, MATMUL_CONV_KERNEL, TENSOR_CORE_KERNEL, TENSOR_CORE_PRECISION
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
 KERNEL_COLUMNS = [
@@ -56,8 +57,8 @@ class ShortKernels:
     count_share_outside_graphs: float | None
 
 
-@dataclass(frozen=True)
-class KernelsResult:
+@dataclass(frozen=True, repr=False)
+class KernelsResult(Compact):
     """Per-kernel table, the short-kernel census and the Tensor Core figures."""
 
     options: KernelOptions

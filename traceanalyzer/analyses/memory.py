@@ -23,21 +23,22 @@ import polars as pl
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.memory_timeline import MB, step_function
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.options import MemoryOptions, Options
 from traceanalyzer.patterns import PROFILER_STEP
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
-MB = 1024 * 1024
 NO_MEMORY_NOTE = (
     "no [memory] events in this trace: capture it with torch.profiler.profile(profile_memory=True) "
     "to see allocations, the peak and who made it"
 )
 
 
-@dataclass(frozen=True)
-class MemoryResult:
+@dataclass(frozen=True, repr=False)
+class MemoryResult(Compact):
     """Device memory of a trace: peaks, who holds them, top allocating ops, growth, never freed."""
 
     trace_path: str
@@ -50,7 +51,9 @@ class MemoryResult:
     top_ops: pl.DataFrame  # allocating ops: count, self/total bytes, freed bytes
     never_freed: pl.DataFrame  # allocations with no free inside the trace, largest first
     steps: pl.DataFrame  # allocated/reserved at each step boundary, per device
-    timeline: pl.DataFrame  # device, t_us, allocated_bytes, reserved_bytes (max per bucket)
+    timeline: (
+        pl.DataFrame
+    )  # device, t_us, allocated_mb, reserved_mb: the step functions, change points kept (_timeline)
     has_addresses: bool = True  # False for 2021 traces: allocations cannot be paired with frees
     note: str | None = None
 
@@ -231,27 +234,6 @@ def _step_boundaries(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _timeline(trace: Trace, ev: pl.DataFrame, points: int) -> pl.DataFrame:
-    if ev.is_empty():
-        return pl.DataFrame(
-            schema={"device": pl.String, "t_us": pl.Float64, "allocated_mb": pl.Float64, "reserved_mb": pl.Float64}
-        )
-    lo, hi = ev["ts_ns"].min(), ev["ts_ns"].max()
-    width = max((hi - lo) // max(points, 1) + 1, 1)
-    return (
-        ev.with_columns(_b=(pl.col("ts_ns") - lo) // width)
-        .group_by("device", "_b")
-        .agg(allocated_mb=pl.col("allocated").max() / MB, reserved_mb=pl.col("total_reserved").max() / MB)
-        .sort("device", "_b")
-        .select(
-            "device",
-            t_us=((pl.col("_b") * width + lo - trace.meta.origin_ns) / 1000.0),
-            allocated_mb="allocated_mb",
-            reserved_mb="reserved_mb",
-        )
-    )
-
-
 def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None) -> MemoryResult:
     """The peak per device, who holds it, top allocating ops, growth per step, never freed."""
     opts = Options.of(options).memory
@@ -381,7 +363,7 @@ def analyse_memory(trace: Trace, options: Options | MemoryOptions | None = None)
         top_ops=_top_ops(trace, ev),
         never_freed=listing(never),
         steps=_step_boundaries(trace, ev),
-        timeline=_timeline(trace, ev, opts.timeline_points),
+        timeline=step_function(trace, ev, opts.timeline_points),
         has_addresses=has_addr,
         note=None
         if has_totals

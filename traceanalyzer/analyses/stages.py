@@ -43,6 +43,7 @@ from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import Options, PatternOptions, StageOptions
 from traceanalyzer.patterns import D2H_COPY, H2D_COPY, MODEL_CPU, PROFILER_STEP, TB_DATALOADER
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
 PIPELINE_STAGES = (
@@ -61,8 +62,8 @@ RESERVED = {"sync_wait", "other_gpu", "other_cpu", "gpu_idle"}
 _IV = {"start_ns": pl.Int64, "end_ns": pl.Int64}
 
 
-@dataclass(frozen=True)
-class StagesResult:
+@dataclass(frozen=True, repr=False)
+class StagesResult(Compact):
     """Each step's time by stage, in priority order, with the average step."""
 
     view: str  # pipeline | tensorboard | mapping

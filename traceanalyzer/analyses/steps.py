@@ -18,6 +18,7 @@ from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.intervals import merge
 from traceanalyzer.analyses.step_detection import step_kind
 from traceanalyzer.options import Options, StepOptions
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
 STEP_COLUMNS = {
@@ -44,8 +45,8 @@ class Caveat:
     evidence: dict
 
 
-@dataclass(frozen=True)
-class StepsResult:
+@dataclass(frozen=True, repr=False)
+class StepsResult(Compact):
     """The steps (analysis windows) with their duration and GPU busy share, and the capture caveats."""
 
     options: StepOptions

@@ -42,6 +42,7 @@ from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.options import Options, SyncOptions
 from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 
 SYNC_COLUMNS = [
@@ -64,8 +65,8 @@ SYNC_COLUMNS = [
 ]
 
 
-@dataclass(frozen=True)
-class SyncsResult:
+@dataclass(frozen=True, repr=False)
+class SyncsResult(Compact):
     """Every sync of a trace, its bubble and its site, with the totals that other outputs quote."""
 
     trace_path: str

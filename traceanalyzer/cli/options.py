@@ -13,8 +13,10 @@ import click
 from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import RULE_IDS
 from traceanalyzer.options import GROUPS, Options
+from traceanalyzer.render import EXTENSIONS, RENDERERS
 
-FORMATS = ("table", "json", "csv", "markdown")
+# Every choice, extension and help text below comes from the renderers' registry.
+FORMATS = tuple(RENDERERS)
 
 
 def _flag(f: dataclasses.Field) -> str:
@@ -79,7 +81,12 @@ def build_options(kwargs: dict[str, Any], *groups: str) -> Options:
 
 
 PICTURE_EXTENSIONS = (".png", ".svg", ".pdf")
-TABLE_EXTENSIONS = {".json": "json", ".csv": "csv", ".md": "markdown", ".txt": "table"}
+TABLE_EXTENSIONS = dict(EXTENSIONS)
+
+
+def _formats_help() -> str:
+    """`.txt (text tables ...), .json (...)`: the -o help, from the registry."""
+    return ", ".join(f"{r.extension} ({r.help})" for r in RENDERERS.values())
 
 
 def fail_on_option(when: str = "") -> Callable[[Callable], Callable]:
@@ -142,7 +149,7 @@ def output_options(fn: Callable) -> Callable:
         type=click.Path(dir_okay=False),
         default=None,
         callback=_table_path,
-        help="write to this file (atomically) instead of stdout: .txt, .json, .csv (one file per table), .md",
+        help="write to this file (atomically) instead of stdout: " + _formats_help(),
     )(fn)
     fn = click.option(
         "--top",
@@ -156,7 +163,9 @@ def output_options(fn: Callable) -> Callable:
         "fmt",
         type=click.Choice(FORMATS),
         default=None,
-        help="output format [default: from the -o extension, else table]",
+        help="output format: "
+        + ", ".join(f"{r.name} ({r.help})" for r in RENDERERS.values())
+        + " [default: from the -o extension, else table]",
     )(fn)
     return fn
 
@@ -167,12 +176,17 @@ def extension(path: str) -> str:
     return "." + name.rsplit(".", 1)[-1] if "." in name.lstrip(".") else ""
 
 
+def _extensions() -> str:
+    exts = list(TABLE_EXTENSIONS)
+    return ", ".join(exts[:-1]) + " or " + exts[-1]
+
+
 def resolve_format(fmt: str | None, output: str | None) -> str:
     """The renderer to use: `--format`, else the extension of `-o`, else table. A picture
     extension for a table, or a table extension that contradicts `--format`, is a usage error."""
     ext = extension(output) if output else ""
     if ext in PICTURE_EXTENSIONS:
-        raise UsageError(output, f"{ext} is a picture; this command writes tables: use .txt, .json, .csv or .md")
+        raise UsageError(output, f"{ext} is a picture; this command writes tables: use {_extensions()}")
     if fmt:
         if ext in TABLE_EXTENSIONS and TABLE_EXTENSIONS[ext] != fmt:
             raise UsageError(output, f"--format {fmt} does not match the extension {ext}")

@@ -78,11 +78,12 @@ def _data_loading_cpu_only(ses: Session) -> list[Finding]:
     if share < th:
         return []
     per = per_unit(ses)
+    gpu = "no GPU event read (the file is cut short)" if ses.trace.gpu_cut_off else "no GPU work in this trace"
     return [
         Finding(
             "data_loading",
             severity(share, th),
-            f"no GPU work in this trace; data loading takes {share:.1%} of {per} time "
+            f"{gpu}; data loading takes {share:.1%} of {per} time "
             f"({st.average['data_loading']:,.0f} of {st.average_step_us:,.0f} µs per {per})",
             {
                 "data_loading_stage_us_per_step": st.average["data_loading"],

@@ -24,6 +24,7 @@ import msgspec
 import polars as pl
 
 from traceanalyzer.analyses.collectives import COMM_ARGS_SCHEMA
+from traceanalyzer.load.urls import is_url, url_to_fs
 
 
 class _Args(msgspec.Struct, forbid_unknown_fields=False):
@@ -82,19 +83,8 @@ def comm_args(data: bytes) -> tuple[pl.DataFrame, str | None]:
     return pl.DataFrame(rows, schema=COMM_ARGS_SCHEMA, orient="row"), None
 
 
-def is_url(path: str) -> bool:
-    """Whether `path` is an fsspec URL (`proto://…`) rather than a local path."""
-    return "://" in str(path)
-
-
 def _fs(path: str):
-    try:
-        import fsspec
-    except ImportError as exc:  # the optional extra
-        from traceanalyzer.errors import UsageError
-
-        raise UsageError(path, "URLs need fsspec: pip install 'torch-traceanalyzer[dask]'") from exc
-    return fsspec.core.url_to_fs(path)
+    return url_to_fs(path)
 
 
 def read_bytes(path: str) -> bytes:
@@ -118,12 +108,8 @@ def list_dir(path: str) -> list[str]:
     """The plain files directly inside a directory (local path or fsspec URL)."""
     if is_url(path):
         fs, p = _fs(path)
-        proto = path.split("://", 1)[0]
-        return [
-            f"{proto}://{i['name'].lstrip('/')}" if proto != "memory" else f"memory://{i['name']}"
-            for i in fs.ls(p, detail=True)
-            if i.get("type") == "file"
-        ]
+        # fsspec's own inverse of url_to_fs: file:///data/x keeps its leading "/".
+        return [fs.unstrip_protocol(i["name"]) for i in fs.ls(p, detail=True) if i.get("type") == "file"]
     return [str(p) for p in Path(path).iterdir() if p.is_file()]
 
 

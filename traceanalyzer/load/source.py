@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 from traceanalyzer.errors import DecompressionLimitError, TraceReadError
+from traceanalyzer.load.urls import is_url, local_path, open_url
 
 try:  # isal is a hard dependency; the fallback only keeps a broken install usable.
     from isal import isal_zlib as _zlib
@@ -61,6 +62,12 @@ class ByteSource:
         self._eof = False
 
     def _open(self, path: str | os.PathLike[str]) -> BinaryIO:
+        if is_url(path):  # fsspec: a file:// URL is a local path; others are read through their filesystem
+            local = local_path(str(path))
+            if local is None:
+                fh, self._url_size = open_url(str(path))
+                return fh
+            path = local
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -87,6 +94,8 @@ class ByteSource:
             raise TraceReadError(str(path), f"cannot open: {exc.strerror or exc}") from None
 
     def _size(self) -> int:
+        if getattr(self, "_url_size", 0):
+            return self._url_size
         try:
             return os.fstat(self._fh.fileno()).st_size
         except (OSError, AttributeError, ValueError):

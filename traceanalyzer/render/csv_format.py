@@ -1,15 +1,15 @@
-"""CSV: one table per file (nested values as JSON text). `render` writes the command's main
-table; `-o NAME.csv` writes every table, one file each (`commands.common.emit`)."""
+"""CSV: one table per file (nested values as JSON text). `render` gives the command's main
+table; `write(report, "NAME.csv")` writes every table, the main one to NAME.csv and each other
+to NAME.<table>.csv beside it."""
 
 from __future__ import annotations
 
 import msgspec
 import polars as pl
 
+from traceanalyzer.render.base import Format
+from traceanalyzer.render.output import write_atomic
 from traceanalyzer.report import Report
-
-EXTENSION = ".csv"
-BINARY = False
 
 
 def table_csv(df: pl.DataFrame) -> str:
@@ -30,3 +30,22 @@ def _json(value: object) -> str | None:
 def render(report: Report) -> str:
     """The main table of the report as CSV."""
     return table_csv(report.main_table())
+
+
+def paths(output: str, report: Report) -> list[tuple[str, pl.DataFrame]]:
+    """Where `write` puts each table: the main table to NAME.csv, every other one to
+    NAME.<table>.csv beside it."""
+    stem = output[: -len(".csv")] if output.lower().endswith(".csv") else output
+    return [(output if k == 0 else f"{stem}.{slug}.csv", df) for k, (slug, df) in enumerate(report.tables())]
+
+
+def write(report: Report, output: str) -> list[str]:
+    """Every table of the report, one CSV file each (see `paths`); the paths written."""
+    written = []
+    for path, df in paths(output, report) or [(output, pl.DataFrame())]:
+        write_atomic(path, table_csv(df))
+        written.append(path)
+    return written
+
+
+RENDERER = Format("csv", ".csv", False, "CSV, one file per table", render, write)

@@ -1,13 +1,22 @@
-"""Fitting a table into a width: which columns to show, how wide each is, and how to shorten a
-cell so what matters stays visible (the function at the end of a Python frame, the kernel's
-name after its namespace). Pure string arithmetic; `text` draws the result with rich."""
+"""Fitting a table into a width: which columns to show and how wide each is. Names (ops,
+kernels, Python frames with their line, APIs: `values.NAME_COLUMNS`) are never cut: they fold
+over several lines; prose wraps; other text is cut in the middle. When even that does not fit,
+columns give way in order: the low-priority ones (`DROP_FIRST`), columns holding one value in
+every row (said under the table), right of the key text that is not a name (flags, shapes),
+then, while even the narrowest widths do not fit, columns from the right, text before numbers
+before names; the
+first name column (the table's key) and the columns the caller protects (the one that explains
+the dominant cause) never. Pure string arithmetic; `text` draws the result with rich."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from traceanalyzer.render.names import strip_signature
+from traceanalyzer.render.values import NAME_COLUMNS
 
 FIXED_WIDTH = 100  # the width when the output is not a terminal and COLUMNS is not set
 GUTTER = 2  # spaces between two columns
@@ -15,12 +24,13 @@ MIN_TEXT = 14  # a shortened text column keeps at least this many characters
 MIN_WRAP = 24  # a wrapped column (advice) keeps at least this many
 COMFORTABLE = 32  # low-priority columns are hidden before a text column gets narrower than this
 # Long prose: wrapped over several lines rather than shortened.
-WRAP_COLUMNS = {"advice", "recommendation", "message", "meaning", "checks", "evidence", "note", "thresholds"}
+WRAP_COLUMNS = {"advice", "recommendation", "message", "meaning", "checks", "evidence", "note", "thresholds", "value"}
 # Hidden first when a table does not fit, in this order; then the rightmost text columns.
 DROP_FIRST = (
     "blocked_thread",
     "next_activity",
     "waited_on",
+    "waited_for",
     "inner_op",
     "input_dims",
     "launched_by",
@@ -46,18 +56,6 @@ def terminal_width() -> int:
     return FIXED_WIDTH
 
 
-def _strip_signature(text: str) -> str:
-    """A C++ kernel name without `void ` and its argument list: what is left names it."""
-    t = text.removeprefix("void ")
-    if t.endswith(")") and "(" in t:
-        depth = 0
-        for k in range(len(t) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(t[k], 0)
-            if depth == 0:
-                return t[:k] if k > 0 else t
-    return t
-
-
 def middle_ellipsis(text: str, width: int) -> str:
     """`text` in at most `width` characters, cut in the middle with `…` and the tail kept
     longer than the head (a path's file and function, a kernel's own name)."""
@@ -67,7 +65,7 @@ def middle_ellipsis(text: str, width: int) -> str:
         return text[:width]
     cpp = ".py(" not in text and ": " not in text and ("::" in text or "<" in text or text.endswith(")"))
     if cpp:  # a C++ name: what names it comes first; its argument list goes
-        text = _strip_signature(text)
+        text = strip_signature(text)
         if len(text) <= width:
             return text
         lt = text.find("<")
@@ -89,52 +87,74 @@ def middle_ellipsis(text: str, width: int) -> str:
 
 @dataclass(frozen=True)
 class Fit:
-    """The columns kept (by index), their widths, the columns hidden, and which wrap."""
+    """The columns kept (by index), their widths, the columns hidden, which wrap (prose and names),
+    and the value of each hidden column that held one value in every row."""
 
     keep: list[int]
     widths: list[int]
     hidden: list[str]
     wrap: list[bool]
+    constant: dict[str, str] = field(default_factory=dict)
 
 
-def fit_columns(headers: list[str], cells: list[list[str]], numeric: list[bool], width: int) -> Fit:
-    """Choose columns and widths so the table's lines are at most `width` characters.
+MIN_NAME = 20  # a folded name column keeps at least this many characters per line
+COMFORTABLE_NAME = 40  # a Python frame with its line, most kernel labels
 
-    Numbers are never shortened; text columns shrink (middle ellipsis) down to `MIN_TEXT`,
-    prose columns wrap down to `MIN_WRAP`; when even that is too wide, columns are hidden,
-    `DROP_FIRST` first, then the rightmost, never the first."""
+
+def fit_columns(
+    headers: list[str],
+    cells: list[list[str]],
+    numeric: list[bool],
+    width: int,
+    protect: tuple[str, ...] | frozenset[str] = (),
+) -> Fit:
+    """Choose columns and widths so the table's lines are at most `width` characters (see the
+    module's docstring for the order in which columns give way). Numbers are never shortened;
+    names fold down to `MIN_NAME`, prose wraps down to `MIN_WRAP`, other text is cut down to
+    `MIN_TEXT`."""
+    n = len(headers)
     natural = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    wrap = [h in WRAP_COLUMNS for h in headers]
+    prose = [h in WRAP_COLUMNS for h in headers]
+    name = [h in NAME_COLUMNS and not numeric[i] for i, h in enumerate(headers)]
+    key = next((i for i in range(n) if name[i] and headers[i] not in DROP_FIRST), 0)
+    keep_always = {key} | {i for i, h in enumerate(headers) if h in protect}
 
     def least(i: int) -> int:
         if numeric[i]:
             return natural[i]
-        return min(natural[i], MIN_WRAP if wrap[i] else MIN_TEXT)
+        return min(natural[i], MIN_NAME if name[i] else MIN_WRAP if prose[i] else MIN_TEXT)
 
-    keep = list(range(len(headers)))
+    def comfortable(i: int) -> int:
+        if numeric[i]:
+            return natural[i]
+        return min(natural[i], COMFORTABLE_NAME if name[i] else COMFORTABLE + (8 if prose[i] else 0))
 
     def total(idx: list[int], w) -> int:
         return sum(w(i) for i in idx) + GUTTER * max(len(idx) - 1, 0)
 
-    order = [headers.index(c) for c in DROP_FIRST if c in headers]
-    order += [i for i in reversed(range(1, len(headers))) if i not in order]
+    keep = list(range(n))
+    hidden: list[str] = []
+    constant: dict[str, str] = {}
 
-    def comfortable(i: int) -> int:
-        return natural[i] if numeric[i] else min(natural[i], COMFORTABLE + (8 if wrap[i] else 0))
+    def give_way(order: list[int], w) -> None:
+        for i in order:
+            if total(keep, w) <= width or len(keep) <= 1:
+                return
+            if i in keep and i not in keep_always:
+                keep.remove(i)
+                hidden.append(headers[i])
 
-    hidden = []
-    # First the low-priority columns, while the others cannot have a comfortable width; then
-    # any column from the right, while even the narrowest widths do not fit.
-    for i in [headers.index(c) for c in DROP_FIRST if c in headers]:
-        if total(keep, comfortable) <= width:
-            break
-        keep.remove(i)
-        hidden.append(headers[i])
-    for i in [j for j in order if j in keep]:
-        if total(keep, least) <= width or len(keep) <= 1:
-            break
-        keep.remove(i)
-        hidden.append(headers[i])
+    one_value = [i for i in range(n) if len(cells) > 1 and len({r[i] for r in cells}) == 1]
+    give_way([headers.index(c) for c in DROP_FIRST if c in headers], comfortable)
+    before = set(hidden)
+    give_way(one_value, comfortable)
+    constant = {headers[i]: cells[0][i] for i in one_value if headers[i] in set(hidden) - before}
+    # Right of the key, before the names fold narrow: text that is not a name (flags, shapes).
+    give_way([i for i in reversed(range(key + 1, n)) if not numeric[i] and not name[i] and not prose[i]], comfortable)
+    right = list(reversed(range(1, n)))
+    give_way([i for i in right if not name[i] and not numeric[i]], least)
+    give_way([i for i in right if numeric[i]], least)
+    give_way([i for i in right if name[i]], least)
     widths = {i: natural[i] for i in keep}
     # Shrink the widest shrinkable column one character at a time: water-filling, so short
     # columns keep their full text and long ones share what is left.
@@ -146,4 +166,4 @@ def fit_columns(headers: list[str], cells: list[list[str]], numeric: list[bool],
         i = max(candidates, key=lambda j: (widths[j], j))
         widths[i] -= 1
         excess -= 1
-    return Fit(keep, [widths[i] for i in keep], hidden, [wrap[i] for i in keep])
+    return Fit(keep, [widths[i] for i in keep], hidden, [prose[i] or name[i] for i in keep], constant)

@@ -8,11 +8,9 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from traceanalyzer.render.base import Format
 from traceanalyzer.report import Report
 from traceanalyzer.version import __version__
-
-EXTENSION = ".json"
-BINARY = False
 
 
 def _clean(value: Any) -> Any:
@@ -45,3 +43,6 @@ def document(report: Report) -> dict[str, Any]:
 def render(report: Report) -> str:
     """A Report as JSON text."""
     return msgspec.json.format(msgspec.json.encode(document(report)), indent=2).decode() + "\n"
+
+
+RENDERER = Format("json", ".json", False, "JSON, every field", render)

@@ -7,6 +7,7 @@ table, with a line saying how many there are in all."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import textwrap
 
@@ -16,15 +17,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from traceanalyzer.render.base import Format
 from traceanalyzer.render.fit import GUTTER, fit_columns, middle_ellipsis, terminal_width
-from traceanalyzer.render.values import cell
-from traceanalyzer.report import Report
+from traceanalyzer.render.values import cause_style, cell, display_frame
+from traceanalyzer.report import Findings, Image, Report, plain
+from traceanalyzer.report import Table as TableBlock
+from traceanalyzer.report import Text as TextBlock
 
-EXTENSION = ".txt"
-BINARY = False
 UNLIMITED = 100_000  # the "width" of --wide
+WIDE_TEXT = 80  # with --wide, names and prose fold at this width
 
-__all__ = ["EXTENSION", "BINARY", "render", "table_lines", "terminal_width"]
+__all__ = ["RENDERER", "render", "table_lines", "terminal_width"]
 
 
 # rich's SIMPLE_HEAD with an ASCII rule: "─" is three bytes in UTF-8, so a full-width rule was
@@ -32,12 +35,32 @@ __all__ = ["EXTENSION", "BINARY", "render", "table_lines", "terminal_width"]
 HEAD_RULE = box.Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
 
 
-def table_lines(df: pl.DataFrame, width: int, wide: bool = False) -> list[str]:
-    """The table's lines, none longer than `width` (unless `wide`)."""
+SEVERITY_STYLES = {"high": "bold red", "error": "bold red", "medium": "yellow", "warning": "yellow", "low": "cyan"}
+
+
+def _style(column: str, value: str, color: bool) -> str:
+    """The rich style of a cell on a colour terminal: severities and causes, else none."""
+    if not color:
+        return ""
+    if column in ("severity",) and value in SEVERITY_STYLES:
+        return SEVERITY_STYLES[value]
+    if column == "cause" and value not in ("-", ""):
+        return cause_style(value)
+    return ""
+
+
+def table_lines(
+    df: pl.DataFrame, width: int, wide: bool = False, protect: tuple[str, ...] = (), color: bool = False
+) -> list[str]:
+    """The table's lines, none longer than `width` (unless `wide`): kernel names demangled and
+    shortened, names folded rather than cut, columns in `protect` never hidden."""
+    df = display_frame(df)
     headers = df.columns
     cells = [[cell(v, c) for c, v in zip(headers, r)] for r in df.iter_rows()]
     numeric = [df.schema[c].is_numeric() for c in headers]
-    fit = fit_columns(headers, cells, numeric, UNLIMITED if wide else width)
+    fit = fit_columns(headers, cells, numeric, UNLIMITED if wide else width, protect)
+    if wide:  # every column, but a long name or text folds at WIDE_TEXT instead of making lines of thousands
+        fit = dataclasses.replace(fit, widths=[min(w, WIDE_TEXT) if f else w for w, f in zip(fit.widths, fit.wrap)])
     table = Table(box=HEAD_RULE, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap):
         table.add_column(
@@ -49,18 +72,29 @@ def table_lines(df: pl.DataFrame, width: int, wide: bool = False) -> list[str]:
         )
     for r in cells:
         table.add_row(
-            *(Text(r[i] if wrap else middle_ellipsis(r[i], w)) for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap))
+            *(
+                Text(r[i] if wrap else middle_ellipsis(r[i], w), style=_style(headers[i], r[i], color))
+                for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap)
+            )
         )
     total = sum(fit.widths) + GUTTER * max(len(fit.widths) - 1, 0)
     buf = io.StringIO()
     console = Console(
-        file=buf, width=max(total, 1), color_system=None, markup=False, highlight=False, emoji=False, soft_wrap=False
+        file=buf,
+        width=max(total, 1),
+        color_system="standard" if color else None,
+        force_terminal=color,
+        markup=False,
+        highlight=False,
+        emoji=False,
+        soft_wrap=False,
     )
     console.print(table)
     lines = [line.rstrip() for line in buf.getvalue().splitlines()]
     lines = [line for line in lines if line.strip()]
     if fit.hidden:
-        note = f"(not shown at this width: {', '.join(fit.hidden)}; --wide shows every column)"
+        said = [f"{h} ({fit.constant[h]} in every row)" if h in fit.constant else h for h in fit.hidden]
+        note = f"(not shown at this width: {', '.join(said)}; --wide shows every column)"
         lines += _wrap(note, width, wide)
     return lines
 
@@ -78,6 +112,39 @@ def _wrap(text: str, width: int, wide: bool) -> list[str]:
     return out
 
 
+def _table(df: pl.DataFrame, whole: bool, report: Report, width: int, protect: tuple[str, ...] = ()) -> list[str]:
+    if not df.height:
+        return ["(none)"]
+    rows = report.table_rows
+    shown = df if rows is None or rows <= 0 or whole else df.head(rows)
+    lines = table_lines(shown, width, report.wide, protect, report.color)
+    if shown.height < df.height:
+        rest = ", JSON and CSV hold all" if report.exports_whole else ""
+        lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all{rest})")
+    return lines
+
+
+def _block(b, report: Report, width: int) -> list[str]:
+    """One block of a section's `blocks` as lines."""
+    wide = report.wide
+    if isinstance(b, TextBlock):
+        lines = _wrap(plain(b.parts), width, wide) if b.parts else []
+        return lines + [x for i in b.items for x in _wrap("- " + plain(i), width, wide)]
+    if isinstance(b, TableBlock):
+        return _table(b.frame, b.whole, report, width, b.keep)
+    if isinstance(b, Image):
+        return _wrap(f"(picture: {b.caption}, {b.name})", width, wide)
+    if isinstance(b, Findings):
+        if not b.rows:
+            return _wrap(b.empty, width, wide)
+        out = []
+        for f in b.rows:
+            ranks = f" (ranks {', '.join(str(r) for r in f.ranks)})" if f.ranks else ""
+            out += _wrap(f"[{f.severity}] {f.rule}{ranks}: {f.message}\n    -> {f.recommendation}", width, wide)
+        return out
+    return []
+
+
 def render(report: Report) -> str:
     """The report as text for a terminal."""
     width = report.width or terminal_width()
@@ -87,24 +154,32 @@ def render(report: Report) -> str:
         lines += _wrap(report.headline, width, wide) + [""]
     for s in report.sections:
         lines += _wrap(f"== {s.title}", width, wide)
-        if s.text:
+        if s.text:  # as written: a command's text keeps its `backticks` on a terminal
             lines += _wrap(s.text, width, wide)
         if s.table is not None and s.show_table:
-            df = s.table
-            if not df.height:
-                lines.append("(none)")
-            else:
-                rows = report.table_rows
-                shown = df if rows is None or rows <= 0 or s.whole else df.head(rows)
-                lines += table_lines(shown, width, wide)
-                if shown.height < df.height:
-                    whole = ", JSON and CSV hold all" if report.exports_whole else ""
-                    lines.append(f"({shown.height} of {df.height} rows; --top 0 lists all{whole})")
+            lines += _table(s.table, s.whole, report, width, s.keep)
+        for b in s.blocks:
+            lines += _block(b, report, width)
         lines.append("")
     if report.thresholds:
         if wide:
-            lines.append("thresholds: " + ", ".join(f"{k}={v}" for k, v in report.thresholds.items()))
+            # prose, wrapped at the width even with --wide (it was one line of ~800 characters)
+            lines += _wrap("thresholds: " + ", ".join(f"{k}={v}" for k, v in report.thresholds.items()), width, False)
         else:
             n = len(report.thresholds)
             lines += _wrap(f"thresholds: {n} values, each a flag (--help); --wide or the JSON lists them", width, wide)
-    return "\n".join(lines).rstrip() + "\n"
+    out = "\n".join(lines).rstrip() + "\n"
+    return _color_tags(out) if report.color else out
+
+
+ANSI = {"bold red": "\x1b[1;31m", "yellow": "\x1b[33m", "cyan": "\x1b[36m"}
+
+
+def _color_tags(out: str) -> str:
+    """`[high]`, `[error]`, `[medium]`, ... coloured by severity (ANSI), for a colour terminal."""
+    for sev, style in SEVERITY_STYLES.items():
+        out = out.replace(f"[{sev}]", f"{ANSI[style]}[{sev}]\x1b[0m")
+    return out
+
+
+RENDERER = Format("table", ".txt", False, "text tables fitted to the terminal", render)

@@ -17,6 +17,7 @@ import os
 
 import polars as pl
 
+from traceanalyzer.render.pixels import idle_pixels, shade_idle, without_idle
 from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported for the pictures' users
     CAUSE_COLORS,
     FALLBACK_COLORS,
@@ -132,7 +133,7 @@ def render_timeline(
     from matplotlib.patches import Patch, Rectangle
 
     trace, gaps = inputs.trace, inputs.gaps
-    w = window or choose_window(trace)
+    w = window or choose_window(trace, windows=inputs.windows, steady_steps=inputs.steady_steps)
     origin = trace.meta.origin_ns
     scale = dpi / 100
     a_us, b_us = (w.start_ns - origin) / 1000, (w.end_ns - origin) / 1000
@@ -198,6 +199,13 @@ def render_timeline(
     draws: list[tuple[tuple, str, pl.DataFrame]] = []
     cpu_bars = merge_by_pixel(cpu, ["pid", "tid", "kind"], int(lo_ns), ns_per_px)
     gpu_bars = merge_by_pixel(gpu, ["device", "stream", "kind"], int(lo_ns), ns_per_px)
+    # Where the GPU was idle most of a pixel, idle shows (the subtitle's share) and bars give way.
+    idle_px = pl.DataFrame()
+    if band is not None and gaps.has_gpu_work and gaps.all_gaps.height:
+        near = gaps.all_gaps.filter(pl.col("device").is_in(shown_devices))
+        idle_px = idle_pixels(near, origin, lo_ns, ns_per_px, int(plot_w))
+        gpu_bars = without_idle(gpu_bars, idle_px, ["device", "stream", "kind"])
+        shade_idle(ax, idle_px, gap_rows, band, lo_ns, ns_per_px, origin)
     for (pid, tid, kind), part in cpu_bars.partition_by(["pid", "tid", "kind"], as_dict=True).items():
         if ("cpu", pid, tid) in index:
             draws.append((("cpu", pid, tid), kind, part))
@@ -301,7 +309,9 @@ def render_timeline(
         fig.text(0.5, 1 - 34 / height, busy_line, ha="center", va="top", fontsize=10)
 
     handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in kinds_drawn]
-    causes = cause_order(gap_rows["cause"].unique().to_list()) if gap_rows.height else []
+    shaded = set(gap_rows["cause"].to_list()) if gap_rows.height else set()
+    shaded |= set(idle_px["cause"].to_list()) if idle_px.height else set()
+    causes = cause_order(sorted(shaded))
     handles += [Patch(facecolor=cause_color(c), alpha=GAP_ALPHA + 0.15, label=f"GPU idle: {c}") for c in causes]
     if path_vertices:
         handles.append(Line2D([0], [0], color=PATH_COLOR, linewidth=2, label=PATH_LABEL))

@@ -8,19 +8,14 @@ so the cost of drawing depends on the picture's width, not on the number of even
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analyses.gaps import GapsResult
-from traceanalyzer.analyses.windows import step_windows
 from traceanalyzer.errors import UsageError
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.trace import Trace
-
-if TYPE_CHECKING:
-    from traceanalyzer.session import Session
 
 # Colours: GPU work kinds, CPU activity kinds and gap causes. A cause shares the colour of the
 # CPU activity that explains it (data_loading = DataLoader ranges, sync = sync calls).
@@ -79,27 +74,17 @@ LABELLED_GAPS = 4
 
 @dataclass(frozen=True)
 class TimelineInputs:
-    """The results a timeline draws besides the trace's own events."""
+    """The results a timeline draws besides the trace's own events, prepared by the caller from
+    a Session (`traceanalyzer.cli.pictures.timeline_inputs`)."""
 
     trace: Trace
-    gaps: GapsResult
+    gaps: Any  # analyses.gaps.GapsResult: all_gaps, has_gpu_work
     blocking: pl.DataFrame  # blocking calls (cpu_activity.blocking_calls)
     data_loading_pattern: str
     main_thread: tuple[int, int] | None
     path: pl.DataFrame | None = None  # critical-path segments (analyses.critical_path), drawn as a line
-
-    @classmethod
-    def of(cls, ses: Session, path: bool = True) -> TimelineInputs:
-        """The session's results a timeline needs (the critical path unless `path` is False)."""
-        segments = ses.critical_path.segments if path else None
-        return cls(
-            ses.trace,
-            ses.gaps,
-            ses.blocking_calls,
-            ses.options.patterns.data_loading_pattern,
-            ses.main_thread,
-            segments,
-        )
+    windows: pl.DataFrame | None = None  # step, start_ns, end_ns (analyses.windows.step_windows)
+    steady_steps: tuple[int, ...] | None = None  # the steps the averages count (no warm-up, no start-up)
 
 
 @dataclass(frozen=True)
@@ -170,10 +155,17 @@ class Picture:
 
 
 def choose_window(
-    trace: Trace, step: int | None = None, start_ms: float | None = None, end_ms: float | None = None
+    trace: Trace,
+    step: int | None = None,
+    start_ms: float | None = None,
+    end_ms: float | None = None,
+    windows: pl.DataFrame | None = None,
+    steady_steps: tuple[int, ...] | None = None,
 ) -> Window:
-    """--step N, or --start/--end in ms from the trace start, or by default the slowest step
-    (the whole trace when it has no ProfilerStep)."""
+    """--step N, or --start/--end in ms from the trace start, or by default the slowest step of
+    the steady state (`steady_steps`: the steps the averages count, no warm-up step and none in
+    the start-up; any step when none is left); without ProfilerStep the one window of `windows`
+    (the GPU work's span, as every analysis uses), else the whole trace."""
     origin = trace.meta.origin_ns
     if start_ms is not None or end_ms is not None:
         a = origin + int(round((start_ms or 0.0) * 1e6))
@@ -193,14 +185,23 @@ def choose_window(
         r = row.row(0, named=True)
         return Window(r["start_ns"], r["end_ns"], f"step {step}", step)
     if steps.height:
-        r = steps.with_columns(_d=pl.col("end_ns") - pl.col("start_ns")).sort("_d", descending=True).row(0, named=True)
-        label = f"step {r['step']} (slowest of {steps.height})" if steps.height > 1 else f"step {r['step']}"
+        steady = steps if steady_steps is None else steps.filter(pl.col("step").is_in(list(steady_steps)))
+        pool = steady if steady.height else steps
+        r = pool.with_columns(_d=pl.col("end_ns") - pl.col("start_ns")).sort(["_d", "step"], descending=[True, False])
+        r = r.row(0, named=True)
+        if steps.height == 1:
+            label = f"step {r['step']}"
+        elif pool.height < steps.height:
+            label = f"step {r['step']} (slowest of {pool.height} in the steady state)"
+        else:
+            label = f"step {r['step']} (slowest of {steps.height})"
         return Window(r["start_ns"], r["end_ns"], label, r["step"])
     if trace.meta.end_ns <= origin:
         return Window(origin, origin + 1_000_000, "empty trace")
-    # The one window every analysis uses when there is no step: the GPU work's span.
-    w = step_windows(trace).row(0, named=True)
-    return Window(w["start_ns"], w["end_ns"], "the trace as one step (no ProfilerStep)")
+    if windows is not None and windows.height == 1:  # the one window every analysis uses without steps
+        w = windows.row(0, named=True)
+        return Window(w["start_ns"], w["end_ns"], "the trace as one step (no ProfilerStep)")
+    return Window(origin, trace.meta.end_ns, "the whole trace (no ProfilerStep)")
 
 
 def merge_by_pixel(df: pl.DataFrame, by: list[str], lo_ns: int, ns_per_px: float) -> pl.DataFrame:

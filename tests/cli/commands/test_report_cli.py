@@ -15,7 +15,7 @@ from PIL import Image
 
 from tests.synthetic import TraceBuilder
 from traceanalyzer.cli import cli
-from traceanalyzer.render.report_md import SECTIONS, report_sections
+from traceanalyzer.cli.incident import SECTIONS, report_sections
 
 TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
 OTHER_SECRET = "s3cr3t-wandb-value-42"
@@ -28,10 +28,8 @@ def _run(*args):
 
 
 @pytest.fixture(scope="module")
-def real_report(SHARED_TRACES, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report")
-    _run("report", SHARED_TRACES / "v100_resnet50_dataloader_workers0.pt.trace.json.gz", "-o", out, "--html")
-    return out
+def real_report(real_report_dir):
+    return real_report_dir
 
 
 def test_real_report_has_every_section_and_its_pictures(real_report):
@@ -57,7 +55,7 @@ def test_real_html_is_self_contained(real_report):
     Image.open(io.BytesIO(base64.b64decode(images[0]))).verify()
     assert not re.search(r'src="(?!data:)', page)
     for s in SECTIONS:
-        assert f"<h2>{s}</h2>" in page
+        assert re.search(rf'<h2 id="[a-z-]+">{s}</h2>', page), s
 
 
 def _secret_trace(tmp_path):
@@ -129,7 +127,7 @@ def test_report_puts_verdict_and_findings_first_and_warnings_apart(real_report):
 
 
 def test_cpu_only_report_says_so_in_one_line(SHARED_TRACES, tmp_path):
-    from traceanalyzer.render.report_md import CPU_ONLY, CPU_ONLY_SECTIONS
+    from traceanalyzer.cli.incident import CPU_ONLY, CPU_ONLY_SECTIONS
 
     _run("report", SHARED_TRACES / "edge_cpu_only.pt.trace.json.gz", "-o", tmp_path)
     md = (tmp_path / "report.md").read_text()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -14,12 +15,12 @@ import polars as pl
 
 from traceanalyzer.cli import opening
 from traceanalyzer.cli.options import resolve_format
+from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import Finding
 from traceanalyzer.options import Options
-from traceanalyzer.render import RENDERERS, csv_format
+from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.fit import FIXED_WIDTH, terminal_width
-from traceanalyzer.render.output import write_atomic
-from traceanalyzer.render.values import saving_text
+from traceanalyzer.render.values import cell, saving_text
 from traceanalyzer.report import TABLE_ROWS, Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
@@ -63,39 +64,64 @@ def _display(report: Report, output: str | None) -> Report:
     rows = TABLE_ROWS if top is None else (top or None)
     width = terminal_width() if not output else int(os.environ.get("COLUMNS", "0") or 0) or FIXED_WIDTH
     wide = bool(meta.get("traceanalyzer.wide"))
-    return replace(report, table_rows=rows, wide=wide, width=width, exports_whole=top is None)
-
-
-def csv_paths(output: str, report: Report) -> list[tuple[str, pl.DataFrame]]:
-    """Where `-o NAME.csv` writes each table: the main table to NAME.csv, every other table to
-    NAME.<table>.csv beside it."""
-    stem = output[: -len(".csv")] if output.lower().endswith(".csv") else output
-    tables = report.tables()
-    return [(output if k == 0 else f"{stem}.{slug}.csv", df) for k, (slug, df) in enumerate(tables)]
+    # Colour only on a terminal, never into a file or a pipe, and never against NO_COLOR.
+    color = not output and sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    return replace(report, table_rows=rows, wide=wide, width=width, exports_whole=top is None, color=color)
 
 
 def emit(report: Report, fmt: str | None, output: str | None) -> None:
-    """Render `report` in the asked format to stdout or, atomically, to `output`. CSV to a
-    file writes one file per table."""
-    name = resolve_format(fmt, output)
+    """Render `report` in the asked format to stdout or, atomically, to `output` (a format
+    that writes several files, as CSV one per table, writes them all beside it)."""
+    renderer = RENDERERS[resolve_format(fmt, output)]
     report = _display(report, output)
     opening.stop_progress()
-    if name == "csv" and output and len(report.tables()) > 1:
-        for path, df in csv_paths(output, report):
-            write_atomic(path, csv_format.table_csv(df))
-            click.echo(f"wrote {path} ({df.height} rows)", err=True)
-        return
-    data = RENDERERS[name].render(report)
     if output:
-        write_atomic(output, data)
-        click.echo(f"wrote {output}", err=True)
+        for path in renderer.write(report, output):
+            click.echo(f"wrote {path}", err=True)
+        return
+    if renderer.name == "csv" and len(report.tables()) > 1:
+        click.echo(
+            f"traceanalyzer: the main table of {len(report.tables())}; -o FILE.csv writes one file per table",
+            err=True,
+        )
+    data = renderer.render(report)
+    if renderer.binary or isinstance(data, bytes):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data if isinstance(data, bytes) else data.encode())
     else:
-        if name == "csv" and len(report.tables()) > 1:
-            click.echo(
-                f"traceanalyzer: the main table of {len(report.tables())}; -o FILE.csv writes one file per table",
-                err=True,
-            )
-        sys.stdout.write(data if isinstance(data, str) else data.decode())
+        sys.stdout.write(data)
+
+
+def record_option(noun: str, listing: str) -> Callable[[Callable], Callable]:
+    """`--NOUN N`: show the N-th row of the command's list (1 = the first, `listing` says the
+    order) vertically, one line per field, every field."""
+    return click.option(
+        f"--{noun}",
+        "record",
+        type=click.IntRange(min=1),
+        default=None,
+        help=f"show {noun} N of the list ({listing}) vertically, with every field",
+    )
+
+
+def record_report(report: Report, table: pl.DataFrame, n: int, noun: str) -> Report:
+    """One row of `table` (1-based `n`) as a Report: a two-column table of field and value, every
+    field, and the row itself as the JSON body. An `n` past the end is a usage error."""
+    if n > table.height:
+        raise UsageError(report.input, f"--{noun} {n}: there are {table.height} {noun}s in the list")
+    row = table.slice(n - 1, 1)
+    values = row.row(0, named=True)
+    fields = pl.DataFrame(
+        {"field": list(values), "value": [cell(v, k) for k, v in values.items()]},
+        schema={"field": pl.String, "value": pl.String},
+    )
+    title = f"{noun.capitalize()} {n} of {table.height}"
+    return dataclasses.replace(
+        report,
+        sections=(Section(title, fields, main=True, whole=True, export=row),),
+        payload={noun: row.to_dicts()[0], "of": table.height},
+        headline=None,
+    )
 
 
 def plural(n: int, noun: str) -> str:

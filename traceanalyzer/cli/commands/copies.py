@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import click
 
-from traceanalyzer.cli.commands.common import emit, findings_payload, findings_text, head, open_session, with_health
+from traceanalyzer.cli.commands.common import (
+    emit,
+    findings_payload,
+    findings_text,
+    head,
+    open_session,
+    record_option,
+    record_report,
+    with_health,
+)
 from traceanalyzer.cli.options import build_options, option_flags, output_options
 from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
@@ -58,7 +67,12 @@ def copies_report(ses: Session, top: int) -> Report:
     sections = (
         Section("Findings", text=findings_text(found)),
         Section("By direction, host memory, op and Python frame", head(result.summary, top)),
-        Section(f"Copies, longest CPU block first ({c.height} in all)", head(c.select(TABLE_COLUMNS), top), main=True),
+        Section(
+            f"Copies, longest CPU block first ({c.height} in all)",
+            head(c.select(TABLE_COLUMNS), top),
+            main=True,
+            export=head(c, top),  # CSV: every field of a copy
+        ),
         Section("Per step", result.per_step),
     )
     payload = {
@@ -81,8 +95,12 @@ def copies_report(ses: Session, top: int) -> Report:
 @click.argument("trace", type=click.Path())
 @option_flags(*GROUPS)
 @output_options
-def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
+@record_option("copy", "longest CPU block first")
+def command(trace: str, fmt: str | None, top: int, output: str | None, record: int | None, **kwargs) -> None:
     """Every GPU memcpy and memset, the op and Python line that issued it, and what it cost."""
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
+    if record is not None:
+        emit(record_report(copies_report(ses, 0), ses.copies.copies, record, "copy"), fmt, output)
+        return
     emit(with_health(copies_report(ses, top), ses), fmt, output)

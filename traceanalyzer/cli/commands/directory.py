@@ -19,18 +19,20 @@ For another command to accept a directory:
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 
 import click
 import polars as pl
 
-from traceanalyzer.cli.commands.common import findings_payload, findings_table, findings_text
+from traceanalyzer.cli.commands.common import findings_payload
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.findings.job_rules import job_findings
 from traceanalyzer.jobs.executors import analyse_dir, is_rank_dir
 from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile, rank_health
 from traceanalyzer.options import EXECUTION_FIELDS, Options
-from traceanalyzer.report import Report, Section
+from traceanalyzer.report import FindingRow, Findings, Image, Report, Section
 
 __all__ = ["check_fail_on", "dir_report", "is_rank_dir", "multirank_report"]
 
@@ -63,41 +65,75 @@ def dir_report(
 
 
 def write_dir_report(
-    path: str, directory: str, options: Options, top: int, groups: tuple[str, ...], fail_on: tuple[str, ...] = ()
+    path: str,
+    directory: str,
+    options: Options,
+    top: int,
+    groups: tuple[str, ...],
+    fail_on: tuple[str, ...] = (),
+    html_too: bool = False,
 ) -> list[str]:
-    """`report DIR -o FOLDER`: report.md (the cross-rank Report in Markdown) and skew_map.png,
-    each written atomically; returns the paths written. Then `--fail-on` as for `summary DIR`."""
-    from traceanalyzer.render import RENDERERS
-    from traceanalyzer.render.output import write_atomic
+    """`report DIR -o FOLDER [--html]`: report.md (the cross-rank Report) with skew_map.png
+    beside it, and report.html with the picture inline, each written atomically by its
+    renderer; returns the paths written. Then `--fail-on` as for `summary DIR`."""
+    from traceanalyzer.cli.commands.report import write_documents
     from traceanalyzer.render.skew_map import skew_map_png
 
     rep, mr = _build("report", path, options, top, groups, None, fail_on)
-    md = RENDERERS["markdown"].render(rep)
-    png = skew_map_png(mr.matched.arrivals) if mr.matched is not None else None
-    out = []
+    job = os.path.basename(os.path.normpath(path))
+    png = skew_map_png(mr.matched.arrivals, job=job) if mr.matched is not None else None
     if png is not None:
-        p = os.path.join(directory, "skew_map.png")
-        write_atomic(p, png)
-        out.append(p)
-        md += "\n## Arrival skew across ranks\n\n![ranks x collectives: µs after the first rank](skew_map.png)\n"
-    p = os.path.join(directory, "report.md")
-    write_atomic(p, md)
-    for written in (p, *out):
-        click.echo(f"wrote {written}", err=True)
+        caption = "ranks x collectives: µs after the first rank"
+        skew = Section("Arrival skew across ranks", blocks=(Image("skew_map.png", png, caption),))
+        rep = dataclasses.replace(rep, sections=(*rep.sections, skew))
+    rep = dataclasses.replace(rep, title=f"traceanalyzer report: {job} ({mr.ranks.height} ranks)")
+    written = write_documents(rep, directory, html_too)
     check_fail_on(rep, fail_on)
-    return [p, *out]
+    return written
 
 
 def check_fail_on(rep: Report, fail_on: tuple[str, ...]) -> None:
     """Exit 1 (through cli.main) when a rule of `fail_on` fired on any rank or on the job."""
     failed = sorted(set(rep.payload.get("fired_rules", ())) & set(fail_on))
     if failed:
+        job = {(f["rule"], f["evidence"].get("rank")) for f in rep.payload.get("findings", ())}
         where = {
-            r: sorted(p["rank"] for p in rep.payload["per_rank"] if r in p["findings"]["rule"].to_list())
+            r: sorted(
+                {p["rank"] for p in rep.payload["per_rank"] if r in p["findings"]["rule"].to_list()}
+                | {k for rule, k in job if rule == r and isinstance(k, int)}
+            )
             for r in failed
         }
         said = ", ".join(f"{r} (ranks {where[r]})" if where[r] else f"{r} (job)" for r in failed)
         raise RegressionDetected(None, f"--fail-on: finding(s) fired: {said}")
+
+
+RANK = re.compile(r"^rank \d+: ")
+ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+def findings_section(title: str, findings: list) -> Section:
+    """The findings of a job: one row per rule with the ranks it fired on and the worst rank's
+    evidence (the highest severity, then the largest `share`), not one row per rank. The table
+    (rule, severity, ranks, worst_rank) is exported; the screen shows the findings block."""
+    groups: dict[str, list] = {}
+    for f in findings:
+        groups.setdefault(f.rule, []).append(f)
+    rows, blocks = [], []
+    for rule, fs in groups.items():
+        worst = max(fs, key=lambda f: (-ORDER.get(f.severity, 9), float(f.evidence.get("share") or 0)))
+        ranks = tuple(sorted({f.evidence["rank"] for f in fs if isinstance(f.evidence.get("rank"), int)}))
+        shown = ranks if len(ranks) > 1 else ()
+        message = worst.message if not shown else f"worst rank {worst.evidence['rank']}: " + RANK.sub("", worst.message)
+        rows.append((rule, worst.severity, ", ".join(map(str, ranks)) or "job", worst.evidence.get("rank")))
+        blocks.append(FindingRow(worst.severity, rule, message, worst.recommendation, shown))
+    table = pl.DataFrame(
+        rows,
+        schema={"rule": pl.String, "severity": pl.String, "ranks": pl.String, "worst_rank": pl.Int64},
+        orient="row",
+    )
+    body = Findings(tuple(blocks), empty="none fired (`traceanalyzer rules` lists the rules and thresholds)")
+    return Section(title, table, show_table=False, whole=True, blocks=(body,))
 
 
 def _name(p: str) -> str:
@@ -200,7 +236,7 @@ def multirank_report(
             health.select("rank", "check", "severity", "unreliable", "message") if health.height else None,
             text=None if health.height else "every rank's trace passed its health checks",
         ),
-        Section("Findings across ranks", findings_table(jf).select("rule", "severity"), text=findings_text(jf)),
+        findings_section("Findings across ranks", jf),
         Section(f"Rank {mr.longest_rank}, the longest step: idle by cause", mr.longest_idle_by_cause),
         Section(
             "Collectives matched across ranks: arrival, skew, transfer time, bandwidth",
@@ -259,4 +295,38 @@ def multirank_report(
             for r in sorted(results, key=lambda r: (r.rank is None, r.rank or 0))
         ],
     }
+    if command == "gaps":  # the gaps themselves, per rank, before the job's tables
+        per_rank = gaps_per_rank(results, float(th.get("min_gap_us", 100.0)), top)
+        title = f"Gaps of at least {th.get('min_gap_us', 100.0):g} µs per rank, longest first ({top or 'all'} per rank)"
+        sections = (Section(title, per_rank, main=True, whole=True), *(replace_main(x) for x in sections))
+        payload = {"gaps_per_rank": per_rank, **payload}
     return Report(command, path, th, sections, payload, headline=headline, warnings=warnings)
+
+
+def replace_main(section: Section) -> Section:
+    """The section, no longer the main table (CSV's first file)."""
+    return dataclasses.replace(section, main=False)
+
+
+def gaps_per_rank(results: list[RankResult], min_gap_us: float, top: int) -> pl.DataFrame:
+    """rank, start_us (from that rank's trace start), duration_us, cause, op, python_frame: each
+    rank's gaps of at least `min_gap_us`, longest first, `top` per rank (0: all)."""
+    parts = [
+        r.idle_gaps.select(
+            rank=pl.lit(r.rank, pl.Int64),
+            start_us=(pl.col("start_ns") - r.origin_ns) / 1000.0,
+            duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0,
+            cause="cause",
+            op="op",
+            python_frame="python_frame",
+        )
+        for r in results
+        if r.idle_gaps.height
+    ]
+    if not parts:
+        return pl.DataFrame(
+            schema={"rank": pl.Int64, "start_us": pl.Float64, "duration_us": pl.Float64, "cause": pl.String}
+        )
+    g = pl.concat(parts).filter(pl.col("duration_us") >= min_gap_us)
+    g = g.sort(["rank", "duration_us", "start_us"], descending=[False, True, False], nulls_last=True)
+    return g.group_by("rank", maintain_order=True).head(top) if top else g

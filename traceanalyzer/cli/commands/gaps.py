@@ -11,8 +11,9 @@ from __future__ import annotations
 import click
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.cli.commands.common import emit, head, open_session, with_health
-from traceanalyzer.cli.options import build_options, option_flags, output_options, picture_format
+from traceanalyzer.cli.commands.common import emit, head, open_session, record_option, record_report, with_health
+from traceanalyzer.cli.options import build_options, fail_on_option, option_flags, output_options, picture_format
+from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
@@ -34,6 +35,10 @@ GAP_TABLE_COLUMNS = [
     "blocked_thread",
 ]
 
+# The column that explains a cause: shown, never hidden by a narrow terminal, when that cause
+# leads the idle time (what the GPU waited on; the synchronising call).
+EXPLAINED_BY = {"gpu_wait": "waited_on", "sync": "sync_api"}
+
 
 def gaps_report(ses: Session, top: int) -> Report:
     """The `gaps` Report: summary, causes, culprits, the gaps and the per-step table."""
@@ -41,7 +46,7 @@ def gaps_report(ses: Session, top: int) -> Report:
     th = ses.options.thresholds(GROUPS)
     warnings = ses.warnings
     if not result.has_gpu_work:
-        return Report(
+        report = Report(
             "gaps",
             result.trace_path,
             th,
@@ -50,9 +55,13 @@ def gaps_report(ses: Session, top: int) -> Report:
             headline=result.note,
             warnings=warnings,
         )
+        return with_health(report, ses, "busy_share", "gap_causes")
     dev = result.devices
     headline = ses.verdict.sentence(windows.describe(result.window_kind))
-    listed = result.gaps.select([c for c in GAP_TABLE_COLUMNS if c in result.gaps.columns])
+    explain = EXPLAINED_BY.get(ses.verdict.top_cause or "")
+    shown = [*GAP_TABLE_COLUMNS, *([explain] if explain and explain not in GAP_TABLE_COLUMNS else [])]
+    listed = result.gaps.select([c for c in shown if c in result.gaps.columns])
+    keep = (explain,) if explain else ()
     sections = (
         Section("GPU time per device", dev),
         Section(
@@ -64,11 +73,13 @@ def gaps_report(ses: Session, top: int) -> Report:
             ),
             result.idle_by_cause,
         ),
-        Section("Top culprits (cause, op, Python frame)", head(result.culprits, top)),
+        Section("Top culprits (cause, op, Python frame)", head(result.culprits, top), keep=keep),
         Section(
             f"Gaps of at least {result.options.min_gap_us:g} µs, longest first ({result.gaps.height} in all)",
             head(listed, top),
             main=True,
+            export=head(result.gaps, top),  # CSV: every field of a gap
+            keep=keep,
         ),
         Section("Per step", head(result.steps, top)),
     )
@@ -111,21 +122,40 @@ def gaps_report(ses: Session, top: int) -> Report:
     default=None,
     help="also write a timeline (.png, .svg or .pdf) with gaps shaded by cause",
 )
-def command(trace: str, fmt: str | None, top: int, output: str | None, plot: str | None, **kwargs) -> None:
+@record_option("gap", "longest first")
+@fail_on_option()
+def command(
+    trace: str,
+    fmt: str | None,
+    top: int,
+    output: str | None,
+    plot: str | None,
+    record: int | None,
+    fail_on: tuple[str, ...],
+    **kwargs,
+) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
     plot_fmt = picture_format(plot) if plot else None  # a wrong extension fails before the work
     options = build_options(kwargs, *GROUPS)
     from traceanalyzer.cli.commands import directory as rank_dir  # a directory of per-rank files: cross-rank report
 
     if rank_dir.is_rank_dir(trace):
-        emit(rank_dir.dir_report("gaps", trace, options, top, GROUPS), fmt, output)
+        rep = rank_dir.dir_report("gaps", trace, options, 20 if top is None else top, GROUPS, fail_on=fail_on)
+        emit(rep, fmt, output)
+        rank_dir.check_fail_on(rep, fail_on)  # any rank, or the job
         return
     ses = open_session(trace, options)
-    emit(gaps_report(ses, top), fmt, output)
     result = ses.gaps
+    if record is not None:
+        emit(record_report(gaps_report(ses, 0), result.gaps, record, "gap"), fmt, output)
+        return
+    emit(gaps_report(ses, top), fmt, output)
     if plot and result.has_gpu_work:
+        from traceanalyzer.cli.pictures import timeline_inputs
         from traceanalyzer.render.gap_plot import write_gap_plot
-        from traceanalyzer.render.timeline import TimelineInputs
 
-        write_gap_plot(TimelineInputs.of(ses), plot, plot_fmt)
+        write_gap_plot(timeline_inputs(ses), plot, plot_fmt)
         click.echo(f"wrote {plot}", err=True)
+    failed = sorted({f.rule for f in ses.findings} & set(fail_on))
+    if failed:
+        raise RegressionDetected(None, f"--fail-on: finding(s) fired: {', '.join(failed)}")

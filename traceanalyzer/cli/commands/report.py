@@ -10,6 +10,8 @@ variables and credential-looking values never reach the report.
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from traceanalyzer.cli.commands.common import open_session
@@ -17,6 +19,19 @@ from traceanalyzer.cli.commands.summary import GROUPS
 from traceanalyzer.cli.commands.timeline import picture_options
 from traceanalyzer.cli.options import build_options, cache_option, fail_on_option, option_flags
 from traceanalyzer.errors import RegressionDetected
+from traceanalyzer.render import RENDERERS
+from traceanalyzer.report import Report
+
+
+def write_documents(rep: Report, directory: str, html_too: bool) -> list[str]:
+    """report.md and its pictures in `directory` (and report.html, pictures inline, when asked),
+    each by its renderer; says on stderr what was written and returns the paths."""
+    written = RENDERERS["markdown"].write(rep, os.path.join(directory, "report.md"))
+    if html_too:
+        written += RENDERERS["html"].write(rep, os.path.join(directory, "report.html"))
+    for p in written:
+        click.echo(f"wrote {p}", err=True)
+    return written
 
 
 @click.command("report")
@@ -47,18 +62,15 @@ def command(
     **kwargs,
 ) -> None:
     """Write report.md (+ pictures, + --html) for an incident ticket."""
-    from traceanalyzer.render.report_md import build_report, write_report
+    from traceanalyzer.cli.commands import directory as rank_dir  # a directory of per-rank files: the cross-rank report
+    from traceanalyzer.cli.incident import build_report
 
     options = build_options(kwargs, *GROUPS)
-    from traceanalyzer.cli.commands import directory as rank_dir  # a directory of per-rank files: the cross-rank report
-
     if rank_dir.is_rank_dir(trace):
-        rank_dir.write_dir_report(trace, directory, options, top, GROUPS, fail_on)  # any rank, or the job
+        rank_dir.write_dir_report(trace, directory, options, top, GROUPS, fail_on, html_too)  # any rank, or the job
         return
     ses = open_session(trace, options)
-    rep = build_report(ses, top=top, width=width, height=height, dpi=dpi)
-    for p in write_report(rep, directory, html_too):
-        click.echo(f"wrote {p}", err=True)
+    write_documents(build_report(ses, top=top, width=width, height=height, dpi=dpi), directory, html_too)
     failed = sorted({f.rule for f in ses.findings} & set(fail_on))
     if failed:
         raise RegressionDetected(None, f"--fail-on: finding(s) fired: {', '.join(failed)}")

@@ -113,7 +113,7 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
             + f" of {len(names)} listed"
         ]
         if used
-        else ["CPU-only trace"]
+        else ["no GPU event read (the file is cut short)" if ses.trace.gpu_cut_off else "CPU-only trace"]
     )
     st = ses.steps
     if st.window_kind == "steps":
@@ -124,7 +124,7 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
     busy = g.busy_share
     where = "the profiled steps" if g.window_kind == "steps" else "the GPU span"
     if busy is None:
-        parts.append("no GPU work")
+        parts.append("GPU time unknown" if ses.trace.gpu_cut_off else "no GPU work")
     else:
         parts.append(f"GPU busy {busy:.1%} of {g.window_us / 1000:,.1f} ms ({where})")
         if g.startup_window_us and g.steady_busy_share is not None:
@@ -154,7 +154,12 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     sections = [
         Section("Devices", _devices(ses).drop("memory_bytes"), export=_devices(ses).drop("memory_gib"))
         if g.has_gpu_work
-        else Section("Devices", text="none: a CPU-only trace (no GPU activity recorded)"),
+        else Section(
+            "Devices",
+            text="none read: the file is cut short before any GPU event (see the trace health)"
+            if ses.trace.gpu_cut_off
+            else "none: a CPU-only trace (no GPU activity recorded)",
+        ),
         Section(
             f"Steps ({ses.step_source})",
             ses.steps.table.select("step", "kind", "duration_us", "busy_share", "kernel_share", "outlier", "warmup"),

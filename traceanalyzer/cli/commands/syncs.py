@@ -9,7 +9,16 @@ from __future__ import annotations
 import click
 import polars as pl
 
-from traceanalyzer.cli.commands.common import emit, findings_payload, findings_text, head, open_session, with_health
+from traceanalyzer.cli.commands.common import (
+    emit,
+    findings_payload,
+    findings_text,
+    head,
+    open_session,
+    record_option,
+    record_report,
+    with_health,
+)
 from traceanalyzer.cli.options import build_options, option_flags, output_options
 from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
@@ -76,11 +85,14 @@ def syncs_report(ses: Session, top: int) -> Report:
         Section(
             "By site (op, range, Python frame)",
             head(result.summary.select(SUMMARY_COLUMNS), top) if result.summary.height else result.summary,
+            keep=("apis",),  # the synchronising calls themselves (cudaStreamSynchronize behind an aten::to)
         ),
         Section(
             f"Syncs of at least {result.options.min_blocked_us:g} µs, longest CPU block first ({stalls.height} in all)",
             head(stalls.select(TABLE_COLUMNS), top),
             main=True,
+            export=head(stalls, top),  # CSV: every field of a sync
+            keep=("api",),
         ),
         Section(
             f"GPU-side waits ({n_waits} in all)",
@@ -112,8 +124,13 @@ def syncs_report(ses: Session, top: int) -> Report:
 @click.argument("trace", type=click.Path())
 @option_flags(*GROUPS)
 @output_options
-def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
+@record_option("sync", "longest CPU block first")
+def command(trace: str, fmt: str | None, top: int, output: str | None, record: int | None, **kwargs) -> None:
     """Every point where the CPU waited for the GPU, the bubble it left, and the op and line behind it."""
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
+    if record is not None:
+        stalls = ses.syncs.syncs.filter(pl.col("kind") != "gpu_wait")
+        emit(record_report(syncs_report(ses, 0), stalls, record, "sync"), fmt, output)
+        return
     emit(with_health(syncs_report(ses, top), ses, "gap_causes"), fmt, output)

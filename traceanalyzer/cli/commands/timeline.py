@@ -42,7 +42,9 @@ def picture_options(fn):
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), required=True, help="the picture to write: .png, .svg or .pdf"
 )
-@click.option("--step", type=int, default=None, help="draw this ProfilerStep [default: the slowest step]")
+@click.option(
+    "--step", type=int, default=None, help="draw this ProfilerStep [default: the slowest step after the start-up]"
+)
 @click.option("--start", "start_ms", type=float, default=None, help="window start (ms from the trace start)")
 @click.option("--end", "end_ms", type=float, default=None, help="window end (ms from the trace start)")
 @cache_option
@@ -60,16 +62,18 @@ def command(
     **kwargs,
 ) -> None:
     """Draw a timeline (PNG, SVG or PDF) of one step: CPU threads, GPU streams, idle gaps shaded by cause."""
+    from traceanalyzer.cli.pictures import timeline_inputs
     from traceanalyzer.errors import UsageError
     from traceanalyzer.render.output import write_atomic
-    from traceanalyzer.render.timeline import TimelineInputs, choose_window, render_timeline
+    from traceanalyzer.render.timeline import choose_window, render_timeline
 
     if step is not None and (start_ms is not None or end_ms is not None):
         raise UsageError(None, "--step cannot be combined with --start/--end")
     fmt = picture_format(output)  # before loading: a wrong extension fails at once
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
-    window = choose_window(ses.trace, step, start_ms, end_ms)
-    pic = render_timeline(TimelineInputs.of(ses), window, width=width, height=height, dpi=dpi, fmt=fmt)
+    inputs = timeline_inputs(ses)
+    window = choose_window(ses.trace, step, start_ms, end_ms, inputs.windows, inputs.steady_steps)
+    pic = render_timeline(inputs, window, width=width, height=height, dpi=dpi, fmt=fmt)
     write_atomic(output, pic.data)
     click.echo(f"wrote {output} ({window.label})", err=True)
