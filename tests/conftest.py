@@ -6,10 +6,20 @@ line saying how many were skipped for that and where the traces were looked for.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The single-file cache (traceanalyzer.jobs.cache) is off in tests, and points away from the real
+# home cache should a test turn it on: CI runs as root in a fresh clone, and a test must compute
+# what it checks. tests/jobs/test_cache.py turns it on in a temporary folder.
+os.environ["TRACEANALYZER_NO_CACHE"] = "1"
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME = tempfile.mkdtemp(prefix="traceanalyzer-test-cache-")
+atexit.register(shutil.rmtree, _CACHE_HOME, True)
 
 ENV = "TRACEANALYZER_SHARED_TRACES"
 SHARED_TRACES_DIR = Path(

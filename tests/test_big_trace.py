@@ -80,7 +80,7 @@ def _tables(path, monkeypatch, workers: str):
 
 
 @pytest.mark.parametrize("gz", [False, True])
-def test_parallel_decoding_equals_serial(big, tmp_path, monkeypatch, gz):
+def test_parallel_decoding_equals_serial(big, tmp_path, monkeypatch, gz, capfd):
     path = big
     if gz:
         path = tmp_path / "big.json.gz"
@@ -90,6 +90,8 @@ def test_parallel_decoding_equals_serial(big, tmp_path, monkeypatch, gz):
     with ByteSource(path) as s:
         assert parallel.should_use(s) is True or parallel.cpu_count() == 1
         par = parallel.read_tables(s)
+    # the workers share this stderr: runpy's "found in sys.modules" warning came from `-m`
+    assert "RuntimeWarning" not in capfd.readouterr().err
     ser = _tables(path, monkeypatch, "1")
     assert par[1] == ser[1] and par[2] == ser[2] and par[3] == ser[3]
     for kind in ser[0]:

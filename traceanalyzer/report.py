@@ -177,7 +177,7 @@ class Report:
     input: str
     thresholds: dict[str, Any]
     sections: tuple[Section, ...]
-    payload: dict[str, Any]  # command-specific JSON body
+    payload: dict[str, Any]  # command-specific JSON body; a zero-argument callable is computed only for JSON
     headline: str | None = None
     warnings: tuple[str, ...] = field(default=())
     table_rows: int | None = TABLE_ROWS  # rows per table in text/Markdown (None: all)

@@ -44,14 +44,57 @@ from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
 
 
-class Session:
-    """The analyses of one trace under one set of options, each computed once, lazily."""
+class _result(cached_property):
+    """A `cached_property` that first asks the Session's `store` (a cache of earlier runs on
+    the same trace and options: `get(name)` -> value or `store.MISSING`), and tells it before
+    computing (`computing(name)`, for a progress display). Without a store it is a plain
+    cached_property."""
 
-    def __init__(self, trace: Trace, options: Any = None) -> None:
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        d = instance.__dict__
+        if self.attrname in d:
+            return d[self.attrname]
+        store = d.get("store")
+        if store is not None:
+            value = store.get(self.attrname)
+            if value is not store.MISSING:
+                d[self.attrname] = value
+                return value
+            store.computing(self.attrname)
+        return super().__get__(instance, owner)
+
+
+class Session:
+    """The analyses of one trace under one set of options, each computed once, lazily.
+
+    `store`: where results of an earlier run on the same trace and options are kept (the CLI's
+    single-file cache, `traceanalyzer.jobs.cache`); `save()` hands it every result computed."""
+
+    def __init__(self, trace: Trace, options: Any = None, store: Any = None) -> None:
         self.options = Options.of(options)
+        self.store = store
         # Every analysis counts per step over the same steps: those the options ask for.
         self.trace, self.step_source = with_steps(trace, self.options)
         self.loaded = trace  # as read, its steps the ProfilerStep ranges
+        if store is not None:
+            store.share(trace=self.trace, loaded=self.loaded)
+
+    @classmethod
+    def results(cls) -> tuple[str, ...]:
+        """The names of the results a Session computes once (and a store may keep)."""
+        return tuple(k for k, v in vars(cls).items() if isinstance(v, _result))
+
+    def computed(self) -> dict[str, Any]:
+        """The results computed or read so far, by name."""
+        return {k: self.__dict__[k] for k in self.results() if k in self.__dict__}
+
+    def save(self) -> None:
+        """Hand every result computed here (not read from the store) to the store."""
+        if self.store is not None:
+            for name, value in self.computed().items():
+                self.store.put(name, value)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | BinaryIO, options: Any = None, **load_kwargs: Any) -> Session:
@@ -61,7 +104,7 @@ class Session:
         return cls(load(path, **load_kwargs), options)
 
     def __repr__(self) -> str:
-        done = [k for k in self.__dict__ if k not in ("trace", "options", "step_source", "loaded")]
+        done = list(self.computed())
         return f"Session({self.trace.path!r}, computed={done})"
 
     def _repr_html_(self) -> str:
@@ -82,12 +125,12 @@ class Session:
 
     # -- shared building blocks --------------------------------------------------------------
 
-    @cached_property
+    @_result
     def activity(self) -> CpuActivity:
         """What each CPU thread was doing: blocked in syncs, loading data, busy."""
         return CpuActivity.of(self.trace, self.options.patterns.data_loading_pattern)
 
-    @cached_property
+    @_result
     def main_thread(self) -> tuple[int, int] | None:
         """(pid, tid) of the thread that drives the program (see `cpu_activity.main_thread`)."""
         return main_thread(self.trace)
@@ -97,7 +140,7 @@ class Session:
         """Runtime calls that held a CPU thread until the GPU caught up."""
         return self.activity.blocking
 
-    @cached_property
+    @_result
     def classified(self) -> ClassifiedGaps:
         """Every GPU idle piece with its cause: the one classification gaps, syncs and the rules
         read. Needs GPU work."""
@@ -105,18 +148,18 @@ class Session:
 
     # -- analyses --------------------------------------------------------------------------
 
-    @cached_property
+    @_result
     def gaps(self) -> GapsResult:
         """Every GPU idle gap, its cause and culprit (`analyse_gaps`)."""
         classified = self.classified if self.trace.has_gpu_work else None
         return analyse_gaps(self.trace, self.options, classified=classified)
 
-    @cached_property
+    @_result
     def health(self) -> list[HealthCheck]:
         """The trace-health checks that fire, errors first (see `analyses.health`)."""
         return analyse_health(self.trace, self.options, self.steps)
 
-    @cached_property
+    @_result
     def verdict(self) -> Verdict:
         """The cause to lead with and the advice that fits, over the steady state."""
         comm = self.communication
@@ -125,33 +168,33 @@ class Session:
             self.gaps, step_count(self.trace), self.trace.meta.with_stack, compiled_model(self.trace), exposed
         )
 
-    @cached_property
+    @_result
     def communication(self) -> pl.DataFrame:
         """Per step: collective kernel time and the part compute did not hide (`analyses.communication`)."""
         return exposed_communication(self.trace, self.options.patterns.collective_pattern)
 
-    @cached_property
+    @_result
     def syncs(self) -> SyncsResult:
         """Every sync, the bubble it left and its site (`analyse_syncs`)."""
         classified = self.classified if self.trace.has_gpu_work else None
         return analyse_syncs(self.trace, self.options, classified=classified, blocking=self.blocking_calls)
 
-    @cached_property
+    @_result
     def copies(self) -> CopiesResult:
         """Every memcpy and memset (`analyse_copies`)."""
         return analyse_copies(self.trace, self.options, blocking=self.blocking_calls)
 
-    @cached_property
+    @_result
     def steps(self) -> StepsResult:
         """The steps, their busy share and the capture caveats (`analyse_steps`)."""
         return analyse_steps(self.trace, self.options, source=self.step_source)
 
-    @cached_property
+    @_result
     def stages(self) -> StagesResult:
         """The stage breakdown in the options' view and mapping (`analyse_stages`)."""
         return analyse_stages(self.trace, self.options, blocking=self.blocking_calls)
 
-    @cached_property
+    @_result
     def pipeline_stages(self) -> StagesResult:
         """The pipeline view, whatever the options ask to show (the rules read this one)."""
         s = self.options.stages
@@ -159,29 +202,29 @@ class Session:
             return self.stages
         return analyse_stages(self.trace, self.options, view="pipeline", mapping=[], blocking=self.blocking_calls)
 
-    @cached_property
+    @_result
     def ops(self) -> pl.DataFrame:
         """Per-op CPU and GPU time, grouped by the options' `group_by` (`analyse_ops`)."""
         return analyse_ops(self.trace, self.options)
 
-    @cached_property
+    @_result
     def kernels(self) -> KernelsResult:
         """Per-kernel time and the short-kernel census (`analyse_kernels`)."""
         return analyse_kernels(self.trace, self.options)
 
-    @cached_property
+    @_result
     def memory(self) -> MemoryResult:
         """The memory peak, who holds it and growth per step (`analyse_memory`)."""
         return analyse_memory(self.trace, self.options)
 
-    @cached_property
+    @cached_property  # a building block, not kept by the store: it holds the trace and its graph
     def dependency_model(self) -> Model:
         """The dependency graph of the trace, ordered, with its replay of the capture."""
         o = self.options
         graph = build_graph(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
         return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
 
-    @cached_property
+    @_result
     def critical_path(self) -> CriticalPath:
         """The critical path of every step: segments that sum to the step time (`analyses.critical_path`)."""
         return self.dependency_model.critical_path()
@@ -194,7 +237,7 @@ class Session:
             cache[sc] = self.dependency_model.what_if(sc)
         return cache[sc]
 
-    @cached_property
+    @_result
     def roofline(self) -> RooflineResult:
         """Achieved FLOP/s and bandwidth per op and shape against the device's peaks (`analyse_roofline`)."""
         return analyse_roofline(self.trace, self.options)
@@ -205,7 +248,7 @@ class Session:
     # importing them (`import traceanalyzer` always does).
     evaluator: ClassVar[Callable[[Session, Any], list[Any]] | None] = None
 
-    @cached_property
+    @_result
     def findings(self) -> list[Any]:
         """Every finding of every rule, in registry order (`traceanalyzer.findings.Finding`)."""
         return self._evaluate(None)
@@ -222,7 +265,12 @@ class Session:
         )
 
     def findings_of(self, rules: tuple[Any, ...]) -> list[Any]:
-        """The findings of some rules only, evaluating no more than they need."""
+        """The findings of some rules only, evaluating no more than they need (all of them come
+        from the store when an earlier run kept them)."""
+        if "findings" not in self.__dict__ and self.store is not None:
+            kept = self.store.get("findings")
+            if kept is not self.store.MISSING:
+                self.__dict__["findings"] = kept
         if "findings" in self.__dict__:
             ids = {r.id for r in rules}
             return [f for f in self.findings if f.rule in ids]

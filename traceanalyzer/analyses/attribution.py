@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.op_tree import ancestors
+from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.links import innermost_containing, nest
 from traceanalyzer.patterns import NAMESPACED_OP, PROFILER_STEP
 from traceanalyzer.trace import Trace
@@ -33,17 +33,21 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     - op_chain: names from the outermost to the innermost op, joined by " > ";
     - python_frame: the user-code line around the innermost op, if the trace has stacks.
     """
-    anc = ancestors(trace.ops, op_ids)
+    ops = trace.ops
+    anc = ancestors(ops, op_ids)
     if anc.is_empty():
         return pl.DataFrame(schema=CONTEXT_SCHEMA)
     # A step is where the call happened, not what made it: a call made directly in the loop
     # belongs to no op (its site is then its API and Python line), not to ProfilerStep#N.
-    names = trace.ops.select(pl.col("op_id").alias("ancestor_id"), "name").filter(
-        ~pl.col("name").fill_null("").str.contains(PROFILER_STEP)
-    )
+    not_step = ~ops["name"].fill_null("").str.contains(PROFILER_STEP)
+    if is_row_number(ops["op_id"]):  # every Trace: gather by row, no join
+        anc = anc.filter(not_step.gather(anc["ancestor_id"]))
+        anc = anc.with_columns(name=ops["name"].gather(anc["ancestor_id"]))
+    else:
+        names = ops.select(pl.col("op_id").alias("ancestor_id"), "name").filter(not_step)
+        anc = anc.join(names, on="ancestor_id", how="inner")
     chains = (
-        anc.join(names, on="ancestor_id", how="inner")
-        .sort(["op_id", "level"], descending=[False, True])
+        anc.sort(["op_id", "level"], descending=[False, True])
         .group_by("op_id", maintain_order=True)
         .agg(chain=pl.col("name"), ids=pl.col("ancestor_id"))
     )
@@ -56,8 +60,11 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
         range=chain.list.head(pl.col("_pos")).list.last(),
         op_chain=chain.list.join(" > "),
     )
-    frames = trace.ops.select("op_id", "python_frame")
-    return out.join(frames, on="op_id", how="left").select(list(CONTEXT_SCHEMA)).cast(CONTEXT_SCHEMA)
+    if is_row_number(ops["op_id"]):
+        out = out.with_columns(python_frame=ops["python_frame"].gather(out["op_id"]))
+    else:
+        out = out.join(ops.select("op_id", "python_frame"), on="op_id", how="left")
+    return out.select(list(CONTEXT_SCHEMA)).cast(CONTEXT_SCHEMA)
 
 
 def python_line_at(trace: Trace, points: pl.DataFrame, key: str) -> pl.DataFrame:

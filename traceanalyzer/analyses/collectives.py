@@ -128,32 +128,67 @@ def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.
 
 def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
     """cidx, start_ns, end_ns: the parts of each collective kernel that no compute kernel on
-    its device overlaps (the union of the other kernels subtracted from each collective)."""
+    its device overlaps (the union of the other kernels subtracted from each collective).
+
+    Linear in the events: the compute union per device is turned into its complement (the
+    idle gaps, sorted and numbered), each collective finds its first and last overlapping gap
+    by two `join_asof`s, and only the gaps in between are expanded, so the work is the size of
+    the answer, never collectives x compute intervals."""
     schema = {"cidx": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
     if coll.is_empty():
         return pl.DataFrame(schema=schema)
-    compute = gpu.filter(pl.col("kind") == "kernel").with_columns(pl.col("device").cast(pl.Int64))
+    compute = gpu.filter(pl.col("kind") == "kernel").select(pl.col("device").cast(pl.Int64), "ts_ns", "end_ns")
     compute = compute.join(coll.select("device", "ts_ns", "end_ns"), on=["device", "ts_ns", "end_ns"], how="anti")
-    union = intervals.merge(compute, ["device"]).rename({"start_ns": "us", "end_ns": "ue"})
-    c = coll.select("cidx", "device", "ts_ns", "end_ns")
-    j = c.join_where(
-        union.rename({"device": "udev"}),
-        pl.col("device") == pl.col("udev"),
-        pl.col("us") < pl.col("end_ns"),
-        pl.col("ue") > pl.col("ts_ns"),
-    ).with_columns(cs=pl.max_horizontal("us", "ts_ns"), ce=pl.min_horizontal("ue", "end_ns"))
-    j = j.sort("cidx", "cs").with_columns(prev=pl.col("ce").shift(1).over("cidx").fill_null(pl.col("ts_ns")))
-    inner = j.filter(pl.col("cs") > pl.col("prev")).select("cidx", start_ns="prev", end_ns="cs")
-    tail = (
-        j.group_by("cidx")
-        .agg(start_ns=pl.col("ce").max(), end_ns=pl.col("end_ns").first())
-        .filter(pl.col("start_ns") < pl.col("end_ns"))
+    idle = _complement(intervals.merge(compute, ["device"]), coll["device"].unique())
+    c = coll.select("cidx", "device", "ts_ns", "end_ns", _after=pl.col("ts_ns") + 1, _before=pl.col("end_ns") - 1)
+    # first gap ending after the kernel starts, last gap starting before it ends
+    first = c.sort("_after").join_asof(
+        idle.select("device", "gid", _ge="ge").sort("_ge"),
+        left_on="_after",
+        right_on="_ge",
+        by="device",
+        strategy="forward",
+        check_sortedness=False,
     )
-    bare = c.join(j.select("cidx").unique(), on="cidx", how="anti").select("cidx", start_ns="ts_ns", end_ns="end_ns")
+    both = first.sort("_before").join_asof(
+        idle.select("device", pl.col("gid").alias("last"), _gs="gs").sort("_gs"),
+        left_on="_before",
+        right_on="_gs",
+        by="device",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    span = both.filter(pl.col("gid") <= pl.col("last")).select(
+        "cidx", "ts_ns", "end_ns", gid=pl.int_ranges("gid", pl.col("last") + 1)
+    )
+    seg = span.explode("gid").join(idle.select("gid", "gs", "ge"), on="gid", how="left")
     return (
-        pl.concat([inner, tail.select(list(schema)), bare], how="vertical_relaxed")
+        seg.select("cidx", start_ns=pl.max_horizontal("gs", "ts_ns"), end_ns=pl.min_horizontal("ge", "end_ns"))
+        .filter(pl.col("start_ns") < pl.col("end_ns"))
         .cast(schema)
         .sort("cidx", "start_ns")
+    )
+
+
+def _complement(union: pl.DataFrame, devices: pl.Series) -> pl.DataFrame:
+    """device, gid, gs, ge: the time outside each device's disjoint sorted union, from -inf to
+    +inf (a device with no compute is one gap), numbered globally in (device, gs) order."""
+    lo, hi = -(2**62), 2**62
+    u = union.sort("device", "start_ns")
+    gaps = pl.concat(
+        [
+            u.select("device", gs=pl.col("end_ns").shift(1, fill_value=lo).over("device"), ge="start_ns"),
+            u.group_by("device").agg(gs=pl.col("end_ns").max()).with_columns(ge=pl.lit(hi, pl.Int64)),
+            pl.DataFrame({"device": devices.cast(pl.Int64)})
+            .join(u.select("device").unique(), on="device", how="anti")
+            .with_columns(gs=pl.lit(lo, pl.Int64), ge=pl.lit(hi, pl.Int64)),
+        ],
+        how="vertical_relaxed",
+    ).cast({"device": pl.Int64, "gs": pl.Int64, "ge": pl.Int64})
+    return (
+        gaps.filter(pl.col("gs") < pl.col("ge"))
+        .sort("device", "gs")
+        .with_columns(gid=pl.int_range(pl.len(), dtype=pl.Int64))
     )
 
 

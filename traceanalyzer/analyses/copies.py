@@ -82,11 +82,16 @@ class CopiesResult(Compact):
 def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern: str) -> pl.DataFrame:
     """Add `overlap_ns`: time of each copy covered by compute kernels on other streams of its
     device. One union of kernels per (device, copy stream), leaving that stream out."""
-    kernels = trace.gpu.filter(
-        (pl.col("kind") == "kernel")
-        & ~pl.col("name").fill_null("").str.contains(collective_pattern)
-        & pl.col("device").is_not_null()
-    ).select("device", pl.col("stream").alias("_kstream"), "ts_ns", "end_ns")
+    kernels = (  # lazy: the filter copies only the four columns kept
+        trace.gpu.lazy()
+        .filter(
+            (pl.col("kind") == "kernel")
+            & ~pl.col("name").fill_null("").str.contains(collective_pattern)
+            & pl.col("device").is_not_null()
+        )
+        .select("device", pl.col("stream").alias("_kstream"), "ts_ns", "end_ns")
+        .collect()
+    )
     streams = copies.select("device", pl.col("stream").alias("_cstream")).drop_nulls().unique()
     if kernels.is_empty() or streams.is_empty():
         return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))

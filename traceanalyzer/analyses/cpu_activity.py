@@ -72,12 +72,13 @@ def step_threads(trace: Trace) -> pl.DataFrame:
     )
 
 
-def launch_calls(trace: Trace) -> pl.DataFrame:
+def launch_calls(trace: Trace, runtime: pl.DataFrame | None = None) -> pl.DataFrame:
     """Runtime calls that put work on the GPU: those whose correlation reaches a GPU activity,
     and every call named like a launch (`cudaLaunchKernel`, `cudaGraphLaunch`, async memcpy or
-    memset) even when its work was not recorded."""
+    memset) even when its work was not recorded. `runtime`: the trace's runtime table or some
+    of its columns (with runtime_id and name), to copy no more than needed."""
     with_work = trace.gpu.get_column("runtime_id").drop_nulls().unique()
-    return trace.runtime.filter(
+    return (trace.runtime if runtime is None else runtime).filter(
         pl.col("runtime_id").is_in(with_work.implode()) | pl.col("name").str.contains(LAUNCH_API)
     )
 
@@ -93,17 +94,21 @@ class CpuActivity:
     cumulative: tuple[pl.DataFrame, ...]
     blocking: pl.DataFrame  # the blocking calls themselves (runtime rows)
     data_ranges: pl.DataFrame
-    runtime_other: pl.DataFrame  # runtime calls that neither launch nor synchronise
+    runtime_other: (
+        pl.DataFrame
+    )  # runtime calls that neither launch nor synchronise (runtime_id, pid, tid, ts_ns, end_ns)
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
         """Build the indexes from a trace and the data-loading pattern."""
         blocking = blocking_calls(trace)
         data = data_loading_ranges(trace, data_pattern)
-        launches = launch_calls(trace).join(blocking.select("runtime_id"), on="runtime_id", how="anti")
-        other = trace.runtime.join(
-            pl.concat([blocking.select("runtime_id"), launches.select("runtime_id")]), on="runtime_id", how="anti"
-        )
+        # Narrow columns: most runtime rows are launches, and the wide table is among the largest.
+        rt = trace.runtime.select("runtime_id", "op_id", "name", *THREAD, "ts_ns", "end_ns")
+        blocking_ids = blocking.get_column("runtime_id").implode()
+        launches = launch_calls(trace, rt).filter(~pl.col("runtime_id").is_in(blocking_ids))
+        taken = pl.concat([blocking.get_column("runtime_id"), launches.get_column("runtime_id")]).implode()
+        other = rt.filter(~pl.col("runtime_id").is_in(taken)).drop("name", "op_id")
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
         # Narrow columns first: these tables are the biggest of a trace.
         real_ops = trace.ops.select(*THREAD, "op_id", "ts_ns", "end_ns", "kind", "name").filter(

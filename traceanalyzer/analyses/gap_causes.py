@@ -37,7 +37,7 @@ import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, step_threads
-from traceanalyzer.analyses.intervals import covered
+from traceanalyzer.analyses.intervals import covered, overlap_join
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
 from traceanalyzer.options import GapOptions, Options
@@ -217,14 +217,23 @@ def largest_overlap(
         pl.col("ts_ns").alias("_s"),
         pl.col("end_ns").alias("_e"),
     )
-    j = gaps.select("gap_id", "pid", "tid", "cpu_a", "cpu_b").join_where(
-        iv, pl.col("_s") < pl.col("cpu_b"), pl.col("_e") > pl.col("cpu_a")
-    )
+    g = gaps.select("gap_id", "pid", "tid", "cpu_a", "cpu_b")
+    spans = ("cpu_a", "cpu_b"), ("_s", "_e")
     same = (pl.col("_tid") == pl.col("tid")) & (pl.col("_pid") == pl.col("pid"))
-    j = j.filter(same if same_thread else (~same.fill_null(False) & (pl.col("_pid") == pl.col("pid")).fill_null(True)))
+    if same_thread:  # pairs on one thread only, never gaps x every thread's intervals
+        j = overlap_join(g, iv, ["pid", "tid"], *spans, right_by=["_pid", "_tid"])
+    else:
+        # Another thread of the gap's process; an unknown process matches any (kept as it was).
+        unknown_g, unknown_iv = pl.col("pid").is_null(), pl.col("_pid").is_null()
+        keyed = overlap_join(g.filter(~unknown_g), iv.filter(~unknown_iv), ["pid"], *spans, right_by=["_pid"])
+        rest = [
+            overlap_join(g.filter(unknown_g), iv, [], *spans),
+            overlap_join(g.filter(~unknown_g), iv.filter(unknown_iv), [], *spans),
+        ]
+        j = pl.concat([keyed, *(r.select(keyed.columns) for r in rest)]).filter(~same.fill_null(False))
     j = j.with_columns(_ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a"))
     return (
-        j.sort("_ov", descending=True)
+        j.sort(["_ov", out], descending=[True, False], nulls_last=True)  # ties: the lowest id, every run
         .unique("gap_id", keep="first")
         .select("gap_id", out, pl.col("_ov").alias(f"{out}_overlap_ns"))
     )

@@ -8,6 +8,7 @@ import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
+from traceanalyzer.analyses.intervals import overlap_join
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
@@ -19,23 +20,28 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     g = gaps.filter(pl.col("cause") == "cpu_bound").select("gap_id", "pid", "tid", "cpu_a", "cpu_b")
     if g.is_empty():
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "cpu_op_id": pl.Int64})
-    ops = trace.ops.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)).select(
-        "op_id",
-        "parent_id",
-        pl.col("pid").alias("_pid"),
-        pl.col("tid").alias("_tid"),
-        pl.col("ts_ns").alias("_s"),
-        pl.col("end_ns").alias("_e"),
+    ops = (  # lazy: the filter copies only the columns selected, not the wide op table
+        trace.ops.lazy()
+        .filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
+        .select(
+            "op_id",
+            "parent_id",
+            pl.col("pid").alias("_pid"),
+            pl.col("tid").alias("_tid"),
+            pl.col("ts_ns").alias("_s"),
+            pl.col("end_ns").alias("_e"),
+        )
+        .collect()
     )
-    j = g.join_where(ops, pl.col("_s") < pl.col("cpu_b"), pl.col("_e") > pl.col("cpu_a")).filter(
-        (pl.col("_tid") == pl.col("tid")) & (pl.col("_pid") == pl.col("pid"))
-    )
+    # pairs on the gap's own thread only (never gaps x every thread's ops)
+    j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
     j = j.with_columns(_ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a"))
     child = j.group_by("gap_id", "parent_id").agg(_child=pl.col("_ov").sum()).rename({"parent_id": "op_id"})
     j = j.join(child, on=["gap_id", "op_id"], how="left").with_columns(
         _self=pl.col("_ov") - pl.col("_child").fill_null(0)
     )
-    return j.sort("_self", descending=True).unique("gap_id", keep="first").select("gap_id", cpu_op_id=pl.col("op_id"))
+    top = j.sort(["_self", "op_id"], descending=[True, False])  # ties: the lowest op id, every run
+    return top.unique("gap_id", keep="first").select("gap_id", cpu_op_id=pl.col("op_id"))
 
 
 def _waited_on(gaps: pl.DataFrame) -> pl.Expr:

@@ -127,7 +127,7 @@ def _clock_skew(trace: Trace, o: HealthOptions) -> HealthCheck | None:
 
 
 def _stream_overlap(trace: Trace, o: HealthOptions) -> HealthCheck | None:
-    k = trace.gpu.filter(pl.col("kind") == "kernel").select("device", "stream", "ts_ns", "end_ns")
+    k = trace.gpu.lazy().filter(pl.col("kind") == "kernel").select("device", "stream", "ts_ns", "end_ns").collect()
     if k.is_empty():
         return None
     k = k.sort("device", "stream", "ts_ns").with_columns(_reach=reach("end_ns", ["device", "stream"]))

@@ -68,3 +68,72 @@ def covered(q: pl.DataFrame, index: pl.DataFrame, by: list[str], a: str, b: str,
     q = _covered_until(q, index, b, by, "_cb")
     q = _covered_until(q, index, a, by, "_ca")
     return q.with_columns((pl.col("_cb") - pl.col("_ca")).clip(0).alias(out)).drop("_cb", "_ca")
+
+
+def overlap_join(
+    left: pl.DataFrame,
+    right: pl.DataFrame,
+    by: list[str],
+    left_span: tuple[str, str],
+    right_span: tuple[str, str],
+    right_by: list[str] | None = None,
+) -> pl.DataFrame:
+    """Pairs of a `left` and a `right` row with equal `by` keys (`right_by` on the right; none:
+    all pairs) whose intervals overlap (left start < right end and left end > right start): the
+    inner join, its columns those of both frames (their names must differ).
+
+    A sorted sweep, in memory the size of the answer: a pair either has the right interval
+    starting inside the left one (a range of the right rows sorted by start, found by two
+    `join_asof`s per left row), or has the left one starting strictly inside the right one (a
+    range of the left rows sorted by start, two `join_asof`s per right row). Never a cross join,
+    and never `join_where`, whose interval join holds ~160 bytes per row of the larger side
+    (48 MB for 60 windows against 300 k ops). Rows with a null key or time match nothing."""
+    right_by = right_by or by
+    (ls, le), (rs, re_) = left_span, right_span
+    if left.is_empty() or right.is_empty():
+        return pl.concat([left.clear(), right.clear()], how="horizontal")
+    if not by:
+        left, right = left.with_columns(_k0=pl.lit(0)), right.with_columns(_k1=pl.lit(0))
+        by, right_by = ["_k0"], ["_k1"]
+    lt = left.drop_nulls([*by, ls, le]).sort([*by, ls]).with_row_index("_li")
+    rt = (
+        right.drop_nulls([*right_by, rs, re_])
+        .sort([*right_by, rs])
+        .with_columns([pl.col(c).cast(lt.schema[b]) for b, c in zip(by, right_by)])
+        .with_row_index("_ri")
+    )
+    idx = {"_li": pl.UInt32, "_ri": pl.UInt32}
+
+    def ranges(q: pl.DataFrame, qkeys: list[str], lo: pl.Expr, hi: pl.Expr, t: pl.DataFrame, tkeys: list[str], at: str):
+        """(q's index, t's index) for the rows of t (sorted by key, `at`) with lo <= t[at] <= hi."""
+        own, other = q.columns[0], t.columns[0]
+        bounds = q.select(own, *qkeys, _lo=lo, _hi=hi)
+        found = t.select(other, *tkeys, at).sort(at)
+        kw = {"by_left": qkeys, "by_right": tkeys, "right_on": at, "check_sortedness": False}
+        first = (
+            bounds.sort("_lo")
+            .join_asof(found.rename({other: "_first"}), left_on="_lo", strategy="forward", **kw)
+            .drop(at)
+        )
+        both = first.sort("_hi").join_asof(found.rename({other: "_last"}), left_on="_hi", strategy="backward", **kw)
+        return (
+            both.filter(pl.col("_first") <= pl.col("_last"))
+            .select(own, pl.int_ranges("_first", pl.col("_last") + 1, dtype=pl.UInt32).alias(other))
+            .explode(other)
+        )
+
+    # right starts in [left start, left end): right end > left start unless both are the same instant
+    starts_inside = ranges(lt, by, pl.col(ls), pl.col(le) - 1, rt, right_by, rs)
+    # left starts in (right start, right end)
+    opens_over = ranges(rt, right_by, pl.col(rs) + 1, pl.col(re_) - 1, lt, by, ls)
+    pairs = pl.concat([starts_inside.select(list(idx)).cast(idx), opens_over.select(list(idx)).cast(idx)])
+    out = pl.concat(
+        [
+            lt.drop("_li")[pairs["_li"]],
+            rt.drop("_ri")[pairs["_ri"]],
+        ],
+        how="horizontal",
+    )
+    out = out.filter(pl.col(re_) > pl.col(ls))
+    helper = [c for c in ("_k0", "_k1") if c in out.columns]
+    return out.drop(helper)

@@ -16,12 +16,25 @@ MAX_DEPTH = 512
 ANCESTOR_SCHEMA = {"op_id": pl.Int64, "ancestor_id": pl.Int64, "level": pl.Int32}
 
 
+def is_row_number(ids: pl.Series) -> bool:
+    """Whether ids are 0, 1, ..., n-1 in order (Trace.ops: op_id is the row number)."""
+    n = ids.len()
+    if n == 0 or ids.null_count():
+        return False
+    return bool(ids[0] == 0 and ids[n - 1] == n - 1 and ids.is_sorted() and ids.n_unique() == n)
+
+
 def ancestors(ops: pl.DataFrame, op_ids: pl.Series) -> pl.DataFrame:
     """op_id, ancestor_id, level: every op of `op_ids` (distinct, non-null) with itself at level
-    0, its parent at level 1, and so on up to its top-level op. One vectorised join per level."""
-    ids = pl.DataFrame({"op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique()
+    0, its parent at level 1, and so on up to its top-level op.
+
+    When op_id is the row number (every Trace), a level is one gather of `parent_id` at the
+    current ancestors' rows; otherwise one join per level."""
+    ids = pl.DataFrame({"op_id": op_ids.cast(pl.Int64)}).drop_nulls().unique(maintain_order=True)
     if ids.is_empty() or ops.is_empty():
         return pl.DataFrame(schema=ANCESTOR_SCHEMA)
+    if is_row_number(ops["op_id"]):
+        return _ancestors_by_row(ops["parent_id"].cast(pl.Int64), ids["op_id"])
     parent_of = ops.select(pl.col("op_id").alias("ancestor_id"), pl.col("parent_id").alias("_up"))
     known = ids.join(ops.select("op_id"), on="op_id", how="semi")
     cur = known.select("op_id", ancestor_id=pl.col("op_id"), level=pl.lit(0, pl.Int32))
@@ -36,6 +49,20 @@ def ancestors(ops: pl.DataFrame, op_ids: pl.Series) -> pl.DataFrame:
             break
         out.append(cur)
     return pl.concat(out)
+
+
+def _ancestors_by_row(parent: pl.Series, ids: pl.Series) -> pl.DataFrame:
+    """`ancestors` where row i of `parent` is op i's parent_id."""
+    ids = ids.filter((ids >= 0) & (ids < parent.len()))
+    cur = pl.DataFrame({"op_id": ids, "ancestor_id": ids})
+    out = [cur.with_columns(level=pl.lit(0, pl.Int32))]
+    for level in range(1, MAX_DEPTH + 1):
+        up = parent.gather(cur["ancestor_id"])
+        cur = cur.with_columns(ancestor_id=up).filter(pl.col("ancestor_id").is_not_null())
+        if cur.is_empty():
+            break
+        out.append(cur.with_columns(level=pl.lit(level, pl.Int32)))
+    return pl.concat(out).select(list(ANCESTOR_SCHEMA)).cast(ANCESTOR_SCHEMA)
 
 
 def self_time(ops: pl.DataFrame) -> pl.DataFrame:

@@ -41,7 +41,8 @@ def _per_op(trace: Trace) -> pl.DataFrame:
     total_gpu_ns, total_gpu_n."""
     ops = trace.ops.select("op_id", "name", "input_dims", "dur_ns", "parent_id")
     gpu = (
-        trace.gpu.filter(pl.col("op_id").is_not_null())
+        trace.gpu.select("op_id", "dur_ns")
+        .filter(pl.col("op_id").is_not_null())
         .group_by("op_id")
         .agg(self_gpu_ns=pl.col("dur_ns").sum(), self_gpu_n=pl.len().cast(pl.Int64))
     )

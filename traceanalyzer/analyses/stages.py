@@ -38,7 +38,7 @@ import polars as pl
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import Options, PatternOptions, StageOptions
@@ -113,15 +113,14 @@ def _iv(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _covered(union: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
-    """step, ns: time of the disjoint `union` inside each window."""
+    """step, ns: time of the disjoint `union` inside each window (prefix sums and two
+    join_asofs, `intervals.covered`: no join of the union with the windows)."""
     if union.is_empty():
         return wins.select("step", ns=pl.lit(0, pl.Int64))
-    w = wins.rename({"start_ns": "w_s", "end_ns": "w_e"})
-    j = union.join_where(w, pl.col("start_ns") < pl.col("w_e"), pl.col("end_ns") > pl.col("w_s"))
-    per = j.group_by("step").agg(ns=(pl.min_horizontal("end_ns", "w_e") - pl.max_horizontal("start_ns", "w_s")).sum())
-    return (
-        wins.select("step").join(per, on="step", how="left", nulls_equal=True).with_columns(pl.col("ns").fill_null(0))
-    )
+    index = coverage_index(union.select("start_ns", "end_ns", _g=pl.lit(0)), ["_g"])
+    q = wins.select("step", "start_ns", "end_ns", _g=pl.lit(0)).with_row_index("_w")
+    per = covered(q, index, ["_g"], "start_ns", "end_ns", "ns").sort("_w")
+    return per.select("step", pl.col("ns").cast(pl.Int64))
 
 
 def priority_breakdown(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFrame, remainder: str) -> pl.DataFrame:
@@ -173,17 +172,23 @@ def _label(rules: list[tuple[str, str]], fallback: pl.Expr) -> pl.Expr:
 def _labelled(
     trace: Trace, rules: list[tuple[str, str]], cpu_fallback: pl.Expr, gpu_fallback: str
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(cpu intervals, gpu intervals), each with `label`."""
+    """(cpu intervals, gpu intervals), each with `label`. The labels depend on the op chain
+    only: each op's chain is matched once, and the ops, runtime calls and GPU activities get
+    their op's label by a narrow join (a call without an op gets the label of an empty chain)."""
     chains = _chains(trace)
-    not_step = ~trace.ops["name"].str.contains(PROFILER_STEP)
-    ops = trace.ops.filter(not_step).select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
-    rt = trace.runtime.select("op_id", "ts_ns", "end_ns").join(chains, on="op_id", how="left")
-    cpu = pl.concat([ops, rt]).with_columns(label=_label(rules, cpu_fallback))
-    gpu = (
-        trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns")
-        .join(chains, on="op_id", how="left")
-        .with_columns(label=_label(rules, pl.lit(gpu_fallback)))
-    )
+    cpu_label, gpu_label = _label(rules, cpu_fallback).alias("_cpu"), _label(rules, pl.lit(gpu_fallback)).alias("_gpu")
+    labels = chains.select("op_id", cpu_label, gpu_label)
+    empty = pl.DataFrame({"op_chain": [""]}).select(cpu_label, gpu_label).row(0)
+
+    def labelled(df: pl.DataFrame, which: str, fallback: str) -> pl.DataFrame:
+        got = df.join(labels.select("op_id", which), on="op_id", how="left", maintain_order="left")
+        return got.with_columns(label=pl.col(which).fill_null(fallback)).drop(which)
+
+    ops = trace.ops.select("op_id", "ts_ns", "end_ns", "name").filter(~pl.col("name").str.contains(PROFILER_STEP))
+    ops = ops.drop("name")
+    rt = trace.runtime.select("op_id", "ts_ns", "end_ns")
+    cpu = labelled(pl.concat([ops, rt]), "_cpu", empty[0])
+    gpu = labelled(trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns"), "_gpu", empty[1])
     return cpu, gpu
 
 

@@ -75,7 +75,8 @@ def find_startup(
     d = pl.col("end_ns") - pl.col("start_ns")
     long_init = pl.col("cause").is_in(ONE_TIME) & (d >= int(startup_gap_us * 1000))
     key = pl.col("init_key") if "init_key" in pieces.columns else pl.lit(None, pl.String)
-    p = pieces.sort("start_ns").with_columns(_key=key)
+    # five columns, not the wide classified table: sorting copies every column it carries
+    p = pieces.select("start_ns", "end_ns", "step", "cause", _key=key).sort("start_ns")
     lo, hi = int(wins["start_ns"].min()), int(wins["end_ns"].max())
     recurring = _recurring(p, long_init, first_step, lo + (hi - lo) // 2)
     p = p.with_columns(_recurring=long_init & recurring)

@@ -86,7 +86,12 @@ class StepsResult(Compact):
 
 def _busy_per_step(trace: Trace, kinds: list[str]) -> pl.DataFrame:
     """step, busy_ns (summed over devices), device_window_ns (window × devices with work)."""
-    gpu = trace.gpu.filter(pl.col("kind").is_in(kinds) & pl.col("device").is_not_null())
+    gpu = (
+        trace.gpu.lazy()
+        .filter(pl.col("kind").is_in(kinds) & pl.col("device").is_not_null())
+        .select("device", "ts_ns", "end_ns")
+        .collect()
+    )
     wins = windows.device_windows(trace)
     busy = merge(gpu, ["device"])
     per = gpu_time.busy_by_window(busy, wins)

@@ -162,13 +162,13 @@ def _device_of_calls(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     """Add `device`: that of the call's own GPU activity (a memcpy), else of the latest work the
     same thread launched before it, else the trace's only (or first) device."""
     own = (
-        trace.gpu.filter(pl.col("runtime_id").is_not_null())
+        trace.gpu.select("runtime_id", _own="device")
+        .filter(pl.col("runtime_id").is_not_null())
         .unique("runtime_id", keep="first")
-        .select("runtime_id", _own="device")
     )
     launched = (
-        trace.gpu.filter(pl.col("launch_ts_ns").is_not_null())
-        .select(pid="launch_pid", tid="launch_tid", _lts="launch_ts_ns", _ldev="device")
+        trace.gpu.select(pid="launch_pid", tid="launch_tid", _lts="launch_ts_ns", _ldev="device")
+        .filter(pl.col("_lts").is_not_null())
         .sort("_lts")
     )
     devs = windows.devices(trace)
@@ -188,8 +188,8 @@ def _waited_for(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     """Add `waited_for` / `waited_for_stream`: the GPU activity on the call's device that ended
     last while the call was in progress."""
     gpu = (
-        trace.gpu.filter(pl.col("device").is_not_null())
-        .select("device", _gend="end_ns", waited_for="name", waited_for_stream="stream")
+        trace.gpu.select("device", _gend="end_ns", waited_for="name", waited_for_stream="stream")
+        .filter(pl.col("device").is_not_null())
         .sort("_gend")
     )
     if gpu.is_empty() or calls.is_empty():

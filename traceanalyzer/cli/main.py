@@ -36,10 +36,34 @@ def _size(text: str) -> int:
     metavar="SIZE",
     help="stop with an error when a gzip trace inflates past SIZE (e.g. 512M, 64G) [default: 64G]",
 )
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="neither read nor write the single-file cache (decoded tables and results of earlier commands on the "
+    "same trace; also TRACEANALYZER_NO_CACHE=1)",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="where the cache lives [default: $XDG_CACHE_HOME/traceanalyzer, else ~/.cache/traceanalyzer]",
+)
+@click.option(
+    "--cache-max",
+    type=str,
+    default=None,
+    metavar="SIZE",
+    help="the least recently used traces leave the cache beyond SIZE (e.g. 5G) [default: 20G]",
+)
 @click.pass_context
-def cli(ctx: click.Context, max_decompressed: str | None) -> None:
+def cli(
+    ctx: click.Context, max_decompressed: str | None, no_cache: bool, cache_dir: str | None, cache_max: str | None
+) -> None:
     """Offline post-mortem analysis of PyTorch profiler (Kineto) traces: why the GPU sat idle."""
-    ctx.ensure_object(dict)["max_decompressed"] = _size(max_decompressed) if max_decompressed else None
+    obj = ctx.ensure_object(dict)
+    obj["max_decompressed"] = _size(max_decompressed) if max_decompressed else None
+    obj["no_cache"], obj["cache_dir"] = no_cache, cache_dir
+    obj["cache_max"] = _size(cache_max) if cache_max else None
 
 
 for _command in COMMANDS:

@@ -4,7 +4,6 @@ every command shares (`--format`, `--top`, `-o`)."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -117,11 +116,25 @@ def _table_path(ctx: click.Context, param: click.Parameter, value: str | None) -
     return value
 
 
+def cache_option(fn: Callable) -> Callable:
+    """`--no-cache` on a command (as the group's `traceanalyzer --no-cache`), read through the
+    click context by `cli.opening`."""
+    return click.option(
+        "--no-cache",
+        is_flag=True,
+        default=False,
+        expose_value=False,
+        callback=_remember("no_cache"),
+        help="neither read nor write the single-file cache of decoded tables and results",
+    )(fn)
+
+
 def output_options(fn: Callable) -> Callable:
     """`--format`, `--top`, `-o/--output` and `--wide`, shared by every table command. `--top`
     limits the rows of the text tables (20 when not given); given explicitly, it limits the
     JSON and CSV too, which are otherwise complete. `--wide` reaches `emit` through the click
     context."""
+    fn = cache_option(fn)
     fn = click.option(
         "--wide",
         is_flag=True,
@@ -187,24 +200,3 @@ def picture_format(output: str) -> str:
     if ext not in PICTURE_EXTENSIONS:
         raise UsageError(output, f"a picture is written as .png, .svg or .pdf, not {ext or 'a file without extension'}")
     return ext[1:]
-
-
-def progress_printer() -> Callable[[int, int], None] | None:
-    """A bytes-read progress line on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return None
-    last = [-1]
-
-    def show(done: int, total: int) -> None:
-        if total <= 0:
-            return
-        pct = int(done * 100 / total)
-        if pct != last[0]:
-            last[0] = pct
-            bar = "#" * (pct // 4)
-            sys.stderr.write(f"\rloading [{bar:<25}] {pct:3d}% {done / 1e6:,.0f}/{total / 1e6:,.0f} MB")
-            if done >= total:
-                sys.stderr.write("\r" + " " * 60 + "\r")
-            sys.stderr.flush()
-
-    return show

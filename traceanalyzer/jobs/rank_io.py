@@ -17,9 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -127,24 +124,21 @@ def cache_key(data: bytes, options_json: str) -> str:
 
 def save(result: Any, folder: str) -> None:
     """Write a RankResult atomically: its tables as Parquet, its scalars as JSON, in a temporary
-    folder renamed into place (a concurrent or interrupted run never leaves half a result)."""
-    final = Path(folder)
-    if final.exists():
-        return
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
-    scalars = {}
-    for f in dataclasses.fields(result):
-        v = getattr(result, f.name)
-        if isinstance(v, pl.DataFrame):
-            v.write_parquet(tmp / f"{f.name}.parquet")
-        else:
-            scalars[f.name] = list(v) if isinstance(v, tuple) else v
-    (tmp / "scalars.json").write_text(json.dumps(scalars))
-    try:
-        os.replace(tmp, final)
-    except OSError:  # another worker wrote the same key first: theirs is as good
-        shutil.rmtree(tmp, ignore_errors=True)
+    folder renamed into place (`cache.atomic_folder`: a concurrent or interrupted run never
+    leaves half a result)."""
+    from traceanalyzer.jobs.cache import atomic_folder
+
+    with atomic_folder(folder) as tmp:
+        if tmp is None:
+            return
+        scalars = {}
+        for f in dataclasses.fields(result):
+            v = getattr(result, f.name)
+            if isinstance(v, pl.DataFrame):
+                v.write_parquet(tmp / f"{f.name}.parquet")
+            else:
+                scalars[f.name] = list(v) if isinstance(v, tuple) else v
+        (tmp / "scalars.json").write_text(json.dumps(scalars))
 
 
 def load_cached(cls: type, folder: str, path: str) -> Any | None:

@@ -6,7 +6,7 @@ goes to a worker, which decodes it into the same per-kind polars tables as the s
 (`RawTables.add_chunk`) and sends them back pickled (polars pickles a frame as Arrow IPC).
 Results are taken back in file order, so the tables equal the serial path's.
 
-Workers are plain subprocesses (`python -m traceanalyzer.load.parallel`) talking over pipes
+Workers are plain subprocesses (`python -c` running `_worker_main`) talking over pipes
 with length-prefixed messages: unlike a multiprocessing spawn pool they never re-import the
 caller's `__main__` (a script without an `if __name__ == "__main__"` guard stays safe), and
 unlike fork they never inherit a polars thread pool in a half-copied state.
@@ -111,6 +111,11 @@ class _Rejected(Exception):
     """A worker could not decode a chunk (or died): read the file serially instead."""
 
 
+# Not `-m traceanalyzer.load.parallel`: runpy would import the package (which imports this
+# module) before running this file again as __main__, and warn about it on stderr every run.
+_WORKER = "from traceanalyzer.load.parallel import _worker_main; _worker_main()"
+
+
 class _Workers:
     """`n` worker processes used round robin, one chunk in flight per worker."""
 
@@ -120,7 +125,7 @@ class _Workers:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "traceanalyzer.load.parallel"],
+                [sys.executable, "-c", _WORKER],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,
@@ -228,7 +233,3 @@ def _serial_again(source: ByteSource):
         source.path, max_decompressed=source.max_decompressed, progress=source.progress, serial_only=True
     ) as fresh:
         return read_serial(fresh)
-
-
-if __name__ == "__main__":
-    _worker_main()

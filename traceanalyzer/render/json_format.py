@@ -14,6 +14,9 @@ from traceanalyzer.version import __version__
 
 
 def _clean(value: Any) -> Any:
+    if callable(value) and not isinstance(value, type):
+        # a part of the body only JSON prints, computed when the JSON is written (`Report.payload`)
+        return _clean(value())
     if isinstance(value, pl.DataFrame):
         return [_clean(r) for r in value.to_dicts()]
     if isinstance(value, dict):

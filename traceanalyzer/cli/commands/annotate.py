@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from traceanalyzer.cli.commands.common import open_session
-from traceanalyzer.cli.options import build_options, option_flags
+from traceanalyzer.cli.options import build_options, cache_option, option_flags
 
 GROUPS = ("patterns", "gaps", "steps")
 
@@ -20,6 +20,7 @@ GROUPS = ("patterns", "gaps", "steps")
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), required=True, help="the annotated trace (.json or .json.gz)"
 )
+@cache_option
 @option_flags(*GROUPS)
 def command(trace: str, output: str, **kwargs) -> None:
     """Write the trace plus tracks marking gaps, sync stalls and exposed copies (for Perfetto)."""

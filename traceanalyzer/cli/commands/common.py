@@ -8,14 +8,15 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import click
 import polars as pl
 
-from traceanalyzer.cli.options import progress_printer, resolve_format
+from traceanalyzer.cli import opening
+from traceanalyzer.cli.options import resolve_format
 from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import Finding
-from traceanalyzer.load import load
 from traceanalyzer.options import Options
 from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.fit import FIXED_WIDTH, terminal_width
@@ -25,22 +26,34 @@ from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
 
 
-def load_trace(path: str, max_decompressed: int | None = None) -> Trace:
-    """Load with a progress bar on a terminal; warnings go to stderr, one line each."""
-    if max_decompressed is None:  # the group's --max-decompressed (cli.py)
-        ctx = click.get_current_context(silent=True)
-        obj = ctx.find_root().obj if ctx is not None else None
-        max_decompressed = obj.get("max_decompressed") if isinstance(obj, dict) else None
-    kwargs = {"max_decompressed": max_decompressed} if max_decompressed else {}
-    trace = load(path, progress=progress_printer(), **kwargs)
+def _open(path: str, options: Options) -> tuple[Trace, Any]:
+    """The trace (cached or decoded, with progress on a terminal) and its cache; the load's
+    warnings go to stderr, one line each."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    max_decompressed = obj.get("max_decompressed") if isinstance(obj, dict) else None  # the group's flag
+    trace, store = opening.open_trace(path, options, max_decompressed)
     for w in trace.warnings:
         click.echo(f"traceanalyzer: warning: {path}: {w}", err=True)
-    return trace
+    return trace, store
+
+
+def load_trace(path: str, options: Options | None = None) -> Trace:
+    """The Trace of `path` (from the single-file cache when it holds it)."""
+    return _open(path, Options.of(options))[0]
 
 
 def open_session(path: str, options: Options) -> Session:
-    """The Session a command reads all its numbers from."""
-    return Session(load_trace(path), options)
+    """The Session a command reads all its numbers from; with the cache on, it reads results of
+    earlier runs from it and stores what it computes when the command ends."""
+    trace, store = _open(path, options)
+    ses = Session(trace, options, store=store)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(lambda: opening.prune(store))  # runs last: callbacks close in reverse order
+        ctx.call_on_close(ses.save)
+        ctx.call_on_close(opening.stop_progress)
+    return ses
 
 
 def _display(report: Report, output: str | None) -> Report:
@@ -61,6 +74,7 @@ def emit(report: Report, fmt: str | None, output: str | None) -> None:
     that writes several files, as CSV one per table, writes them all beside it)."""
     renderer = RENDERERS[resolve_format(fmt, output)]
     report = _display(report, output)
+    opening.stop_progress()
     if output:
         for path in renderer.write(report, output):
             click.echo(f"wrote {path}", err=True)

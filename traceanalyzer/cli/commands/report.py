@@ -17,7 +17,7 @@ import click
 from traceanalyzer.cli.commands.common import open_session
 from traceanalyzer.cli.commands.summary import GROUPS
 from traceanalyzer.cli.commands.timeline import picture_options
-from traceanalyzer.cli.options import build_options, fail_on_option, option_flags
+from traceanalyzer.cli.options import build_options, cache_option, fail_on_option, option_flags
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.render import RENDERERS
 from traceanalyzer.report import Report
@@ -46,6 +46,7 @@ def write_documents(rep: Report, directory: str, html_too: bool) -> list[str]:
 )
 @click.option("--html", "html_too", is_flag=True, help="also write report.html with the pictures inline")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="rows per table")
+@cache_option
 @picture_options
 @option_flags(*GROUPS)
 @fail_on_option(", after writing the report")

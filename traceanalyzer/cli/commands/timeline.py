@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from traceanalyzer.cli.commands.common import open_session
-from traceanalyzer.cli.options import build_options, option_flags, picture_format
+from traceanalyzer.cli.options import build_options, cache_option, option_flags, picture_format
 
 GROUPS = ("patterns", "gaps", "steps")
 
@@ -47,6 +47,7 @@ def picture_options(fn):
 )
 @click.option("--start", "start_ms", type=float, default=None, help="window start (ms from the trace start)")
 @click.option("--end", "end_ms", type=float, default=None, help="window end (ms from the trace start)")
+@cache_option
 @picture_options
 @option_flags(*GROUPS)
 def command(

@@ -1,0 +1,143 @@
+"""The single-file cache: a second command on the same trace reads the decoded tables and the
+results of the first instead of decoding and computing them again, prints the same bytes, and
+never touches the input; any change of the file, the options or the version is a miss."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+import traceanalyzer.session
+from traceanalyzer.cli import cli
+from traceanalyzer.jobs import cache
+
+TRACE = "a100_multistream_syncs.json.gz"
+
+
+@pytest.fixture
+def cached(monkeypatch, tmp_path):
+    """The cache on, in a temporary XDG_CACHE_HOME (conftest turns it off for every other test)."""
+    monkeypatch.delenv(cache.ENV_DISABLE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "traceanalyzer"
+
+
+@pytest.fixture
+def trace(SHARED_TRACES, tmp_path):
+    dst = tmp_path / TRACE
+    shutil.copy(SHARED_TRACES / TRACE, dst)
+    return dst
+
+
+def _run(*args: str) -> str:
+    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def _forbid(monkeypatch) -> None:
+    """Decoding or computing gaps now fails the test: both must come from the cache."""
+
+    def boom(*a, **k):
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(importlib.import_module("traceanalyzer.load"), "load", boom)
+    monkeypatch.setattr(traceanalyzer.session, "classify_gaps", boom)
+    monkeypatch.setattr(traceanalyzer.session, "analyse_gaps", boom)
+
+
+def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, monkeypatch):
+    before = hashlib.sha256(trace.read_bytes()).hexdigest(), os.stat(trace).st_mtime_ns
+    first = _run("gaps", str(trace), "--format", "json")
+    entries = list(cached.iterdir())
+    assert len(entries) == 1 and (entries[0] / "trace" / "value.pickle").is_file()
+    assert (entries[0] / "trace" / "df0.parquet").is_file()  # tables as Parquet, not in the pickle
+    assert not list(cached.rglob(".tmp-*"))  # written atomically: nothing half-written left
+    _forbid(monkeypatch)
+    assert _run("gaps", str(trace), "--format", "json") == first
+    # summary reads the same gap classification (same options), so it needs no decoding either
+    summary = json.loads(_run("summary", str(trace), "--format", "json"))
+    assert summary["idle_by_cause"]  # built from the cached classification (classify_gaps is forbidden)
+    assert (hashlib.sha256(trace.read_bytes()).hexdigest(), os.stat(trace).st_mtime_ns) == before
+
+
+def test_cached_output_equals_a_fresh_run(cached, trace):
+    """Every command that reads the cache prints what a run without it prints."""
+    for cmd in ("summary", "gaps", "syncs", "copies", "stages", "kernels", "ops", "path", "roofline"):
+        _run(cmd, str(trace), "--format", "json")
+    for cmd in ("summary", "gaps", "syncs", "copies", "stages", "kernels", "ops", "path", "roofline"):
+        fresh = _run(cmd, str(trace), "--format", "json", "--no-cache")
+        assert _run(cmd, str(trace), "--format", "json") == fresh, cmd
+
+
+def test_no_cache_and_cache_dir(cached, trace, tmp_path):
+    _run("--no-cache", "gaps", str(trace))
+    _run("gaps", str(trace), "--no-cache")
+    assert not cached.exists()
+    elsewhere = tmp_path / "elsewhere"
+    _run("--cache-dir", str(elsewhere), "gaps", str(trace))
+    assert len(list(elsewhere.iterdir())) == 1 and not cached.exists()
+    _run("gaps", str(trace), "--cache-dir", str(tmp_path / "via-ranks-flag"))  # the directory mode's flag
+    assert (tmp_path / "via-ranks-flag").is_dir()
+
+
+def test_a_changed_file_or_other_options_are_misses(cached, trace):
+    _run("gaps", str(trace))
+    (key,) = list(cached.iterdir())
+    os.utime(trace, ns=(os.stat(trace).st_atime_ns, os.stat(trace).st_mtime_ns + 10**9))
+    _run("gaps", str(trace))
+    assert len(list(cached.iterdir())) == 2  # the touched file is a new trace key
+    _run("gaps", str(trace), "--min-gap", "50")
+    (new,) = [d for d in cached.iterdir() if d != key]
+    assert len(list(new.glob("results-*"))) == 2  # other options, their own results
+    assert len(list(key.glob("results-*"))) == 1
+
+
+def test_fingerprint_sees_the_ends_of_the_file(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_bytes(b"x" * (3 << 20))
+    st = os.stat(p)
+    a = cache.fingerprint(p)
+    with open(p, "r+b") as fh:  # same size, same mtime, last byte changed
+        fh.seek(-1, os.SEEK_END)
+        fh.write(b"y")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache.fingerprint(p) != a
+
+
+def test_other_code_is_a_miss(cached, trace, monkeypatch):
+    """A result computed by other code (a checkout edited under one version) is never read."""
+    _run("gaps", str(trace))
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: "other code")
+    _run("gaps", str(trace))
+    assert len(list(cached.iterdir())) == 2
+
+
+def test_prune_removes_the_least_recently_used_first(tmp_path):
+    for name, size, age in [("old", 300, 30), ("mid", 300, 20), ("new", 300, 10)]:
+        d = tmp_path / name / "trace"
+        d.mkdir(parents=True)
+        (d / "value.pickle").write_bytes(b"x" * size)
+        t = 1_700_000_000 - age
+        os.utime(tmp_path / name, (t, t))
+    # 900 bytes held, 650 allowed: the oldest goes; "mid" is in use, so "new" goes next at 350
+    assert [p.name for p in cache.prune(tmp_path, 650)] == ["old"]
+    assert [p.name for p in cache.prune(tmp_path, 350, keep=tmp_path / "mid")] == ["new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid"]
+
+
+def test_cache_max_keeps_only_the_trace_in_use(cached, trace, SHARED_TRACES, tmp_path, monkeypatch):
+    other = tmp_path / "other.json.gz"
+    shutil.copy(SHARED_TRACES / "mi250_rocm_minitoy.json.gz", other)
+    _run("gaps", str(other))
+    _run("--cache-max", "1", "gaps", str(trace))
+    (left,) = list(cached.iterdir())
+    assert (left / "trace").is_dir() and len(list(left.glob("results-*"))) == 1
+    _forbid(monkeypatch)
+    _run("gaps", str(trace))  # the entry in use survived the pruning: a hit
