@@ -13,6 +13,7 @@ import msgspec
 import polars as pl
 
 from traceanalyzer.errors import TraceReadError
+from traceanalyzer.load import native
 from traceanalyzer.load.chunks import CHUNK_BYTES, EventSplitter, Split
 from traceanalyzer.load.decode import COLUMN_BUILDERS, DECODER, Event, bucket
 from traceanalyzer.load.normalize import BIG_IDS, FRAME_BUILDERS, STATS, STRING_IDS, empty_frame
@@ -37,12 +38,15 @@ def _error_position(exc: msgspec.DecodeError) -> int | None:
 class RawTables:
     """Accumulates the typed tables of a trace chunk by chunk."""
 
-    def __init__(self) -> None:
+    def __init__(self, use_native: bool | None = None) -> None:
         self.parts: dict[str, list[pl.DataFrame]] = {k: [] for k in FRAME_BUILDERS}
         self.counts: Counter = Counter()
         self.fixes: Counter = Counter()  # loose values made uniform, entries dropped
         self.events = 0
         self.error_pos: int | None = None  # byte position of the last decode failure
+        # The native decoder first (see native.py); a chunk it does not read is read below.
+        self.native = native.enabled() if use_native is None else use_native and native.available()
+        self.declined = 0  # chunks the native decoder left to the Python one
 
     def error(self) -> int | None:
         """Byte position of the last decode failure, for the splitter's salvage."""
@@ -79,6 +83,13 @@ class RawTables:
 
     def add_chunk(self, data: bytes | memoryview) -> bool:
         """Decode one chunk of events into the tables; False when it cannot be read whole."""
+        if self.native:
+            pieces = native.decode(data)
+            if pieces is not None:
+                self.error_pos = None
+                self.events += native.add_pieces(pieces, self.parts, self.counts, self.fixes)
+                return True
+            self.declined += 1
         try:
             events = DECODER.decode(data)
         except UnicodeDecodeError:
@@ -167,12 +178,15 @@ def read_warnings(split: Split, raw: RawTables, source: ByteSource) -> list[str]
 
 
 def read_serial(
-    source: ByteSource, chunk_bytes: int = CHUNK_BYTES
+    source: ByteSource, chunk_bytes: int | None = None, use_native: bool | None = None
 ) -> tuple[dict[str, pl.DataFrame], dict, Counter, list[str]]:
     """Decode every event of `source` in this process; returns (tables, metadata, counts,
     warnings). Damage is salvaged (see chunks.py) and reported in the warnings; a source from
-    which not one event could be read because of damage raises TraceReadError."""
-    raw = RawTables()
+    which not one event could be read because of damage raises TraceReadError. `use_native`
+    None: the native decoder when enabled (native.py), in chunks of a few MB per thread."""
+    raw = RawTables(use_native)
+    if chunk_bytes is None:
+        chunk_bytes = native.chunk_bytes() if raw.native else CHUNK_BYTES
     splitter = EventSplitter(source, chunk_bytes)
     for _ in splitter.chunks(raw.add_chunk, raw.error):
         pass
