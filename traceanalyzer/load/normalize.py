@@ -227,7 +227,9 @@ def ns_frame(raw: dict[str, RawTexts]) -> pl.DataFrame:
         ns, slow = out[k], out["_slow_" + k]
         if slow.any():
             idx = slow.arg_true()
-            fixed = text.select(checked_ns(pl.col(k).gather(idx)).alias(k))[k]
+            # Gathered first, then read: `checked_ns(col.gather(idx))` inside one select made
+            # polars 2.1 panic (a length assertion) once two slow texts took different branches.
+            fixed = text[k].gather(idx).to_frame().select(checked_ns(pl.col(k)).alias(k))[k]
             ns = ns.scatter(idx, fixed)
         cols.append(ns)
     return pl.DataFrame(cols)
