@@ -4,6 +4,7 @@
 //! Returns None when any part of the chunk is not read here (damage, odd types): the caller then
 //! reads the chunk with the Python loader, which salvages and words the warnings.
 
+mod buffer;
 mod columns;
 mod events;
 mod scan;
@@ -11,7 +12,7 @@ mod scan;
 use columns::{Col, Label};
 use events::{decode_piece, Piece, KINDS};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use scan::unescape;
 
 /// The events between the outer brackets of `[ ... ]` (white space around allowed).
@@ -141,20 +142,13 @@ fn piece_to_py<'py>(py: Python<'py>, piece: &Piece) -> PyResult<Bound<'py, PyTup
     PyTuple::new(py, [piece.events.into_pyobject(py)?.into_any(), counts.into_any(), big.into_pyobject(py)?.into_any(), strings.into_pyobject(py)?.into_any(), tables.into_any()])
 }
 
-/// Decode a chunk `[ev, ...]` (bytes or bytearray) on up to `threads` threads; a list of pieces
+/// Decode a chunk `[ev, ...]` (any contiguous buffer: bytes, bytearray, memoryview) on up to `threads` threads; a list of pieces
 /// in file order (see `piece_to_py`), or None when the chunk is not read here.
 #[pyfunction]
 #[pyo3(signature = (data, threads=1))]
 fn decode_chunk<'py>(py: Python<'py>, data: &Bound<'py, PyAny>, threads: usize) -> PyResult<Option<Bound<'py, PyList>>> {
-    let owned;
-    let bytes: &[u8] = if let Ok(b) = data.downcast::<PyBytes>() {
-        b.as_bytes()
-    } else if let Ok(b) = data.downcast::<PyByteArray>() {
-        owned = b.to_vec(); // a bytearray may change under us once the GIL is released
-        &owned
-    } else {
-        return Err(pyo3::exceptions::PyTypeError::new_err("decode_chunk wants bytes or bytearray"));
-    };
+    let view = buffer::View::new(data)?;
+    let bytes: &[u8] = view.bytes();
     let decoded = py.allow_threads(|| decode_all(bytes, threads));
     let Some(pieces) = decoded else { return Ok(None) };
     let out = PyList::empty(py);

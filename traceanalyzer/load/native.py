@@ -68,9 +68,7 @@ def decode(data: bytes | bytearray | memoryview) -> list[tuple] | None:
     """The pieces of one chunk `[ev, ...]` (see `add_pieces`), or None when Python must read it."""
     if _native is None:
         return None
-    if isinstance(data, memoryview):  # the stable ABI of 3.10 has no buffer protocol: one copy
-        data = data.tobytes()
-    return _native.decode_chunk(data, threads())
+    return _native.decode_chunk(data, threads())  # read in place, no copy
 
 
 def _u32(b: bytes) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from contextlib import nullcontext
 
 import msgspec
 import polars as pl
@@ -19,7 +20,7 @@ from traceanalyzer.load.decode import COLUMN_BUILDERS, DECODER, Event, bucket
 from traceanalyzer.load.normalize import BIG_IDS, FRAME_BUILDERS, STATS, STRING_IDS, empty_frame
 from traceanalyzer.load.repair import BARE, CONTROL
 from traceanalyzer.load.repair import fix_utf8 as _fix_utf8
-from traceanalyzer.load.source import ByteSource
+from traceanalyzer.load.source import ByteSource, Prefetch
 
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENT = msgspec.json.Decoder(Event)
@@ -187,9 +188,11 @@ def read_serial(
     raw = RawTables(use_native)
     if chunk_bytes is None:
         chunk_bytes = native.chunk_bytes() if raw.native else CHUNK_BYTES
-    splitter = EventSplitter(source, chunk_bytes)
-    for _ in splitter.chunks(raw.add_chunk, raw.error):
-        pass
+    # The native decoder releases the GIL: read and inflate the next block meanwhile.
+    with Prefetch(source, chunk_bytes) if raw.native else nullcontext(source) as reader:
+        splitter = EventSplitter(reader, chunk_bytes)
+        for _ in splitter.chunks(raw.add_chunk, raw.error):
+            pass
     split = splitter.split
     if raw.events == 0 and (split.truncated or split.damaged or raw.fixes[NOT_OBJECTS]):
         why = split.truncated or ("damaged" if split.damaged else "no entry of traceEvents is an object")
