@@ -80,6 +80,7 @@ impl<'a> Parser<'a> {
         let b = self.b;
         let mut esc = false;
         loop {
+            self.skip_plain();
             let c = *b.get(self.p).ok_or(Reject)?;
             self.p += 1;
             match c {
@@ -112,6 +113,27 @@ impl<'a> Parser<'a> {
                 0..=0x1f => return Err(Reject),
                 _ => {}
             }
+        }
+    }
+
+    /// Skip string bytes that need no look (not `"`, `\\` or a control character), 8 at a time.
+    #[inline]
+    fn skip_plain(&mut self) {
+        const LO: u64 = 0x0101_0101_0101_0101;
+        const HI: u64 = 0x8080_8080_8080_8080;
+        let b = self.b;
+        while self.p + 8 <= b.len() {
+            let x = u64::from_le_bytes(b[self.p..self.p + 8].try_into().unwrap());
+            let quote = x ^ (LO * b'"' as u64);
+            let slash = x ^ (LO * b'\\' as u64);
+            // A zero byte in quote/slash, or a byte below 0x20 (bytes >= 0x80 are never flagged).
+            let special = (quote.wrapping_sub(LO) & !quote)
+                | (slash.wrapping_sub(LO) & !slash)
+                | (x.wrapping_sub(LO * 0x20) & !x);
+            if special & HI != 0 {
+                return;
+            }
+            self.p += 8;
         }
     }
 
