@@ -186,7 +186,10 @@ def _ratios(results: list[tuple[Path, float, dict[str, dict]]]) -> list[str]:
 
 
 def _has(python: str, module: str) -> bool:
-    return Path(python).exists() and subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+    return (
+        Path(python).exists()
+        and subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+    )
 
 
 def _cases(path: Path, mb: float, args: argparse.Namespace, ta: str, tmp: Path) -> list[tuple[str, list, dict]]:

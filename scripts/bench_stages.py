@@ -83,7 +83,9 @@ def main(path: Path) -> None:
     rows += [(k, v[0], v[1]) for k, v in inner.items()]
     overlapped = inner.get("read + inflate (own thread when native)", [0, 0])[1] if use_native else 0.0
     rest_wall = read_wall - sum(v[1] for v in inner.values()) + overlapped
-    rows.append(("splitting, framing, concat (rest of the read)", read_cpu - sum(v[0] for v in inner.values()), rest_wall))
+    rows.append(
+        ("splitting, framing, concat (rest of the read)", read_cpu - sum(v[0] for v in inner.values()), rest_wall)
+    )
     c, w = time.process_time(), time.perf_counter()
 
     def lap(name: str) -> None:
