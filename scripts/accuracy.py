@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from traceanalyzer import analyse_gaps, load
-from traceanalyzer.session import analyse_findings
+from traceanalyzer.findings import analyse_findings
 
 BUSY_ENOUGH = 0.95
 

@@ -45,7 +45,7 @@ def build(src: Path, n: int, out: Path) -> Path:
 
 def _measured(path, options, cache):
     """The per-rank unit plus this worker's peak RSS (MiB)."""
-    from traceanalyzer.ranks import analyse_rank_file
+    from traceanalyzer.jobs.executors import analyse_rank_file
 
     r = analyse_rank_file(path, options, cache)
     return r, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -53,9 +53,9 @@ def _measured(path, options, cache):
 
 def one(directory: str, config: str, cache: str) -> dict:
     """Run one configuration in this process; its numbers as a dict."""
-    from traceanalyzer.analyses.multirank import RankResult, cross_rank
+    from traceanalyzer.jobs.executors import rank_files, run_ranks
+    from traceanalyzer.jobs.multirank import RankResult, cross_rank
     from traceanalyzer.options import Options
-    from traceanalyzer.ranks import rank_files, run_ranks
 
     opts = Options()
     files = rank_files(directory)

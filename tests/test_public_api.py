@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import traceanalyzer as ta
-from traceanalyzer.analyses.registry import ANALYSES
+from traceanalyzer.registry import ANALYSES
 
 
 def test_all_names_exist():

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 import traceanalyzer as ta
 from tests.conftest import SHARED_TRACES_DIR
 from tests.synthetic import TraceBuilder
-from traceanalyzer.analyses.diff import analyse_diff
-from traceanalyzer.analyses.findings import RULES_BY_ID
 from traceanalyzer.cli import cli
+from traceanalyzer.findings import RULES_BY_ID
+from traceanalyzer.jobs.diff import analyse_diff
 from traceanalyzer.options import GROUP_OF, GROUPS, Options
 from traceanalyzer.render.report_md import build_report
 
@@ -246,8 +246,8 @@ def test_sync_idle_reconciles_on_random_traces(tmp_path_factory, kernels, syncs,
 def test_exposed_communication_is_one_number_per_rank_and_step(SHARED_TRACES):
     # The single-file figures (summary/gaps JSON `communication`) are the directory mode's per
     # rank: the same collective kernels, the same compute union, the same step windows.
-    from traceanalyzer.analyses.multirank import rank_from_name
-    from traceanalyzer.ranks import analyse_dir
+    from traceanalyzer.jobs.executors import analyse_dir
+    from traceanalyzer.jobs.multirank import rank_from_name
 
     folder = SHARED_TRACES / "mi300x_ddp_resnet_4ranks"
     job = analyse_dir(str(folder))[1].matched.exposed

@@ -21,42 +21,53 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """Modules of the package imported at module level (not inside functions, not under
-    `if TYPE_CHECKING:`): the imports that run when the module is imported."""
+def _imports(path: Path, modules: set[str], type_checking: bool = False, functions: bool = False) -> set[str]:
+    """Modules of the package that `path` imports: at module level by default; with
+    `type_checking`, also those under `if TYPE_CHECKING:`; with `functions`, also those imported
+    inside functions (deferred imports still tie one floor to another)."""
     tree = ast.parse(path.read_text())
     found: set[str] = set()
 
     def visit(body):
         for node in body:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                if type_checking:
+                    visit(node.body)
                 continue
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if functions:
+                    visit(node.body)
                 continue
             if isinstance(node, ast.ClassDef):
                 visit(node.body)
             elif isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module:
-                found.add(node.module)
-                found.update(f"{node.module}.{a.name}" for a in node.names)
-            elif isinstance(node, (ast.If, ast.Try)):
+                subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+                # `from pkg import submodule` imports the submodule; `from pkg import name`, pkg
+                found.update(subs or {node.module})
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
                 visit(node.body)
                 visit(getattr(node, "orelse", []))
                 for h in getattr(node, "handlers", []):
                     visit(h.body)
+                visit(getattr(node, "finalbody", []))
 
     visit(tree.body)
     return {m for m in found if m in modules}
 
 
-def test_no_import_cycle():
+def _graph(type_checking: bool, functions: bool = False) -> dict[str, set[str]]:
     mods = _modules()
     names = set(mods)
-    graph = {m: _imports(p, names) - {m} for m, p in mods.items()}
+    graph = {m: _imports(p, names, type_checking, functions) - {m} for m, p in mods.items()}
     # A package's __init__ importing its own submodules is how packages work, not a cycle.
     for m in graph:
         graph[m] = {d for d in graph[m] if not (d.startswith(m + ".") and mods[m].name == "__init__.py")}
+    return graph
+
+
+def _assert_acyclic(graph: dict[str, set[str]]) -> None:
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -77,6 +88,96 @@ def test_no_import_cycle():
             dfs(m)
 
 
+def test_no_import_cycle():
+    _assert_acyclic(_graph(type_checking=False))
+
+
+def test_no_import_cycle_under_type_checking():
+    _assert_acyclic(_graph(type_checking=True))
+
+
+# The floors, bottom up (CONTRIBUTING.md): a module imports its own floor and those below, never
+# one above. `traceanalyzer` itself (the public API) sits on top of everything and nothing
+# imports it. The vocabulary floor holds what every floor reads: the data model, options, name
+# patterns, errors, the loader.
+FLOORS = [
+    ("vocabulary", ("errors", "trace", "patterns", "options", "redact", "links", "version", "causes", "load")),
+    ("analyses", ("analyses",)),
+    ("session", ("session",)),
+    ("findings and jobs", ("findings", "jobs", "registry")),
+    ("render", ("report", "render")),
+    ("cli", ("cli", "__main__")),
+]
+
+
+def _floor(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    for i, (_, tops) in enumerate(FLOORS):
+        if top in tops:
+            return i
+    raise AssertionError(f"{module} sits on no floor: add it to FLOORS and CONTRIBUTING.md")
+
+
+def test_every_module_imports_only_its_floor_and_below():
+    graph = _graph(type_checking=True, functions=True)
+    wrong = []
+    for m, deps in sorted(graph.items()):
+        if m == "traceanalyzer":
+            continue
+        for d in sorted(deps):
+            if d == "traceanalyzer" or _floor(d) > _floor(m):
+                wrong.append(f"{m} imports {d}")
+    assert not wrong, wrong
+
+
+def test_renderers_receive_results_only():
+    """A renderer never imports an analysis, the Session, the rules or the jobs (not even for
+    types): it is handed plain results, Reports and tables."""
+    graph = _graph(type_checking=True, functions=True)
+    banned = ("traceanalyzer.analyses", "traceanalyzer.session", "traceanalyzer.findings", "traceanalyzer.jobs")
+    wrong = {
+        (m, d)
+        for m, deps in sorted(graph.items())
+        if m.startswith("traceanalyzer.render")
+        for d in sorted(deps)
+        if d.startswith(banned)
+    }
+    assert wrong <= RENDER_PENDING, sorted(wrong - RENDER_PENDING)
+
+
+# Renderers that still reach below for result types or a Session while the one report model and
+# the display helper are being built (issue #21, point 4): this set only shrinks, to nothing.
+RENDER_PENDING = {
+    ("traceanalyzer.render.annotate", "traceanalyzer.analyses.gaps"),
+    ("traceanalyzer.render.annotate", "traceanalyzer.analyses.syncs"),
+    ("traceanalyzer.render.charts", "traceanalyzer.analyses.copies"),
+    ("traceanalyzer.render.charts", "traceanalyzer.analyses.gaps"),
+    ("traceanalyzer.render.charts", "traceanalyzer.analyses.memory"),
+    ("traceanalyzer.render.charts", "traceanalyzer.analyses.stages"),
+    ("traceanalyzer.render.report_md", "traceanalyzer.analyses"),
+    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.copies"),
+    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.gaps"),
+    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.syncs"),
+    ("traceanalyzer.render.report_md", "traceanalyzer.analyses.windows"),
+    ("traceanalyzer.render.report_md", "traceanalyzer.session"),
+    ("traceanalyzer.render.timeline_layout", "traceanalyzer.analyses.gaps"),
+    ("traceanalyzer.render.timeline_layout", "traceanalyzer.analyses.windows"),
+    ("traceanalyzer.render.timeline_layout", "traceanalyzer.session"),
+}
+
+
+def test_click_lives_in_the_cli_floor_only():
+    for p in PACKAGE.rglob("*.py"):
+        if "cli" in p.relative_to(PACKAGE).parts:
+            continue
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not any(n == "click" or n.startswith("click.") for n in names), p
+
+
 def test_the_loader_and_its_worker_pool_do_not_import_each_other():
     mods = _modules()
     names = set(mods)
@@ -94,7 +195,7 @@ def test_renderers_never_run_an_analysis():
 
 
 def test_commands_read_a_session():
-    for p in (PACKAGE / "commands").rglob("*.py"):
+    for p in (PACKAGE / "cli").rglob("*.py"):
         assert not re.search(
             r"\banalyse_(gaps|syncs|copies|stages|steps|kernels|memory|ops|findings)\(", p.read_text()
         ), p

@@ -10,20 +10,17 @@ each once and hands the same result to everything that reads it.
 Neither click nor matplotlib is imported here: they load only with the CLI and the pictures.
 """
 
-__version__ = "0.1.0"
-
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
-from traceanalyzer.analyses.diff import DiffResult, analyse_diff
-from traceanalyzer.analyses.findings import Finding
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
 from traceanalyzer.analyses.ops import analyse_ops
-from traceanalyzer.analyses.registry import ANALYSES
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.errors import NotATraceError, TraceAnalyzerError, TraceReadError
+from traceanalyzer.findings import Finding, analyse_findings
+from traceanalyzer.jobs.diff import DiffResult, analyse_diff
 from traceanalyzer.load import load
 from traceanalyzer.options import (
     CopyOptions,
@@ -40,8 +37,10 @@ from traceanalyzer.options import (
     StepOptions,
     SyncOptions,
 )
-from traceanalyzer.session import Session, analyse_findings
+from traceanalyzer.registry import ANALYSES
+from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace, TraceMeta
+from traceanalyzer.version import __version__
 
 __all__ = [
     "__version__",

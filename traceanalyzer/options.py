@@ -2,7 +2,7 @@
 
 Every field has a documented default and a name that is unique across the bundle, so that the
 CLI flags and the JSON `thresholds` (both generated from these fields, see
-`traceanalyzer.cli_options`) are flat, cannot collide, and cannot drift apart. A value that
+`traceanalyzer.cli.options`) are flat, cannot collide, and cannot drift apart. A value that
 several analyses read (the DataLoader pattern, say) lives in one group only (`PatternOptions`).
 No click import here: the library's import path stays free of the CLI.
 """

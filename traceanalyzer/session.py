@@ -15,15 +15,15 @@ outputs print under one name is the same number.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.communication import exposed_communication
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
-from traceanalyzer.analyses.findings import Finding, Rule, evaluate
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.health import HealthCheck, analyse_health
@@ -161,20 +161,24 @@ class Session:
         return analyse_memory(self.trace, self.options)
 
     # -- findings --------------------------------------------------------------------------
+    # The rules sit a floor above (`traceanalyzer.findings`) and read this Session; importing
+    # that package registers its evaluator here, so a Session holds their result without
+    # importing them (`import traceanalyzer` always does).
+    evaluator: ClassVar[Callable[[Session, Any], list[Any]] | None] = None
 
     @cached_property
-    def findings(self) -> list[Finding]:
-        """Every finding of every rule, in registry order."""
-        return evaluate(self)
+    def findings(self) -> list[Any]:
+        """Every finding of every rule, in registry order (`traceanalyzer.findings.Finding`)."""
+        return self._evaluate(None)
 
-    def findings_of(self, rules: tuple[Rule, ...]) -> list[Finding]:
+    def findings_of(self, rules: tuple[Any, ...]) -> list[Any]:
         """The findings of some rules only, evaluating no more than they need."""
         if "findings" in self.__dict__:
             ids = {r.id for r in rules}
             return [f for f in self.findings if f.rule in ids]
-        return evaluate(self, rules)
+        return self._evaluate(rules)
 
-
-def analyse_findings(trace: Trace, options: Any = None) -> list[Finding]:
-    """Every finding on `trace` with `options` (an `Options` bundle or one group's options)."""
-    return Session(trace, options).findings
+    def _evaluate(self, rules: tuple[Any, ...] | None) -> list[Any]:
+        if Session.evaluator is None:
+            raise RuntimeError("no rules registered: import traceanalyzer.findings")
+        return Session.evaluator(self, rules)

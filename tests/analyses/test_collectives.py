@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from traceanalyzer.ranks import analyse_dir
+from traceanalyzer.jobs.executors import analyse_dir
 
 DTYPE = {"Float": 4, "Long": 8}
 
@@ -104,7 +104,7 @@ def test_exposed_communication_on_an_inline_trace(tmp_path):
     """Each rank: a collective ending at 2,000 µs with a 300 µs compute kernel at its start.
     Rank 1 arrives 200 µs after rank 0, so rank 0 waits 200 µs, but under its compute kernel:
     its exposed 700 µs are all transfer."""
-    from traceanalyzer.analyses.multirank import cross_rank, rank_result
+    from traceanalyzer.jobs.multirank import cross_rank, rank_result
     from traceanalyzer.load import load
 
     def trace(rank: int, coll_at: float) -> Path:

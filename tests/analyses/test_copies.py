@@ -11,8 +11,8 @@ import pytest
 
 from tests.synthetic import write_events, x_event
 from traceanalyzer.analyses.copies import analyse_copies
+from traceanalyzer.findings import analyse_findings
 from traceanalyzer.load import load
-from traceanalyzer.session import analyse_findings
 
 PID, TID = 100, 100
 

@@ -13,8 +13,8 @@ import pytest
 
 from traceanalyzer import load
 from traceanalyzer.analyses.memory import analyse_memory
+from traceanalyzer.findings import analyse_findings
 from traceanalyzer.options import MemoryOptions
-from traceanalyzer.session import analyse_findings
 
 MB = 1024 * 1024
 

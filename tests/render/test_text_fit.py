@@ -6,13 +6,13 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from traceanalyzer.commands.copies import copies_report
-from traceanalyzer.commands.gaps import gaps_report
-from traceanalyzer.commands.memory import memory_report
-from traceanalyzer.commands.rules import rules_table
-from traceanalyzer.commands.stages import stages_report
-from traceanalyzer.commands.summary import summary_report
-from traceanalyzer.commands.syncs import syncs_report
+from traceanalyzer.cli.commands.copies import copies_report
+from traceanalyzer.cli.commands.gaps import gaps_report
+from traceanalyzer.cli.commands.memory import memory_report
+from traceanalyzer.cli.commands.rules import rules_table
+from traceanalyzer.cli.commands.stages import stages_report
+from traceanalyzer.cli.commands.summary import summary_report
+from traceanalyzer.cli.commands.syncs import syncs_report
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
 from traceanalyzer.render import markdown, text

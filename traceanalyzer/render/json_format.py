@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from traceanalyzer import __version__
 from traceanalyzer.report import Report
+from traceanalyzer.version import __version__
 
 EXTENSION = ".json"
 BINARY = False

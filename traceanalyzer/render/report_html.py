@@ -9,10 +9,10 @@ import re
 
 import polars as pl
 
-from traceanalyzer import __version__
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.render.report_md import Block, IncidentReport
 from traceanalyzer.render.values import cell
+from traceanalyzer.version import __version__
 
 
 def _inline_md(text: str) -> str:

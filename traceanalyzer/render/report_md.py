@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer import __version__
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.copies import CopiesResult
 from traceanalyzer.analyses.gaps import HINTS, GapsResult
@@ -27,6 +26,7 @@ from traceanalyzer.render.markdown import table as md_table
 from traceanalyzer.render.values import LAUNCH_SHAPES
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
+from traceanalyzer.version import __version__
 
 SECTIONS = (
     "Verdict",

@@ -1,0 +1,88 @@
+"""Every GPU memcpy and memset: direction, pageable or pinned host memory, bytes, GB/s, how much
+was hidden under compute, how long the issuing call held the CPU, and which op and Python line
+issued it. Findings: pageable host memory, many small copies, device-to-host copies inside the
+step loop, copies a side stream could hide.
+"""
+
+from __future__ import annotations
+
+import click
+
+from traceanalyzer.cli.commands.common import emit, findings_payload, findings_text, head, open_session, with_health
+from traceanalyzer.cli.options import build_options, option_flags, output_options
+from traceanalyzer.findings import rules_for
+from traceanalyzer.report import Report, Section
+from traceanalyzer.session import Session
+
+GROUPS = ("patterns", "copies", "steps", "health")
+
+TABLE_COLUMNS = [
+    "direction",
+    "host_memory",
+    "bytes",
+    "duration_us",
+    "gbps",
+    "overlap_fraction",
+    "exposed_us",
+    "blocked_us",
+    "api",
+    "op",
+    "range",
+    "python_frame",
+    "step",
+]
+
+
+def copies_report(ses: Session, top: int) -> Report:
+    """The `copies` Report: findings of the copy rules, copies by site, every copy, per step."""
+    result = ses.copies
+    th = ses.options.thresholds(GROUPS)
+    warnings = ses.warnings
+    if result.note:
+        return Report(
+            "copies",
+            result.trace_path,
+            th,
+            (),
+            {"summary": None, "copies": [], "findings": [], "note": result.note},
+            headline=result.note,
+            warnings=warnings,
+        )
+    c = result.copies
+    blocked = c["blocked_us"].fill_null(0).sum()
+    headline = (
+        f"{c.height:,} copies and memsets, {int(c['bytes'].fill_null(0).sum()):,} bytes, {c['duration_us'].sum() / 1000:,.1f} ms on the GPU "
+        f"({c['exposed_us'].sum() / 1000:,.1f} ms not hidden under compute); their calls held the CPU {blocked / 1000:,.1f} ms"
+    )
+    found = ses.findings_of(rules_for("copies"))
+    sections = (
+        Section("Findings", text=findings_text(found)),
+        Section("By direction, host memory, op and Python frame", head(result.summary, top)),
+        Section(f"Copies, longest CPU block first ({c.height} in all)", head(c.select(TABLE_COLUMNS), top), main=True),
+        Section("Per step", result.per_step),
+    )
+    payload = {
+        "summary": {
+            "copies": c.height,
+            "bytes": int(c["bytes"].fill_null(0).sum()),
+            "duration_us": c["duration_us"].sum(),
+            "exposed_us": c["exposed_us"].sum(),
+            "blocked_us": blocked,
+            "groups": head(result.summary, top),
+            "per_step": result.per_step,
+        },
+        "findings": findings_payload(found),
+        "copies": head(c, top),  # every column (analyses.copies.COPY_COLUMNS)
+    }
+    return Report("copies", result.trace_path, th, sections, payload, headline=headline, warnings=warnings)
+
+
+@click.command("copies")
+@click.argument("trace", type=click.Path())
+@option_flags(*GROUPS)
+@output_options
+def command(trace: str, fmt: str | None, top: int, output: str | None, **kwargs) -> None:
+    """Every GPU memcpy and memset, the op and Python line that issued it, and what it cost."""
+    options = build_options(kwargs, *GROUPS)
+    ses = open_session(trace, options)
+    emit(with_health(copies_report(ses, top), ses), fmt, output)

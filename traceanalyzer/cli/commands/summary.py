@@ -1,0 +1,192 @@
+"""One screen: devices, steps, GPU busy share, stage breakdown, idle by cause with the top
+culprits, the two sync figures side by side, top ops and kernels, and every finding.
+`--fail-on RULE` (repeatable, any rule id of `traceanalyzer rules`) exits 1 when that finding
+fires (for CI); 0 otherwise; 2 for bad input. A DIRECTORY of per-rank files gives the
+cross-rank summary.
+"""
+
+from __future__ import annotations
+
+import click
+import polars as pl
+
+from traceanalyzer.analyses import windows
+from traceanalyzer.cli.commands import directory as rank_dir
+from traceanalyzer.cli.commands.common import (
+    emit,
+    findings_payload,
+    findings_table,
+    findings_text,
+    open_session,
+    plural,
+    with_health,
+)
+from traceanalyzer.cli.commands.stages import average_table, stages_payload
+from traceanalyzer.cli.options import build_options, fail_on_option, option_flags, output_options
+from traceanalyzer.errors import RegressionDetected
+from traceanalyzer.findings import Finding
+from traceanalyzer.patterns import PROFILER_STEP
+from traceanalyzer.report import Report, Section
+from traceanalyzer.session import Session
+
+GROUPS = ("patterns", "gaps", "syncs", "copies", "steps", "stages", "kernels", "memory", "findings", "health", "ranks")
+SCREEN_ROWS = 5
+
+
+def _devices(ses: Session) -> pl.DataFrame:
+    meta = pl.DataFrame(
+        [
+            {
+                "device": d.id,
+                "name": d.name,
+                "sms": d.sm_count,
+                "memory_gib": (d.total_memory_bytes or 0) / 2**30 or None,
+                "memory_bytes": d.total_memory_bytes,
+            }
+            for d in ses.trace.meta.devices
+        ],
+        schema={
+            "device": pl.Int64,
+            "name": pl.String,
+            "sms": pl.Int64,
+            "memory_gib": pl.Float64,
+            "memory_bytes": pl.Int64,
+        },
+    )
+    g = ses.gaps
+    if g.has_gpu_work and g.devices.height:
+        busy = g.devices.select("device", "window_us", "busy_us", "busy_share")
+        return busy.join(meta, on="device", how="left").select(
+            "device", "name", "sms", "memory_gib", "memory_bytes", "window_us", "busy_us", "busy_share"
+        )
+    return meta
+
+
+def _sync_figures(ses: Session) -> pl.DataFrame:
+    """The two sync quantities, side by side: they differ, and both matter."""
+    s = ses.syncs
+    window = ses.gaps.window_us
+    return pl.DataFrame(
+        {
+            "quantity": ["sync_idle_us", "blocked_us"],
+            "meaning": [
+                "GPU idle caused by syncs (gaps of cause sync: bubbles + idle while blocked)",
+                "CPU time blocked in synchronising calls",
+            ],
+            "us": [s.sync_idle_us, s.blocked_us],
+            "share_of_window": [s.sync_idle_us / window if window else None, s.blocked_us / window if window else None],
+        }
+    )
+
+
+def _headline(ses: Session, findings: list[Finding]) -> str:
+    names = {d.id: d.name for d in ses.trace.meta.devices}
+    used = windows.devices(ses.trace)
+    label = sorted({names.get(d, f"device {d}") for d in used})
+    parts = (
+        [
+            plural(len(used), "GPU")
+            + " with work"
+            + (f" ({', '.join(label)})" if label else "")
+            + f" of {len(names)} listed"
+        ]
+        if used
+        else ["CPU-only trace"]
+    )
+    st = ses.steps
+    if st.window_kind == "steps":
+        parts.append(f"{plural(st.count, 'step')}, mean {st.mean_us:,.0f} µs, median {st.median_us:,.0f} µs")
+    else:
+        parts.append("no ProfilerStep (the trace counts as one step)")
+    busy = ses.gaps.busy_share
+    parts.append(f"GPU busy {busy:.1%}" if busy is not None else "no GPU work")
+    parts.append("findings: " + (", ".join(dict.fromkeys(f.rule for f in findings)) if findings else "none"))
+    return "; ".join(parts)
+
+
+def summary_report(ses: Session, top: int, th: dict) -> Report:
+    """The `summary` Report of one trace."""
+    rows = top if top and top < SCREEN_ROWS else SCREEN_ROWS
+    findings = ses.findings
+    g = ses.gaps
+    ops = ses.ops.filter(~pl.col("name").str.contains(PROFILER_STEP))
+    kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
+    stages = average_table(ses.stages)
+    if not g.has_gpu_work and "stage" in stages.columns:  # no GPU, so no GPU idle stage
+        stages = stages.filter(pl.col("stage") != "gpu_idle")
+    idle = g.idle_by_cause if g.has_gpu_work else pl.DataFrame()
+    culprits = g.culprits if g.has_gpu_work else pl.DataFrame()
+    per = "step" if ses.stages.window_kind == "steps" else "trace"
+    sections = [
+        Section("Devices", _devices(ses).drop("memory_bytes"), export=_devices(ses).drop("memory_gib"))
+        if g.has_gpu_work
+        else Section("Devices", text="none: a CPU-only trace (no GPU activity recorded)"),
+        Section(
+            f"Steps ({ses.step_source})",
+            ses.steps.table.select("step", "kind", "duration_us", "busy_share", "kernel_share", "outlier", "warmup"),
+        ),
+        Section(f"Stages ({ses.stages.view} view, µs per {per})", stages, whole=True),
+    ]
+    if g.has_gpu_work:
+        sections += [
+            Section("GPU idle by cause", idle, whole=True),
+            Section("Top idle culprits", culprits.head(rows)),
+            Section("Syncs: GPU idle they caused and CPU time they blocked", _sync_figures(ses)),
+        ]
+    sections += [
+        Section(
+            "Top ops by total GPU time",
+            ops.select("name", "calls", "total_cpu_us", "self_gpu_us", "total_gpu_us").head(rows),
+        ),
+        Section("Top kernels", kern.head(rows)),
+        Section("Findings", findings_table(findings), text=findings_text(findings), main=True, show_table=False),
+    ]
+    payload = {
+        "devices": _devices(ses).drop("memory_gib"),
+        "gpu_busy_share": g.busy_share,
+        "window": g.window_kind,
+        "steps": {
+            "step_source": ses.step_source,
+            "count": ses.steps.count,
+            "by_kind": ses.steps.by_kind,
+            "profiler_steps": ses.trace.steps.height,
+            "mean_us": ses.steps.mean_us,
+            "median_us": ses.steps.median_us,
+            "table": ses.steps.table,
+            "caveats": [{"kind": c.kind, "message": c.message, "evidence": c.evidence} for c in ses.steps.caveats],
+        },
+        "stages": stages_payload(ses.stages),
+        "idle_by_cause": idle,
+        "culprits": culprits.head(top) if top else culprits,
+        "syncs": {"sync_idle_us": ses.syncs.sync_idle_us, "blocked_us": ses.syncs.blocked_us},
+        "communication": ses.communication,
+        "top_ops": ops.head(top) if top else ops,
+        "top_kernels": kern.head(top) if top else kern,
+        "findings": findings_payload(findings),
+    }
+    report = Report(
+        "summary", ses.path, th, tuple(sections), payload, headline=_headline(ses, findings), warnings=ses.warnings
+    )
+    return with_health(report, ses, "busy_share", "gap_causes", "kernel_time", "steps")
+
+
+@click.command("summary")
+@click.argument("trace", type=click.Path())
+@option_flags(*GROUPS)
+@fail_on_option()
+@output_options
+def command(trace: str, fail_on: tuple[str, ...], fmt: str | None, top: int, output: str | None, **kwargs) -> None:
+    """One screen: devices, steps, GPU busy, stages, idle causes, syncs, top ops and kernels, findings."""
+    options = build_options(kwargs, *GROUPS)
+    if rank_dir.is_rank_dir(trace):
+        rep = rank_dir.dir_report("summary", trace, options, top, GROUPS, fail_on=fail_on)
+        emit(rep, fmt, output)
+        rank_dir.check_fail_on(rep, fail_on)  # any rank, or the job
+        return
+    ses = open_session(trace, options)
+    th = {**options.thresholds(GROUPS), "fail_on": list(fail_on)}
+    emit(summary_report(ses, top, th), fmt, output)
+    failed = sorted({f.rule for f in ses.findings} & set(fail_on))
+    if failed:
+        # A check the user asked for failed: exit 1 through cli.main, without an 'error:' prefix.
+        raise RegressionDetected(None, f"--fail-on: finding(s) fired: {', '.join(failed)}")

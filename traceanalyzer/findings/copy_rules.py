@@ -1,0 +1,217 @@
+"""Rules over the `copies` analysis: pageable host memory, many small copies, device-to-host
+copies inside the step loop, copies a side stream could hide. Each names its top site (the op,
+range and Python line that cost the most). A trace without ProfilerStep counts as one step."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from traceanalyzer.findings.engine import Finding, Rule, counted, severity, site
+
+if TYPE_CHECKING:
+    from traceanalyzer.session import Session
+
+PINNED_ADVICE = (
+    "allocate host tensors with pin_memory=True (DataLoader(pin_memory=True)) and copy with non_blocking=True"
+)
+
+
+def _top_site(df: pl.DataFrame, by: str) -> dict:
+    return (
+        df.group_by("op", "range", "python_frame", maintain_order=True)
+        .agg(pl.col(by).fill_null(0).sum())
+        .sort(by, descending=True, maintain_order=True)
+        .row(0, named=True)
+    )
+
+
+def _copies(ses: Session) -> pl.DataFrame:
+    """The copies with `_step`: their step, or 0 for every copy of a trace without steps."""
+    c = ses.copies.copies
+    if c.is_empty() or "host_memory" not in c.columns:
+        return pl.DataFrame()
+    return c.with_columns(_step=pl.col("step") if ses.trace.steps.height else pl.lit(0, pl.Int64))
+
+
+def _pageable(ses: Session) -> list[Finding]:
+    c = _copies(ses)
+    if c.is_empty():
+        return []
+    pageable = c.filter(pl.col("host_memory") == "pageable")
+    if pageable.is_empty():
+        return []
+    o = ses.options.copies
+    blocked = float(pageable["blocked_us"].fill_null(0).sum())
+    duration = float(pageable["duration_us"].sum())
+    moved = int(pageable["bytes"].fill_null(0).sum())
+    floor = o.copy_min_finding_us
+    if blocked < floor and duration < floor and moved < o.pageable_copy_bytes:
+        return []
+    s = _top_site(pageable, "blocked_us")
+    sev = "high" if blocked >= 2 * floor or moved >= 2 * o.pageable_copy_bytes else "medium"
+    return [
+        Finding(
+            "pageable_copies",
+            sev,
+            f"{pageable.height:,} copies to or from pageable host memory moved {moved / 2**20:,.1f} MiB, ran "
+            f"{duration / 1000:,.1f} ms on the GPU and held the CPU {blocked / 1000:,.1f} ms (most from {site(s)})",
+            {
+                "copies": pageable.height,
+                "bytes": moved,
+                "duration_us": duration,
+                "blocked_us": blocked,
+                "top_site": site(s),
+            },
+            PINNED_ADVICE,
+            tuple(
+                pageable.sort("blocked_us", "bytes", descending=True, nulls_last=True)
+                .head(5)
+                .select("direction", "bytes", "start_us", "duration_us", "blocked_us", "op", "python_frame")
+                .to_dicts()
+            ),
+        )
+    ]
+
+
+def _many_small(ses: Session) -> list[Finding]:
+    c = _copies(ses)
+    if c.is_empty():
+        return []
+    o = ses.options.copies
+    small = c.filter(
+        pl.col("direction").is_in(["HtoD", "DtoH"])
+        & (pl.col("bytes") < o.small_copy_bytes)
+        & pl.col("_step").is_not_null()
+    )
+    if small.is_empty():
+        return []
+    per = small.group_by("_step").agg(
+        n=pl.len(), t=pl.col("duration_us").sum(), b=pl.col("blocked_us").fill_null(0).sum()
+    )
+    many = per.filter(pl.col("n") >= o.many_small_per_step)
+    if many.is_empty():
+        return []
+    cost = float((many["t"].sum() + many["b"].sum()) / many.height)
+    if cost < o.copy_min_finding_us:
+        return []
+    s = _top_site(small, "duration_us")
+    n = float(many["n"].mean())
+    return [
+        Finding(
+            "many_small_copies",
+            severity(cost, o.copy_min_finding_us),
+            f"{counted(int(many['n'].sum()), many.height, 'small host-device copy', 'step')} "
+            f"(under {o.small_copy_bytes:,} bytes), "
+            f"{many['t'].mean():,.0f} µs of copy time and {many['b'].mean():,.0f} µs of blocked CPU per step "
+            f"(most from {site(s)})",
+            {
+                "steps": many.height,
+                "copies_per_step": n,
+                "copy_us_per_step": float(many["t"].mean()),
+                "blocked_us_per_step": float(many["b"].mean()),
+                "cost_us_per_step": cost,
+                "top_site": site(s),
+            },
+            "batch them into one tensor and copy once",
+        )
+    ]
+
+
+def _device_to_host(ses: Session) -> list[Finding]:
+    c = _copies(ses)
+    if c.is_empty():
+        return []
+    dtoh = c.filter(
+        (pl.col("direction") == "DtoH") & pl.col("_step").is_not_null() & pl.col("blocked_us").is_not_null()
+    )
+    floor = ses.options.copies.copy_min_finding_us
+    blocked = float(dtoh["blocked_us"].sum()) if dtoh.height else 0.0
+    if not dtoh.height or blocked < floor:
+        return []
+    s = _top_site(dtoh, "blocked_us")
+    steps_with = dtoh["_step"].n_unique()
+    return [
+        Finding(
+            "device_to_host_in_step",
+            severity(blocked, floor),
+            f"{counted(dtoh.height, steps_with, 'device-to-host copy', 'step')} inside the step loop hold the CPU "
+            f"{blocked / steps_with / 1000:,.1f} ms per step (most from {site(s)}); each forces a sync",
+            {
+                "copies": dtoh.height,
+                "copies_per_step": dtoh.height / steps_with,
+                "blocked_us": blocked,
+                "top_site": site(s),
+            },
+            "keep values on the GPU, or copy with non_blocking=True into pinned memory and read them a step later",
+        )
+    ]
+
+
+def _not_overlapped(ses: Session) -> list[Finding]:
+    c = _copies(ses)
+    if c.is_empty():
+        return []
+    compute_streams = (
+        ses.trace.gpu.filter(pl.col("kind") == "kernel")
+        .select("device", "stream")
+        .unique()
+        .with_columns(_compute=pl.lit(True))
+    )
+    hideable = (
+        c.filter(pl.col("direction").is_in(["HtoD", "DtoH"]))
+        .join(compute_streams, on=["device", "stream"], how="left")
+        .filter(pl.col("_compute").fill_null(False) & (pl.col("exposed_us") > 0))
+    )
+    floor = ses.options.copies.copy_min_finding_us
+    exposed = float(hideable["exposed_us"].sum()) if hideable.height else 0.0
+    if not hideable.height or exposed < floor:
+        return []
+    s = _top_site(hideable, "exposed_us")
+    return [
+        Finding(
+            "copies_not_overlapped",
+            severity(exposed, floor),
+            f"{hideable.height:,} host-device copies run on a compute stream with {exposed / 1000:,.1f} ms not hidden "
+            f"under compute (most from {site(s)})",
+            {"copies": hideable.height, "exposed_us": exposed, "top_site": site(s)},
+            "issue them on a side stream (torch.cuda.Stream) from pinned memory with non_blocking=True",
+        )
+    ]
+
+
+RULES = (
+    Rule(
+        "pageable_copies",
+        "Copies to or from pageable host memory (blocked or copy time, or bytes moved)",
+        ("copy_min_finding_us", "pageable_copy_bytes"),
+        "pin host memory (pin_memory=True) and copy with non_blocking=True",
+        _pageable,
+        ("copies",),
+    ),
+    Rule(
+        "many_small_copies",
+        "Many small host-device copies per step",
+        ("small_copy_bytes", "many_small_per_step", "copy_min_finding_us"),
+        "batch small copies into one tensor",
+        _many_small,
+        ("copies",),
+    ),
+    Rule(
+        "device_to_host_in_step",
+        "Device-to-host copies inside the step loop (each a sync)",
+        ("copy_min_finding_us",),
+        "keep values on the GPU; read them a step later",
+        _device_to_host,
+        ("copies",),
+    ),
+    Rule(
+        "copies_not_overlapped",
+        "Host-device copies on a compute stream, not hidden under compute",
+        ("copy_min_finding_us",),
+        "copy on a side stream from pinned memory",
+        _not_overlapped,
+        ("copies",),
+    ),
+)

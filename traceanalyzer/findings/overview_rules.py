@@ -1,0 +1,294 @@
+"""Rules over the whole step: data loading, launch-bound work, GPU utilisation, Tensor Cores,
+single-tensor optimizers, and how the trace was captured."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from traceanalyzer.analyses.steps import Caveat
+from traceanalyzer.analyses.windows import step_count
+from traceanalyzer.findings.engine import MAX_EVENTS, Finding, Rule, events_of, per_unit, severity
+from traceanalyzer.patterns import COMPILED_OP, SINGLE_TENSOR_OPTIMIZER, TRITON_KERNEL
+
+if TYPE_CHECKING:
+    from traceanalyzer.session import Session
+
+DATA_ADVICE = (
+    "load data in parallel and ahead of the GPU: DataLoader(num_workers>0, pin_memory=True, "
+    "prefetch_factor>=2, persistent_workers=True)"
+)
+
+
+def _data_loading(ses: Session) -> list[Finding]:
+    # Data loading that left the GPU idle, not loading hidden behind GPU work: the gaps `gaps`
+    # blames on it, as a share of the steady-state window.
+    g = ses.gaps
+    if not g.has_gpu_work:
+        return _data_loading_cpu_only(ses)
+    window = g.steady_window_us
+    if window <= 0:
+        return []
+    idle = g.steady_idle_us("data_loading")
+    share = idle / window
+    th = ses.options.findings.data_loading_share
+    if share < th:
+        return []
+    pattern = ses.options.patterns.data_loading_pattern
+    ranges = ses.trace.ops.filter(pl.col("name").str.contains(pattern)).sort("dur_ns", descending=True)
+    per = per_unit(ses)
+    n = step_count(ses.trace)
+    stage = ses.pipeline_stages
+    return [
+        Finding(
+            "data_loading",
+            severity(share, th),
+            f"the GPU sat idle {idle / 1000:,.1f} ms ({share:.1%} of the window) while the CPU loaded data "
+            f"({idle / n / 1000:,.1f} ms per {per})",
+            {
+                "data_loading_idle_us": idle,
+                "window_us": window,
+                "share": share,
+                "data_loading_stage_us_per_step": stage.average.get("data_loading"),
+                "ranges": ranges.height,
+            },
+            DATA_ADVICE,
+            events_of(ranges, ses.trace.meta.origin_ns, "name"),
+        )
+    ]
+
+
+def _data_loading_cpu_only(ses: Session) -> list[Finding]:
+    """Without GPU work no idle GPU waits on the loader: the share of step time spent loading
+    (the pipeline stage) is what a CPU-only run loses to it."""
+    st = ses.pipeline_stages
+    if "data_loading" not in st.average or not st.average_step_us:
+        return []
+    share = st.average["data_loading"] / st.average_step_us
+    th = ses.options.findings.data_loading_share
+    if share < th:
+        return []
+    per = per_unit(ses)
+    return [
+        Finding(
+            "data_loading",
+            severity(share, th),
+            f"no GPU work in this trace; data loading takes {share:.1%} of {per} time "
+            f"({st.average['data_loading']:,.0f} of {st.average_step_us:,.0f} µs per {per})",
+            {
+                "data_loading_stage_us_per_step": st.average["data_loading"],
+                "step_us": st.average_step_us,
+                "share": share,
+            },
+            DATA_ADVICE,
+        )
+    ]
+
+
+def _launch_bound(ses: Session) -> list[Finding]:
+    s = ses.kernels.short
+    g = ses.gaps
+    busy = g.steady_busy_share
+    o = ses.options.findings
+    if s.total_outside_graphs < o.launch_bound_min_kernels or s.count_share_outside_graphs is None or busy is None:
+        return []
+    latency_us = g.steady_idle_us("launch_latency")
+    latency_share = latency_us / g.steady_window_us if g.steady_window_us > 0 else 0.0
+    th = o.launch_bound_short_share
+    if s.count_share_outside_graphs < th or busy >= o.low_gpu_utilization or latency_share < o.launch_latency_share:
+        return []
+    short_names = (
+        ses.trace.gpu.filter((pl.col("kind") == "kernel") & (pl.col("dur_ns") < int(s.threshold_us * 1000)))
+        .group_by("name")
+        .agg(calls=pl.len(), total_us=pl.col("dur_ns").sum() / 1000.0)
+        .sort(["calls", "name"], descending=[True, False])
+        .head(MAX_EVENTS)
+    )
+    return [
+        Finding(
+            "launch_bound",
+            severity(s.count_share_outside_graphs, th),
+            f"{s.count_share_outside_graphs:.0%} of kernels launched outside CUDA graphs run under {s.threshold_us:g} µs, "
+            f"GPU busy only {busy:.0%}, and launch latency leaves it idle {latency_us:,.0f} µs ({latency_share:.1%} of the window)",
+            {
+                "short_kernels": s.count_outside_graphs,
+                "kernels": s.total_outside_graphs,
+                "short_share": s.count_share_outside_graphs,
+                "busy_share": busy,
+                "launch_latency_idle_us": latency_us,
+                "launch_latency_share": latency_share,
+            },
+            _launch_advice(ses),
+            tuple(short_names.to_dicts()),
+        )
+    ]
+
+
+def _launch_advice(ses: Session) -> str:
+    """Fusion advice that fits: a model already compiled is told about CUDA graphs instead."""
+    compiled = (
+        ses.trace.ops["name"].str.contains(COMPILED_OP).any() or ses.trace.gpu["name"].str.contains(TRITON_KERNEL).any()
+    )
+    if compiled:
+        return (
+            "the model is already compiled (torch.compile): launch overhead remains between its kernels; capture it "
+            "in CUDA graphs (torch.compile(mode='reduce-overhead')) or batch more work per launch"
+        )
+    return (
+        "fuse small kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs), capture the step "
+        "in a CUDA graph, or batch more work per launch"
+    )
+
+
+def _no_tensor_cores(ses: Session) -> list[Finding]:
+    k = ses.kernels
+    if not k.total_us:
+        return []
+    share = k.matmul_conv_no_tc_us / k.total_us
+    th = ses.options.findings.no_tensor_cores_share
+    if share < th:
+        return []
+    top = k.table.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores")).head(MAX_EVENTS)
+    return [
+        Finding(
+            "no_tensor_cores",
+            severity(share, th),
+            f"matmul/conv kernels without Tensor Cores take {share:.1%} of kernel time ({k.matmul_conv_no_tc_us:,.0f} µs)",
+            {
+                "matmul_conv_no_tc_us": k.matmul_conv_no_tc_us,
+                "matmul_conv_us": k.matmul_conv_us,
+                "kernel_us": k.total_us,
+                "share": share,
+            },
+            "use mixed precision (torch.autocast with bfloat16/float16) and, on Ampere or newer, allow TF32: "
+            "torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True "
+            "(or torch.set_float32_matmul_precision('high'))",
+            tuple(top.select("kernel", "calls", "total_us", "share").to_dicts()),
+        )
+    ]
+
+
+def _single_tensor(ses: Session) -> list[Finding]:
+    t = ses.trace
+    names = pl.concat(
+        [t.ops.select("name"), t.python.select("name"), t.gpu.filter(pl.col("kind") == "kernel").select("name")]
+    ).filter(pl.col("name").fill_null("").str.contains(SINGLE_TENSOR_OPTIMIZER, literal=True))
+    th = ses.options.findings.single_tensor_min
+    if names.height < max(th, 1):
+        return []
+    top = (
+        names.group_by("name").agg(events=pl.len()).sort(["events", "name"], descending=[True, False]).head(MAX_EVENTS)
+    )
+    return [
+        Finding(
+            "single_tensor_optimizer",
+            "medium",
+            f"{names.height:,} events of a single-tensor optimizer ({top['name'][0]}): one small kernel per parameter",
+            {"events": names.height},
+            "use the multi-tensor implementations: torch.optim.AdamW(..., foreach=True) or fused=True",
+            tuple(top.to_dicts()),
+        )
+    ]
+
+
+def _low_gpu_utilization(ses: Session) -> list[Finding]:
+    g = ses.gaps
+    busy = g.steady_busy_share
+    th = ses.options.findings.low_gpu_utilization
+    if busy is None or busy >= th:
+        return []
+    causes = g.steady_idle_by_cause.head(3)
+    top = ", ".join(f"{r['cause']} {r['share_of_idle']:.0%}" for r in causes.iter_rows(named=True))
+    where = "over the profiled steps" if g.window_kind == "steps" else "over the GPU span"
+    if g.startup_window_us:
+        where += f", start-up ({g.startup_window_us / 1000:,.1f} ms) set aside"
+    return [
+        Finding(
+            "low_gpu_utilization",
+            severity(busy, th, below=True),
+            f"the GPU was busy {busy:.1%} of the time {where}" + (f"; idle by cause: {top}" if top else ""),
+            {
+                "busy_share": busy,
+                "window_us": g.steady_window_us,
+                "startup_set_aside_us": g.startup_window_us,
+                "idle_by_cause": {r["cause"]: r["idle_us"] for r in g.steady_idle_by_cause.iter_rows(named=True)},
+            },
+            "see `traceanalyzer gaps` for every idle gap and the op and Python line behind it",
+            tuple(g.culprits.filter(pl.col("phase") == "steady").head(MAX_EVENTS).to_dicts()),
+        )
+    ]
+
+
+def _capture_caveats(ses: Session) -> list[Finding]:
+    cav = list(ses.steps.caveats)
+    g = ses.gaps
+    if g.has_gpu_work and g.window_us and g.startup_window_us * 2 >= g.window_us:
+        cav.append(
+            Caveat(
+                "mostly_startup",
+                f"start-up (one-time CUDA/cuDNN/cuBLAS initialisation, first launches) takes "
+                f"{g.startup_window_us / 1000:,.1f} of the {g.window_us / 1000:,.1f} ms analysed: the steady state "
+                "after it is short; profile after a warm-up",
+                {"startup_us": g.startup_window_us, "window_us": g.window_us},
+            )
+        )
+    if not cav:
+        return []
+    return [
+        Finding(
+            "capture_caveats",
+            "info",
+            "; ".join(c.message for c in cav),
+            {"caveats": [c.kind for c in cav], "steps": ses.steps.count},
+            "profile with torch.profiler.schedule(wait=1, warmup=1, active=5) and call prof.step() once per "
+            "iteration, after fetching the batch",
+            tuple({"kind": c.kind, **c.evidence} for c in cav),
+        )
+    ]
+
+
+RULES = (
+    Rule(
+        "data_loading",
+        "GPU idle while the CPU loaded data (gaps of cause data_loading), as a share of the window",
+        ("data_loading_share",),
+        DATA_ADVICE,
+        _data_loading,
+    ),
+    Rule(
+        "launch_bound",
+        "Many short kernels and launch latency",
+        ("launch_bound_short_share", "launch_bound_min_kernels", "low_gpu_utilization", "launch_latency_share"),
+        "torch.compile to fuse kernels, CUDA graphs to launch them at once",
+        _launch_bound,
+    ),
+    Rule(
+        "no_tensor_cores",
+        "Matmul/conv time on kernels without Tensor Cores",
+        ("no_tensor_cores_share",),
+        "mixed precision (torch.autocast) or TF32 on Ampere and newer",
+        _no_tensor_cores,
+    ),
+    Rule(
+        "single_tensor_optimizer",
+        "Single-tensor (per-parameter) optimizer",
+        ("single_tensor_min",),
+        "foreach=True or fused=True in the optimizer",
+        _single_tensor,
+    ),
+    Rule(
+        "low_gpu_utilization",
+        "GPU busy share over the steps",
+        ("low_gpu_utilization",),
+        "find the idle gaps and their causes with `traceanalyzer gaps`",
+        _low_gpu_utilization,
+    ),
+    Rule(
+        "capture_caveats",
+        "How the trace was captured (steps, warm-up, data loading outside steps)",
+        ("min_steps", "outlier_factor"),
+        "profile several steps with a schedule that skips warm-up",
+        _capture_caveats,
+    ),
+)
