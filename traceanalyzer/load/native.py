@@ -27,7 +27,7 @@ import polars as pl
 from traceanalyzer.load.normalize import BIG_IDS, STRING_IDS, compact, int_list_of
 
 try:
-    from traceanalyzer import _native
+    import traceanalyzer._native as _native  # the extension module alone, not the package's API
 except ImportError:  # pragma: no cover - built by `pip install -e .`; the pure path still works
     _native = None
 
