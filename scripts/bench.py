@@ -38,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import psutil
 
 PY = [sys.executable, "-c"]
@@ -106,15 +107,14 @@ def json_bytes(path: Path) -> int:
     return n
 
 
+class _Doc(msgspec.Struct):
+    traceEvents: msgspec.Raw = msgspec.Raw(b"[]")
+
+
 def events_array(path: Path, out: Path) -> None:
     """The `traceEvents` array of a trace, alone, for readers of an array of records (DuckDB)."""
-    import msgspec
-
-    class Doc(msgspec.Struct):
-        traceEvents: msgspec.Raw = msgspec.Raw(b"[]")
-
     with _open(path) as fh:
-        doc = msgspec.json.decode(fh.read(), type=Doc)
+        doc = msgspec.json.decode(fh.read(), type=_Doc)
     out.write_bytes(bytes(doc.traceEvents))
 
 
