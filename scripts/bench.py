@@ -112,7 +112,13 @@ class _Doc(msgspec.Struct):
 
 
 def events_array(path: Path, out: Path) -> None:
-    """The `traceEvents` array of a trace, alone, for readers of an array of records (DuckDB)."""
+    """The `traceEvents` array of a trace, alone, for readers of an array of records (DuckDB).
+    Made in a child process: a forked child's peak RSS starts at its parent's RSS (Linux keeps
+    the high-water mark across exec), so this process must stay small while it measures."""
+    if os.environ.get("_TA_BENCH_ARRAY") != "1":
+        env = {**os.environ, "_TA_BENCH_ARRAY": "1"}
+        subprocess.run([sys.executable, __file__, "--events-array", str(path), str(out)], env=env, check=True)
+        return
     with _open(path) as fh:
         doc = msgspec.json.decode(fh.read(), type=_Doc)
     out.write_bytes(bytes(doc.traceEvents))
@@ -145,7 +151,8 @@ def measure(cmd: list[str], env: dict | None = None, max_rss_mb: float = 1e12) -
     err = proc.stderr.read().decode(errors="replace").strip()[-300:]
     if killed:
         err = f"killed past {max_rss_mb:,.0f} MB of RSS"
-    # ru_maxrss is the child's own peak (KiB), its waited-for workers' too.
+    # ru_maxrss is the child's own peak (KiB), its waited-for workers' too (and, from the fork,
+    # this process's RSS: kept small, see events_array).
     rss = max(peak, usage.ru_maxrss * 1024)
     cpu = usage.ru_utime + usage.ru_stime
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss / 1e6, "rc": proc.returncode, "err": err}
@@ -218,6 +225,10 @@ def _cases(path: Path, mb: float, args: argparse.Namespace, ta: str, tmp: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--events-array"]:
+        events_array(Path(argv[1]), Path(argv[2]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="+", type=Path)
     ap.add_argument("--hta-python", default="/work/venv-hta/bin/python")
