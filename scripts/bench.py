@@ -1,25 +1,27 @@
-"""Benchmark loading and analysing big traces against baselines, in one run.
+"""Benchmark loading and analysing big traces against other readers, side by side, in one run.
 
-    python scripts/bench.py /tmp/big_100m.json /tmp/big_100m.json.gz /tmp/big_1g.json.gz
+    python scripts/bench.py /tmp/big_10m.json /tmp/big_100m.json /tmp/big_100m.json.gz \
+        /tmp/big_1g.json /tmp/big_1g.json.gz --stages
 
 Build the files with scripts/make_big_trace.py (in /tmp; never commit them). Every case runs in
-a fresh process; wall time, CPU time (user + system, worker processes included), peak RSS (the
-sum over the process and its children, sampled every 20 ms with psutil) and MB/s of JSON are
-printed as a Markdown table. Cases:
+a fresh process; wall time, CPU time (user + system, threads and worker processes included),
+peak RSS (the larger of the child's own maximum, as `/usr/bin/time -f %M` reports it, and the
+sum over it and its worker processes sampled every 20 ms) and MB/s of JSON are printed as a
+Markdown table. A case past `--max-rss-mb` is killed and reported so. Cases:
 
-- `ta load`: `traceanalyzer.load(path)`;
-- `ta gaps`, `ta summary`: the CLI end to end (`--format json` to /dev/null); summary only where
-  that command exists;
-- `json.load + columns`: stdlib `json.load` plus building the same per-kind columns as polars
-  frames (the naive baseline);
-- `msgspec + columns`: the same with `msgspec.json.decode` (the fastest general decoder to
-  Python objects) instead of `json.load`;
+- `ta load`: `traceanalyzer.load(path)` with the native decoder; `ta load (pure)`: the same with
+  `TRACEANALYZER_NATIVE=0` (the msgspec decoder, worker processes above 256 MB);
+- `ta gaps`, `ta summary`: the CLI end to end (`--format json` to /dev/null), native decoder;
+- `json.load + columns` / `msgspec + columns`: the stdlib's or msgspec's whole-document decode
+  plus building per-kind polars columns from the dicts (ts through float64: not exact);
+- `DuckDB read_json`: the events array (copied to a temporary file first, untimed: DuckDB reads
+  an array of records, not the `traceEvents` member) into a table, ts and dur as DOUBLE, ids as
+  HUGEINT (BIGINT fails the whole read on one id above 2^63), pid/tid and args as JSON;
 - `HTA load`: Holistic Trace Analysis' `TraceAnalysis(trace_dir=...)`, run with the Python of
-  `--hta-python` (default /work/venv-hta/bin/python) when HTA is installed there.
+  `--hta-python` where HTA is installed there.
 
-The baselines hold the whole trace as Python objects (json.load: ~8x the file in RAM), so they
-run only up to `--baseline-max-mb`; HTA up to `--hta-max-mb` (HTA takes ~3.5 min and ~5 GB on
-1 GB of JSON). Ratios compare each baseline with `ta load` and `ta gaps` on the same file.
+Ratios compare `ta load` with its pure path and each other reader with `ta load` and `ta gaps`
+on the same JSON. `--stages` adds where the time of one load + gaps goes, native and pure.
 """
 
 from __future__ import annotations
@@ -28,30 +30,34 @@ import argparse
 import gzip
 import os
 import platform
-import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import psutil
 
-TA = [sys.executable, "-c"]
+PY = [sys.executable, "-c"]
 LOAD = "import sys; from traceanalyzer import load; load(sys.argv[1])"
 BASELINE = r"""
-import gzip, json, sys
+import gc, gzip, json, sys
 import polars as pl
+gc.disable()  # a fair baseline: collections over millions of dicts only slow it down
 p = sys.argv[1]
 with open(p, 'rb') as fh:
     gz = fh.read(2) == b'\x1f\x8b'
+with (gzip.open(p) if gz else open(p, 'rb')) as fh:
+    data = fh.read()
 if sys.argv[2] == 'msgspec':
     import msgspec
-    with (gzip.open(p) if gz else open(p, 'rb')) as fh:
-        doc = msgspec.json.decode(fh.read())
+    doc = msgspec.json.decode(data)
 else:
-    doc = json.load(gzip.open(p) if gz else open(p, 'rb'))
+    doc = json.loads(data)
+del data
 kinds = {'cpu_op': 'op', 'user_annotation': 'op', 'python_function': 'python', 'cuda_runtime': 'runtime',
          'cuda_driver': 'runtime', 'kernel': 'gpu', 'gpu_memcpy': 'gpu', 'gpu_memset': 'gpu', 'ac2g': 'flow'}
 buckets = {}
@@ -69,7 +75,16 @@ for kind, evs in buckets.items():
         'external_id': [a.get('External id') if isinstance(a.get('External id'), int) else None for a in args],
     })
 """
+DUCKDB = r"""
+import sys, duckdb
+cols = {'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'JSON', 'tid': 'JSON', 'ts': 'DOUBLE',
+        'dur': 'DOUBLE', 'id': 'HUGEINT', 'args': 'JSON'}
+con = duckdb.connect()
+con.execute(f"CREATE TABLE ev AS SELECT * FROM read_json(?, format='array', columns={cols!r})", [sys.argv[1]])
+print(con.execute('SELECT count(*) FROM ev').fetchone()[0])
+"""
 HTA = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
+STAGES = Path(__file__).with_name("bench_stages.py")
 
 
 def _is_gzip(path: Path) -> bool:
@@ -77,10 +92,13 @@ def _is_gzip(path: Path) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
+def _open(path: Path):
+    return gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
+
+
 def json_bytes(path: Path) -> int:
-    with open(path, "rb") as fh:
-        gz = fh.read(2) == b"\x1f\x8b"
-    if not gz:
+    """Bytes of JSON in the file (inflated)."""
+    if not _is_gzip(path):
         return path.stat().st_size
     n = 0
     with gzip.open(path, "rb") as fh:
@@ -89,35 +107,73 @@ def json_bytes(path: Path) -> int:
     return n
 
 
-def measure(cmd: list[str], env: dict | None = None) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+class _Doc(msgspec.Struct):
+    traceEvents: msgspec.Raw = msgspec.Raw(b"[]")
+
+
+def events_array(path: Path, out: Path) -> None:
+    """The `traceEvents` array of a trace, alone, for readers of an array of records (DuckDB).
+    Made in a child process: a forked child's peak RSS starts at its parent's RSS (Linux keeps
+    the high-water mark across exec), so this process must stay small while it measures."""
+    if os.environ.get("_TA_BENCH_ARRAY") != "1":
+        env = {**os.environ, "_TA_BENCH_ARRAY": "1"}
+        subprocess.run([sys.executable, __file__, "--events-array", str(path), str(out)], env=env, check=True)
+        return
+    with _open(path) as fh:
+        doc = msgspec.json.decode(fh.read(), type=_Doc)
+    out.write_bytes(bytes(doc.traceEvents))
+
+
+def measure(cmd: list[str], env: dict | None = None, max_rss_mb: float = 1e12) -> dict:
+    """Wall, CPU and peak RSS of one command (killed past max_rss_mb)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
     ps = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
+    peak, killed = 0, False
+    while True:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid:
+            break
         try:
             procs = [ps, *ps.children(recursive=True)]
             peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
         except psutil.Error:
             pass
+        if peak > max_rss_mb * 1e6 and not killed:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = True
         time.sleep(0.02)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    err = proc.stderr.read().decode(errors="replace")
-    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 1e6, "rc": proc.returncode, "err": err.strip()[-300:]}
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace").strip()[-300:]
+    if killed:
+        err = f"killed past {max_rss_mb:,.0f} MB of RSS"
+    # ru_maxrss is the child's own peak (KiB), its waited-for workers' too (and, from the fork,
+    # this process's RSS: kept small, see events_array).
+    rss = max(peak, usage.ru_maxrss * 1024)
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss / 1e6, "rc": proc.returncode, "err": err}
 
 
 def _ratios(results: list[tuple[Path, float, dict[str, dict]]]) -> list[str]:
-    """Each baseline against `ta load` and `ta gaps` of the same trace, or of another file of the
-    same JSON size (HTA run once on the plain 1 GB file stands for the gzipped one too)."""
+    """`ta load` against its pure path; every other reader against `ta load` and `ta gaps` of the
+    same trace, or of another file of the same JSON (a reader run once on the plain file stands
+    for the gzipped one too)."""
     lines = []
     for path, mb, best in results:
-        for base in ("HTA load", "json.load + columns", "msgspec + columns"):
-            src = path
-            b = best.get(base)
-            if b is None:  # the same JSON in another file (plain / gzipped)?
+        for mine, other in (("ta load", "ta load (pure)"), ("ta gaps", "ta gaps (pure)")):
+            a, b = best.get(mine), best.get(other)
+            if a and b and a["rc"] == b["rc"] == 0:
+                lines.append(
+                    f"{path.name}: {mine} native vs pure: {b['wall_s'] / a['wall_s']:.1f}x faster (wall), "
+                    f"{b['cpu_s'] / a['cpu_s']:.1f}x less CPU, {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}x the peak RSS"
+                )
+        for base in ("HTA load", "json.load + columns", "msgspec + columns", "DuckDB read_json"):
+            src, b = path, best.get(base)
+            if b is None:
                 for other, omb, obest in results:
                     if base in obest and abs(omb - mb) < 0.5:
                         src, b = other, obest[base]
@@ -136,81 +192,94 @@ def _ratios(results: list[tuple[Path, float, dict[str, dict]]]) -> list[str]:
     return lines
 
 
+def _has(python: str, module: str) -> bool:
+    return (
+        Path(python).exists()
+        and subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+    )
+
+
+def _cases(path: Path, mb: float, args: argparse.Namespace, ta: str, tmp: Path) -> list[tuple[str, list, dict]]:
+    env = dict(os.environ)
+    pure = {**env, "TRACEANALYZER_NATIVE": "0"}
+    cases = [("ta load", PY + [LOAD, str(path)], env), ("ta load (pure)", PY + [LOAD, str(path)], pure)]
+    cases.append(("ta gaps", [ta, "gaps", str(path), "--format", "json"], env))
+    if mb <= args.pure_gaps_max_mb:
+        cases.append(("ta gaps (pure)", [ta, "gaps", str(path), "--format", "json"], pure))
+    cases.append(("ta summary", [ta, "summary", str(path), "--format", "json"], env))
+    plain_twin = any(abs(m - mb) < 0.5 and not _is_gzip(p) for p, m in args.sizes if p != path)
+    once = not (_is_gzip(path) and plain_twin)  # readers of the whole document: the plain file stands for both
+    if mb <= args.baseline_max_mb and once:
+        cases.append(("json.load + columns", PY + [BASELINE, str(path), "json"], env))
+        cases.append(("msgspec + columns", PY + [BASELINE, str(path), "msgspec"], env))
+        if _has(sys.executable, "duckdb"):
+            array = tmp / f"{path.name}.events.json"
+            events_array(path, array)
+            cases.append(("DuckDB read_json", PY + [DUCKDB, str(array)], env))
+    if args.has_hta and mb <= args.hta_max_mb and once:
+        d = tmp / f"hta_{path.name}"
+        d.mkdir()
+        os.symlink(path.resolve(), d / path.name)
+        cases.append(("HTA load", [args.hta_python, "-c", HTA, str(d)], env))
+    return [c for c in cases if c[0] not in args.skip]
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--events-array"]:
+        events_array(Path(argv[1]), Path(argv[2]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="+", type=Path)
     ap.add_argument("--hta-python", default="/work/venv-hta/bin/python")
     ap.add_argument("--skip", action="append", default=[], help="case names to skip (e.g. 'HTA load')")
-    ap.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="runs per case, interleaved across cases; the median run (by wall time) is reported",
-    )
-    ap.add_argument(
-        "--baseline-max-mb",
-        type=float,
-        default=200.0,
-        help="run the baselines only on traces up to this size (they need many times the file in RAM)",
-    )
-    ap.add_argument(
-        "--hta-max-mb",
-        type=float,
-        default=200.0,
-        help="run HTA only on traces up to this size (1 GB: ~3.5 min, ~5 GB of RAM)",
-    )
-    ap.add_argument("--hta-plain-only", action="store_true", help="run HTA on uncompressed traces only")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per case, interleaved; the median run is reported")
+    ap.add_argument("--baseline-max-mb", type=float, default=1100.0, help="whole-document readers up to this size")
+    ap.add_argument("--hta-max-mb", type=float, default=1100.0, help="HTA up to this size (1 GB: minutes, ~5 GB)")
+    ap.add_argument("--pure-gaps-max-mb", type=float, default=200.0, help="`ta gaps (pure)` up to this size")
+    ap.add_argument("--max-rss-mb", type=float, default=8000.0, help="kill a case past this peak RSS")
+    ap.add_argument("--stages", action="store_true", help="also: where one load + gaps spends its time")
     args = ap.parse_args(argv)
     ta = shutil.which("traceanalyzer", path=str(Path(sys.executable).parent)) or "traceanalyzer"
-    has_summary = subprocess.run([ta, "summary", "--help"], capture_output=True).returncode == 0
-    has_hta = (
-        Path(args.hta_python).exists()
-        and subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
-    )
+    args.has_hta = _has(args.hta_python, "hta")
+    args.sizes = [(p, json_bytes(p) / 1e6) for p in args.traces]
     print(
-        f"machine: {platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}, "
         f"load average at start {os.getloadavg()[0]:.1f}\n"
     )
     print("| trace | JSON MB | case | wall s | CPU s | peak RSS MB | RSS / JSON | MB/s |")
     print("|---|---|---|---|---|---|---|---|")
     results: list[tuple[Path, float, dict[str, dict]]] = []
-    for path in args.traces:
-        mb = json_bytes(path) / 1e6
-        cases = [("ta load", TA + [LOAD, str(path)]), ("ta gaps", [ta, "gaps", str(path), "--format", "json"])]
-        if has_summary:
-            cases.append(("ta summary", [ta, "summary", str(path), "--format", "json"]))
-        tmp = None
-        if mb <= args.baseline_max_mb:
-            cases.append(("json.load + columns", TA + [BASELINE, str(path), "json"]))
-            cases.append(("msgspec + columns", TA + [BASELINE, str(path), "msgspec"]))
-        if has_hta and mb <= args.hta_max_mb and not (_is_gzip(path) and args.hta_plain_only):
-            tmp = tempfile.mkdtemp()
-            os.symlink(path.resolve(), Path(tmp) / path.name)
-            cases.append(("HTA load", [args.hta_python, "-c", HTA, tmp]))
-        cases = [(n, c) for n, c in cases if n not in args.skip]
-        runs: dict[str, list[dict]] = {n: [] for n, _ in cases}
-        for _ in range(max(1, args.repeat)):  # interleaved: a load spike hits every case alike
-            for name, cmd in cases:
-                runs[name].append(measure(cmd))
-        best: dict[str, dict] = {}
-        for name, _ in cases:
-            rs = sorted(runs[name], key=lambda r: r["wall_s"])
-            r = best[name] = rs[len(rs) // 2]
-            note = "" if r["rc"] == 0 else f" (exit {r['rc']}: {r['err']})"
-            print(
-                f"| {path.name} | {mb:,.0f} | {name}{note} | {r['wall_s']:.2f} | {r['cpu_s']:.1f} | "
-                f"{r['peak_rss_mb']:,.0f} | {r['peak_rss_mb'] / mb:.2f} | {mb / r['wall_s']:.1f} |",
-                flush=True,
-            )
-        results.append((path, mb, best))
-        if tmp:
-            shutil.rmtree(tmp)
+    with tempfile.TemporaryDirectory(prefix="ta_bench_") as tmpdir:
+        for path, mb in args.sizes:
+            cases = _cases(path, mb, args, ta, Path(tmpdir))
+            runs: dict[str, list[dict]] = {n: [] for n, _, _ in cases}
+            for _ in range(max(1, args.repeat)):  # interleaved: a load spike hits every case alike
+                for name, cmd, env in cases:
+                    runs[name].append(measure(cmd, env, args.max_rss_mb))
+            best: dict[str, dict] = {}
+            for name, _, _ in cases:
+                rs = sorted(runs[name], key=lambda r: r["wall_s"])
+                r = best[name] = rs[len(rs) // 2]
+                note = "" if r["rc"] == 0 else f" (exit {r['rc']}: {r['err']})"
+                print(
+                    f"| {path.name} | {mb:,.0f} | {name}{note} | {r['wall_s']:.2f} | {r['cpu_s']:.1f} | "
+                    f"{r['peak_rss_mb']:,.0f} | {r['peak_rss_mb'] / mb:.2f} | {mb / r['wall_s']:.1f} |",
+                    flush=True,
+                )
+            results.append((path, mb, best))
     ratios = _ratios(results)
     if ratios:
         print()
         for line in ratios:
             print(f"- {line}")
+    if args.stages:
+        for path, _mb in args.sizes:
+            for native in ("1", "0"):
+                env = {**os.environ, "TRACEANALYZER_NATIVE": native}
+                out = subprocess.run([sys.executable, str(STAGES), str(path)], capture_output=True, env=env, text=True)
+                print("\n" + (out.stdout.strip() or f"{path.name}: stages failed: {out.stderr.strip()[-300:]}"))
     print(f"\nload average at end {os.getloadavg()[0]:.1f}")
     return 0
 

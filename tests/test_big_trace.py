@@ -85,6 +85,7 @@ def test_parallel_decoding_equals_serial(big, tmp_path, monkeypatch, gz, capfd):
     if gz:
         path = tmp_path / "big.json.gz"
         path.write_bytes(gzip.compress(big.read_bytes()))
+    monkeypatch.setenv("TRACEANALYZER_NATIVE", "0")  # worker processes are the pure path's
     monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
     monkeypatch.setattr(parallel, "PARALLEL_CHUNK_BYTES", 64 << 10)  # many chunks
     with ByteSource(path) as s:
@@ -102,6 +103,7 @@ def test_parallel_falls_back_to_serial_on_a_truncated_trace(big, tmp_path, monke
     cut = tmp_path / "cut.json"
     data = big.read_bytes()
     cut.write_bytes(data[: int(len(data) * 0.7)])
+    monkeypatch.setenv("TRACEANALYZER_NATIVE", "0")  # worker processes are the pure path's
     monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
     monkeypatch.setattr(parallel, "PARALLEL_CHUNK_BYTES", 64 << 10)
     with ByteSource(cut) as s:

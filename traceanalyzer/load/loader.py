@@ -10,7 +10,6 @@ import polars as pl
 
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.load import parallel
-from traceanalyzer.load.chunks import CHUNK_BYTES
 from traceanalyzer.load.sanitize import sanitize
 from traceanalyzer.load.source import DEFAULT_MAX_DECOMPRESSED, ByteSource, ProgressFn
 from traceanalyzer.load.tables import RawTables, read_serial
@@ -20,11 +19,12 @@ __all__ = ["RawTables", "load", "read_tables"]
 
 
 def read_tables(
-    source: ByteSource, chunk_bytes: int = CHUNK_BYTES
+    source: ByteSource, chunk_bytes: int | None = None
 ) -> tuple[dict[str, pl.DataFrame], dict, Counter, list[str]]:
     """Decode every event of `source` into per-kind tables; returns (tables, metadata, counts,
-    warnings). Large files with more than one CPU are decoded in worker processes
-    (`parallel.py`), the rest here (`tables.read_serial`); both salvage damage alike."""
+    warnings). With the native decoder (`native.py`) everything is read here on threads; without
+    it, large files with more than one CPU are decoded in worker processes (`parallel.py`), the
+    rest here (`tables.read_serial`); every path salvages damage alike."""
     if parallel.should_use(source):
         return parallel.read_tables(source, chunk_bytes)
     return read_serial(source, chunk_bytes)

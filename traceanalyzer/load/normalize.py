@@ -121,7 +121,12 @@ def raw_text(raw: RawTexts) -> pl.Series:
 def int_list(raw: RawTexts) -> pl.Series:
     """Raw JSON text of an array of integers (a kernel's grid or block) -> List(Int64), whatever
     the file's white space; null when absent or not such an array."""
-    text = raw_text(raw).str.replace_all(r"\s+", "")
+    return int_list_of(raw_text(raw))
+
+
+def int_list_of(text: pl.Series) -> pl.Series:
+    """`int_list` of raw texts already in a String column (null where absent)."""
+    text = text.str.replace_all(r"\s+", "")
     arrays = pl.select(pl.when(pl.lit(text).str.contains(r"^\[(-?\d+(,-?\d+)*)?\]$")).then(pl.lit(text))).to_series()
     return arrays.str.json_decode(pl.List(pl.Int64)).alias(text.name)
 
@@ -135,10 +140,11 @@ def json_text(raw: RawTexts) -> pl.Series:
     column holds one type. Each distinct value is re-encoded once (shapes repeat a lot)."""
     s = raw_text(raw)
     distinct = s.drop_nulls().unique()
-    return s.replace_strict(distinct, [_compact(v) for v in distinct], default=None, return_dtype=pl.String)
+    return s.replace_strict(distinct, [compact(v) for v in distinct], default=None, return_dtype=pl.String)
 
 
-def _compact(text: str) -> str:
+def compact(text: str) -> str:
+    """One raw JSON text as compact JSON text (itself when it does not decode)."""
     try:
         return msgspec.json.encode(msgspec.json.decode(text)).decode()
     except msgspec.DecodeError:
@@ -221,7 +227,9 @@ def ns_frame(raw: dict[str, RawTexts]) -> pl.DataFrame:
         ns, slow = out[k], out["_slow_" + k]
         if slow.any():
             idx = slow.arg_true()
-            fixed = text.select(checked_ns(pl.col(k).gather(idx)).alias(k))[k]
+            # Gathered first, then read: `checked_ns(col.gather(idx))` inside one select made
+            # polars 2.1 panic (a length assertion) once two slow texts took different branches.
+            fixed = text[k].gather(idx).to_frame().select(checked_ns(pl.col(k)).alias(k))[k]
             ns = ns.scatter(idx, fixed)
         cols.append(ns)
     return pl.DataFrame(cols)

@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
+from traceanalyzer.load import native
 from traceanalyzer.load.chunks import EventSplitter
 from traceanalyzer.load.source import ByteSource
 from traceanalyzer.load.tables import RawTables, read_serial, read_warnings
@@ -69,8 +70,9 @@ def estimated_json_bytes(source: ByteSource) -> int:
 
 
 def should_use(source: ByteSource) -> bool:
-    """Parallel decoding pays off: a large trace, a path we can reopen, more than one CPU."""
-    if source.serial_only or source.path is None:
+    """Parallel decoding pays off: a large trace, a path we can reopen, more than one CPU, and
+    no native decoder (its threads decode in this process, with no pickling)."""
+    if source.serial_only or source.path is None or native.enabled():
         return False
     return cpu_count() > 1 and estimated_json_bytes(source) > MIN_PARALLEL_BYTES
 

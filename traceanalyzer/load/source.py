@@ -6,9 +6,11 @@ salvaged up to the cut instead of losing the last block."""
 from __future__ import annotations
 
 import os
+import queue
 import stat
+import threading
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from traceanalyzer.errors import DecompressionLimitError, TraceReadError
 from traceanalyzer.load.urls import is_url, local_path, open_url
@@ -167,6 +169,63 @@ class ByteSource:
             self._fh.close()
 
     def __enter__(self) -> ByteSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Prefetch:
+    """`source` read ahead on a thread: the next block is read (and inflated: isal releases the
+    GIL) while the caller decodes the current one. `read` returns the blocks in order and raises
+    what the reading raised; every other attribute is the source's (read them after the end).
+    Use as a context manager, so that the thread stops when the caller stops early."""
+
+    def __init__(self, source: ByteSource, block: int = READ_BLOCK, ahead: int = 1) -> None:
+        self._source = source
+        self._block = block
+        self._queue: queue.Queue = queue.Queue(maxsize=ahead)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, name="traceanalyzer-read", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                data = self._source.read(self._block)
+                self._queue.put(data)
+                if not data:
+                    return
+        except BaseException as exc:  # handed to the reader, raised there
+            self._queue.put(exc)
+
+    def read(self, n: int = READ_BLOCK) -> bytes:
+        """The next block read ahead (about `block` bytes, whatever n); b"" at the end."""
+        if self._done:
+            return b""
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        if not item:
+            self._done = True
+        return item
+
+    def close(self) -> None:
+        """Stop the reading thread (draining what it holds) and wait for it."""
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self._thread.join()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def __enter__(self) -> Prefetch:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from contextlib import nullcontext
 
 import msgspec
 import polars as pl
 
 from traceanalyzer.errors import TraceReadError
+from traceanalyzer.load import native
 from traceanalyzer.load.chunks import CHUNK_BYTES, EventSplitter, Split
 from traceanalyzer.load.decode import COLUMN_BUILDERS, DECODER, Event, bucket
 from traceanalyzer.load.normalize import BIG_IDS, FRAME_BUILDERS, STATS, STRING_IDS, empty_frame
 from traceanalyzer.load.repair import BARE, CONTROL
 from traceanalyzer.load.repair import fix_utf8 as _fix_utf8
-from traceanalyzer.load.source import ByteSource
+from traceanalyzer.load.source import ByteSource, Prefetch
 from traceanalyzer.wording import plural
 
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
@@ -38,12 +40,15 @@ def _error_position(exc: msgspec.DecodeError) -> int | None:
 class RawTables:
     """Accumulates the typed tables of a trace chunk by chunk."""
 
-    def __init__(self) -> None:
+    def __init__(self, use_native: bool | None = None) -> None:
         self.parts: dict[str, list[pl.DataFrame]] = {k: [] for k in FRAME_BUILDERS}
         self.counts: Counter = Counter()
         self.fixes: Counter = Counter()  # loose values made uniform, entries dropped
         self.events = 0
         self.error_pos: int | None = None  # byte position of the last decode failure
+        # The native decoder first (see native.py); a chunk it does not read is read below.
+        self.native = native.enabled() if use_native is None else use_native and native.available()
+        self.declined = 0  # chunks the native decoder left to the Python one
 
     def error(self) -> int | None:
         """Byte position of the last decode failure, for the splitter's salvage."""
@@ -80,6 +85,13 @@ class RawTables:
 
     def add_chunk(self, data: bytes | memoryview) -> bool:
         """Decode one chunk of events into the tables; False when it cannot be read whole."""
+        if self.native:
+            pieces = native.decode(data)
+            if pieces is not None:
+                self.error_pos = None
+                self.events += native.add_pieces(pieces, self.parts, self.counts, self.fixes)
+                return True
+            self.declined += 1
         try:
             events = DECODER.decode(data)
         except UnicodeDecodeError:
@@ -168,15 +180,20 @@ def read_warnings(split: Split, raw: RawTables, source: ByteSource) -> list[str]
 
 
 def read_serial(
-    source: ByteSource, chunk_bytes: int = CHUNK_BYTES
+    source: ByteSource, chunk_bytes: int | None = None, use_native: bool | None = None
 ) -> tuple[dict[str, pl.DataFrame], dict, Counter, list[str]]:
     """Decode every event of `source` in this process; returns (tables, metadata, counts,
     warnings). Damage is salvaged (see chunks.py) and reported in the warnings; a source from
-    which not one event could be read because of damage raises TraceReadError."""
-    raw = RawTables()
-    splitter = EventSplitter(source, chunk_bytes)
-    for _ in splitter.chunks(raw.add_chunk, raw.error):
-        pass
+    which not one event could be read because of damage raises TraceReadError. `use_native`
+    None: the native decoder when enabled (native.py), in chunks of a few MB per thread."""
+    raw = RawTables(use_native)
+    if chunk_bytes is None:
+        chunk_bytes = native.chunk_bytes() if raw.native else CHUNK_BYTES
+    # The native decoder releases the GIL: read and inflate the next block meanwhile.
+    with Prefetch(source, chunk_bytes) if raw.native else nullcontext(source) as reader:
+        splitter = EventSplitter(reader, chunk_bytes)
+        for _ in splitter.chunks(raw.add_chunk, raw.error):
+            pass
     split = splitter.split
     if raw.events == 0 and (split.truncated or split.damaged or raw.fixes[NOT_OBJECTS]):
         why = split.truncated or ("damaged" if split.damaged else "no entry of traceEvents is an object")

@@ -1,0 +1,79 @@
+//! A contiguous buffer of any Python object (bytes, bytearray, a memoryview of one), read in
+//! place. `PyObject_GetBuffer` joined the limited API only in 3.11, but the function and the
+//! `Py_buffer` layout are the same in every CPython 3, so an abi3-py310 module declares them
+//! itself. While the view is held, the exporter cannot resize the buffer (a bytearray raises
+//! BufferError), so the bytes stay valid with the GIL released.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi::PyObject;
+use pyo3::prelude::*;
+use std::os::raw::{c_char, c_int, c_void};
+
+#[repr(C)]
+struct PyBuffer {
+    buf: *mut c_void,
+    obj: *mut PyObject,
+    len: isize,
+    itemsize: isize,
+    readonly: c_int,
+    ndim: c_int,
+    format: *mut c_char,
+    shape: *mut isize,
+    strides: *mut isize,
+    suboffsets: *mut isize,
+    internal: *mut c_void,
+}
+
+extern "C" {
+    fn PyObject_GetBuffer(obj: *mut PyObject, view: *mut PyBuffer, flags: c_int) -> c_int;
+    fn PyBuffer_Release(view: *mut PyBuffer);
+}
+
+const PYBUF_SIMPLE: c_int = 0; // contiguous bytes, no format or shape
+
+/// A held buffer export; released on drop (with the GIL: only built and dropped while held).
+pub struct View {
+    raw: Box<PyBuffer>,
+}
+
+// The bytes are read (never written) on other threads while the export pins them.
+unsafe impl Send for View {}
+unsafe impl Sync for View {}
+
+impl View {
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<View> {
+        let mut raw = Box::new(PyBuffer {
+            buf: std::ptr::null_mut(),
+            obj: std::ptr::null_mut(),
+            len: 0,
+            itemsize: 0,
+            readonly: 0,
+            ndim: 0,
+            format: std::ptr::null_mut(),
+            shape: std::ptr::null_mut(),
+            strides: std::ptr::null_mut(),
+            suboffsets: std::ptr::null_mut(),
+            internal: std::ptr::null_mut(),
+        });
+        // SAFETY: obj is a live object (we hold the GIL); raw is a zeroed Py_buffer.
+        if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *raw, PYBUF_SIMPLE) } != 0 {
+            return Err(PyErr::take(obj.py()).unwrap_or_else(|| PyTypeError::new_err("not a contiguous buffer")));
+        }
+        Ok(View { raw })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        if self.raw.len == 0 || self.raw.buf.is_null() {
+            return &[];
+        }
+        // SAFETY: the export keeps buf..buf+len alive and unresized until released.
+        unsafe { std::slice::from_raw_parts(self.raw.buf as *const u8, self.raw.len as usize) }
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        // SAFETY: a view taken by PyObject_GetBuffer, released once; callers hold the GIL.
+        unsafe { PyBuffer_Release(&mut *self.raw) }
+    }
+}

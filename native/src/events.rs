@@ -1,0 +1,335 @@
+//! One piece of the `traceEvents` array -> per-kind columns, by the rules of
+//! `traceanalyzer/load/decode.py` (which event goes to which table, which field to which column).
+
+use crate::columns::{Col, FxMap, Label, Ty};
+use crate::scan::{unescape, Parser, Reject, Span, ABSENT, K, R};
+
+// Top-level fields of an event.
+const PH: usize = 0;
+const CAT: usize = 1;
+const NAME: usize = 2;
+const PID: usize = 3;
+const TID: usize = 4;
+const TS: usize = 5;
+const DUR: usize = 6;
+const ID: usize = 7;
+const ARGS: usize = 8;
+const N_TOP: usize = 9;
+
+fn top_index(k: &[u8]) -> Option<usize> {
+    Some(match k {
+        b"ph" => PH,
+        b"cat" => CAT,
+        b"name" => NAME,
+        b"pid" => PID,
+        b"tid" => TID,
+        b"ts" => TS,
+        b"dur" => DUR,
+        b"id" => ID,
+        b"args" => ARGS,
+        _ => return None,
+    })
+}
+
+/// The args the loader reads (decode.Args), by their JSON key.
+const ARG_KEYS: [&[u8]; 30] = [
+    b"correlation",
+    b"External id",
+    b"external id",
+    b"device",
+    b"stream",
+    b"bytes",
+    b"memory bandwidth (GB/s)",
+    b"grid",
+    b"block",
+    b"graph id",
+    b"cbid",
+    b"Sequence number",
+    b"Fwd thread id",
+    b"Input Dims",
+    b"Input type",
+    b"Call stack",
+    b"Python id",
+    b"Python parent id",
+    b"Device Type",
+    b"Device Id",
+    b"Addr",
+    b"Bytes",
+    b"Total Allocated",
+    b"Total Reserved",
+    b"wait_on_stream",
+    b"wait_on_cuda_event_id",
+    b"cuda_sync_kind",
+    b"name",
+    b"labels",
+    b"sort_index",
+];
+const N_ARGS: usize = ARG_KEYS.len();
+
+fn arg_index(k: &[u8]) -> Option<usize> {
+    // By length and first byte before comparing: an event has ~10 args, most not read.
+    let first = *k.first()?;
+    ARG_KEYS.iter().position(|&a| a.len() == k.len() && a[0] == first && a == k)
+}
+
+/// Where a column's value comes from.
+#[derive(Clone, Copy)]
+pub enum Src {
+    Top(usize),
+    Arg(usize),
+    /// "External id", else 2021's "external id".
+    Ext,
+    /// A metadata event's args name, else labels.
+    MetaValue,
+}
+
+const fn a(key: usize) -> Src {
+    Src::Arg(key)
+}
+
+pub type Spec = &'static [(&'static str, Src, Ty)];
+
+const ID_: Ty = Ty::Int(Label::Id);
+const INT: Ty = Ty::Int(Label::None);
+const PT: Ty = Ty::Int(Label::PidTid);
+
+macro_rules! timed {
+    ($ids:expr; $($extra:expr),* $(,)?) => {
+        &[
+            ("name", Src::Top(NAME), Ty::Str),
+            ("cat", Src::Top(CAT), Ty::Str),
+            ("pid", Src::Top(PID), $ids),
+            ("tid", Src::Top(TID), $ids),
+            $($extra,)*
+            ("ts_ns", Src::Top(TS), Ty::Ns),
+            ("dur_ns", Src::Top(DUR), Ty::Ns),
+        ]
+    };
+}
+
+/// The tables, in the order of `normalize.FRAME_BUILDERS`, with their columns in frame order.
+pub const KINDS: [(&str, Spec); 10] = [
+    (
+        "op",
+        timed!(PT; ("external_id", Src::Ext, ID_), ("sequence_number", a(11), ID_), ("fwd_thread_id", a(12), INT),
+            ("input_dims", a(13), Ty::Raw), ("input_type", a(14), Ty::Raw), ("call_stack", a(15), Ty::Str)),
+    ),
+    ("python", timed!(PT; ("python_id", a(16), ID_), ("python_parent_id", a(17), ID_))),
+    ("runtime", timed!(PT; ("correlation", a(0), ID_), ("external_id", Src::Ext, ID_), ("cbid", a(10), INT))),
+    (
+        "gpu",
+        timed!(PT; ("device", a(3), INT), ("stream", a(4), INT), ("correlation", a(0), ID_),
+            ("external_id", Src::Ext, ID_), ("bytes", a(5), INT), ("bandwidth_gbps", a(6), Ty::Float),
+            ("grid", a(7), Ty::Raw), ("block", a(8), Ty::Raw), ("graph_id", a(9), INT)),
+    ),
+    (
+        "sync",
+        timed!(PT; ("device", a(3), INT), ("stream", a(4), INT), ("correlation", a(0), ID_),
+            ("wait_on_stream", a(24), INT), ("wait_on_event", a(25), INT), ("sync_kind", a(26), Ty::Str)),
+    ),
+    ("gpu_annotation", timed!(PT; ("device", a(3), INT), ("external_id", Src::Ext, ID_))),
+    (
+        "memory",
+        timed!(PT; ("device_type", a(18), INT), ("device_id", a(19), INT), ("addr", a(20), ID_),
+            ("bytes", a(21), INT), ("total_allocated", a(22), INT), ("total_reserved", a(23), INT)),
+    ),
+    ("flow", timed!(PT; ("ph", Src::Top(PH), Ty::Str), ("id", Src::Top(ID), ID_))),
+    (
+        "meta",
+        &[
+            ("name", Src::Top(NAME), Ty::Str),
+            ("pid", Src::Top(PID), INT),
+            ("tid", Src::Top(TID), INT),
+            ("value", Src::MetaValue, Ty::Str),
+            ("sort_index", a(29), INT),
+        ],
+    ),
+    ("other", timed!(INT; ("ph", Src::Top(PH), Ty::Str))),
+];
+const META: usize = 8;
+const MEMORY: usize = 6;
+const OTHER: usize = 9;
+const SKIP: usize = usize::MAX;
+
+/// decode.KIND_OF_CAT (and SKIPPED_FLOW_CATS: counted, no rows).
+fn kind_of_cat(cat: &str) -> Option<usize> {
+    Some(match cat {
+        "cpu_op" | "Operator" | "user_annotation" => 0,
+        "python_function" => 1,
+        "cuda_runtime" | "Runtime" | "cuda_driver" => 2,
+        "kernel" | "Kernel" | "gpu_memcpy" | "Memcpy" | "gpu_memset" | "Memset" => 3,
+        "cuda_sync" => 4,
+        "gpu_user_annotation" => 5,
+        "fwdbwd" => 7,
+        "ac2g" | "async" => SKIP,
+        _ => return None,
+    })
+}
+
+/// The rows of one table.
+pub struct Table<'a> {
+    pub rows: usize,
+    pub cols: Vec<Col<'a>>,
+}
+
+/// What one piece decodes to.
+pub struct Piece<'a> {
+    pub tables: Vec<Table<'a>>,
+    pub events: u64,
+    /// (cat text, ph text) spans -> count, in the piece's bytes.
+    pub counts: FxMap<(&'a [u8], &'a [u8]), u64>,
+}
+
+fn text_of<'a>(b: &'a [u8], v: Span) -> &'a [u8] {
+    &b[v.s as usize..v.e as usize]
+}
+
+/// The string a span holds (None for absent / null); other kinds reject (Python hashes them).
+fn string_of(b: &[u8], v: Span) -> R<Option<std::borrow::Cow<'_, str>>> {
+    let t = text_of(b, v);
+    Ok(match v.k {
+        K::Absent | K::Null => None,
+        K::Str => Some(std::borrow::Cow::Borrowed(std::str::from_utf8(&t[1..t.len() - 1]).map_err(|_| Reject)?)),
+        K::StrEsc => Some(std::borrow::Cow::Owned(unescape(t, true)?)),
+        _ => return Err(Reject),
+    })
+}
+
+/// Decode `b`: events separated by commas (no brackets), white space anywhere between.
+pub fn decode_piece(b: &[u8]) -> R<Piece<'_>> {
+    std::str::from_utf8(b).map_err(|_| Reject)?;
+    let mut tables: Vec<Table> =
+        KINDS.iter().map(|(_, spec)| Table { rows: 0, cols: spec.iter().map(|c| Col::new(c.2)).collect() }).collect();
+    let mut counts: FxMap<(&[u8], &[u8]), u64> = FxMap::default();
+    let mut kind_cache: FxMap<&[u8], usize> = FxMap::default();
+    let mut p = Parser::new(b);
+    let mut events = 0u64;
+    p.ws();
+    if p.peek().is_none() {
+        return Ok(Piece { tables, events, counts });
+    }
+    loop {
+        let mut top = [ABSENT; N_TOP];
+        let mut args = [ABSENT; N_ARGS];
+        event(&mut p, &mut top, &mut args)?;
+        events += 1;
+        let (cat, ph) = (top[CAT], top[PH]);
+        let cat_s = string_of(b, cat)?;
+        string_of(b, ph)?;
+        *counts.entry((text_of(b, cat), text_of(b, ph))).or_insert(0) += 1;
+        let by_cat = match &cat_s {
+            Some(c) => match kind_cache.get(text_of(b, cat)) {
+                Some(&k) => Some(k),
+                None => {
+                    let k = kind_of_cat(c);
+                    kind_cache.insert(text_of(b, cat), k.unwrap_or(usize::MAX - 1));
+                    k
+                }
+            },
+            None => None,
+        }
+        .filter(|&k| k != usize::MAX - 1);
+        let kind = match by_cat {
+            Some(k) => k,
+            None => {
+                if string_of(b, ph)?.as_deref() == Some("M") {
+                    META
+                } else if matches!(top[NAME].k, K::Str | K::StrEsc)
+                    && string_of(b, top[NAME])?.as_deref() == Some("[memory]")
+                {
+                    MEMORY
+                } else {
+                    OTHER
+                }
+            }
+        };
+        if kind != SKIP {
+            let t = &mut tables[kind];
+            for (col, &(_, src, ty)) in t.cols.iter_mut().zip(KINDS[kind].1.iter()) {
+                let v = match src {
+                    Src::Top(i) => top[i],
+                    Src::Arg(i) => args[i],
+                    Src::Ext => or_else(args[1], args[2]),
+                    Src::MetaValue => or_else(args[27], args[28]),
+                };
+                col.push(ty, b, v)?;
+            }
+            t.rows += 1;
+        }
+        p.ws();
+        match p.peek() {
+            None => break,
+            Some(b',') => {
+                p.p += 1;
+                p.ws();
+            }
+            _ => return Err(Reject),
+        }
+    }
+    Ok(Piece { tables, events, counts })
+}
+
+/// `x if x is not None else y`.
+fn or_else(x: Span, y: Span) -> Span {
+    if matches!(x.k, K::Absent | K::Null) {
+        y
+    } else {
+        x
+    }
+}
+
+fn event(p: &mut Parser, top: &mut [Span; N_TOP], args: &mut [Span; N_ARGS]) -> R<()> {
+    p.expect(b'{')?;
+    p.ws();
+    if p.peek() == Some(b'}') {
+        p.p += 1;
+        return Ok(());
+    }
+    loop {
+        let ks = p.p;
+        if p.string()? {
+            return Err(Reject);
+        }
+        let key = &p.b[ks + 1..p.p - 1];
+        p.ws();
+        p.expect(b':')?;
+        p.ws();
+        match top_index(key) {
+            Some(ARGS) => {
+                if top[ARGS].k != K::Absent {
+                    return Err(Reject);
+                }
+                let s = p.p;
+                match p.peek() {
+                    Some(b'{') => p.object(arg_index, args)?,
+                    Some(b'n') => {
+                        p.value(1)?; // null: no args (anything else is not an object: Python's)
+                    }
+                    _ => return Err(Reject),
+                }
+                top[ARGS] = Span { k: K::Obj, s: s as u32, e: p.p as u32 };
+            }
+            Some(i) => {
+                if top[i].k != K::Absent {
+                    return Err(Reject);
+                }
+                top[i] = p.value(1)?;
+            }
+            None => {
+                p.value(1)?;
+            }
+        }
+        p.ws();
+        match p.peek() {
+            Some(b',') => {
+                p.p += 1;
+                p.ws();
+            }
+            Some(b'}') => {
+                p.p += 1;
+                return Ok(());
+            }
+            _ => return Err(Reject),
+        }
+    }
+}
