@@ -112,6 +112,8 @@ FLOORS = [
             "links",
             "version",
             "causes",
+            "option_field",
+            "job_options",
             "units",
             "wording",
             "reprs",
