@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceanalyzer import patterns
-from traceanalyzer.job_options import DiffOptions, RankOptions
+from traceanalyzer.job_options import EXECUTION_FIELDS, DiffOptions, RankOptions  # noqa: F401 - the groups of the bundle
 from traceanalyzer.option_field import opt
 
 
