@@ -32,7 +32,7 @@ fn top_index(k: &[u8]) -> Option<usize> {
 }
 
 /// The args the loader reads (decode.Args), by their JSON key.
-const ARG_KEYS: [&[u8]; 30] = [
+const ARG_KEYS: [&[u8]; 31] = [
     b"correlation",
     b"External id",
     b"external id",
@@ -63,6 +63,7 @@ const ARG_KEYS: [&[u8]; 30] = [
     b"name",
     b"labels",
     b"sort_index",
+    b"Concrete Inputs",
 ];
 const N_ARGS: usize = ARG_KEYS.len();
 
@@ -112,7 +113,8 @@ pub const KINDS: [(&str, Spec); 10] = [
     (
         "op",
         timed!(PT; ("external_id", Src::Ext, ID_), ("sequence_number", a(11), ID_), ("fwd_thread_id", a(12), INT),
-            ("input_dims", a(13), Ty::Raw), ("input_type", a(14), Ty::Raw), ("call_stack", a(15), Ty::Str)),
+            ("input_dims", a(13), Ty::Raw), ("input_type", a(14), Ty::Raw), ("concrete_inputs", a(30), Ty::Raw),
+            ("call_stack", a(15), Ty::Str)),
     ),
     ("python", timed!(PT; ("python_id", a(16), ID_), ("python_parent_id", a(17), ID_))),
     ("runtime", timed!(PT; ("correlation", a(0), ID_), ("external_id", Src::Ext, ID_), ("cbid", a(10), INT))),

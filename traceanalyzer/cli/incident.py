@@ -21,11 +21,11 @@ import polars as pl
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.causes import HINTS
-from traceanalyzer.cli.commands.common import plural
 from traceanalyzer.render.values import flat, saving_text
 from traceanalyzer.report import Block, Code, FindingRow, Findings, Image, Report, Section, Strong, Table, Text, marked
 from traceanalyzer.session import Session
 from traceanalyzer.units import point_ms
+from traceanalyzer.wording import plural
 
 SECTIONS = (
     "Verdict",

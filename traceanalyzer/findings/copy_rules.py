@@ -43,12 +43,12 @@ def _idle_while_blocked_us(ses: Session, copies: pl.DataFrame) -> float:
     copy cost (a CPU blocked on a busy GPU costs nothing)."""
     if copies.is_empty() or not ses.trace.has_gpu_work:
         return 0.0
-    calls = copies.select("copy_id", "blocked_us").join(
+    calls = copies.select("copy_id", "blocked_ns").join(
         ses.trace.gpu.select(copy_id="gpu_id", device="device", _a="launch_ts_ns", _b="launch_end_ns"),
         on="copy_id",
         how="left",
     )
-    calls = calls.filter(pl.col("blocked_us").fill_null(0) > 0)
+    calls = calls.filter(pl.col("blocked_ns").fill_null(0) > 0)
     idle = gpu_time.idle_within(ses.classified.pieces, calls, "_a", "_b", "_idle_ns")
     return float(idle["_idle_ns"].sum()) / 1000.0 if idle.height else 0.0
 
@@ -168,7 +168,7 @@ def _device_to_host(ses: Session) -> list[Finding]:
                 "top_site": site(s),
             },
             "keep values on the GPU, or copy with non_blocking=True into pinned memory and read them a step later",
-            at_stake_us=float(dtoh["duration_us"].sum()) + _idle_while_blocked_us(ses, dtoh),
+            at_stake_us=duration_us(int(dtoh["duration_ns"].sum())) + _idle_while_blocked_us(ses, dtoh),
         )
     ]
 
@@ -222,12 +222,12 @@ def _dtod(ses: Session) -> list[Finding]:
     busy = float(ses.gaps.devices["busy_us"].sum())
     if dtod.is_empty() or busy <= 0:
         return []
-    duration = float(dtod["duration_us"].sum())
+    duration = duration_us(int(dtod["duration_ns"].sum()))
     share = duration / busy
     th = ses.options.copies.dtod_copy_share
     if share < th:
         return []
-    s = _top_site(dtod, "duration_us")
+    s = _top_site(dtod, "duration_ns")
     return [
         Finding(
             "dtod_copies",
@@ -244,8 +244,7 @@ def _dtod(ses: Session) -> list[Finding]:
             },
             DTOD_ADVICE,
             tuple(
-                dtod.sort("duration_us", descending=True)
-                .head(5)
+                display_us(dtod.sort("duration_ns", descending=True).head(5), ses.trace.meta.origin_ns)
                 .select("bytes", "start_us", "duration_us", "op", "range", "python_frame")
                 .to_dicts()
             ),

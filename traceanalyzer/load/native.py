@@ -36,7 +36,7 @@ ENV = "TRACEANALYZER_NATIVE"  # "0": always the pure Python decoder
 # (16 MiB chunks) the peak RSS of loading 100 MB was 304 MB against 224 MB at 2 MiB, for the
 # same CPU time: big short-lived buffers fragment the heap.
 CHUNK_BYTES_PER_THREAD = 2 << 20
-_JSON_TEXT = frozenset({"input_dims", "input_type"})
+_JSON_TEXT = frozenset({"input_dims", "input_type", "concrete_inputs"})
 _INT_LIST = frozenset({"grid", "block"})
 
 
