@@ -20,4 +20,4 @@ def test_reprs_are_short_and_have_html(tmp_path):
         page = obj._repr_html_()
         assert page.startswith("<div><strong>") and "<table>" in page
     assert "gpu=2" in repr(ses.trace) and "steps=1" in repr(ses.trace)
-    assert "gaps=DataFrame(" in repr(ses.gaps)
+    assert "gaps_ns=DataFrame(" in repr(ses.gaps)

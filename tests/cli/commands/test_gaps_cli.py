@@ -92,3 +92,24 @@ def test_missing_file_is_one_line_exit_2(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "nope.json" in done.stderr and "no such file" in done.stderr
+
+
+def test_gaps_evaluates_no_rule_unless_fail_on_asks(monkeypatch, tmp_path, SHARED_TRACES):
+    """gaps prints no finding: the rules (and their what-if replays of the whole dependency
+    graph) run only for --fail-on; a 1 GB trace's gaps went from 1.2 to 4.3 GB RSS without this."""
+    from traceanalyzer.session import Session
+
+    calls = []
+    real = Session._evaluate
+
+    def counting(self, rules):
+        calls.append(rules)
+        return real(self, rules)
+
+    monkeypatch.setattr(Session, "_evaluate", counting)
+    trace = str(SHARED_TRACES / "v100_resnet50_dataloader_workers0.pt.trace.json.gz")
+    out = tmp_path / "g.json"
+    assert CliRunner().invoke(cli, ["gaps", trace, "--no-cache", "-o", str(out)]).exit_code == 0
+    assert calls == []
+    result = CliRunner().invoke(cli, ["gaps", trace, "--no-cache", "-o", str(out), "--fail-on", "data_loading"])
+    assert result.exit_code == 1 and calls  # data_loading fires on workers0 (77 % of idle)
