@@ -371,8 +371,6 @@ def build_graph(
     e = pl.concat(
         [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
     )
-    nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed").sort("node")
-    nodes, e = calibrate(nodes, e)
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.join(
         cpu.select(*THREAD, cpu_start_ns="ts_ns", first_node="node"), on=[*THREAD, "cpu_start_ns"], how="left"
@@ -380,4 +378,11 @@ def build_graph(
     steps = steps.join(
         cpu.select(*THREAD, cpu_end_ns="end_ns", last_node="node"), on=[*THREAD, "cpu_end_ns"], how="left"
     )
+    # CPU nodes are numbered first, GPU nodes after, each in row order: the concatenation is in
+    # node order already. Its chunks are kept (no rechunk, no sort), so the node table, the
+    # largest of the graph (names and all), is never copied while its parts are alive.
+    gpu = gpu.drop("launch_ts_ns", "launch_pid", "launch_tid")  # read above only (`launched`)
+    nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed", rechunk=False)
+    del cpu, gpu
+    nodes, e = calibrate(nodes, e)
     return DependencyGraph(nodes, e, steps)

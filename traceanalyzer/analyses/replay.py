@@ -270,7 +270,7 @@ def calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, p
     `nodes` are numbered 0..n-1 in row order; node times are gathered by position, so the wide
     node table (names and all) is never joined or sorted."""
     ts, end, dur = nodes["ts_ns"], nodes["end_ns"], nodes["dur_ns"]
-    is_sync = pl.Series([False] * nodes.height, dtype=pl.Boolean)
+    is_sync = pl.repeat(False, nodes.height, dtype=pl.Boolean, eager=True)
     sync_dst = edges.filter("to_end")["dst"].unique()
     if sync_dst.len():
         is_sync = is_sync.scatter(sync_dst, True)
@@ -287,7 +287,7 @@ def calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, p
     )
     # a sync's own time: what the call took after the latest work it waited for ended
     ends = e.filter("to_end").group_by("dst").agg(_maxref=pl.col("_ref").max())
-    maxref = pl.Series([None] * nodes.height, dtype=pl.Int64)
+    maxref = pl.repeat(None, nodes.height, dtype=pl.Int64, eager=True)
     if ends.height:
         maxref = maxref.scatter(ends["dst"], ends["_maxref"])
     own = pl.select(
@@ -304,7 +304,7 @@ def calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, p
     best = best.with_columns(_own_binds=pl.col("to_end") & (pl.col("_own_ready") >= pl.col("_ready"))).with_columns(
         _rest=pl.when(pl.col("_own_binds")).then(pl.lit(0)).otherwise(pl.col("_target") - pl.col("_ready")).clip(0)
     )
-    rest = pl.Series([0] * edges.height, dtype=pl.Int64).scatter(best["edge"], best["_rest"])
+    rest = pl.repeat(0, edges.height, dtype=pl.Int64, eager=True).scatter(best["edge"], best["_rest"])
     fix = best.filter("_own_binds")
     if fix.height:
         own = own.scatter(fix["dst"], own.gather(fix["dst"]) + (fix["_target"] - fix["_own_ready"]).clip(0))
