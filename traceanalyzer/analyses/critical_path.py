@@ -55,6 +55,7 @@ class CriticalPath:
 # The wait an edge stands for on the path, by code (0: none; see EDGE_WAIT_KIND).
 WAIT_KINDS = (None, "launch", "gpu_wait", "thread_wait")
 UNTRACED = ("untraced", -1)  # the thread's time before its first event (kind, no node)
+UNTRACED_NAME = "before the first traced event"
 
 
 def walk(
@@ -117,9 +118,9 @@ def _walk(
     kind, name = _names(nodes, {s[1] for _, segs in raw for s in segs})
     rows: list[tuple] = []
     for step, segs in raw:
-        merged: list[list] = []
+        merged: list[list] = []  # kind, name, lane node, a, b, the node named (-1: none)
         for k, nm, ln, a, b in segs:
-            s = (k if k is not None else kind[nm], name.get(nm, "before the first traced event"), ln, a, b)
+            s = (k if k is not None else kind[nm], name.get(nm, UNTRACED_NAME), ln, a, b)
             if (
                 merged
                 and merged[-1][0] == s[0]
@@ -129,9 +130,17 @@ def _walk(
             ):
                 merged[-1][4] = s[4]
             else:
-                merged.append(list(s))
-        rows += [(step, i, k, nm, "", ln, a, b, b - a) for i, (k, nm, ln, a, b) in enumerate(merged)]
-    seg = pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
+                merged.append([*s, nm])
+        rows += [(step, i, k, ln, a, b, b - a, nn) for i, (k, _, ln, a, b, nn) in enumerate(merged)]
+    schema = {c: t for c, t in SEGMENT_SCHEMA.items() if c not in ("name", "lane")}
+    seg = pl.DataFrame(rows, schema={**schema, "_nn": pl.Int64}, orient="row")
+    del rows, raw
+    # names gathered from the node table (views of its strings), not one Python string per segment
+    named = nodes["name"].gather(seg["_nn"].clip(0)) if nodes.height else pl.Series([], dtype=pl.String)
+    name_col = pl.when(pl.col("_nn") >= 0).then(named).otherwise(pl.lit(UNTRACED_NAME))
+    seg = seg.select(
+        *(name_col.alias(c) if c == "name" else pl.lit("").alias(c) if c == "lane" else c for c in SEGMENT_SCHEMA)
+    )
     where = nodes.select(lane_node="node", _lt="lane", pid="pid", tid="tid", device="device", stream="stream")
     lane = (
         pl.when(pl.col("_lt").is_null())
