@@ -141,7 +141,10 @@ def _walk(
     seg = seg.select(
         *(name_col.alias(c) if c == "name" else pl.lit("").alias(c) if c == "lane" else c for c in SEGMENT_SCHEMA)
     )
-    where = nodes.select(lane_node="node", _lt="lane", pid="pid", tid="tid", device="device", stream="stream")
+    # each segment's lane, gathered by position (node v is row v): no join against the node table
+    at = seg["lane_node"]
+    where = nodes.select(_lt="lane", pid="pid", tid="tid", device="device", stream="stream")[at.clip(0)]
+    where = where.select(pl.when(at >= 0).then(pl.col(c)).alias(c) for c in where.columns)
     lane = (
         pl.when(pl.col("_lt").is_null())
         .then(pl.lit(""))
@@ -149,11 +152,7 @@ def _walk(
         .then(pl.format("thread {}", pl.col("tid")))
         .otherwise(pl.format("GPU {} stream {}", pl.col("device"), pl.col("stream")))
     )
-    return (
-        seg.join(where, on="lane_node", how="left", maintain_order="left")
-        .with_columns(lane=lane.fill_null(""))
-        .drop("_lt")
-    )
+    return seg.hstack(where).with_columns(lane=lane.fill_null("")).drop("_lt")
 
 
 def _names(nodes: pl.DataFrame, used: set[int]) -> tuple[dict[int, str], dict[int, str]]:

@@ -119,7 +119,8 @@ class Model:
         self.base = replay(self.prepared, self._dur, self._own)
         e = self.graph.edges
         self._gpu_launch = (
-            n.filter(pl.col("lane") == "gpu")
+            n.select("node", "lane")  # the columns first: an eager filter copies every column
+            .filter(pl.col("lane") == "gpu")
             .select("node")
             .join(e.filter(pl.col("etype") == "launch").select(node="dst", launch_node="src"), on="node", how="left")
             .unique("node", keep="first")
@@ -135,7 +136,7 @@ class Model:
             s = pl.Series(sched.start_ns).gather(g["node"])
             e = pl.Series(sched.end_ns).gather(g["node"])
             return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
-        cpu = self.graph.nodes.filter(pl.col("lane") == "cpu")["node"]
+        cpu = self.graph.nodes.select("node", "lane").filter(pl.col("lane") == "cpu")["node"]
         s, e = pl.Series(sched.start_ns).gather(cpu), pl.Series(sched.end_ns).gather(cpu)
         return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
 
