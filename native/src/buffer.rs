@@ -30,6 +30,7 @@ extern "C" {
 }
 
 const PYBUF_SIMPLE: c_int = 0; // contiguous bytes, no format or shape
+const PYBUF_WRITABLE: c_int = 1; // the same, and written to (a numpy array made for the result)
 
 /// A held buffer export; released on drop (with the GIL: only built and dropped while held).
 pub struct View {
@@ -42,6 +43,15 @@ unsafe impl Sync for View {}
 
 impl View {
     pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<View> {
+        View::with_flags(obj, PYBUF_SIMPLE)
+    }
+
+    /// A writable export (a read-only buffer raises BufferError).
+    pub fn writable(obj: &Bound<'_, PyAny>) -> PyResult<View> {
+        View::with_flags(obj, PYBUF_WRITABLE)
+    }
+
+    fn with_flags(obj: &Bound<'_, PyAny>, flags: c_int) -> PyResult<View> {
         let mut raw = Box::new(PyBuffer {
             buf: std::ptr::null_mut(),
             obj: std::ptr::null_mut(),
@@ -56,7 +66,7 @@ impl View {
             internal: std::ptr::null_mut(),
         });
         // SAFETY: obj is a live object (we hold the GIL); raw is a zeroed Py_buffer.
-        if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *raw, PYBUF_SIMPLE) } != 0 {
+        if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *raw, flags) } != 0 {
             return Err(PyErr::take(obj.py()).unwrap_or_else(|| PyTypeError::new_err("not a contiguous buffer")));
         }
         Ok(View { raw })
@@ -68,6 +78,15 @@ impl View {
         }
         // SAFETY: the export keeps buf..buf+len alive and unresized until released.
         unsafe { std::slice::from_raw_parts(self.raw.buf as *const u8, self.raw.len as usize) }
+    }
+
+    /// The bytes to write (only of a `writable` view; one `&mut` at a time by the borrow).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        if self.raw.len == 0 || self.raw.buf.is_null() || self.raw.readonly != 0 {
+            return &mut [];
+        }
+        // SAFETY: a writable export of buf..buf+len, pinned until released.
+        unsafe { std::slice::from_raw_parts_mut(self.raw.buf as *mut u8, self.raw.len as usize) }
     }
 }
 

@@ -3,10 +3,14 @@
 //!
 //! Returns None when any part of the chunk is not read here (damage, odd types): the caller then
 //! reads the chunk with the Python loader, which salvages and words the warnings.
+//!
+//! Also the replay loop of the what-if model (`replay`, see replay.rs): a dependency chain is
+//! sequential, so it is the one loop over nodes that polars cannot express.
 
 mod buffer;
 mod columns;
 mod events;
+mod replay;
 mod scan;
 
 use columns::{Col, Label};
@@ -158,10 +162,11 @@ fn decode_chunk<'py>(py: Python<'py>, data: &Bound<'py, PyAny>, threads: usize) 
     Ok(Some(out))
 }
 
-/// The native decoder.
+/// The native decoder and replay loop.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_chunk, m)?)?;
+    m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -52,16 +52,10 @@ class CriticalPath:
     by_name: pl.DataFrame
 
 
-def _lane(nodes: pl.DataFrame) -> list[str]:
-    return (
-        nodes.select(
-            pl.when(pl.col("lane") == "cpu")
-            .then(pl.format("thread {}", pl.col("tid")))
-            .otherwise(pl.format("GPU {} stream {}", pl.col("device"), pl.col("stream")))
-        )
-        .to_series()
-        .to_list()
-    )
+# The wait an edge stands for on the path, by code (0: none; see EDGE_WAIT_KIND).
+WAIT_KINDS = (None, "launch", "gpu_wait", "thread_wait")
+UNTRACED = ("untraced", -1)  # the thread's time before its first event (kind, no node)
+UNTRACED_NAME = "before the first traced event"
 
 
 def walk(
@@ -75,48 +69,58 @@ def walk(
 def _walk(
     graph: DependencyGraph, p: Prepared, sched: Schedule, windows: pl.DataFrame, end_nodes: list[int]
 ) -> pl.DataFrame:
+    """The walk is a Python loop over the path only: per node it reads scalars of the schedule's
+    arrays; the kinds and names of the nodes it passes are gathered once afterwards."""
     nodes = graph.nodes
-    kind, name = nodes["kind"].to_list(), nodes["name"].to_list()
-    lanes = list(range(nodes.height))  # segments carry the node; its lane's name is added below
-    wait = nodes["wait_ns"].fill_null(0).to_list()
-    etype = graph.edges["etype"].to_list()
-    start, end = sched.start_ns, sched.end_ns
-    rows: list[tuple] = []
+    coll_wait = ((nodes["kind"] == "collective") & (nodes["wait_ns"].fill_null(0) > 0)).fill_null(False).to_numpy()
+    wait = nodes["wait_ns"].fill_null(0).cast(pl.Int64).to_numpy().item
+    code = {k: WAIT_KINDS.index(w) for k, w in EDGE_WAIT_KIND.items()}
+    wait_code = graph.edges["etype"].replace_strict(code, default=0, return_dtype=pl.Int8).to_numpy().item
+    start, end, bind, end_bind = sched.start_ns.item, sched.end_ns.item, sched.bind.item, sched.end_bind.item
+    src, from_start, is_sync = p.src.item, p.from_start.item, p.is_sync
+    guard_max = 2 * len(sched.start_ns) + 2
+    # a segment: (kind, or None for its node's kind; the node it is named after, -1 none; lane node; a; b)
+    raw: list[tuple[int, list[tuple]]] = []
     for (step, ws, we), v in zip(windows.select("step", "start_ns", "end_ns").iter_rows(), end_nodes, strict=True):
-        segs: list[tuple[str, str, str, int, int]] = []
+        segs: list[tuple] = []
         c = we
         guard = 0
         at_start = False  # arrived at v's start (through a launch), not at its end
-        while v >= 0 and c > ws and guard < 2 * len(start) + 2:
+        while v >= 0 and c > ws and guard < guard_max:
             guard += 1
-            eb = sched.end_bind[v] if p.end_in[v] and not at_start else -1
+            eb = end_bind(v) if not at_start and is_sync(v) else -1
             if eb >= 0:
                 # the call returned after the GPU work it waited for: its wait is the GPU's time
-                u = p.src[eb]
-                c = _emit(segs, c, ws, "sync", name[v], lanes[v], end[u])
+                u = src(eb)
+                c = _emit(segs, c, ws, "sync", v, v, end(u))
                 v, at_start = u, False
                 continue
-            if kind[v] == "collective" and wait[v] > 0:
-                c = _emit(segs, c, ws, "collective", name[v], lanes[v], start[v] + wait[v])
-                c = _emit(segs, c, ws, "peer_wait", name[v], lanes[v], start[v])
+            if coll_wait[v]:
+                c = _emit(segs, c, ws, "collective", v, v, start(v) + wait(v))
+                c = _emit(segs, c, ws, "peer_wait", v, v, start(v))
             else:
-                c = _emit(segs, c, ws, kind[v], name[v], lanes[v], start[v])
-            b = sched.bind[v]
+                c = _emit(segs, c, ws, None, v, v, start(v))
+            b = bind(v)
             if b < 0:
                 break
-            u = p.src[b]
-            ref = start[u] if p.from_start[b] else end[u]
-            wk = EDGE_WAIT_KIND.get(etype[b])
+            u = src(b)
+            ref = start(u) if from_start(b) else end(u)
+            wk = WAIT_KINDS[wait_code(b)]
             if wk == "launch":
-                c = _emit(segs, c, ws, "launch", name[u], lanes[u], ref)
+                c = _emit(segs, c, ws, "launch", u, u, ref)
             elif wk:
-                c = _emit(segs, c, ws, wk, name[v] if wk == "gpu_wait" else name[u], lanes[v], ref)
-            v, at_start = u, bool(p.from_start[b])
+                c = _emit(segs, c, ws, wk, v if wk == "gpu_wait" else u, v, ref)
+            v, at_start = u, bool(from_start(b))
         if c > ws:  # nothing recorded before: the thread's time before its first event
-            segs.append(("untraced", "before the first traced event", -1, ws, c))
+            segs.append((*UNTRACED, -1, ws, c))
         segs.reverse()
-        merged: list[list] = []
-        for s in segs:
+        raw.append((step, segs))
+    kind, name = _names(nodes, {s[1] for _, segs in raw for s in segs})
+    rows: list[tuple] = []
+    for step, segs in raw:
+        merged: list[list] = []  # kind, name, lane node, a, b, the node named (-1: none)
+        for k, nm, ln, a, b in segs:
+            s = (k if k is not None else kind[nm], name.get(nm, UNTRACED_NAME), ln, a, b)
             if (
                 merged
                 and merged[-1][0] == s[0]
@@ -126,20 +130,40 @@ def _walk(
             ):
                 merged[-1][4] = s[4]
             else:
-                merged.append(list(s))
-        rows += [(step, i, k, nm, "", ln, a, b, b - a) for i, (k, nm, ln, a, b) in enumerate(merged)]
-    seg = pl.DataFrame(rows, schema=SEGMENT_SCHEMA, orient="row")
-    where = nodes.select(
-        lane_node="node", _lane=pl.Series(_lane(nodes)), pid="pid", tid="tid", device="device", stream="stream"
+                merged.append([*s, nm])
+        rows += [(step, i, k, ln, a, b, b - a, nn) for i, (k, _, ln, a, b, nn) in enumerate(merged)]
+    schema = {c: t for c, t in SEGMENT_SCHEMA.items() if c not in ("name", "lane")}
+    seg = pl.DataFrame(rows, schema={**schema, "_nn": pl.Int64}, orient="row")
+    del rows, raw
+    # names gathered from the node table (views of its strings), not one Python string per segment
+    named = nodes["name"].gather(seg["_nn"].clip(0)) if nodes.height else pl.Series([], dtype=pl.String)
+    name_col = pl.when(pl.col("_nn") >= 0).then(named).otherwise(pl.lit(UNTRACED_NAME))
+    seg = seg.select(
+        *(name_col.alias(c) if c == "name" else pl.lit("").alias(c) if c == "lane" else c for c in SEGMENT_SCHEMA)
     )
-    return (
-        seg.join(where, on="lane_node", how="left", maintain_order="left")
-        .with_columns(lane=pl.col("_lane").fill_null(""))
-        .drop("_lane")
+    # each segment's lane, gathered by position (node v is row v): no join against the node table
+    at = seg["lane_node"]
+    where = nodes.select(_lt="lane", pid="pid", tid="tid", device="device", stream="stream")[at.clip(0)]
+    where = where.select(pl.when(at >= 0).then(pl.col(c)).alias(c) for c in where.columns)
+    lane = (
+        pl.when(pl.col("_lt").is_null())
+        .then(pl.lit(""))
+        .when(pl.col("_lt") == "cpu")
+        .then(pl.format("thread {}", pl.col("tid")))
+        .otherwise(pl.format("GPU {} stream {}", pl.col("device"), pl.col("stream")))
     )
+    return seg.hstack(where).with_columns(lane=lane.fill_null("")).drop("_lt")
 
 
-def _emit(segs: list, c: int, ws: int, kind: str, name: str, lane: str, a: int) -> int:
+def _names(nodes: pl.DataFrame, used: set[int]) -> tuple[dict[int, str], dict[int, str]]:
+    """kind and name of the nodes on the path, by node (gathered for those nodes only)."""
+    ids = pl.Series(sorted(u for u in used if u >= 0), dtype=pl.Int64)
+    got = nodes.select("kind", "name")[ids] if ids.len() else nodes.select("kind", "name").clear()
+    keys = ids.to_list()
+    return dict(zip(keys, got["kind"].to_list(), strict=True)), dict(zip(keys, got["name"].to_list(), strict=True))
+
+
+def _emit(segs: list, c: int, ws: int, kind: str | None, name: int, lane: int, a: int) -> int:
     """Append the segment [a, c] (clipped to the window) walking back; the new cursor."""
     a = max(min(a, c), ws)
     if a < c:

@@ -164,25 +164,27 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
             check_sortedness=False,
         )
         forks = first.filter(pl.col("_fts") < pl.col("gap_b")).select("pid", "gap_a", "gap_b")
-    s = (
-        s.sort("ts_ns").join_asof(  # as-of joins need the left side in time order too
-            forks.sort("gap_a").rename({"pid": "_fpid"}),
+    # the gap (if any) each slice starts in, by an as-of join of the start times alone: the slices
+    # stay in thread order, and the wide table is never sorted again
+    gap_b = pl.repeat(None, s.height, dtype=pl.Int64, eager=True)
+    if forks.height:
+        at = s.select("ts_ns").with_row_index("_r").sort("ts_ns")
+        at = at.join_asof(
+            forks.select("gap_a", "gap_b").sort("gap_a"),
             left_on="ts_ns",
             right_on="gap_a",
             strategy="backward",
             check_sortedness=False,
         )
-        if forks.height
-        else s.with_columns(_fpid=pl.lit(None, pl.Int64), gap_a=pl.lit(None, pl.Int64), gap_b=pl.lit(None, pl.Int64))
-    )
-    in_gap = pl.col("_main") & pl.col("_idle") & (pl.col("end_ns") <= pl.col("gap_b")).fill_null(False)
-    s = s.with_columns(_wait=pl.col("_wait") | in_gap).sort(*THREAD, "ts_ns")
+        gap_b = at.sort("_r")["gap_b"]
+    in_gap = pl.col("_main") & pl.col("_idle") & (pl.col("end_ns") <= gap_b).fill_null(False)
+    s = s.with_columns(_wait=pl.col("_wait") | in_gap)
     s = s.with_columns(
         lane=pl.lit("cpu"),
         kind=pl.when(pl.col("_wait")).then(pl.lit("thread_wait")).otherwise(pl.col("kind")),
         dur_ns=pl.when(pl.col("_wait")).then(0).otherwise(pl.col("end_ns") - pl.col("ts_ns")),
     )
-    s = s.drop("_idle", "_main", "_fpid", "_wait", "gap_a", "gap_b")
+    s = s.drop("_idle", "_main", "_wait")
     # names last, gathered by position (runtime_id and op_id are row numbers of their tables)
     rname = trace.runtime["name"].gather(s["runtime_id"]) if trace.runtime.height else None
     oname = trace.ops["name"].gather(s["op_id"]) if trace.ops.height else None
@@ -371,8 +373,6 @@ def build_graph(
     e = pl.concat(
         [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
     )
-    nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed").sort("node")
-    nodes, e = calibrate(nodes, e)
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.join(
         cpu.select(*THREAD, cpu_start_ns="ts_ns", first_node="node"), on=[*THREAD, "cpu_start_ns"], how="left"
@@ -380,4 +380,11 @@ def build_graph(
     steps = steps.join(
         cpu.select(*THREAD, cpu_end_ns="end_ns", last_node="node"), on=[*THREAD, "cpu_end_ns"], how="left"
     )
+    # CPU nodes are numbered first, GPU nodes after, each in row order: the concatenation is in
+    # node order already. Its chunks are kept (no rechunk, no sort), so the node table, the
+    # largest of the graph (names and all), is never copied while its parts are alive.
+    gpu = gpu.drop("launch_ts_ns", "launch_pid", "launch_tid")  # read above only (`launched`)
+    nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed", rechunk=False)
+    del cpu, gpu
+    nodes, e = calibrate(nodes, e)
     return DependencyGraph(nodes, e, steps)

@@ -7,9 +7,12 @@ start plus its duration; a sync's end is the later of its start plus its own tim
 `to_end` edges' ready times. The graph's lags make a replay with nothing changed reproduce the
 capture (see `dependency_graph`).
 
-This is the one loop over nodes in the tool: a dependency chain is sequential by nature. It
-runs over plain Python lists in a topological order computed once per graph; about 1 µs per
-node and edge (0.3 s for 300k nodes; a 1 GB trace's ~10M slices take ~15 s per replay).
+This is the one loop over nodes in the tool: a dependency chain is sequential by nature. The
+graph is flattened once into int64 arrays (CSR adjacency for each node's start and `to_end`
+edges) in a topological order, and each replay runs the native loop (`traceanalyzer._native`,
+Rust, GIL released: ~10 ns per node and edge, 24 bytes of graph per node and edge) over them.
+Without the extension, or with TRACEANALYZER_NATIVE=0, the same loop runs in Python
+(`_replay`: about 1 µs per node and edge, 0.3 s for 300k nodes).
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
+
+from traceanalyzer.load import native
 
 
 @contextmanager
 def no_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused: the loops below allocate millions of small lists and
+    """The cyclic garbage collector paused: the Python loops allocate millions of small lists and
     tuples that live until the loop ends, and each collection rescanned all of them (the walk of
     a 215k-node graph spent 90 % of its time in the collector)."""
     was = gc.isenabled()
@@ -36,38 +42,53 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Schedule:
-    """start_ns / end_ns per node (lists indexed by node); `bind`: per node the edge index that
-    set its start (-1: its own captured start); `end_bind`: the edge that set a sync's end (-1:
-    its own time)."""
+    """start_ns / end_ns per node (int64 arrays indexed by node); `bind`: per node the edge index
+    that set its start (-1: its own captured start); `end_bind`: the edge that set a sync's end
+    (-1: its own time, or not a sync)."""
 
-    start_ns: list[int]
-    end_ns: list[int]
-    bind: list[int]
-    end_bind: list[int]
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    bind: np.ndarray
+    end_bind: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Prepared:
-    """The graph as flat lists for the replay loop."""
+    """The graph as flat arrays for the replay loop: `order` the items in a topological order
+    (v: node v's start; n + v: sync v's end), per node `ts`, per edge `src`, `lag`, `from_start`;
+    node v's start edges are `start_idx[start_off[v]:start_off[v + 1]]` (edge indexes, in edge
+    order), its `to_end` edges likewise in `end_off` / `end_idx`."""
 
-    order: list[int]
-    ts: list[int]
-    src: list[int]
-    lag: list[int]
-    from_start: list[bool]
-    start_in: list  # per node: its start edges (indexes)
-    end_in: list  # per node: its to_end edges
+    order: np.ndarray
+    ts: np.ndarray
+    src: np.ndarray
+    lag: np.ndarray
+    from_start: np.ndarray
+    start_off: np.ndarray
+    start_idx: np.ndarray
+    end_off: np.ndarray
+    end_idx: np.ndarray
+
+    def start_edges(self, v: int) -> np.ndarray:
+        """Node v's start edges."""
+        return self.start_idx[self.start_off[v] : self.start_off[v + 1]]
+
+    def end_edges(self, v: int) -> np.ndarray:
+        """Node v's `to_end` edges (none: not a sync)."""
+        return self.end_idx[self.end_off[v] : self.end_off[v + 1]]
+
+    def is_sync(self, v: int) -> bool:
+        """Node v's end is set by `to_end` edges."""
+        return self.end_off.item(v + 1) > self.end_off.item(v)
+
+
+def _i64(s: pl.Series) -> np.ndarray:
+    return np.ascontiguousarray(s.cast(pl.Int64).to_numpy(), dtype=np.int64)
 
 
 def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
-    """The graph flattened and ordered for `replay` (see `_prepare`)."""
-    with no_gc():
-        return _prepare(nodes, edges)
-
-
-def _prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     """Flatten a dependency graph's nodes and edges and order them.
 
     The order is over events: item v is node v's start (and its end, when nothing but its
@@ -77,58 +98,48 @@ def _prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     an event before what it depends on is ordered by Kahn's algorithm instead (a cycle, only
     from a damaged trace, is broken at its earliest captured event)."""
     n = nodes.height
-    e = edges.with_row_index("k").with_columns(pl.col("k").cast(pl.Int64))
-    start_in = _grouped(e.filter(~pl.col("to_end")), n)
-    end_in = _grouped(e.filter("to_end"), n)
-    syncs = e.filter("to_end").select("dst").unique()
-    is_sync = pl.Series([False] * n, dtype=pl.Boolean)
-    if syncs.height:
-        is_sync = is_sync.scatter(syncs["dst"], True)
-    # the item at which a node's end is known
-    end_item = pl.select(pl.when(is_sync).then(pl.int_range(n) + n).otherwise(pl.int_range(n))).to_series()
-    before = (
-        pl.when(pl.col("from_start") & ~pl.col("to_end"))
-        .then(pl.col("src"))
-        .otherwise(end_item.gather(e["src"]) if e.height else pl.lit(0))
-    )
-    after = pl.when(pl.col("to_end")).then(pl.col("dst") + n).otherwise(pl.col("dst"))
-    deps = e.select(before=before, after=after).cast(pl.Int64)
-    sync_ids = syncs["dst"].cast(pl.Int64) if syncs.height else pl.Series([], dtype=pl.Int64)
-    deps = pl.concat([deps, pl.DataFrame({"before": sync_ids, "after": sync_ids + n})])
-    lane = (nodes["lane"] == "gpu").cast(pl.Int64)
-    items = pl.concat(
-        [
-            pl.DataFrame({"x": range(n), "t": nodes["ts_ns"], "endfirst": 1, "lane": lane}),
-            pl.DataFrame(
-                {"x": sync_ids + n, "t": nodes["end_ns"].gather(sync_ids), "endfirst": 0, "lane": lane.gather(sync_ids)}
-            ),
-        ],
-        how="vertical_relaxed",
-    ).sort("t", "endfirst", "lane", "x")
-    order = items["x"]
-    pos = pl.Series([0] * (2 * n), dtype=pl.Int64).scatter(order, pl.int_range(len(order), eager=True))
-    ok = deps.is_empty() or bool((pos.gather(deps["before"]) < pos.gather(deps["after"])).all())
-    out = order.to_list() if ok else _kahn(n, deps, order.to_list())
-    ts = nodes["ts_ns"].to_list()
-    return Prepared(
-        out, ts, edges["src"].to_list(), edges["lag_ns"].to_list(), edges["from_start"].to_list(), start_in, end_in
-    )
+    src, dst, lag = _i64(edges["src"]), _i64(edges["dst"]), _i64(edges["lag_ns"])
+    fs = np.ascontiguousarray(edges["from_start"].to_numpy(), dtype=np.bool_)
+    to_end = np.ascontiguousarray(edges["to_end"].to_numpy(), dtype=np.bool_)
+    ts, end_ns = _i64(nodes["ts_ns"]), _i64(nodes["end_ns"])
+    start_off, start_idx = _csr(dst, ~to_end, n)
+    end_off, end_idx = _csr(dst, to_end, n)
+    is_sync = np.diff(end_off) > 0
+    sync_ids = np.flatnonzero(is_sync).astype(np.int64)
+    node = np.arange(n, dtype=np.int64)
+    end_item = np.where(is_sync, node + n, node)  # the item at which a node's end is known
+    before = np.concatenate([np.where(fs & ~to_end, src, end_item[src]), sync_ids])
+    after = np.concatenate([np.where(to_end, dst + n, dst), sync_ids + n])
+    lane = (nodes["lane"] == "gpu").to_numpy().astype(np.int8)
+    x = np.concatenate([node, sync_ids + n])
+    t = np.concatenate([ts, end_ns[sync_ids]])
+    endfirst = np.concatenate([np.ones(n, np.int8), np.zeros(len(sync_ids), np.int8)])
+    order = x[np.lexsort((x, np.concatenate([lane, lane[sync_ids]]), endfirst, t))]
+    del t, endfirst, end_item
+    pos = np.zeros(2 * n, dtype=np.int64)
+    pos[order] = np.arange(len(order), dtype=np.int64)
+    if not bool((pos[before] < pos[after]).all()):
+        order = np.asarray(_kahn(n, before, after, order.tolist()), dtype=np.int64)
+    return Prepared(order, ts, src, lag, fs, start_off, start_idx, end_off, end_idx)
 
 
-def _grouped(e: pl.DataFrame, n: int) -> list:
-    """Per node, the indexes of the edges into it (an empty tuple for none)."""
-    out: list = [()] * n
-    g = e.group_by("dst").agg(pl.col("k").sort())
-    for d, ks in zip(g["dst"].to_list(), g["k"].to_list(), strict=True):
-        out[d] = ks
-    return out
+def _csr(dst: np.ndarray, keep: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets (n + 1) and edge indexes of the kept edges grouped by destination, each group in
+    edge order (a stable sort by destination)."""
+    idx = np.flatnonzero(keep).astype(np.int64)
+    d = dst[idx]
+    idx = idx[np.argsort(d, kind="stable")]
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(d, minlength=n), out=off[1:])
+    return off, idx
 
 
-def _kahn(n: int, deps: pl.DataFrame, by_time: list[int]) -> list[int]:
-    """A topological order of the items in `by_time` (captured order) under `deps`."""
+def _kahn(n: int, before: np.ndarray, after: np.ndarray, by_time: list[int]) -> list[int]:
+    """A topological order of the items in `by_time` (captured order) under the dependencies
+    before[i] -> after[i] (a Python loop: it runs only on damaged traces)."""
     out: list[list[int]] = [[] for _ in range(2 * n)]
     indeg = [0] * (2 * n)
-    for a, b in zip(deps["before"].to_list(), deps["after"].to_list(), strict=True):
+    for a, b in zip(before.tolist(), after.tolist(), strict=True):
         out[a].append(b)
         indeg[b] += 1
     ready = [x for x in reversed(by_time) if indeg[x] == 0]
@@ -154,51 +165,78 @@ def _kahn(n: int, deps: pl.DataFrame, by_time: list[int]) -> list[int]:
 
 
 def replay(
-    p: Prepared, dur: list[int], own: list[int], lag: list[int] | None = None, cut: list[bool] | None = None
+    p: Prepared,
+    dur: np.ndarray,
+    own: np.ndarray,
+    lag: np.ndarray | None = None,
+    cut: np.ndarray | None = None,
+    use_native: bool | None = None,
 ) -> Schedule:
-    """Re-schedule the graph with these durations (see `_replay`)."""
-    with no_gc():
-        return _replay(p, dur, own, lag, cut)
-
-
-def _replay(
-    p: Prepared, dur: list[int], own: list[int], lag: list[int] | None = None, cut: list[bool] | None = None
-) -> Schedule:
-    """Re-schedule with these durations (`own`: a sync's own time), edge lags (default: the
-    captured ones) and edges cut (`cut[k]`: edge k no longer binds, e.g. a removed sync)."""
+    """Re-schedule the graph with these durations (`own`: a sync's own time), edge lags (default:
+    the captured ones) and edges cut (`cut[k]`: edge k no longer binds, e.g. a removed sync).
+    The native loop when built and enabled (`load.native.enabled`), else `_replay`;
+    `use_native` forces one (False: Python; True: native, which must be built)."""
     n = len(p.ts)
-    lag = p.lag if lag is None else lag
-    src, fs, start_in, end_in = p.src, p.from_start, p.start_in, p.end_in
+    dur = np.ascontiguousarray(dur, dtype=np.int64)
+    own = np.ascontiguousarray(own, dtype=np.int64)
+    lag = p.lag if lag is None else np.ascontiguousarray(lag, dtype=np.int64)
+    cut = None if cut is None else np.ascontiguousarray(cut, dtype=np.bool_)
+    fn = native.replay_loop() if use_native is None else (native.replay_loop(force=True) if use_native else None)
+    if use_native and fn is None:
+        raise RuntimeError("the native replay loop is not built (pip install -e .)")
+    if fn is None:
+        with no_gc():
+            return _replay(p, dur, own, lag, cut)
+    start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    bind, end_bind = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    fs = p.from_start.view(np.uint8)
+    args = (p.order, p.ts, p.src, lag, fs, p.start_off, p.start_idx, p.end_off, p.end_idx, dur, own)
+    fn(*args, None if cut is None else cut.view(np.uint8), start, end, bind, end_bind)
+    return Schedule(start, end, bind, end_bind)
+
+
+def _replay(p: Prepared, dur: np.ndarray, own: np.ndarray, lag: np.ndarray, cut: np.ndarray | None) -> Schedule:
+    """The replay loop in Python (the fallback of the native one, and its reference): the arrays
+    become lists for the loop's duration, as indexing numpy scalars is several times slower."""
+    n = len(p.ts)
+    ts, order = p.ts.tolist(), p.order.tolist()
+    dur_l, own_l, lag_l = dur.tolist(), own.tolist(), lag.tolist()
+    src, fs = p.src.tolist(), p.from_start.tolist()
+    so, si, eo, ei = p.start_off.tolist(), p.start_idx.tolist(), p.end_off.tolist(), p.end_idx.tolist()
+    cut_l = None if cut is None else cut.tolist()
     start = [0] * n
     end = [0] * n
     bind = [-1] * n
     end_bind = [-1] * n
-    for x in p.order:
+    for x in order:
         if x >= n:  # a sync's end: its own time, or the GPU work it waits for and its return
             v = x - n
-            e = start[v] + own[v]
+            e = start[v] + own_l[v]
             eb = -1
-            for k in end_in[v]:
-                if cut is not None and cut[k]:
+            for j in range(eo[v], eo[v + 1]):
+                k = ei[j]
+                if cut_l is not None and cut_l[k]:
                     continue
-                r = end[src[k]] + lag[k]
+                r = end[src[k]] + lag_l[k]
                 if r > e:
                     e, eb = r, k
             end[v], end_bind[v] = e, eb
             continue
-        s = p.ts[x]
+        s = ts[x]
         b = -1
-        for k in start_in[x]:
-            if cut is not None and cut[k]:
+        for j in range(so[x], so[x + 1]):
+            k = si[j]
+            if cut_l is not None and cut_l[k]:
                 continue
             u = src[k]
-            r = (start[u] if fs[k] else end[u]) + lag[k]
+            r = (start[u] if fs[k] else end[u]) + lag_l[k]
             if b < 0 or r > s:
                 s, b = r, k
         start[x], bind[x] = s, b
-        if not end_in[x]:
-            end[x] = s + dur[x]
-    return Schedule(start, end, bind, end_bind)
+        if eo[x] == eo[x + 1]:
+            end[x] = s + dur_l[x]
+    as_array = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
+    return Schedule(as_array(start), as_array(end), as_array(bind), as_array(end_bind))
 
 
 def step_times(
@@ -209,8 +247,8 @@ def step_times(
     (the slice that starts each GPU activity's launch call)."""
     from traceanalyzer.trace import extend_steps
 
-    start = pl.Series(sched.start_ns, dtype=pl.Int64)
-    end = pl.Series(sched.end_ns, dtype=pl.Int64)
+    start = pl.Series(sched.start_ns)
+    end = pl.Series(sched.end_ns)
     st = graph_steps.filter(pl.col("first_node").is_not_null() & pl.col("last_node").is_not_null())
     ranges = trace_steps.select("step", "name", "pid", "tid", "op_id").join(
         st.select("step", "first_node", "last_node"), on="step"
@@ -232,7 +270,7 @@ def calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, p
     `nodes` are numbered 0..n-1 in row order; node times are gathered by position, so the wide
     node table (names and all) is never joined or sorted."""
     ts, end, dur = nodes["ts_ns"], nodes["end_ns"], nodes["dur_ns"]
-    is_sync = pl.Series([False] * nodes.height, dtype=pl.Boolean)
+    is_sync = pl.repeat(False, nodes.height, dtype=pl.Boolean, eager=True)
     sync_dst = edges.filter("to_end")["dst"].unique()
     if sync_dst.len():
         is_sync = is_sync.scatter(sync_dst, True)
@@ -249,24 +287,26 @@ def calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, p
     )
     # a sync's own time: what the call took after the latest work it waited for ended
     ends = e.filter("to_end").group_by("dst").agg(_maxref=pl.col("_ref").max())
-    maxref = pl.Series([None] * nodes.height, dtype=pl.Int64)
+    maxref = pl.repeat(None, nodes.height, dtype=pl.Int64, eager=True)
     if ends.height:
         maxref = maxref.scatter(ends["dst"], ends["_maxref"])
     own = pl.select(
         pl.when(maxref.is_not_null()).then((end - pl.max_horizontal(ts, maxref)).clip(0, end - ts)).otherwise(dur)
     ).to_series()
-    # the edge that binds each node's start (or a sync's end): the latest ready, first by index
-    best = e.group_by("dst", "to_end").agg(
-        pl.col("edge").sort_by("_ready", "edge", descending=[True, False]).first(),
-        pl.col("_ready").max(),
-        pl.col("_target").first(),
+    # the edge that binds each node's start (or a sync's end): the latest ready, first by index;
+    # by one sort and a comparison of neighbours (a group_by of sorted lists took 170 MB per 1M
+    # edges). `_target` depends on (dst, to_end) only.
+    best = e.select("dst", "to_end", "edge", "_ready", "_target").sort(
+        "dst", "to_end", "_ready", "edge", descending=[False, False, True, False]
     )
+    first = (pl.col("dst") != pl.col("dst").shift(1)) | (pl.col("to_end") != pl.col("to_end").shift(1))
+    best = best.filter(first.fill_null(True))
     best = best.with_columns(_own_ready=(ts + own).gather(best["dst"]))
     # the binding edge carries the rest; for a sync whose own time binds, the own time does
     best = best.with_columns(_own_binds=pl.col("to_end") & (pl.col("_own_ready") >= pl.col("_ready"))).with_columns(
         _rest=pl.when(pl.col("_own_binds")).then(pl.lit(0)).otherwise(pl.col("_target") - pl.col("_ready")).clip(0)
     )
-    rest = pl.Series([0] * edges.height, dtype=pl.Int64).scatter(best["edge"], best["_rest"])
+    rest = pl.repeat(0, edges.height, dtype=pl.Int64, eager=True).scatter(best["edge"], best["_rest"])
     fix = best.filter("_own_binds")
     if fix.height:
         own = own.scatter(fix["dst"], own.gather(fix["dst"]) + (fix["_target"] - fix["_own_ready"]).clip(0))

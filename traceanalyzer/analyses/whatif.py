@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses import windows as win
@@ -113,12 +114,13 @@ class Model:
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
         n = self.graph.nodes
-        self._dur = n["dur_ns"].to_list()
-        self._own = n["own_ns"].fill_null(0).to_list()
+        self._dur = n["dur_ns"].cast(pl.Int64).to_numpy()
+        self._own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
         self.base = replay(self.prepared, self._dur, self._own)
         e = self.graph.edges
         self._gpu_launch = (
-            n.filter(pl.col("lane") == "gpu")
+            n.select("node", "lane")  # the columns first: an eager filter copies every column
+            .filter(pl.col("lane") == "gpu")
             .select("node")
             .join(e.filter(pl.col("etype") == "launch").select(node="dst", launch_node="src"), on="node", how="left")
             .unique("node", keep="first")
@@ -134,7 +136,7 @@ class Model:
             s = pl.Series(sched.start_ns).gather(g["node"])
             e = pl.Series(sched.end_ns).gather(g["node"])
             return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
-        cpu = self.graph.nodes.filter(pl.col("lane") == "cpu")["node"]
+        cpu = self.graph.nodes.select("node", "lane").filter(pl.col("lane") == "cpu")["node"]
         s, e = pl.Series(sched.start_ns).gather(cpu), pl.Series(sched.end_ns).gather(cpu)
         return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
 
@@ -147,7 +149,9 @@ class Model:
 
     def _end_nodes(self, w: pl.DataFrame, sched: Schedule) -> list[int]:
         """The node whose end is each window's end (the latest-ending node that ends it)."""
-        end = pl.DataFrame({"node": range(len(sched.end_ns)), "end_ns": sched.end_ns, "start_ns": sched.start_ns})
+        end = pl.DataFrame(
+            {"node": np.arange(len(sched.end_ns), dtype=np.int64), "end_ns": sched.end_ns, "start_ns": sched.start_ns}
+        )
         ends = end.sort("end_ns", "start_ns", "node", descending=[False, True, False]).unique("end_ns", keep="first")
         j = (
             w.with_row_index("_w")
@@ -183,7 +187,8 @@ class Model:
         err = abs(r - m) / m if m and r is not None else None
         return WhatIf(scenario, steps, m, r, p, err)
 
-    def _apply(self, sc: Scenario) -> tuple[list[int], list[int], list[int], list[bool] | None]:
+    def _apply(self, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """Per node durations and own times, per edge lags and cuts (None: none) under `sc`."""
         n = self.graph.nodes
         e = self.graph.edges
         cpu = pl.col("lane") == "cpu"
@@ -232,8 +237,8 @@ class Model:
                 _own=pl.when(unsynced).then(0.0).otherwise(pl.col("_own")),
                 _drop=pl.col("_drop") | unsynced,
             )
-        dur_l = frame["_dur"].clip(0).round().cast(pl.Int64).to_list()
-        own_l = frame["_own"].clip(0).round().cast(pl.Int64).to_list()
+        dur_l = frame["_dur"].clip(0).round().cast(pl.Int64).to_numpy()
+        own_l = frame["_own"].clip(0).round().cast(pl.Int64).to_numpy()
         lag = None
         gpu_edge = e["etype"].is_in(["stream", "event"])
         if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
@@ -241,17 +246,17 @@ class Model:
             hit = (gpu_edge & (e["lag_ns"] > 0)) & (spacing if "gpu_wait" not in sc.without else ~spacing)
             if "gpu_wait" in sc.without and "kernel_spacing" in sc.without:
                 hit = gpu_edge & (e["lag_ns"] > 0)
-            lag = e.select(pl.when(hit).then(0).otherwise(pl.col("lag_ns"))).to_series().to_list()
+            lag = e.select(pl.when(hit).then(0).otherwise(pl.col("lag_ns"))).to_series().cast(pl.Int64).to_numpy()
         cut = None
         sync_edges = e["to_end"].cast(pl.Boolean)
-        stop = pl.Series([False] * e.height, dtype=pl.Boolean)
+        stop = pl.repeat(False, e.height, dtype=pl.Boolean, eager=True)
         if "sync" in sc.without:
             stop = sync_edges
         if sc.drop or sc.unsync:
             dropped_nodes = frame.filter("_drop")["node"]
             stop = stop | (sync_edges & e["dst"].is_in(dropped_nodes.implode()))
         if stop.any():
-            cut = stop.to_list()
+            cut = stop.to_numpy()
         return dur_l, own_l, lag if lag is not None else self.prepared.lag, cut
 
     def _matching_ops(self, pattern: str, exact: bool = False) -> pl.Series:

@@ -13,6 +13,9 @@ The columns come back as little-endian buffers (int64/float64 values, uint32 nul
 dictionary codes) and become polars Series through numpy, without a Python object per value;
 strings come as the list of their distinct values, gathered by the codes (one buffer per
 distinct value, as `normalize.interned` keeps names).
+
+The same module holds the what-if model's replay loop (`replay_loop`, used by
+`analyses.replay`), under the same switch.
 """
 
 from __future__ import annotations
@@ -48,6 +51,14 @@ def available() -> bool:
 def enabled() -> bool:
     """The native decoder is used: built, and not turned off with TRACEANALYZER_NATIVE=0."""
     return _native is not None and os.environ.get(ENV, "1").strip() != "0"
+
+
+def replay_loop(force: bool = False) -> Any:
+    """The native replay loop of `analyses.replay` (`_native.replay`), or None: not built (or
+    built before it had one), or turned off with TRACEANALYZER_NATIVE=0 (`force`: regardless)."""
+    if _native is None or not (force or enabled()):
+        return None
+    return getattr(_native, "replay", None)
 
 
 def threads() -> int:

@@ -1,0 +1,168 @@
+"""The native replay loop (`_native.replay`) against the Python one (`replay._replay`): the same
+schedule, every array equal, on shared traces under scenarios that change durations, lags and
+cut edges, and on every synthetic what-if case; plus a graph small enough to replay by hand.
+
+Small graph (times in ns; `lag` on each edge):
+
+    node 0 cpu [0, 10)                     no start edge: keeps its captured start 0
+    node 1 gpu [5, 25)   e0 launch 0 -> 1  from_start, lag 5: starts 0 + 5 = 5, ends 25
+    node 2 cpu [10, 30)  e1 serial 0 -> 2  lag 0: starts 10; a sync, own 2
+                         e2 sync 1 -> 2    to_end, lag 5: ends max(10 + 2, 25 + 5) = 30 (e2)
+    node 3 cpu [100,110) e3 serial 2 -> 3  lag -50: ready 30 - 50 = -20; binds (first edge)
+                         e4 fork 0 -> 3    lag -10: ready 0 (later, larger): starts 0 (e4)
+                         e5 join 0 -> 3    lag -10: ready 0, a tie: e4 keeps it; ends 0 + 10
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from tests.analyses import test_whatif
+from traceanalyzer.analyses import replay as rp
+from traceanalyzer.analyses.whatif import Scenario
+from traceanalyzer.load import load
+from traceanalyzer.load import native as ln
+from traceanalyzer.session import Session
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+SHARED = [
+    "v100_resnet50_dataloader_workers0.pt.trace.json.gz",
+    "a100_multistream_syncs.json.gz",
+    "gb10_vllm_cudagraphs.pt.trace.json.gz",
+    "h100_owlv2_inference.json.gz",
+    "mi300x_ddp_resnet_4ranks/rank0_trace_0_20_0.json.gz",
+    "mi300x_ddp_resnet_4ranks/rank3_trace_0_20_3.json.gz",
+]
+SCENARIOS = [
+    Scenario(),
+    Scenario(without=("data_loading", "cpu_bound")),
+    Scenario(without=("sync", "gpu_wait")),  # sync edges cut, GPU edge lags changed
+    Scenario(without=("kernel_spacing", "launch_latency", "peer_wait")),
+    Scenario(speedup=(("gemm|conv|elementwise", 2.0), ("aten::", float("inf")))),
+]
+native = pytest.mark.skipif(not ln.available(), reason="traceanalyzer._native not built")
+
+
+def _equal(a: rp.Schedule, b: rp.Schedule) -> None:
+    for f in ("start_ns", "end_ns", "bind", "end_bind"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.dtype == y.dtype == np.int64, f
+        assert np.array_equal(x, y), f"{f}: first difference at node {int(np.flatnonzero(x != y)[0])}"
+
+
+def _both(p: rp.Prepared, *args) -> rp.Schedule:
+    fast = rp.replay(p, *args, use_native=True)
+    slow = rp.replay(p, *args, use_native=False)
+    _equal(fast, slow)
+    return fast
+
+
+def _small() -> tuple[rp.Prepared, np.ndarray, np.ndarray]:
+    nodes = pl.DataFrame(
+        {
+            "node": [0, 1, 2, 3],
+            "lane": ["cpu", "gpu", "cpu", "cpu"],
+            "ts_ns": [0, 5, 10, 100],
+            "end_ns": [10, 25, 30, 110],
+        }
+    )
+    edges = pl.DataFrame(
+        {
+            "src": [0, 0, 1, 2, 0, 0],
+            "dst": [1, 2, 2, 3, 3, 3],
+            "from_start": [True, False, False, False, False, False],
+            "to_end": [False, False, True, False, False, False],
+            "lag_ns": [5, 0, 5, -50, -10, -10],
+        }
+    )
+    return rp.prepare(nodes, edges), np.array([10, 20, 20, 10]), np.array([10, 20, 2, 10])
+
+
+@native
+def test_small_graph_by_hand():
+    p, dur, own = _small()
+    assert p.start_off.tolist() == [0, 0, 1, 2, 5] and p.start_idx.tolist() == [0, 1, 3, 4, 5]
+    assert p.end_off.tolist() == [0, 0, 0, 1, 1] and p.end_idx.tolist() == [2]
+    s = _both(p, dur, own)
+    assert s.start_ns.tolist() == [0, 5, 10, 0]
+    assert s.end_ns.tolist() == [10, 25, 30, 10]
+    assert s.bind.tolist() == [-1, 0, 1, 4]
+    assert s.end_bind.tolist() == [-1, -1, 2, -1]
+    # the sync edge cut: the call ends after its own 2 ns; node 3 then reads 12 - 50 first
+    s = _both(p, dur, own, None, np.array([False, False, True, False, False, False]))
+    assert s.end_ns.tolist()[2] == 12 and s.end_bind.tolist()[2] == -1
+    assert s.start_ns.tolist()[3] == 0 and s.bind.tolist()[3] == 4
+    # lags changed (launch 0, e3 -5) and node 3's later edges cut: node 1 runs [0, 20), the call
+    # ends at 20 + 0, and node 3's one edge binds below its capture: 20 - 5 = 15
+    s = _both(p, dur, own, np.array([0, 0, 0, -5, 0, 0]), np.array([False, False, False, False, True, True]))
+    assert s.start_ns.tolist() == [0, 0, 10, 15] and s.bind.tolist() == [-1, 0, 1, 3]
+    assert s.end_ns.tolist() == [10, 20, 20, 25] and s.end_bind.tolist() == [-1, -1, 2, -1]
+
+
+@native
+def test_native_checks_its_arrays():
+    p, dur, own = _small()
+    with pytest.raises(ValueError, match="one value per node"):
+        rp.replay(p, dur[:3], own, use_native=True)
+    with pytest.raises(ValueError, match="one value per edge"):
+        rp.replay(p, dur, own, None, np.zeros(5, bool), use_native=True)
+    fn = ln.replay_loop(force=True)
+    n = np.zeros(4, np.int64)
+    base = (p.order, p.ts, p.src, p.lag, p.from_start.view(np.uint8), p.start_off, p.start_idx)
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(*base, p.end_off, p.end_idx, dur.astype(np.int64), own.astype(np.int64), None, n, n, n.copy(), n.copy())
+    bad = p.start_idx.copy()
+    bad[0] = 6
+    args = (p.order, p.ts, p.src, p.lag, p.from_start.view(np.uint8), p.start_off, bad, p.end_off, p.end_idx)
+    with pytest.raises(ValueError, match="edge index out of range"):
+        fn(*args, dur.astype(np.int64), own.astype(np.int64), None, *(np.zeros(4, np.int64) for _ in range(4)))
+
+
+def test_switch(monkeypatch):
+    """TRACEANALYZER_NATIVE=0 turns the replay loop off with the decoder."""
+    monkeypatch.setenv(ln.ENV, "0")
+    assert ln.replay_loop() is None
+    monkeypatch.setenv(ln.ENV, "1")
+    assert (ln.replay_loop() is not None) == ln.available()
+
+
+@native
+@pytest.mark.parametrize("name", SHARED, ids=lambda p: Path(p).name[:30])
+def test_shared_traces_same_schedule(name):
+    model = Session(load(str(TRACES / name))).dependency_model
+    p = model.prepared
+    assert len(p.ts) > 1000  # a real graph
+    for sc in SCENARIOS:
+        dur, own, lag, cut = model._apply(sc)
+        s = _both(p, dur, own, lag, cut)
+        if sc == Scenario():
+            _equal(s, model.base)
+            # nothing changed: the lags reproduce every captured start
+            assert np.array_equal(s.start_ns, p.ts)
+
+
+CASES = [
+    f
+    for n, f in inspect.getmembers(test_whatif, inspect.isfunction)
+    if n.startswith("test_") and list(inspect.signature(f).parameters) == ["tmp_path"]
+]
+
+
+@native
+@pytest.mark.parametrize("case", CASES, ids=lambda f: f.__name__)
+def test_synthetic_cases_same_schedule(case, tmp_path, monkeypatch):
+    """Each synthetic what-if case, with every replay it makes run by both loops and compared."""
+    calls = []
+
+    def checked(p, *args):
+        calls.append(1)
+        return _both(p, *args)
+
+    monkeypatch.setattr("traceanalyzer.analyses.whatif.replay", checked)
+    case(tmp_path)
+    assert calls
