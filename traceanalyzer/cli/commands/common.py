@@ -221,3 +221,17 @@ def findings_payload(findings: list[Finding]) -> list[dict]:
         }
         for f in findings
     ]
+
+
+def note_report(command: str, result: Any, th: dict, warnings: Any, rows: str) -> Report:
+    """The Report of a command whose analysis has nothing but a note to say (no GPU work, no
+    copies): the note as headline, empty tables in the JSON under `rows`."""
+    return Report(
+        command,
+        result.trace_path,
+        th,
+        (),
+        {"summary": None, rows: [], "findings": [], "note": result.note},
+        headline=result.note,
+        warnings=warnings,
+    )

@@ -13,6 +13,7 @@ from traceanalyzer.cli.commands.common import (
     findings_payload,
     findings_text,
     head,
+    note_report,
     open_session,
     record_option,
     record_report,
@@ -49,15 +50,7 @@ def copies_report(ses: Session, top: int) -> Report:
     th = ses.options.thresholds(GROUPS)
     warnings = ses.warnings
     if result.note:
-        return Report(
-            "copies",
-            result.trace_path,
-            th,
-            (),
-            {"summary": None, "copies": [], "findings": [], "note": result.note},
-            headline=result.note,
-            warnings=warnings,
-        )
+        return note_report("copies", result, th, warnings, "copies")
     # The display edge: tables in µs from the ns results, totals summed as integer ns.
     c = display_us(result.copies_ns, result.origin_ns)
     ns = result.copies_ns

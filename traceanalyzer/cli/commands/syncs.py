@@ -13,6 +13,7 @@ from traceanalyzer.cli.commands.common import (
     findings_payload,
     findings_text,
     head,
+    note_report,
     open_session,
     record_option,
     record_report,
@@ -59,15 +60,7 @@ def syncs_report(ses: Session, top: int) -> Report:
     th = ses.options.thresholds(GROUPS)
     warnings = ses.warnings
     if result.note:
-        return Report(
-            "syncs",
-            result.trace_path,
-            th,
-            (),
-            {"summary": None, "syncs": [], "findings": [], "note": result.note},
-            headline=result.note,
-            warnings=warnings,
-        )
+        return note_report("syncs", result, th, warnings, "syncs")
     s = result.syncs
     stalls = result.stalls
     waits = result.waits
