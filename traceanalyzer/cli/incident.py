@@ -21,6 +21,7 @@ import polars as pl
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.causes import HINTS
+from traceanalyzer.cli.commands.path import shares
 from traceanalyzer.render.values import flat, saving_text
 from traceanalyzer.report import Block, Code, FindingRow, Findings, Image, Report, Section, Strong, Table, Text, marked
 from traceanalyzer.session import Session
@@ -93,15 +94,14 @@ def _findings(ses: Session) -> list[Block]:
 
 def _critical_path(ses: Session, top: int) -> list[Block]:
     cp = ses.critical_path
-    us = pl.col("duration_ns") / 1000.0
     return [
         Text.of(
             "The chain of work and waits that set each step's end (`traceanalyzer path`); the black line on the "
             "timeline above. Work off the path can get faster without the step getting shorter; `traceanalyzer "
             "whatif` replays a change. Share of the step time, over all steps:"
         ),
-        _table(cp.by_kind.select("kind", "segments", duration_us=us, share="share")),
-        _table(cp.by_name.head(top).select("kind", "name", "segments", duration_us=us, share="share")),
+        _table(shares(cp.by_kind).select("kind", "segments", "duration_us", "share")),
+        _table(shares(cp.by_name.head(top)).select("kind", "name", "segments", "duration_us", "share")),
     ]
 
 

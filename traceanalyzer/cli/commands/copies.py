@@ -23,7 +23,7 @@ from traceanalyzer.cli.options import build_options, option_flags, output_option
 from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
-from traceanalyzer.units import display_us, duration_us
+from traceanalyzer.units import duration_us
 
 GROUPS = ("patterns", "copies", "steps", "health", "materiality")
 
@@ -51,8 +51,8 @@ def copies_report(ses: Session, top: int) -> Report:
     warnings = ses.warnings
     if result.note:
         return note_report("copies", result, th, warnings, "copies")
-    # The display edge: tables in µs from the ns results, totals summed as integer ns.
-    c = display_us(result.copies_ns, result.origin_ns)
+    # The result's µs display views for the tables; totals summed as integer ns.
+    c = result.copies
     ns = result.copies_ns
     blocked, duration, exposed = (
         duration_us(ns[k].fill_null(0).sum()) for k in ("blocked_ns", "duration_ns", "exposed_ns")
@@ -61,8 +61,8 @@ def copies_report(ses: Session, top: int) -> Report:
         f"{c.height:,} copies and memsets, {int(c['bytes'].fill_null(0).sum()):,} bytes, {duration / 1000:,.1f} ms on the GPU "
         f"({exposed / 1000:,.1f} ms not hidden under compute); their calls held the CPU {blocked / 1000:,.1f} ms"
     )
-    summary = display_us(result.summary_ns, result.origin_ns)
-    per_step = display_us(result.per_step_ns, result.origin_ns)
+    summary = result.summary
+    per_step = result.per_step
     found = ses.findings_of(rules_for("copies"))
     sections = (
         Section("Findings", text=findings_text(found)),

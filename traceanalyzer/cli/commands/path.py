@@ -15,7 +15,7 @@ from traceanalyzer.cli.commands.common import emit, head, open_session, with_hea
 from traceanalyzer.cli.options import build_options, option_flags, output_options
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
-from traceanalyzer.units import point_us
+from traceanalyzer.units import duration_us, us_expr
 from traceanalyzer.wording import plural
 
 GROUPS = ("patterns", "gaps", "steps", "path", "health")
@@ -23,7 +23,7 @@ GROUPS = ("patterns", "gaps", "steps", "path", "health")
 
 def shares(df: pl.DataFrame) -> pl.DataFrame:
     """A by_kind / by_name table in µs."""
-    return df.with_columns(duration_us=pl.col("duration_ns") / 1000.0).drop("duration_ns")
+    return df.with_columns(us_expr("duration_ns", 0)).drop("duration_ns")
 
 
 def step_paths(cp: CriticalPath, origin_ns: int) -> list[dict]:
@@ -33,13 +33,13 @@ def step_paths(cp: CriticalPath, origin_ns: int) -> list[dict]:
         "kind",
         "name",
         "lane",
-        start_us=point_us(pl.col("start_ns"), origin_ns),
-        duration_us=pl.col("duration_ns") / 1000.0,
+        us_expr("start_ns", origin_ns),
+        us_expr("duration_ns", origin_ns),
     )
     out = []
     for k, (step, ns) in enumerate(cp.steps.select("step", "step_ns").iter_rows()):
         mine = seg.filter(pl.col("step").eq_missing(step)).drop("step")
-        out.append({"step": step, "index": k, "step_us": ns / 1000.0, "segments": mine.to_dicts()})
+        out.append({"step": step, "index": k, "step_us": duration_us(ns), "segments": mine.to_dicts()})
     return out
 
 
