@@ -1,20 +1,30 @@
 """Compare every command's JSON output between a base commit and this working tree, on every
-shared trace: the check that a refactoring changed no number.
+shared trace, against the list of intended changes: the check that a change moved no number it
+does not say it moves.
 
-    .venv/bin/python scripts/compare_outputs.py BASE_REV [--traces NAME ...] [--commands CMD ...] [--jobs N]
+    .venv/bin/python scripts/compare_outputs.py BASE_REV [--traces NAME ...] [--commands CMD ...]
+        [--jobs N] [--listed docs/changes.md] [--save DIR | --load DIR]
 
 The base is exported with `git archive` into a temporary folder (nothing is built: both sides run
-`python -m traceanalyzer CMD TRACE --format json` with this tree's virtual environment, the base
-from its own folder so its package comes first on the path). Traces are named by absolute path,
-so the `input` field is the same on both sides. Each pair of outputs is compared byte for byte;
-where they differ, the JSON paths whose values differ are listed (first few), and an output
-whose every difference is a float equal to 1e-12 relative (the last digits of a sum now made of
-integers) is marked DIGITS rather than DIFFERS. Exit 1 when any output DIFFERS, else 0.
+`python -m traceanalyzer CMD INPUT --format json` with this tree's virtual environment, the base
+from its own folder so its package comes first on the path, the cache off). Inputs are every
+shared trace file, the rank directories for the commands that take one (`summary`, `gaps`), two
+pairs for `diff`, and none for `rules`; traces are named by absolute path, so `input` is the same
+on both sides.
+
+Each pair of outputs is byte-identical, or its differences (`scripts/output_diff.py`: normalised
+paths such as `findings[].saving_us`, kinds new / gone / order / digits / value) are matched
+against the table "Fields that differ from ..." of docs/changes.md: LISTED when a row covers every
+difference, UNLISTED otherwise (those paths are printed; both sides are run once more to say
+whether the output is unstable). Exit 1 when any output is UNLISTED. `--save DIR` keeps every
+output, `--load DIR` compares saved outputs again without running anything (after editing the list).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import importlib.util
 import json
 import subprocess
 import sys
@@ -25,17 +35,44 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = (ROOT / ".." / "shared" / "traces").resolve()
-COMMANDS = ("summary", "gaps", "copies", "syncs", "stages", "ops", "kernels", "memory")
+COMMANDS = ("summary", "gaps", "copies", "syncs", "stages", "ops", "kernels", "memory", "diff", "rules")
 DIRECTORY_COMMANDS = ("summary", "gaps")  # the commands that also take a directory of ranks
+DIFF_PAIRS = (
+    ("v100_resnet50_dataloader_workers0.pt.trace.json.gz", "v100_resnet50_dataloader_workers4.pt.trace.json.gz"),
+    ("a100_simple_add_syncs.json.gz", "a100_multistream_syncs.json.gz"),
+)
+
+_spec = importlib.util.spec_from_file_location("output_diff", Path(__file__).with_name("output_diff.py"))
+od = importlib.util.module_from_spec(_spec)
+sys.modules["output_diff"] = od
+_spec.loader.exec_module(od)
+
+Job = tuple[str, tuple[Path, ...]]  # a command and its inputs
+Result = tuple[int, bytes]  # exit status and stdout
 
 
-def _inputs(names: list[str] | None) -> list[Path]:
+def _jobs(commands: list[str], names: list[str] | None) -> list[Job]:
+    def wanted(p: Path) -> bool:
+        return not names or any(n in p.name for n in names)
+
     files = sorted(p for p in TRACES.iterdir() if p.is_file() and ".json" in p.name)
     dirs = sorted(p for p in TRACES.iterdir() if p.is_dir())
-    found = files + dirs
-    if names:
-        found = [p for p in found if any(n in p.name for n in names)]
-    return found
+    jobs: list[Job] = []
+    for t in files + dirs:
+        if wanted(t):
+            jobs += [
+                (c, (t,)) for c in commands if c not in ("diff", "rules") and (t.is_file() or c in DIRECTORY_COMMANDS)
+            ]
+    if "diff" in commands:
+        jobs += [("diff", (TRACES / a, TRACES / b)) for a, b in DIFF_PAIRS if wanted(TRACES / a) or wanted(TRACES / b)]
+    if "rules" in commands and not names:
+        jobs.append(("rules", ()))
+    return jobs
+
+
+def _name(job: Job) -> str:
+    c, inputs = job
+    return " ".join([c, *(p.name for p in inputs)])
 
 
 def _export(rev: str, into: Path) -> None:
@@ -47,41 +84,53 @@ def _export(rev: str, into: Path) -> None:
     tar.unlink()
 
 
-def _run(where: Path, command: str, trace: Path) -> tuple[int, bytes]:
+def _run(where: Path, job: Job, home: Path) -> Result:
+    c, inputs = job
     p = subprocess.run(
-        [sys.executable, "-m", "traceanalyzer", command, str(trace), "--format", "json"],
+        [sys.executable, "-m", "traceanalyzer", c, *map(str, inputs), "--format", "json"],
         cwd=where,
         capture_output=True,
-        env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"},
+        env={
+            "COLUMNS": "100",
+            "PATH": "/usr/bin:/bin",
+            "PYTHONHASHSEED": "0",
+            "HOME": str(home),  # nothing written in the user's home (matplotlib, caches)
+            "TRACEANALYZER_NO_CACHE": "1",  # each side computes; tests/jobs/test_cache.py checks the cache
+        },
     )
     return p.returncode, p.stdout
 
 
-def _differences(a: object, b: object, path: str = "$") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{path}.{k} (only in base)" for k in a if k not in b]
-        out += [f"{path}.{k} (only here)" for k in b if k not in a]
-        for k in a:
-            if k in b:
-                out += _differences(a[k], b[k], f"{path}.{k}")
-        if not out and list(a) != list(b):
-            out.append(f"{path} (key order)")
-        return out
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return [f"{path} (length {len(a)} -> {len(b)})"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _differences(x, y, f"{path}[{i}]")]
-    return [] if a == b and type(a) is type(b) else [f"{path}: {a!r} -> {b!r}"[:200]]
-
-
-def _float_noise(d: str) -> bool:
-    """A difference between two floats equal to 1e-12 relative: the last digits of a sum."""
+def compare(command: str, base: Result, here: Result) -> list[od.Difference]:
+    """The differences between two results of `command` (exit status, then the JSON)."""
+    out = [] if base[0] == here[0] else [od.Difference("(exit status)", "value", f"{base[0]} -> {here[0]}")]
     try:
-        _, values = d.split(": ", 1)
-        a, b = (float(v) for v in values.split(" -> "))
+        return out + od.differences(json.loads(base[1]), json.loads(here[1]))
     except ValueError:
-        return False
-    return a != b and abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+        return [*out, od.Difference("(output)", "value", "not JSON on one side")] if base[1] != here[1] else out
+
+
+def _save(folder: Path, job: Job, base: Result, here: Result) -> None:
+    stem = _name(job).replace(" ", "__")
+    for side, (rc, out) in (("base", base), ("here", here)):
+        (folder / side).mkdir(parents=True, exist_ok=True)
+        (folder / side / f"{stem}.json").write_bytes(out)
+        (folder / side / f"{stem}.rc").write_text(f"{rc}\n")
+    (folder / "jobs.json").open("a").write(json.dumps([job[0], [str(p) for p in job[1]]]) + "\n")
+
+
+def _saved(folder: Path) -> list[tuple[Job, Result, Result]]:
+    out = []
+    for line in (folder / "jobs.json").read_text().splitlines():
+        c, inputs = json.loads(line)
+        job = (c, tuple(Path(p) for p in inputs))
+        stem = _name(job).replace(" ", "__")
+        sides = [
+            (int((folder / s / f"{stem}.rc").read_text()), (folder / s / f"{stem}.json").read_bytes())
+            for s in ("base", "here")
+        ]
+        out.append((job, sides[0], sides[1]))
+    return out
 
 
 def main() -> int:
@@ -89,44 +138,84 @@ def main() -> int:
     ap.add_argument("base")
     ap.add_argument("--traces", nargs="*", help="substrings of trace names (default: every shared trace)")
     ap.add_argument("--commands", nargs="*", default=list(COMMANDS))
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=2, help="commands run at once (at most 2 on a shared machine)")
+    ap.add_argument("--listed", type=Path, default=ROOT / "docs" / "changes.md", help="where the table of changes is")
+    ap.add_argument("--save", type=Path, help="keep every output in this folder")
+    ap.add_argument("--load", type=Path, help="compare the outputs saved in this folder instead of running")
     args = ap.parse_args()
-    pairs = [(c, t) for t in _inputs(args.traces) for c in args.commands if t.is_file() or c in DIRECTORY_COMMANDS]
-    same = differ = noise = 0
-    with tempfile.TemporaryDirectory(prefix="compare-outputs-") as tmp:
-        base = Path(tmp)
-        _export(args.base, base)
+    listed = od.parse_listed(args.listed.read_text())
+    counts = collections.Counter()
+    unlisted_paths: dict[tuple[str, str, str], list[str]] = collections.defaultdict(list)
+    used: set[int] = set()
 
-        def one(pair: tuple[str, Path]) -> tuple[str, Path, tuple[int, bytes], tuple[int, bytes]]:
-            c, t = pair
-            return c, t, _run(base, c, t), _run(ROOT, c, t)
+    def report(job: Job, base: Result, here: Result, rerun) -> None:
+        c, name = job[0], _name(job)
+        if base == here:
+            counts["same"] += 1
+            print(f"same      {name}", flush=True)
+            return
+        diffs = compare(c, base, here)
+        left, rows = od.unlisted(c, diffs, listed)
+        used.update(rows)
+        if not left:
+            counts["listed"] += 1
+            print(f"LISTED    {name} ({len(diffs)} differences, {len(rows)} rows)", flush=True)
+            return
+        counts["unlisted"] += 1
+        note = rerun(job, base, here) if rerun else ""
+        print(f"UNLISTED  {name}{note}", flush=True)
+        shown = collections.Counter((d.path, d.kind) for d in left)
+        examples = {(d.path, d.kind): d.detail for d in reversed(left)}
+        for (path, kind), n in shown.most_common():
+            print(f"    {path} [{kind}]{f' x{n}' if n > 1 else ''}: {examples[path, kind]}")
+            unlisted_paths[c, path, kind].append(" ".join(p.name for p in job[1]) or "-")
 
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for c, t, (rc_a, a), (rc_b, b) in pool.map(one, pairs):
-                if rc_a == rc_b and a == b:
-                    same += 1
-                    print(f"same     {c:8} {t.name}", flush=True)
-                    continue
-                # An output that changes from run to run on the base is not this change's doing.
-                unstable = _run(base, c, t) != (rc_a, a)
-                try:
-                    diffs = _differences(json.loads(a), json.loads(b))
-                except ValueError:
-                    diffs = ["(not JSON on one side)"]
-                last_digits = rc_a == rc_b and all(_float_noise(d) for d in diffs)
-                noise += last_digits
-                differ += not last_digits
-                tag = "UNSTABLE in the base" if unstable else f"exit {rc_a} -> {rc_b}"
-                print(f"{'DIGITS' if last_digits else 'DIFFERS'}  {c:8} {t.name} ({tag})", flush=True)
-                for d in diffs[:8]:
-                    print(f"    {d}")
-                if len(diffs) > 8:
-                    print(f"    ... {len(diffs) - 8} more")
+    if args.load:
+        for job, base, here in _saved(args.load):
+            report(job, base, here, None)
+    else:
+        jobs = _jobs(args.commands, args.traces)
+        with tempfile.TemporaryDirectory(prefix="compare-outputs-") as tmp:
+            base_tree, home = Path(tmp) / "base", Path(tmp) / "home"
+            base_tree.mkdir()
+            home.mkdir()
+            _export(args.base, base_tree)
+
+            def one(job: Job) -> tuple[Job, Result, Result]:
+                return job, _run(base_tree, job, home), _run(ROOT, job, home)
+
+            def rerun(job: Job, base: Result, here: Result) -> str:
+                # An output that changes from run to run is not a change of the code.
+                moved = [
+                    s
+                    for s, where, r in (("base", base_tree, base), ("here", ROOT, here))
+                    if _run(where, job, home) != r
+                ]
+                return f" (UNSTABLE {' and '.join(moved)}: differs between two runs)" if moved else ""
+
+            if args.save:
+                args.save.mkdir(parents=True, exist_ok=True)
+                (args.save / "jobs.json").write_text("")
+            with ThreadPoolExecutor(min(args.jobs, 2)) as pool:
+                for job, base, here in pool.map(one, jobs):
+                    if args.save:
+                        _save(args.save, job, base, here)
+                    report(job, base, here, rerun)
+
     print(
-        f"{same} byte-identical, {noise} differing only in float last digits (1e-12 relative), "
-        f"{differ} different (base {args.base})"
+        f"\n{counts['same']} byte-identical, {counts['listed']} differing only in listed fields, "
+        f"{counts['unlisted']} with unlisted differences (base {args.base}, list {args.listed.name})"
     )
-    return 1 if differ else 0
+    for (c, path, kind), where in sorted(unlisted_paths.items()):
+        print(f"  UNLISTED {c} {path} [{kind}] on {len(where)}: {', '.join(sorted(set(where))[:4])}")
+    complete = not args.traces and set(args.commands) >= set(COMMANDS)
+    if complete and (idle := [r for r in listed if r.line not in used]):
+        print("Rows of the list that no output needed (stale?):")
+        for r in idle:
+            print(
+                f"  line {r.line}: {', '.join(r.commands) or '*'} {', '.join(r.patterns)} [{', '.join(sorted(r.kinds))}]"
+            )
+    return 1 if counts["unlisted"] else 0
 
 
 if __name__ == "__main__":
