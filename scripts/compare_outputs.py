@@ -116,7 +116,8 @@ def _save(folder: Path, job: Job, base: Result, here: Result) -> None:
         (folder / side).mkdir(parents=True, exist_ok=True)
         (folder / side / f"{stem}.json").write_bytes(out)
         (folder / side / f"{stem}.rc").write_text(f"{rc}\n")
-    (folder / "jobs.json").open("a").write(json.dumps([job[0], [str(p) for p in job[1]]]) + "\n")
+    with (folder / "jobs.json").open("a") as f:
+        f.write(json.dumps([job[0], [str(p) for p in job[1]]]) + "\n")
 
 
 def _saved(folder: Path) -> list[tuple[Job, Result, Result]]:
@@ -210,7 +211,7 @@ def main() -> int:
         print(f"  UNLISTED {c} {path} [{kind}] on {len(where)}: {', '.join(sorted(set(where))[:4])}")
     complete = not args.traces and set(args.commands) >= set(COMMANDS)
     if complete and (idle := [r for r in listed if r.line not in used]):
-        print("Rows of the list that no output needed (stale?):")
+        print("Rows no output needed (stale, or an order unstable in the base that agreed this time):")
         for r in idle:
             print(
                 f"  line {r.line}: {', '.join(r.commands) or '*'} {', '.join(r.patterns)} [{', '.join(sorted(r.kinds))}]"

@@ -16,8 +16,8 @@ front does not show as every later finding changed. The identity of a list of ob
 (or pair of keys) whose scalar values are unique on both sides and shared by most elements; a
 list of unique scalars is its own identity.
 
-The intended changes are a Markdown table under a heading containing "Fields that differ from"
-(docs/changes.md), one row per command and field pattern:
+The intended changes are Markdown tables in the section whose heading contains "Fields that differ
+from" (docs/changes.md; its subsections included), one row per command and field pattern:
 
     | Command | Field | Change | Why |
     |---|---|---|---|
@@ -25,7 +25,8 @@ The intended changes are a Markdown table under a heading containing "Fields tha
 
 Command: backticked names separated by commas, or `*` (every command). Field: backticked patterns
 separated by commas; a pattern covers its path and everything below it, `*` stands for one key
-(`summary.idle_by_cause.*`). Change: kinds separated by commas (`value` also covers `digits`;
+(`summary.idle_by_cause.*`), and one ending in `[]` covers whole elements only (`findings[]` new:
+a finding only here, not a key new in every finding). Change: kinds separated by commas (`value` also covers `digits`;
 `any` is every kind).
 """
 
@@ -70,7 +71,8 @@ class Listed:
 
 def _pattern_regex(pattern: str) -> re.Pattern[str]:
     parts = [re.escape(s) for s in pattern.split("*")]
-    return re.compile(r"[^.\[\]]*".join(parts) + r"(?:$|[.\[])")
+    # `x[]` is the elements themselves; any other pattern also covers what is below it.
+    return re.compile(r"[^.\[\]]*".join(parts) + (r"$" if pattern.endswith("[]") else r"(?:$|[.\[])"))
 
 
 def _child(path: str, key: str) -> str:
@@ -191,15 +193,17 @@ def _identity(a: list, b: list):
 
 
 def parse_listed(markdown: str) -> list[Listed]:
-    """The rows of the table under the first heading containing HEADING (see the module)."""
+    """The rows of the tables in the first section whose heading contains HEADING (see the module);
+    a reason cannot hold a `|`."""
     lines = markdown.splitlines()
     start = next((i for i, s in enumerate(lines) if s.startswith("#") and HEADING in s), None)
     if start is None:
         raise ValueError(f"no heading containing {HEADING!r}")
+    level = len(lines[start]) - len(lines[start].lstrip("#"))
     rows: list[Listed] = []
     for n, line in enumerate(lines[start + 1 :], start + 2):
-        if line.startswith("#"):
-            break
+        if line.startswith("#") and len(line) - len(line.lstrip("#")) <= level:
+            break  # the next section (its subsections belong to it)
         if not line.startswith("|") or re.fullmatch(r"\|[\s|:-]+\|?", line):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -231,9 +235,8 @@ def unlisted(command: str, diffs: list[Difference], listed: list[Listed]) -> tup
     """The differences no row covers, and the lines of the rows that covered some."""
     left, used = [], set()
     for d in diffs:
-        row = next((r for r in listed if r.covers(command, d)), None)
-        if row is None:
+        rows = {r.line for r in listed if r.covers(command, d)}
+        if not rows:
             left.append(d)
-        else:
-            used.add(row.line)
+        used |= rows
     return left, used

@@ -112,8 +112,14 @@ Prose is ignored.
 | `summary` | `critical_path` | new | the critical path (issue 25) |
 | `*` | `thresholds.min_finding_share`, `thresholds.high_finding_share` | new | materiality flags |
 | `copies`, `syncs` | `summary.blocked_us` | digits | integer sums of ns |
+
+### A subsection belongs to the list
+
+| Command | Field | Change | Why |
+|---|---|---|---|
 | `gaps` | `summary.idle_by_cause.*` | value, new, gone | slow_launch narrowed |
 | `summary` | `findings` | order | by saving |
+| `summary` | `findings[]` | new, gone | the materiality floor |
 
 ## Another section
 
@@ -131,9 +137,11 @@ def test_parse_the_table():
         (("copies", "syncs"), ("summary.blocked_us",), ["digits"]),
         (("gaps",), ("summary.idle_by_cause.*",), ["gone", "new", "value"]),
         (("summary",), ("findings",), ["order"]),
+        (("summary",), ("findings[]",), ["gone", "new"]),
     ]
     assert rows[0].reason == "the critical path (issue 25)"
     assert rows[0].line == 9
+    assert rows[3].line == 17  # the line in the file, for "Rows no output needed"
 
 
 @pytest.mark.parametrize(
@@ -153,6 +161,9 @@ def test_parse_the_table():
         ("summary", "findings", "order", True),
         ("summary", "findings[].rule", "value", False),  # order covers no changed element
         ("summary", "everything", "value", False),  # the other section is not the list
+        ("summary", "findings[]", "gone", True),  # a whole finding
+        ("summary", "findings[].saving_us", "new", False),  # `x[]` covers whole elements, not keys in them
+        ("summary", "critical_path", "value", False),
     ],
 )
 def test_matching(command, path, kind, covered):
@@ -176,3 +187,12 @@ def test_matching(command, path, kind, covered):
 def test_bad_tables_are_refused(table, message):
     with pytest.raises(ValueError, match=message):
         od.parse_listed(table)
+
+
+def test_every_row_that_covers_a_difference_counts_as_used():
+    rows = od.parse_listed(TABLE)
+    diffs = [od.Difference("summary.blocked_us", "digits"), od.Difference("thresholds.min_finding_share", "new")]
+    left, used = od.unlisted("copies", diffs, rows)
+    assert left == [] and used == {10, 11}
+    left, used = od.unlisted("ops", diffs, rows)
+    assert left == [od.Difference("summary.blocked_us", "digits")] and used == {10}
