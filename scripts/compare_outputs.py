@@ -26,6 +26,7 @@ import argparse
 import collections
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -35,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = (ROOT / ".." / "shared" / "traces").resolve()
-COMMANDS = ("summary", "gaps", "copies", "syncs", "stages", "ops", "kernels", "memory", "diff", "rules")
+COMMANDS = ("summary", "gaps", "copies", "syncs", "stages", "ops", "kernels", "memory", "diff", "rules", "annotate")
 DIRECTORY_COMMANDS = ("summary", "gaps")  # the commands that also take a directory of ranks
 DIFF_PAIRS = (
     ("v100_resnet50_dataloader_workers0.pt.trace.json.gz", "v100_resnet50_dataloader_workers4.pt.trace.json.gz"),
@@ -86,8 +87,14 @@ def _export(rev: str, into: Path) -> None:
 
 def _run(where: Path, job: Job, home: Path) -> Result:
     c, inputs = job
+    written = None
+    if c == "annotate":  # its JSON is the annotated trace it writes
+        fd, name = tempfile.mkstemp(suffix=".json", dir=home)
+        os.close(fd)
+        written = Path(name)
+    args = ["-o", str(written)] if written else ["--format", "json"]
     p = subprocess.run(
-        [sys.executable, "-m", "traceanalyzer", c, *map(str, inputs), "--format", "json"],
+        [sys.executable, "-m", "traceanalyzer", c, *map(str, inputs), *args],
         cwd=where,
         capture_output=True,
         env={
@@ -98,6 +105,10 @@ def _run(where: Path, job: Job, home: Path) -> Result:
             "TRACEANALYZER_NO_CACHE": "1",  # each side computes; tests/jobs/test_cache.py checks the cache
         },
     )
+    if written:
+        out = written.read_bytes()
+        written.unlink()
+        return p.returncode, out
     return p.returncode, p.stdout
 
 
@@ -110,12 +121,16 @@ def compare(command: str, base: Result, here: Result) -> list[od.Difference]:
         return [*out, od.Difference("(output)", "value", "not JSON on one side")] if base[1] != here[1] else out
 
 
-def _save(folder: Path, job: Job, base: Result, here: Result) -> None:
+def _save(folder: Path, job: Job, base: Result, here: Result | None) -> None:
+    """Keep both outputs of `job` (`here` None: the same as the base, kept once)."""
     stem = _name(job).replace(" ", "__")
-    for side, (rc, out) in (("base", base), ("here", here)):
+    for side, result in (("base", base), ("here", here)):
         (folder / side).mkdir(parents=True, exist_ok=True)
-        (folder / side / f"{stem}.json").write_bytes(out)
-        (folder / side / f"{stem}.rc").write_text(f"{rc}\n")
+        if result is None:
+            (folder / side / f"{stem}.same").write_text("")
+            continue
+        (folder / side / f"{stem}.json").write_bytes(result[1])
+        (folder / side / f"{stem}.rc").write_text(f"{result[0]}\n")
     with (folder / "jobs.json").open("a") as f:
         f.write(json.dumps([job[0], [str(p) for p in job[1]]]) + "\n")
 
@@ -126,11 +141,10 @@ def _saved(folder: Path) -> list[tuple[Job, Result, Result]]:
         c, inputs = json.loads(line)
         job = (c, tuple(Path(p) for p in inputs))
         stem = _name(job).replace(" ", "__")
-        sides = [
-            (int((folder / s / f"{stem}.rc").read_text()), (folder / s / f"{stem}.json").read_bytes())
-            for s in ("base", "here")
-        ]
-        out.append((job, sides[0], sides[1]))
+        base, here = ((folder / s / f"{stem}.rc", folder / s / f"{stem}.json") for s in ("base", "here"))
+        result = (int(base[0].read_text()), base[1].read_bytes())
+        same = (folder / "here" / f"{stem}.same").exists()
+        out.append((job, result, result if same else (int(here[0].read_text()), here[1].read_bytes())))
     return out
 
 
@@ -199,8 +213,8 @@ def main() -> int:
                 (args.save / "jobs.json").write_text("")
             with ThreadPoolExecutor(min(args.jobs, 2)) as pool:
                 for job, base, here in pool.map(one, jobs):
-                    if args.save:
-                        _save(args.save, job, base, here)
+                    if args.save:  # an output equal on both sides is kept once (annotated traces are large)
+                        _save(args.save, job, base, None if base == here else here)
                     report(job, base, here, rerun)
 
     print(

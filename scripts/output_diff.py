@@ -26,8 +26,8 @@ from" (docs/changes.md; its subsections included), one row per command and field
 Command: backticked names separated by commas, or `*` (every command). Field: backticked patterns
 separated by commas; a pattern covers its path and everything below it, `*` stands for one key
 (`summary.idle_by_cause.*`), and one ending in `[]` covers whole elements only (`findings[]` new:
-a finding only here, not a key new in every finding). Change: kinds separated by commas (`value` also covers `digits`;
-`any` is every kind).
+a finding only here, not a key new in every finding). Change: kinds separated by commas (`value`
+also covers `digits`; `any` is every kind). Why: the reason, with its issue and commit.
 """
 
 from __future__ import annotations
@@ -147,14 +147,19 @@ def _list_differences(a: list, b: list, path: str) -> list[Difference]:
     # changed is that finding changed, not one finding gone and another new).
     first = next(iter(a[0]), None) if dicts else None
     name = ident or (lambda v: json.dumps(v.get(first)))
+    waiting: dict[str, list[int]] = {}  # the new elements by their first field, in order
+    for j, y in enumerate(new):
+        if first is not None and first in y:
+            waiting.setdefault(json.dumps(y[first]), []).append(j)
+    paired: set[int] = set()
     for x in gone:
-        y = next((y for y in new if first is not None and first in x and y.get(first, ...) == x[first]), None)
-        if y is None:
+        js = waiting.get(json.dumps(x[first])) if first is not None and first in x else None
+        if not js:
             out.append(Difference(item, "gone", _short(name(x))))
-        else:
-            new.remove(y)
-            out += differences(x, y, item)
-    out += [Difference(item, "new", _short(name(y))) for y in new]
+            continue
+        paired.add(j := js.pop(0))
+        out += differences(x, new[j], item)
+    out += [Difference(item, "new", _short(name(y))) for j, y in enumerate(new) if j not in paired]
     return out
 
 
