@@ -26,7 +26,7 @@ def _where(notion: str, test, allowed: set[str]) -> list[str]:
 
 
 def _is_reach(node: ast.AST) -> bool:
-    """`X.cum_max().shift(1)`: the furthest end of the earlier rows."""
+    """`X.cum_max()` shifted one row down (`.shift(1)`): the furthest end of the earlier rows."""
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
