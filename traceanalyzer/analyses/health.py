@@ -251,7 +251,8 @@ def crossing_events(df: pl.DataFrame) -> int:
     furthest (`intervals.reach`; a lower bound where both miss a crossing).
 
     One thread at a time (a trace has a few dozen): windows `.over(["pid", "tid"])` on the
-    whole table held ~170 MB of temporaries on a 1 GB trace, these ~115 MB, and are faster."""
+    whole table held ~170 MB of temporaries on a 1 GB trace, these ~115 MB, and are faster (measured
+    when the loader ran this check, docs/performance.md)."""
     if df.height < 2:
         return 0
     furthest, prev = reach("end_ns"), pl.col("end_ns").shift(1)
