@@ -125,3 +125,7 @@ def test_kernels_matched_by_name(tmp_path):
     assert r.kernels_appeared["name"].to_list() == ["new"]
     assert r.kernels_vanished["name"].to_list() == ["old"]
     assert r.verdict == "within noise"  # same 100 µs step
+    # Behind the µs-per-step views: integer ns totals over the one step.
+    assert r.before.step_times_ns == (100_000,) and r.median_before_ns == 100_000
+    totals = dict(zip(r.after.kernels_ns["name"], r.after.kernels_ns["duration_ns"], strict=True))
+    assert totals == {"gemm": 30_000, "new": 5_000} and r.after.kernels_ns.schema["duration_ns"] == pl.Int64

@@ -234,7 +234,8 @@ def _matched(before: pl.DataFrame, after: pl.DataFrame, value: str) -> pl.DataFr
         .with_columns(
             delta_us=pl.col(f"{value}_after") - pl.col(f"{value}_before"),
         )
-        .sort(pl.col("delta_us").abs(), descending=True)
+        # ties by name: the same output whichever order group_by gave the rows
+        .sort(pl.col("delta_us").abs(), "name", descending=[True, False])
     )
 
 
@@ -268,8 +269,12 @@ def compare(before: TraceProfile, after: TraceProfile, options: DiffOptions | No
     )
     kernels = _matched(before.kernels, after.kernels, "us_per_step")
     ops = _matched(before.ops, after.ops, "self_us_per_step")
-    appeared = kernels.filter(pl.col("count_per_step_before") == 0).sort("us_per_step_after", descending=True)
-    vanished = kernels.filter(pl.col("count_per_step_after") == 0).sort("us_per_step_before", descending=True)
+    appeared = kernels.filter(pl.col("count_per_step_before") == 0).sort(
+        "us_per_step_after", "name", descending=[True, False]
+    )
+    vanished = kernels.filter(pl.col("count_per_step_after") == 0).sort(
+        "us_per_step_before", "name", descending=[True, False]
+    )
     return DiffResult(
         before=before,
         after=after,
