@@ -5,7 +5,9 @@ shared trace: the check that a refactoring changed no number.
 
 The base is exported with `git archive` into a temporary folder (nothing is built: both sides run
 `python -m traceanalyzer CMD TRACE --format json` with this tree's virtual environment, the base
-from its own folder so its package comes first on the path). Traces are named by absolute path,
+from its own folder so its package comes first on the path). `summary` and `gaps` also run on each
+directory of ranks; `diff` runs on the pairs of DIFF_PAIRS (two shared traces of one program, two
+ranks of one job, a trace against itself, two traces without GPU work). Traces are named by absolute path,
 so the `input` field is the same on both sides. Each pair of outputs is compared byte for byte;
 where they differ, the JSON paths whose values differ are listed (first few), and an output
 whose every difference is a float equal to 1e-12 relative (the last digits of a sum now made of
@@ -25,8 +27,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = (ROOT / ".." / "shared" / "traces").resolve()
-COMMANDS = ("summary", "gaps", "copies", "syncs", "stages", "ops", "kernels", "memory")
+COMMANDS = ("summary", "gaps", "copies", "syncs", "stages", "ops", "kernels", "memory", "diff")
 DIRECTORY_COMMANDS = ("summary", "gaps")  # the commands that also take a directory of ranks
+DIFF_PAIRS = (  # before, after: paths under TRACES
+    ("v100_resnet50_dataloader_workers0.pt.trace.json.gz", "v100_resnet50_dataloader_workers4.pt.trace.json.gz"),
+    ("v100_resnet50_dataloader_workers4.pt.trace.json.gz", "v100_resnet50_dataloader_workers0.pt.trace.json.gz"),
+    ("a100_simple_add_syncs.json.gz", "a100_multistream_syncs.json.gz"),
+    ("dlrm_v100_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
+     "dlrm_v100_8ranks/worker1_step_12.1694128201556.pt.trace.json.gz"),
+    ("mi300x_ddp_resnet_4ranks/rank0_trace_0_20_0.json.gz", "mi300x_ddp_resnet_4ranks/rank3_trace_0_20_3.json.gz"),
+    ("h100_owlv2_inference.json.gz", "h100_owlv2_inference.json.gz"),
+    ("edge_cpu_only.pt.trace.json.gz", "edge_gb10_no_gpu_events.pt.trace.json.gz"),
+)  # fmt: skip
 
 
 def _inputs(names: list[str] | None) -> list[Path]:
@@ -38,6 +50,22 @@ def _inputs(names: list[str] | None) -> list[Path]:
     return found
 
 
+def _runs(commands: list[str], names: list[str] | None) -> list[tuple[str, tuple[Path, ...]]]:
+    """(command, its inputs) for every run to compare: each trace (and directory, for the
+    directory commands) under each command, and `diff` on DIFF_PAIRS."""
+    runs = [
+        (c, (t,)) for t in _inputs(names) for c in commands if c != "diff" and (t.is_file() or c in DIRECTORY_COMMANDS)
+    ]
+    if "diff" in commands:
+        pairs = [(TRACES / a, TRACES / b) for a, b in DIFF_PAIRS]
+        runs += [("diff", p) for p in pairs if not names or any(n in q.name for q in p for n in names)]
+    return runs
+
+
+def _label(inputs: tuple[Path, ...]) -> str:
+    return " -> ".join(p.name for p in inputs)
+
+
 def _export(rev: str, into: Path) -> None:
     archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True)
     tar = into / "base.tar"
@@ -47,9 +75,9 @@ def _export(rev: str, into: Path) -> None:
     tar.unlink()
 
 
-def _run(where: Path, command: str, trace: Path) -> tuple[int, bytes]:
+def _run(where: Path, command: str, inputs: tuple[Path, ...]) -> tuple[int, bytes]:
     p = subprocess.run(
-        [sys.executable, "-m", "traceanalyzer", command, str(trace), "--format", "json"],
+        [sys.executable, "-m", "traceanalyzer", command, *map(str, inputs), "--format", "json"],
         cwd=where,
         capture_output=True,
         env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"},
@@ -91,13 +119,15 @@ def main() -> int:
     ap.add_argument("--commands", nargs="*", default=list(COMMANDS))
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    pairs = [(c, t) for t in _inputs(args.traces) for c in args.commands if t.is_file() or c in DIRECTORY_COMMANDS]
+    pairs = _runs(args.commands, args.traces)
     same = differ = noise = 0
     with tempfile.TemporaryDirectory(prefix="compare-outputs-") as tmp:
         base = Path(tmp)
         _export(args.base, base)
 
-        def one(pair: tuple[str, Path]) -> tuple[str, Path, tuple[int, bytes], tuple[int, bytes]]:
+        def one(
+            pair: tuple[str, tuple[Path, ...]],
+        ) -> tuple[str, tuple[Path, ...], tuple[int, bytes], tuple[int, bytes]]:
             c, t = pair
             return c, t, _run(base, c, t), _run(ROOT, c, t)
 
@@ -105,7 +135,7 @@ def main() -> int:
             for c, t, (rc_a, a), (rc_b, b) in pool.map(one, pairs):
                 if rc_a == rc_b and a == b:
                     same += 1
-                    print(f"same     {c:8} {t.name}", flush=True)
+                    print(f"same     {c:8} {_label(t)}", flush=True)
                     continue
                 # An output that changes from run to run on the base is not this change's doing.
                 unstable = _run(base, c, t) != (rc_a, a)
@@ -117,7 +147,7 @@ def main() -> int:
                 noise += last_digits
                 differ += not last_digits
                 tag = "UNSTABLE in the base" if unstable else f"exit {rc_a} -> {rc_b}"
-                print(f"{'DIGITS' if last_digits else 'DIFFERS'}  {c:8} {t.name} ({tag})", flush=True)
+                print(f"{'DIGITS' if last_digits else 'DIFFERS'}  {c:8} {_label(t)} ({tag})", flush=True)
                 for d in diffs[:8]:
                     print(f"    {d}")
                 if len(diffs) > 8:
