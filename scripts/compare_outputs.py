@@ -8,9 +8,10 @@ does not say it moves.
 The base is exported with `git archive` into a temporary folder (nothing is built: both sides run
 `python -m traceanalyzer CMD INPUT --format json` with this tree's virtual environment, the base
 from its own folder so its package comes first on the path, the cache off). Inputs are every
-shared trace file, the rank directories for the commands that take one (`summary`, `gaps`), two
-pairs for `diff`, and none for `rules`; traces are named by absolute path, so `input` is the same
-on both sides.
+shared trace file, the rank directories for the commands that take one (`summary`, `gaps`), the
+pairs of DIFF_PAIRS for `diff` (two traces of one program both ways, two ranks of one job, a trace
+against itself, two traces without GPU work), none for `rules`, and for `annotate` the annotated
+trace it writes; traces are named by absolute path, so `input` is the same on both sides.
 
 Each pair of outputs is byte-identical, or its differences (`scripts/output_diff.py`: normalised
 paths such as `findings[].saving_us`, kinds new / gone / order / digits / value) are matched
@@ -38,10 +39,16 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACES = (ROOT / ".." / "shared" / "traces").resolve()
 COMMANDS = ("summary", "gaps", "copies", "syncs", "stages", "ops", "kernels", "memory", "diff", "rules", "annotate")
 DIRECTORY_COMMANDS = ("summary", "gaps")  # the commands that also take a directory of ranks
-DIFF_PAIRS = (
+DIFF_PAIRS = (  # before, after: paths under TRACES
     ("v100_resnet50_dataloader_workers0.pt.trace.json.gz", "v100_resnet50_dataloader_workers4.pt.trace.json.gz"),
+    ("v100_resnet50_dataloader_workers4.pt.trace.json.gz", "v100_resnet50_dataloader_workers0.pt.trace.json.gz"),
     ("a100_simple_add_syncs.json.gz", "a100_multistream_syncs.json.gz"),
-)
+    ("dlrm_v100_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
+     "dlrm_v100_8ranks/worker1_step_12.1694128201556.pt.trace.json.gz"),
+    ("mi300x_ddp_resnet_4ranks/rank0_trace_0_20_0.json.gz", "mi300x_ddp_resnet_4ranks/rank3_trace_0_20_3.json.gz"),
+    ("h100_owlv2_inference.json.gz", "h100_owlv2_inference.json.gz"),
+    ("edge_cpu_only.pt.trace.json.gz", "edge_gb10_no_gpu_events.pt.trace.json.gz"),
+)  # fmt: skip
 
 _spec = importlib.util.spec_from_file_location("output_diff", Path(__file__).with_name("output_diff.py"))
 od = importlib.util.module_from_spec(_spec)
@@ -54,7 +61,7 @@ Result = tuple[int, bytes]  # exit status and stdout
 
 def _jobs(commands: list[str], names: list[str] | None) -> list[Job]:
     def wanted(p: Path) -> bool:
-        return not names or any(n in p.name for n in names)
+        return not names or any(n in _shown(p) for n in names)
 
     files = sorted(p for p in TRACES.iterdir() if p.is_file() and ".json" in p.name)
     dirs = sorted(p for p in TRACES.iterdir() if p.is_dir())
@@ -71,9 +78,18 @@ def _jobs(commands: list[str], names: list[str] | None) -> list[Job]:
     return jobs
 
 
+def _shown(p: Path) -> str:
+    """A trace as the report names it: its path under TRACES."""
+    return str(p.relative_to(TRACES)) if p.is_relative_to(TRACES) else str(p)
+
+
 def _name(job: Job) -> str:
     c, inputs = job
-    return " ".join([c, *(p.name for p in inputs)])
+    return " ".join([c, *map(_shown, inputs)])
+
+
+def _stem(job: Job) -> str:
+    return _name(job).replace(" ", "__").replace("/", "%")
 
 
 def _export(rev: str, into: Path) -> None:
@@ -123,7 +139,7 @@ def compare(command: str, base: Result, here: Result) -> list[od.Difference]:
 
 def _save(folder: Path, job: Job, base: Result, here: Result | None) -> None:
     """Keep both outputs of `job` (`here` None: the same as the base, kept once)."""
-    stem = _name(job).replace(" ", "__")
+    stem = _stem(job)
     for side, result in (("base", base), ("here", here)):
         (folder / side).mkdir(parents=True, exist_ok=True)
         if result is None:
@@ -140,7 +156,7 @@ def _saved(folder: Path) -> list[tuple[Job, Result, Result]]:
     for line in (folder / "jobs.json").read_text().splitlines():
         c, inputs = json.loads(line)
         job = (c, tuple(Path(p) for p in inputs))
-        stem = _name(job).replace(" ", "__")
+        stem = _stem(job)
         base, here = ((folder / s / f"{stem}.rc", folder / s / f"{stem}.json") for s in ("base", "here"))
         result = (int(base[0].read_text()), base[1].read_bytes())
         same = (folder / "here" / f"{stem}.same").exists()
@@ -183,7 +199,7 @@ def main() -> int:
         examples = {(d.path, d.kind): d.detail for d in reversed(left)}
         for (path, kind), n in shown.most_common():
             print(f"    {path} [{kind}]{f' x{n}' if n > 1 else ''}: {examples[path, kind]}")
-            unlisted_paths[c, path, kind].append(" ".join(p.name for p in job[1]) or "-")
+            unlisted_paths[c, path, kind].append(" ".join(map(_shown, job[1])) or "-")
 
     if args.load:
         for job, base, here in _saved(args.load):

@@ -2,7 +2,7 @@
 syntax tree of every module, not on strings: a second definition fails here with its place.
 
 PENDING lists what still spells a notion a second time while it is being moved (issue #21): a
-render module that must be handed the result a floor above. It only shrinks."""
+module that must be handed the result a floor above. It only shrinks, and is empty now."""
 
 from __future__ import annotations
 
@@ -11,15 +11,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "traceanalyzer"
 
-PENDING = {
-    # render/timeline_layout.py prepares the picture from the trace itself (issue #21 point 4:
-    # the data it needs is to be prepared a floor above, with analyses.intervals).
-    ("interval sweep", "render/timeline_layout.py"),
-    ("data-loading ranges", "render/timeline_layout.py"),
-    ("a cause spelled outside its home", "render/timeline_layout.py"),
-    # issue #21 point 3, not moved to ns yet: these still make µs / ms from the trace start
-    ("time from the trace start", "render/timeline_layout.py"),
-}
+PENDING: set[tuple[str, str]] = set()  # (notion, module)
 
 
 def _trees() -> dict[str, ast.Module]:
@@ -34,7 +26,7 @@ def _where(notion: str, test, allowed: set[str]) -> list[str]:
 
 
 def _is_reach(node: ast.AST) -> bool:
-    """`X.cum_max().shift(1)`: the furthest end of the earlier rows."""
+    """`X.cum_max()` shifted one row down (`.shift(1)`): the furthest end of the earlier rows."""
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -48,9 +40,10 @@ def _is_reach(node: ast.AST) -> bool:
 
 def test_the_interval_sweep_lives_in_intervals():
     """Merging intervals, outermost intervals and overlaps all rest on one sweep
-    (`intervals.reach`). The loader sits below the analyses and checks raw events before any
-    Trace exists: it keeps its own."""
-    assert _where("interval sweep", _is_reach, {"analyses/intervals.py", "load/sanitize.py"}) == []
+    (`intervals.reach`): the timeline's bars and runs of calls (merged in `cli/pictures` and
+    `cpu_activity.call_runs`), and the health check of CPU events that cross on their thread
+    (once a count the loader made with its own sweep)."""
+    assert _where("interval sweep", _is_reach, {"analyses/intervals.py"}) == []
 
 
 def _compares_to(value: str):

@@ -105,6 +105,26 @@ def test_overflowing_duration(tmp_path):
     assert h.severity == "warning" and "clipped 1 events" in h.message
 
 
+def test_cpu_events_crossing_on_their_thread(tmp_path):
+    # On the main thread: aten::mm 100-400 µs; aten::crossing starts inside it (200) and ends
+    # after it (600): one crossing. aten::inner (250-300) nests inside both; aten::after
+    # (650-700) overlaps nothing. On thread 2, a runtime call 210-500 starts inside another
+    # (200-450) and ends after it: a second crossing, on its own thread (not against aten::mm).
+    # On thread 3, aten::c (200-400) crosses aten::a (100-300) though the op just before it,
+    # aten::b (120-140), nests: the furthest end so far (300) witnesses it, a third.
+    b = _base(TraceBuilder(), 1)
+    b.op("aten::mm", 100, 300).op("aten::crossing", 200, 400).op("aten::inner", 250, 50).op("aten::after", 650, 50)
+    b.runtime("cudaMalloc", 200, 250, tid=2)
+    b.runtime("cudaFree", 210, 290, tid=2)
+    b.op("aten::a", 100, 200, tid=3).op("aten::b", 120, 20, tid=3).op("aten::c", 200, 200, tid=3)
+    h = _checks(b, tmp_path)["crossing_cpu_events"]
+    assert h.severity == "info" and h.unreliable == ()
+    assert h.evidence == {"crossing_events": 3, "ops": 2, "python_frames": 0, "runtime_calls": 1}
+    assert h.message.startswith("3 CPU events overlap an earlier event on their thread without nesting inside it")
+    # Nested and disjoint events cross nothing: the base trace alone is quiet.
+    assert "crossing_cpu_events" not in _checks(_base(TraceBuilder(), 1), tmp_path, "quiet.json")
+
+
 def test_truncated_file(tmp_path):
     path = _base(TraceBuilder()).write(tmp_path)
     text = path.read_text()

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from traceanalyzer import load
-from traceanalyzer.jobs.diff import TraceProfile, analyse_diff, compare, spread_us
+from traceanalyzer.jobs.diff import TraceProfile, analyse_diff, compare, spread
 from traceanalyzer.options import DiffOptions
 
 
@@ -51,16 +51,17 @@ def test_reverse_is_slower(resnet):
     assert r.verdict == "slower" and r.change_pct > 10
 
 
-def _profile(times):
-    empty_k = pl.DataFrame(schema={"name": pl.String, "count_per_step": pl.Float64, "us_per_step": pl.Float64})
-    empty_o = pl.DataFrame(schema={"name": pl.String, "count_per_step": pl.Float64, "self_us_per_step": pl.Float64})
-    return TraceProfile("p", len(times), "steps", tuple(times), {}, empty_o, empty_k, ())
+def _profile(times_us):
+    empty_k = pl.DataFrame(schema={"name": pl.String, "count": pl.UInt32, "duration_ns": pl.Int64})
+    empty_o = pl.DataFrame(schema={"name": pl.String, "count": pl.UInt32, "self_ns": pl.Int64})
+    times_ns = tuple(round(t * 1000) for t in times_us)  # step times are integer ns
+    return TraceProfile("p", len(times_ns), "steps", times_ns, {}, empty_o, empty_k, ())
 
 
 def test_noise_rules():
     # Spread = MAD × 1.4826: steps 100, 104, 96, 102, 98 -> median 100, |dev| 0,4,4,2,2 -> MAD 2.
     noisy = [100.0, 104.0, 96.0, 102.0, 98.0]
-    assert spread_us(tuple(noisy)) == pytest.approx(2 * 1.4826)
+    assert spread(tuple(noisy)) == pytest.approx(2 * 1.4826)
     # +2.5 µs (2.5 %) is below the spread of 2.97 µs: within noise.
     assert compare(_profile(noisy), _profile([t + 2.5 for t in noisy])).verdict == "within noise"
     # +4 µs exceeds both the spread and 2 % of the median: slower.
@@ -124,3 +125,7 @@ def test_kernels_matched_by_name(tmp_path):
     assert r.kernels_appeared["name"].to_list() == ["new"]
     assert r.kernels_vanished["name"].to_list() == ["old"]
     assert r.verdict == "within noise"  # same 100 µs step
+    # Behind the µs-per-step views: integer ns totals over the one step.
+    assert r.before.step_times_ns == (100_000,) and r.median_before_ns == 100_000
+    totals = dict(zip(r.after.kernels_ns["name"], r.after.kernels_ns["duration_ns"], strict=True))
+    assert totals == {"gemm": 30_000, "new": 5_000} and r.after.kernels_ns.schema["duration_ns"] == pl.Int64

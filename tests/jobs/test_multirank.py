@@ -9,6 +9,7 @@ import json
 import statistics
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from traceanalyzer import load
@@ -169,6 +170,36 @@ def test_unaligned_clocks_are_aligned_on_step_start_and_said(tmp_path):
     assert (top["rank"], top["late_by_us"]) == (1, 1500.0)
     assert top["cause"] != "gpu_busy" and top["cause_us"] == 1500.0
     assert mr.ranks["step_start_late_us"].to_list() == [None, None]
+    # The tables behind those views are integer ns: 1,500 µs late is 1,500,000 ns.
+    ns = mr.stragglers_ns.row(0, named=True)
+    assert (ns["late_by_ns"], ns["cause_ns"]) == (1_500_000, 1_500_000)
+    assert mr.stragglers_ns.schema["late_by_ns"] == pl.Int64
+    # Collectives on the aligned clock: rank 0's at 1,000,000 + 2,000 µs (its own clock, not
+    # shifted), rank 1's 3,000 µs later; shown from the earliest, each 500 µs long.
+    c = mr.collectives_ns.sort("rank")
+    assert mr.origin_ns == 1_002_000_000 and c["start_ns"].to_list() == [1_002_000_000, 1_005_000_000]
+    assert c["late_by_ns"].to_list() == [-1_500_000, 1_500_000] and c["dur_ns"].to_list() == [500_000] * 2
+    assert mr.collectives.sort("rank")["start_us"].to_list() == [0.0, 3000.0]
+    # Each rank's window and busy time are integer sums; the view shows them in µs.
+    assert mr.ranks_ns.schema["window_ns"] == pl.Int64
+    assert (mr.ranks["window_us"] * 1000).to_list() == mr.ranks_ns["window_ns"].cast(pl.Float64).to_list()
+
+
+def test_rank_cache_of_another_layout_is_a_miss(tmp_path):
+    # A rank cached before its gaps tables were ns (`devices.parquet`, no `devices_ns`) is
+    # computed again, never an error.
+    from traceanalyzer.jobs import rank_io
+    from traceanalyzer.jobs.multirank import RankResult
+
+    p = _rank_trace(tmp_path, "rank0.json", 1_000_000.0, 2000.0, 0)
+    r = rank_result(load(p))
+    rank_io.save(r, str(tmp_path / "new"))
+    again = rank_io.load_cached(RankResult, str(tmp_path / "new"), str(p))
+    assert again.devices_ns.equals(r.devices_ns) and again.devices.equals(r.devices)
+    old = tmp_path / "old"
+    (tmp_path / "new").rename(old)
+    (old / "devices_ns.parquet").rename(old / "devices.parquet")
+    assert rank_io.load_cached(RankResult, str(old), str(p)) is None
 
 
 def test_rank_taken_from_file_name_without_distributed_info(tmp_path):

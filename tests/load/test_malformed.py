@@ -149,6 +149,18 @@ def test_truncation_warning_says_how_much_and_where(capsys):
     assert f"({size - start:,} bytes after the last complete event were skipped)" in err
 
 
+def test_crossing_events_are_a_health_note_not_a_load_warning(capsys):
+    # By construction (make_malformed): aten::mm runs 10-310 µs into step 0; aten::crossing
+    # starts at 200, inside it, and ends at 600, after it: one crossing, on the ops' table.
+    path = MALFORMED / MANIFEST["overlap_without_nesting"]["file"]
+    assert main(["gaps", str(path), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    (h,) = [h for h in json.loads(out)["health"] if h["check"] == "crossing_cpu_events"]
+    assert h["severity"] == "info" and h["evidence"]["crossing_events"] == 1 and h["evidence"]["ops"] == 1
+    assert h["message"].startswith("1 CPU event overlaps an earlier event on their thread without nesting")
+    assert "without nesting" not in err and not load(path).warnings
+
+
 def test_dur_past_end_is_clipped_to_the_trace_end():
     trace = load(MALFORMED / MANIFEST["dur_past_end"]["file"])
     # By construction (make_malformed.base_events): the other events end at most with the

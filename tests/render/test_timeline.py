@@ -11,14 +11,13 @@ from PIL import Image
 
 import traceanalyzer as ta
 from tests.synthetic import MAIN_TID, PID, TraceBuilder
-from traceanalyzer.cli.pictures import timeline_inputs
+from traceanalyzer.cli.pictures import by_pixel, timeline_picture
 from traceanalyzer.errors import UsageError
-from traceanalyzer.render.timeline import CAUSE_COLORS, GAP_ALPHA, choose_window, merge_by_pixel
-from traceanalyzer.render.timeline import render_timeline as _render
+from traceanalyzer.render.timeline import CAUSE_COLORS, GAP_ALPHA, TimeAxis, choose_window
 
 
 def render_timeline(trace, window=None, **kwargs):
-    return _render(timeline_inputs(ta.Session(trace)), window, **kwargs)
+    return timeline_picture(ta.Session(trace), window, **kwargs)
 
 
 # One step of 10 ms. Kernel A runs 0.1-2.0 ms, kernel B 6.0-9.0 ms; between them the main
@@ -123,15 +122,16 @@ def test_window_choices(tmp_path):
         choose_window(trace, start_ms=2, end_ms=1)
 
 
-def test_merge_by_pixel_merges_subpixel_events_and_keeps_real_gaps():
+def test_by_pixel_merges_subpixel_events_and_keeps_real_gaps():
     # 1,000,000 events of 1 µs every 2 µs over 2 s, then a 100 ms hole, on 1,000 pixels of
-    # 2.1 ms each: the events merge into one bar per run, the hole stays.
+    # 4.1 ms each: the events merge into one bar per run, the hole stays.
     n = 1_000_000
     ts = pl.int_range(0, n, eager=True) * 2000
     ts = pl.concat([ts, ts + 2_100_000_000])
     df = pl.DataFrame({"lane": 0, "ts_ns": ts}).with_columns(end_ns=pl.col("ts_ns") + 1000)
     t0 = time.perf_counter()
-    bars = merge_by_pixel(df, ["lane"], 0, 4_100_000_000 / 1000)
+    axis = TimeAxis(width=1190, lo_ns=0.0, hi_ns=4.1e9, ns_per_px=4_100_000_000 / 1000, plot_w=1000)
+    bars = by_pixel(df, ["lane"], axis)
     assert time.perf_counter() - t0 < 5
     assert bars.height == 2
     assert bars["px0"].to_list() == [0, 512]  # 2.1e9 / 4.1e6 = 512.2 -> column 512

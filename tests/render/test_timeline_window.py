@@ -9,14 +9,14 @@ import json
 
 import polars as pl
 
-from traceanalyzer.cli.pictures import timeline_inputs
+from traceanalyzer.analyses.cpu_activity import call_runs
+from traceanalyzer.cli.pictures import steady_steps, timeline_picture, timeline_window
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
-from traceanalyzer.render.timeline import choose_window, render_timeline
+from traceanalyzer.render.timeline import choose_window
 from traceanalyzer.render.timeline_layout import (
     CAUSE_COLORS,
     KIND_COLORS,
-    call_runs,
     cause_color,
     place_labels,
     window_idle,
@@ -52,8 +52,7 @@ def test_workers0_60_80_ms_says_data_loading(SHARED_TRACES):
     assert round(idle_ms, 1) == 10.3 and round(loading_ms, 1) == 9.2  # the numbers in issue #14
 
     ses = Session(load(str(path)), Options())
-    inputs = timeline_inputs(ses)
-    pic = render_timeline(inputs, choose_window(ses.trace, start_ms=60, end_ms=80), width=900, height=500)
+    pic = timeline_picture(ses, choose_window(ses.trace, start_ms=60, end_ms=80), width=900, height=500)
     sub = pic.extras["subtitle"]
     assert sub.startswith(f"GPU idle {idle_ms:,.1f} of 20.0 ms")
     assert f"mostly data_loading ({loading_ms:,.1f} ms" in sub
@@ -109,9 +108,8 @@ def test_default_window_is_the_slowest_steady_state_step(SHARED_TRACES):
     steps = sorted(int(e["name"].split("#")[1]) for e in raw if e.get("name", "").startswith("ProfilerStep#"))
     assert steps == [550, 551, 552, 553, 554]
     ses = Session(load(str(path)), Options())
-    inputs = timeline_inputs(ses)
-    assert inputs.steady_steps == (551, 552, 553, 554)
-    w = choose_window(ses.trace, windows=inputs.windows, steady_steps=inputs.steady_steps)
+    assert steady_steps(ses) == (551, 552, 553, 554)
+    w = timeline_window(ses)
     table = ses.steps.table.filter(pl.col("step") != 550)
     slowest = table.sort("duration_us", descending=True)["step"][0]
     assert w.step == slowest and "steady state" in w.label
@@ -144,7 +142,7 @@ def test_whole_trace_window_draws_idle_where_idle_dominates(SHARED_TRACES):
     busy_share = merged / (hi - lo)
     assert 0.10 < busy_share < 0.18  # the subtitle's 86 % idle, from the raw events
     ses = Session(load(str(path)), Options())
-    pic = render_timeline(timeline_inputs(ses))
+    pic = timeline_picture(ses)
     assert "(86%)" in pic.extras["subtitle"]
     lay = pic.layout
     (key,) = [lane.key for lane in lay.lanes if lane.key[0] == "gpu"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, merge
+from traceanalyzer.analyses.intervals import coverage_index, merge, run_id
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
@@ -34,6 +34,31 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
 def data_loading_ranges(trace: Trace, pattern: str) -> pl.DataFrame:
     """The ops and ranges whose name matches the data-loading pattern."""
     return trace.ops.filter(pl.col("name").str.contains(pattern))
+
+
+def call_runs(calls: pl.DataFrame, join_ns: float) -> pl.DataFrame:
+    """Calls (pid, tid, name, ts_ns, end_ns: blocking calls, say) merged into runs of the same
+    call on the same thread, a call joining the run when it starts within `join_ns` of the
+    run's furthest end -> pid, tid, name, ts_ns, end_ns, calls, busy_ns (the time inside the
+    calls), by thread, name and start. The timeline names `cudaEventSynchronize ×11` so."""
+    by = ["pid", "tid", "name"]
+    if calls.is_empty():
+        return calls.select(*by, "ts_ns", "end_ns").with_columns(
+            calls=pl.lit(0, pl.UInt32), busy_ns=pl.lit(0, pl.Int64)
+        )
+    s = calls.select(*by, "ts_ns", "end_ns").sort([*by, "ts_ns"])
+    s = s.with_columns(_run=run_id("ts_ns", "end_ns", by, join=join_ns))
+    return (
+        s.group_by([*by, "_run"])
+        .agg(
+            pl.col("ts_ns").min(),
+            pl.col("end_ns").max(),
+            calls=pl.len(),
+            busy_ns=(pl.col("end_ns") - pl.col("ts_ns")).sum(),
+        )
+        .drop("_run")
+        .sort([*by, "ts_ns"])
+    )
 
 
 def main_thread(trace: Trace) -> tuple[int, int] | None:

@@ -22,6 +22,9 @@ Checks:
 - `truncated`: the loader salvaged a damaged or cut file (its warnings);
 - `sampled`: a down-sampled trace: CPU op external ids and GPU correlation ids far sparser than
   a complete capture's, with no event-record or stream-wait calls to explain waits;
+- `crossing_cpu_events` (info): CPU events (ops, Python frames, runtime calls) that start inside
+  an earlier event on their thread and end after it, a writer's mistake: kept as they are, and
+  nothing is spoilt (busy time is taken from unions);
 - `few_steps`, `warm_up`: from the steps analysis.
 """
 
@@ -36,6 +39,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.options import HealthOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, LAUNCH_API
 from traceanalyzer.trace import Trace
+from traceanalyzer.wording import plural
 
 KERNEL_LAUNCH = r"Launch(Kernel|CooperativeKernel)|LaunchKernelEx|^cuLaunchKernel|^hipExtLaunch|" + GRAPH_LAUNCH
 EVENT_WAIT_API = r"EventRecord|StreamWaitEvent"
@@ -241,6 +245,45 @@ def _sampled(trace: Trace, o: HealthOptions) -> HealthCheck | None:
     )
 
 
+def crossing_events(df: pl.DataFrame) -> int:
+    """Events of a CPU table (pid, tid, ts_ns, end_ns) that start inside an earlier event on
+    their thread and end after it: witnessed by the one just before, or by the one reaching
+    furthest (`intervals.reach`; a lower bound where both miss a crossing).
+
+    One thread at a time (a trace has a few dozen): windows `.over(["pid", "tid"])` on the
+    whole table held ~170 MB of temporaries on a 1 GB trace, these ~115 MB, and are faster (measured
+    when the loader ran this check, docs/performance.md)."""
+    if df.height < 2:
+        return 0
+    furthest, prev = reach("end_ns"), pl.col("end_ns").shift(1)
+    ts, end = pl.col("ts_ns"), pl.col("end_ns")
+    crosses = ((ts < furthest) & (furthest < end)) | ((ts < prev) & (prev < end))
+    n = 0
+    for thread in df.select("pid", "tid", "ts_ns", "end_ns").partition_by(["pid", "tid"], include_key=False):
+        ordered = thread.sort(["ts_ns", "end_ns"], descending=[False, True], nulls_last=True)
+        n += int(ordered.select(crosses.fill_null(False).sum()).item())
+    return n
+
+
+def _crossing(trace: Trace) -> HealthCheck | None:
+    """CPU events that cross on their thread (a writer's mistake): an info line, spoiling nothing."""
+    counts = {
+        name: crossing_events(t)
+        for name, t in (("ops", trace.ops), ("python_frames", trace.python), ("runtime_calls", trace.runtime))
+    }
+    n = sum(counts.values())
+    if not n:
+        return None
+    return HealthCheck(
+        "crossing_cpu_events",
+        "info",
+        f"{plural(n, 'CPU event')} {'overlaps' if n == 1 else 'overlap'} an earlier event on their thread without "
+        "nesting inside it; kept as they are (busy time is taken from unions, so nothing counts twice)",
+        {"crossing_events": n, **counts},
+        (),
+    )
+
+
 def _from_steps(steps: StepsResult) -> list[HealthCheck]:
     out = []
     for c in steps.caveats:
@@ -264,6 +307,7 @@ def analyse_health(
         _unlinked(trace, o),
         _stream_overlap(trace, o),
         _truncated(trace),
+        _crossing(trace),
     ]
     out = [h for h in found if h is not None] + (_from_steps(steps) if steps is not None else [])
     return sorted(out, key=lambda h: SEVERITIES.index(h.severity))

@@ -139,11 +139,10 @@ def _summary(ses: Session) -> list[Block]:
 
 
 def _timeline(ses: Session, size: tuple[int, int, int]) -> list[Block]:
-    from traceanalyzer.cli.pictures import timeline_inputs
-    from traceanalyzer.render.timeline import render_timeline
+    from traceanalyzer.cli.pictures import timeline_picture
 
     width, height, dpi = size
-    pic = render_timeline(timeline_inputs(ses), width=width, height=height, dpi=dpi)
+    pic = timeline_picture(ses, width=width, height=height, dpi=dpi)
     label = pic.window.label
     return [
         Text.of(f"Window: {label}. CPU threads on top, GPU streams below; shaded: GPU idle, coloured by cause."),

@@ -50,7 +50,7 @@ def _idle_while_blocked_us(ses: Session, copies: pl.DataFrame) -> float:
     )
     calls = calls.filter(pl.col("blocked_ns").fill_null(0) > 0)
     idle = gpu_time.idle_within(ses.classified.pieces, calls, "_a", "_b", "_idle_ns")
-    return float(idle["_idle_ns"].sum()) / 1000.0 if idle.height else 0.0
+    return duration_us(int(idle["_idle_ns"].sum())) if idle.height else 0.0
 
 
 def _pageable(ses: Session) -> list[Finding]:
@@ -109,12 +109,15 @@ def _many_small(ses: Session) -> list[Finding]:
     if small.is_empty():
         return []
     per = small.group_by("_step").agg(
-        n=pl.len(), t=pl.col("duration_ns").sum() / 1000.0, b=pl.col("blocked_ns").fill_null(0).sum() / 1000.0
-    )  # per step, integer sums shown in µs
+        n=pl.len(), t_ns=pl.col("duration_ns").sum(), b_ns=pl.col("blocked_ns").fill_null(0).sum()
+    )
     many = per.filter(pl.col("n") >= o.many_small_per_step)
     if many.is_empty():
         return []
-    cost = float((many["t"].sum() + many["b"].sum()) / many.height)
+    # Copy and blocked time over those steps: integer ns sums, per step in µs.
+    copy_us = duration_us(int(many["t_ns"].sum())) / many.height
+    blocked_us = duration_us(int(many["b_ns"].sum())) / many.height
+    cost = copy_us + blocked_us
     if cost < o.copy_min_finding_us:
         return []
     s = _top_site(small, "duration_ns")
@@ -125,18 +128,18 @@ def _many_small(ses: Session) -> list[Finding]:
             severity(cost, o.copy_min_finding_us),
             f"{counted(int(many['n'].sum()), many.height, 'small host-device copy', 'step')} "
             f"(under {o.small_copy_bytes:,} bytes), "
-            f"{many['t'].mean():,.0f} µs of copy time and {many['b'].mean():,.0f} µs of blocked CPU per step "
+            f"{copy_us:,.0f} µs of copy time and {blocked_us:,.0f} µs of blocked CPU per step "
             f"(most from {site(s)})",
             {
                 "steps": many.height,
                 "copies_per_step": n,
-                "copy_us_per_step": float(many["t"].mean()),
-                "blocked_us_per_step": float(many["b"].mean()),
+                "copy_us_per_step": copy_us,
+                "blocked_us_per_step": blocked_us,
                 "cost_us_per_step": cost,
                 "top_site": site(s),
             },
             "batch them into one tensor and copy once",
-            at_stake_us=float(many["t"].sum())
+            at_stake_us=duration_us(int(many["t_ns"].sum()))
             + _idle_while_blocked_us(ses, small.join(many.select("_step"), on="_step", how="semi")),
         )
     ]

@@ -21,6 +21,7 @@ import polars as pl
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.findings.engine import Finding, Rule, ordered, severity
+from traceanalyzer.units import display_us, duration_us
 
 if TYPE_CHECKING:
     from traceanalyzer.jobs.multirank import MultiRankResult
@@ -48,7 +49,7 @@ def _exposed_single(ses) -> list[Finding]:
     if comm.is_empty():
         return []
     wins = windows.step_windows(ses.trace)
-    window = float((wins["end_ns"] - wins["start_ns"]).sum()) / 1000.0 if wins.height else 0.0
+    window = duration_us(int((wins["end_ns"] - wins["start_ns"]).sum())) if wins.height else 0.0
     exposed = float(comm["exposed_us"].sum())
     total = float(comm["comm_us"].sum())
     th = ses.options.value("exposed_comm_share")
@@ -118,14 +119,17 @@ def job_findings(mr: MultiRankResult) -> list[Finding]:
                     tuple(m.straggler_cause.head(5).to_dicts()),
                 )
             )
-    if m is not None and m.exposed.height:
-        step_us = {r["rank"]: (r["step_time_us"] or 0) * max(r["steps"], 1) for r in mr.ranks.iter_rows(named=True)}
-        per = m.exposed.group_by("rank").agg(pl.col("exposed_us", "exposed_wait_us", "comm_us").sum()).sort("rank")
-        for r in per.iter_rows(named=True):
-            window = step_us.get(r["rank"]) or 0
-            share = r["exposed_us"] / window if window else 0.0
+    if m is not None and m.exposed_ns.height:
+        # A rank's step time summed over its steps, and its exposed time: integer ns, shown in µs.
+        step_ns = {r["rank"]: (r["step_time_ns"] or 0) * max(r["steps"], 1) for r in mr.ranks_ns.iter_rows(named=True)}
+        per_ns = (
+            m.exposed_ns.group_by("rank").agg(pl.col("exposed_ns", "exposed_wait_ns", "comm_ns").sum()).sort("rank")
+        )
+        for r_ns, r in zip(per_ns.iter_rows(named=True), display_us(per_ns, 0).iter_rows(named=True), strict=True):
+            window = step_ns.get(r["rank"]) or 0
+            share = r_ns["exposed_ns"] / window if window else 0.0
             if share >= opts.exposed_comm_share:
-                cause = "waiting for peers" if r["exposed_wait_us"] * 2 >= r["exposed_us"] else "transfer"
+                cause = "waiting for peers" if r_ns["exposed_wait_ns"] * 2 >= r_ns["exposed_ns"] else "transfer"
                 out.append(
                     Finding(
                         "exposed_communication",
@@ -133,7 +137,7 @@ def job_findings(mr: MultiRankResult) -> list[Finding]:
                         f"rank {r['rank']}: {r['exposed_us']:,.0f} µs of its {r['comm_us']:,.0f} µs of collectives ran "
                         f"with no compute beside them ({share:.1%} of its steps), mostly {cause} "
                         f"({r['exposed_wait_us']:,.0f} µs waiting for peers)",
-                        {**r, "share": share, "step_time_us": window},
+                        {**r, "share": share, "step_time_us": duration_us(window)},
                         EXPOSED_ADVICE,
                         at_stake_us=r["exposed_us"],
                     )

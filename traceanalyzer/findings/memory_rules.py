@@ -11,6 +11,7 @@ import polars as pl
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.findings.engine import Finding, Rule, counted, per_unit, severity
 from traceanalyzer.patterns import DEVICE_ALLOC_API
+from traceanalyzer.units import display_us, duration_us
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -106,21 +107,22 @@ def _allocator_churn(ses: Session) -> list[Finding]:
     if not g.has_gpu_work:
         return []
     steady_idle = g.steady_idle_us()
-    gaps = g.all_gaps.filter(
+    gaps = g.all_gaps_ns.filter(
         (pl.col("phase") == "steady")
         & (pl.col("cause") == "runtime_call")
         & pl.col("call_api").fill_null("").str.contains(DEVICE_ALLOC_API)
     )
-    idle = float(gaps["duration_us"].sum()) if gaps.height else 0.0
+    idle = duration_us(int(gaps["duration_ns"].sum())) if gaps.height else 0.0
     th = ses.options.memory.allocator_churn_share
     if not steady_idle or idle / steady_idle < th:
         return []
     share = idle / steady_idle
     t = ses.trace
-    after = t.meta.origin_ns + int((g.startup_end_us or 0.0) * 1000) if g.startup_end_us is not None else None
     calls = t.runtime.filter(pl.col("name").str.contains(DEVICE_ALLOC_API))
-    calls = calls.filter(pl.col("ts_ns") >= after) if after is not None else calls
-    apis = calls.group_by("name").agg(n=pl.len(), us=pl.col("dur_ns").sum() / 1000.0).sort("n", descending=True)
+    if g.startup_end_ns is not None:  # the steady state: from where the start-up ends
+        calls = calls.filter(pl.col("ts_ns") >= g.startup_end_ns)
+    apis = calls.group_by("name").agg(n=pl.len()).sort("n", descending=True)
+    call_us = duration_us(int(calls["dur_ns"].sum())) if calls.height else 0.0
     said = ", ".join(f"{r['name']} ×{r['n']:,}" for r in apis.iter_rows(named=True))
     unit = per_unit(ses)
     window = g.steady_window_us
@@ -129,11 +131,11 @@ def _allocator_churn(ses: Session) -> list[Finding]:
             "allocator_churn",
             severity(share, th),
             f"{counted(calls.height, step_count(t), 'device malloc/free call', unit)} in the steady state ({said}), "
-            f"{float(apis['us'].sum()) / 1000:,.1f} ms in all: they left the GPU idle {idle / 1000:,.1f} ms, "
+            f"{call_us / 1000:,.1f} ms in all: they left the GPU idle {idle / 1000:,.1f} ms, "
             f"{share:.0%} of its steady-state idle time ({idle / window:.1%} of the steady-state window)",
             {
                 "calls": calls.height,
-                "call_us": float(apis["us"].sum()),
+                "call_us": call_us,
                 "idle_us": idle,
                 "share_of_idle": share,
                 "steady_idle_us": steady_idle,
@@ -142,8 +144,7 @@ def _allocator_churn(ses: Session) -> list[Finding]:
             },
             ALLOC_ADVICE,
             tuple(
-                gaps.sort("duration_us", descending=True)
-                .head(5)
+                display_us(gaps.sort("duration_ns", descending=True).head(5), g.origin_ns)
                 .select("start_us", "duration_us", "call_api", "op", "python_frame")
                 .to_dicts()
             ),

@@ -41,6 +41,7 @@ from traceanalyzer.jobs.stragglers import CollectiveResult, compare
 from traceanalyzer.options import Options, RankOptions
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown
 
 MultiRankOptions = RankOptions  # the name this module used before the options bundle
 _RANK_IN_NAME = re.compile(r"(?i)(?:rank|worker|node|proc)[-_]?(\d+)")
@@ -49,7 +50,10 @@ _RANK_IN_NAME = re.compile(r"(?i)(?:rank|worker|node|proc)[-_]?(\d+)")
 @dataclass(frozen=True)
 class RankResult:
     """What one rank file contributes: small tables and scalars only (picklable, and written
-    as Parquet by the cache), never the trace or the Session."""
+    as Parquet by the cache), never the trace or the Session.
+
+    Times are int64 ns on the rank's own clock (`*_ns`); `devices`, `idle_by_cause` and
+    `culprits` are the µs display views of the gaps tables (as `GapsResult` shows them)."""
 
     path: str
     rank: int | None
@@ -60,13 +64,18 @@ class RankResult:
     steps: pl.DataFrame  # step, start_ns, end_ns (this rank's own clock)
     collectives: pl.DataFrame  # see collectives.RANK_COLL_SCHEMA
     exposed: pl.DataFrame  # cidx, start_ns, end_ns: collective time no compute kernel hid
-    devices: pl.DataFrame  # as GapsResult.devices
-    idle_by_cause: pl.DataFrame  # as GapsResult.idle_by_cause
-    culprits: pl.DataFrame  # as GapsResult.culprits
+    devices_ns: pl.DataFrame  # as GapsResult.devices_ns
+    idle_by_cause_ns: pl.DataFrame  # as GapsResult.idle_by_cause_ns
+    culprits_ns: pl.DataFrame  # as GapsResult.culprits_ns, in a total order
     findings: pl.DataFrame  # rule, severity, message: the rank's own findings
     idle_gaps: pl.DataFrame = field(repr=False)  # start_ns, end_ns, cause, op, python_frame
     warnings: tuple[str, ...] = ()  # the loader's warnings for this file
     health: pl.DataFrame = field(default_factory=pl.DataFrame)  # check, severity, message, unreliable
+
+    # the µs display views of the ns tables (units.Shown)
+    devices = Shown("devices_ns")
+    idle_by_cause = Shown("idle_by_cause_ns")
+    culprits = Shown("culprits_ns")
 
     @property
     def worst_health(self) -> str | None:
@@ -91,19 +100,28 @@ class SkippedFile:
 
 @dataclass(frozen=True)
 class MultiRankResult:
-    """The ranks of one job compared: per-rank rows, stragglers, collectives, clock alignment."""
+    """The ranks of one job compared: per-rank rows, stragglers, collectives, clock alignment.
+
+    The tables hold int64 ns (`*_ns`; a mean step time is a float of ns); `ranks`, `stragglers`,
+    `collectives` and `longest_idle_by_cause` are their µs display views (`units.display_us`).
+    Collective starts are on the aligned clock, shown from `origin_ns`: the earliest of them."""
 
     options: RankOptions
-    ranks: pl.DataFrame  # one row per rank, see cross_rank
-    stragglers: pl.DataFrame  # rank, what, late_by_us, cause, cause_us, op, python_frame
-    collectives: (
-        pl.DataFrame
-    )  # rank, name, k, start_us (aligned, from the earliest start), late_by_us (vs the median rank), dur_us
+    ranks_ns: pl.DataFrame  # one row per rank, see cross_rank
+    stragglers_ns: pl.DataFrame  # rank, what, late_by_ns, cause, cause_ns, op, python_frame
+    collectives_ns: pl.DataFrame  # rank, name, k, start_ns (aligned), late_by_ns (vs the median rank), dur_ns
     longest_rank: int | None
-    longest_idle_by_cause: pl.DataFrame  # cause, idle_us, share_of_idle for longest_rank
+    longest_idle_by_cause_ns: pl.DataFrame  # cause, idle_ns, gaps, share_of_idle for longest_rank
     clocks_aligned: bool
     alignment_note: str
     matched: CollectiveResult | None = None  # collectives matched across ranks (stragglers.compare)
+    origin_ns: int = 0  # the earliest aligned collective start: where `collectives.start_us` counts from
+
+    # the µs display views of the ns tables (units.Shown)
+    ranks = Shown("ranks_ns")
+    stragglers = Shown("stragglers_ns")
+    collectives = Shown("collectives_ns")
+    longest_idle_by_cause = Shown("longest_idle_by_cause_ns")
 
 
 def rank_from_name(path: str) -> int | None:
@@ -117,7 +135,7 @@ def _total_order(culprits: pl.DataFrame) -> pl.DataFrame:
     other columns: `gaps` leaves equal rows in group_by order, and two executors must give the
     same JSON."""
     rest = [c for c in ("op", "python_frame", "phase") if c in culprits.columns]
-    return culprits.sort(["idle_us", "cause", *rest], descending=[True] + [False] * (1 + len(rest)), nulls_last=True)
+    return culprits.sort(["idle_ns", "cause", *rest], descending=[True] + [False] * (1 + len(rest)), nulls_last=True)
 
 
 def rank_result(
@@ -174,9 +192,9 @@ def rank_result(
         steps,
         coll,
         collectives.exposed_segments(trace.gpu, coll),
-        gaps.devices if gaps.has_gpu_work else empty,
-        gaps.idle_by_cause if gaps.has_gpu_work else empty,
-        _total_order(gaps.culprits) if gaps.has_gpu_work else empty,
+        gaps.devices_ns if gaps.has_gpu_work else empty,
+        gaps.idle_by_cause_ns if gaps.has_gpu_work else empty,
+        _total_order(gaps.culprits_ns) if gaps.has_gpu_work else empty,
         found,
         idle,
         tuple(trace.warnings),
@@ -189,25 +207,26 @@ def rank_result(
 
 
 def _per_rank_row(i: int, r: RankResult) -> dict:
-    by_cause = {c: 0.0 for c in CAUSES}
+    """One rank's row of `ranks_ns`: integer ns sums (the mean step time a float of ns)."""
+    by_cause = dict.fromkeys(CAUSES, 0)
     if r.has_gpu_work:
-        for row in r.idle_by_cause.iter_rows(named=True):
-            by_cause[row["cause"]] = row["idle_us"]
-        window, busy, idle = (r.devices[c].sum() for c in ("window_us", "busy_us", "idle_us"))
+        for row in r.idle_by_cause_ns.iter_rows(named=True):
+            by_cause[row["cause"]] = row["idle_ns"]
+        window, busy, idle = (int(r.devices_ns[c].sum()) for c in ("window_ns", "busy_ns", "idle_ns"))
     else:
-        window = busy = idle = 0.0
-    step_us = ((r.steps["end_ns"] - r.steps["start_ns"]).mean() / 1000.0) if r.steps.height else None
+        window = busy = idle = 0
+    step_ns = (r.steps["end_ns"] - r.steps["start_ns"]).mean() if r.steps.height else None
     return {
         "_i": i,
         "rank": r.rank if r.rank is not None else i,
         "file": r.path.replace("\\", "/").rsplit("/", 1)[-1],
         "steps": r.steps.filter(pl.col("step").is_not_null()).height,
-        "step_time_us": step_us,
-        "window_us": window,
-        "gpu_busy_us": busy,
+        "step_time_ns": step_ns,
+        "window_ns": window,
+        "gpu_busy_ns": busy,
         "busy_share": busy / window if window else None,
-        "idle_us": idle,
-        **{f"idle_{c}_us": v for c, v in by_cause.items()},
+        "idle_ns": idle,
+        **{f"idle_{c}_ns": v for c, v in by_cause.items()},
         "findings": ", ".join(dict.fromkeys(r.findings["rule"].to_list())) if r.findings.height else "",
         "health": ", ".join(f"{h['check']} ({h['severity']})" for h in _worst_first(r.health).iter_rows(named=True)),
         "damaged": r.damaged,
@@ -243,19 +262,19 @@ def _lateness_cause(r: RankResult, start_ns: int, late_ns: int) -> dict:
     """GPU idle by cause on rank r over [start - late, start] (own clock); the rest is busy."""
     a, b = start_ns - late_ns, start_ns
     if b <= r.origin_ns:
-        return {"cause": "before the trace", "cause_us": None, "op": None, "python_frame": None}
+        return {"cause": "before the trace", "cause_ns": None, "op": None, "python_frame": None}
     a = max(a, r.origin_ns)
     ov = r.idle_gaps.filter((pl.col("start_ns") < b) & (pl.col("end_ns") > a)).with_columns(
         ov_ns=pl.min_horizontal("end_ns", pl.lit(b)) - pl.max_horizontal("start_ns", pl.lit(a))
     )
-    idle_ns = ov["ov_ns"].sum() if ov.height else 0
+    idle_ns = int(ov["ov_ns"].sum()) if ov.height else 0
     by = ov.group_by("cause").agg(ns=pl.col("ov_ns").sum()).sort("ns", descending=True) if ov.height else None
     busy_ns = (b - a) - idle_ns
     if by is None or busy_ns >= by["ns"][0]:
-        return {"cause": "gpu_busy", "cause_us": busy_ns / 1000.0, "op": None, "python_frame": None}
+        return {"cause": "gpu_busy", "cause_ns": busy_ns, "op": None, "python_frame": None}
     cause = by["cause"][0]
     top = ov.filter(pl.col("cause") == cause).sort("ov_ns", descending=True).row(0, named=True)
-    return {"cause": cause, "cause_us": by["ns"][0] / 1000.0, "op": top["op"], "python_frame": top["python_frame"]}
+    return {"cause": cause, "cause_ns": by["ns"][0], "op": top["op"], "python_frame": top["python_frame"]}
 
 
 def cross_rank(results: list[RankResult], options: Options | RankOptions | None = None) -> MultiRankResult:
@@ -301,14 +320,14 @@ def cross_rank(results: list[RankResult], options: Options | RankOptions | None 
         typical = pl.Series([f["start_ns"] for f in first.values()]).median()
         for i, f in first.items():
             late = int(f["start_ns"] - typical)
-            step_late[i] = late / 1000.0
-            if late >= opts.straggler_min_us * 1000:
+            step_late[i] = late
+            if late >= opts.straggler_min_us * 1000:  # the threshold flag is in µs
                 what = f"step {f['step']} start" if f["step"] is not None else "first GPU work"
                 late_rows.append(
                     {
                         "rank": rank_of[i],
                         "what": what,
-                        "late_by_us": late / 1000.0,
+                        "late_by_ns": late,
                         **_lateness_cause(by_i[i], f["start_ns"], late),
                     }
                 )
@@ -320,6 +339,7 @@ def cross_rank(results: list[RankResult], options: Options | RankOptions | None 
     ]
     coll_table = pl.DataFrame()
     coll_late = {}
+    t0 = 0
     if coll:
         c = pl.concat(coll, how="vertical_relaxed")
         c = c.with_columns(n_ranks=pl.col("_i").n_unique().over("name", "k")).filter(pl.col("n_ranks") >= 2)
@@ -331,19 +351,19 @@ def cross_rank(results: list[RankResult], options: Options | RankOptions | None 
             rank=pl.col("_i").replace_strict(rank_of, return_dtype=pl.Int64),
             name="name",
             k="k",
-            start_us=(pl.col("aligned_ns") - t0) / 1000.0,
-            late_by_us=pl.col("late_ns") / 1000.0,
-            dur_us=(pl.col("end_ns") - pl.col("ts_ns")) / 1000.0,
+            start_ns="aligned_ns",
+            late_by_ns="late_ns",
+            dur_ns=pl.col("end_ns") - pl.col("ts_ns"),
         )
         worst = c.sort("late_ns", descending=True).unique("_i", keep="first")
         for w in worst.iter_rows(named=True):
-            coll_late[w["_i"]] = w["late_ns"] / 1000.0
+            coll_late[w["_i"]] = w["late_ns"]
             if w["late_ns"] >= opts.straggler_min_us * 1000:
                 late_rows.append(
                     {
                         "rank": rank_of[w["_i"]],
                         "what": f"collective {w['name'][:60]} #{w['k']}",
-                        "late_by_us": w["late_ns"] / 1000.0,
+                        "late_by_ns": w["late_ns"],
                         **_lateness_cause(by_i[w["_i"]], w["ts_ns"], w["late_ns"]),
                     }
                 )
@@ -351,32 +371,30 @@ def cross_rank(results: list[RankResult], options: Options | RankOptions | None 
     straggler_schema = {
         "rank": pl.Int64,
         "what": pl.String,
-        "late_by_us": pl.Float64,
+        "late_by_ns": pl.Int64,
         "cause": pl.String,
-        "cause_us": pl.Float64,
+        "cause_ns": pl.Int64,
         "op": pl.String,
         "python_frame": pl.String,
     }
-    stragglers = pl.DataFrame(late_rows, schema=straggler_schema).sort("late_by_us", descending=True)
+    stragglers = pl.DataFrame(late_rows, schema=straggler_schema).sort("late_by_ns", descending=True)
 
     longest, longest_idle = (
         None,
-        pl.DataFrame(
-            schema={"cause": pl.String, "idle_us": pl.Float64, "gaps": pl.UInt32, "share_of_idle": pl.Float64}
-        ),
+        pl.DataFrame(schema={"cause": pl.String, "idle_ns": pl.Int64, "gaps": pl.UInt32, "share_of_idle": pl.Float64}),
     )
     if results:
         rows = rows.with_columns(
-            step_start_late_us=pl.col("_i").replace_strict(step_late, default=None, return_dtype=pl.Float64),
-            collective_late_us=pl.col("_i").replace_strict(coll_late, default=None, return_dtype=pl.Float64),
+            step_start_late_ns=pl.col("_i").replace_strict(step_late, default=None, return_dtype=pl.Int64),
+            collective_late_ns=pl.col("_i").replace_strict(coll_late, default=None, return_dtype=pl.Int64),
         )
-        timed = rows.filter(pl.col("step_time_us").is_not_null())
+        timed = rows.filter(pl.col("step_time_ns").is_not_null())
         if timed.height:
-            top = timed.sort("step_time_us", descending=True).row(0, named=True)
+            top = timed.sort("step_time_ns", descending=True).row(0, named=True)
             longest = top["rank"]
             g = by_i[top["_i"]]
             if g.has_gpu_work:
-                longest_idle = g.idle_by_cause
+                longest_idle = g.idle_by_cause_ns
         rows = rows.sort("rank", "_i").drop("_i")
     matched = compare(results, shift, rank_of) if results else None
-    return MultiRankResult(opts, rows, stragglers, coll_table, longest, longest_idle, aligned, note, matched)
+    return MultiRankResult(opts, rows, stragglers, coll_table, longest, longest_idle, aligned, note, matched, t0)

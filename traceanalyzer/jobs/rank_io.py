@@ -113,12 +113,17 @@ def list_dir(path: str) -> list[str]:
     return [str(p) for p in Path(path).iterdir() if p.is_file()]
 
 
+# Bump when RankResult's fields change (2: its gaps tables in ns, `devices_ns` and the like).
+_LAYOUT = 2
+
+
 def cache_key(data: bytes, options_json: str) -> str:
-    """Content of the file, tool version and options: a result is reused only when all three match."""
+    """Content of the file, tool version, layout of the result and options: a result is reused
+    only when all four match."""
     from traceanalyzer.version import __version__
 
     h = hashlib.sha256(data)
-    h.update(f"\0{__version__}\0{options_json}".encode())
+    h.update(f"\0{__version__}\0{_LAYOUT}\0{options_json}".encode())
     return h.hexdigest()[:32]
 
 
@@ -153,4 +158,7 @@ def load_cached(cls: type, folder: str, path: str) -> Any | None:
         elif isinstance(values.get(f.name), list):
             values[f.name] = tuple(values[f.name])
     values["path"] = path
-    return cls(**values)
+    try:
+        return cls(**values)
+    except TypeError:  # saved by another layout of the class: computed again
+        return None

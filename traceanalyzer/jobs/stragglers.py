@@ -21,20 +21,40 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import collectives, intervals
+from traceanalyzer.units import Shown, us_expr
 
 
 @dataclass(frozen=True)
 class CollectiveResult:
-    """The cross-rank collective tables of one job."""
+    """The cross-rank collective tables of one job.
+
+    Its own tables hold int64 ns (`*_ns`, sums as integers; a mean lateness is a float of ns);
+    `arrivals`, `stragglers`, `straggler_cause`, `victims` and `exposed` are their µs display
+    views. `instances` and `by_group` are `analyses.collectives`' tables as it gives them."""
 
     match_note: str
     instances: pl.DataFrame  # one row per matched collective, see collectives.instances
     by_group: pl.DataFrame  # per process group and collective type
-    arrivals: pl.DataFrame  # rank, instance (0..), lateness_us after the first rank (heat map)
-    stragglers: pl.DataFrame  # rank, times_last, share_last, mean_late_by_us, max_late_by_us, caused_wait_us
-    straggler_cause: pl.DataFrame  # cause, us, share (of the straggler's late intervals)
-    victims: pl.DataFrame  # rank, waited_us, collectives, waited_most_for
-    exposed: pl.DataFrame  # rank, step, comm_us, exposed_us, exposed_wait_us, exposed_transfer_us, overlap_share
+    arrivals_ns: pl.DataFrame  # rank, instance (0..), lateness_ns after the first rank (heat map)
+    stragglers_ns: pl.DataFrame  # rank, times_last, share_last, mean_late_by_ns, max_late_by_ns, caused_wait_ns
+    straggler_cause_ns: pl.DataFrame  # cause, time_ns, share (of the straggler's late intervals)
+    victims_ns: pl.DataFrame  # rank, waited_ns, collectives, waited_most_for
+    exposed_ns: pl.DataFrame  # rank, step, comm_ns, exposed_ns, exposed_wait_ns, exposed_transfer_ns, overlap_share
+    origin_ns: int = 0  # no table here holds a time point: durations only
+
+    # the µs display views of the ns tables (units.Shown)
+    arrivals = Shown("arrivals_ns")
+    stragglers = Shown("stragglers_ns")
+    victims = Shown("victims_ns")
+    exposed = Shown("exposed_ns")
+
+    @property
+    def straggler_cause(self) -> pl.DataFrame:
+        """cause, us, share: the display view of `straggler_cause_ns` (its time column is `us`)."""
+        df = self.straggler_cause_ns
+        if "time_ns" not in df.columns:
+            return df
+        return df.select("cause", us_expr("time_ns", self.origin_ns).alias("us"), "share")
 
 
 def _empty() -> CollectiveResult:
@@ -46,7 +66,7 @@ def _cause(idle: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Idle by cause over the windows (start_ns, end_ns, own clock); the rest is gpu_busy."""
     total = int((windows["end_ns"] - windows["start_ns"]).sum())
     if total <= 0:
-        return pl.DataFrame(schema={"cause": pl.String, "us": pl.Float64, "share": pl.Float64})
+        return pl.DataFrame(schema={"cause": pl.String, "time_ns": pl.Int64, "share": pl.Float64})
     w = windows.select(a="start_ns", b="end_ns")
     ov = (
         idle.join_where(w, pl.col("start_ns") < pl.col("b"), pl.col("end_ns") > pl.col("a"))
@@ -58,13 +78,13 @@ def _cause(idle: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     out = pl.concat([ov, pl.DataFrame({"cause": ["gpu_busy"], "ns": [busy]})], how="vertical_relaxed")
     return (
         out.filter(pl.col("ns") > 0)
-        .select("cause", us=pl.col("ns") / 1000.0, share=pl.col("ns") / total)
-        .sort("us", descending=True)
+        .select("cause", time_ns="ns", share=pl.col("ns") / total)
+        .sort("time_ns", descending=True)
     )
 
 
 def _exposed(results, per_rank: pl.DataFrame, rank_of: dict[int, int]) -> pl.DataFrame:
-    """Per rank and step: collective time, exposed time, its wait / transfer split."""
+    """Per rank and step: collective time, exposed time, its wait / transfer split (integer ns)."""
     rows = []
     for i, r in enumerate(results):
         if r.collectives.is_empty():
@@ -89,23 +109,24 @@ def _exposed(results, per_rank: pl.DataFrame, rank_of: dict[int, int]) -> pl.Dat
             )
             # Overlapping collectives (two groups at once) count once.
             m = intervals.merge(clipped.with_columns(pl.col("step").fill_null(-1)), ["step"])
-            agg = m.group_by("step").agg(((pl.col("end_ns") - pl.col("start_ns")).sum() / 1000.0).alias(f"{name}_us"))
+            agg = m.group_by("step").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias(f"{name}_ns"))
             per = agg if per is None else per.join(agg, on="step", how="full", coalesce=True)
         per = per.with_columns(rank=pl.lit(rank_of[i]))
         rows.append(per)
     if not rows:
         return pl.DataFrame()
     df = pl.concat(rows, how="diagonal_relaxed").with_columns(
-        pl.col("comm_us", "exposed_us", "wait_us").fill_null(0.0), pl.col("rank", "step").cast(pl.Int64)
+        pl.col("comm_ns", "exposed_ns", "wait_ns").fill_null(0).cast(pl.Int64), pl.col("rank", "step").cast(pl.Int64)
     )
+    wait = pl.min_horizontal("wait_ns", "exposed_ns")
     return df.select(
         "rank",
         step=pl.when(pl.col("step") >= 0).then(pl.col("step")),
-        comm_us="comm_us",
-        exposed_us="exposed_us",
-        exposed_wait_us=pl.min_horizontal("wait_us", "exposed_us"),
-        exposed_transfer_us=pl.col("exposed_us") - pl.min_horizontal("wait_us", "exposed_us"),
-        overlap_share=pl.when(pl.col("comm_us") > 0).then(1 - pl.col("exposed_us") / pl.col("comm_us")),
+        comm_ns="comm_ns",
+        exposed_ns="exposed_ns",
+        exposed_wait_ns=wait,
+        exposed_transfer_ns=pl.col("exposed_ns") - wait,
+        overlap_share=pl.when(pl.col("comm_ns") > 0).then(1 - pl.col("exposed_ns") / pl.col("comm_ns")),
     ).sort("rank", "step")
 
 
@@ -131,23 +152,25 @@ def compare(results, shift: dict[int, int], rank_of: dict[int, int]) -> Collecti
     j = j.with_columns(
         wait_ns=pl.min_horizontal(pl.col("last_ns") - pl.col("arrival_ns"), pl.col("end_ns") - pl.col("ts_ns")).clip(0)
     )
-    arrivals = j.select("rank", "instance", lateness_us=(pl.col("arrival_ns") - pl.col("first_ns")) / 1000.0).sort(
+    arrivals = j.select("rank", "instance", lateness_ns=pl.col("arrival_ns") - pl.col("first_ns")).sort(
         "rank", "instance"
     )
     caused = j.sort("instance", "rank").group_by("instance", maintain_order=True).agg(caused_ns=pl.col("wait_ns").sum())
     # In instance order: a float mean does not depend on which executor returned first.
-    last = inst.join(caused, on="instance").with_columns(late_by_us="last_late_us").sort("instance")
+    # late_by: the last arrival after the median one (a median of ns, so a float of ns).
+    last = inst.join(caused, on="instance").with_columns(late_by_ns=pl.col("last_ns") - pl.col("median_ns"))
     stragglers = (
-        last.group_by(rank="last_rank", maintain_order=True)
+        last.sort("instance")
+        .group_by(rank="last_rank", maintain_order=True)
         .agg(
             times_last=pl.len(),
-            mean_late_by_us=pl.col("late_by_us").mean(),
-            max_late_by_us=pl.col("late_by_us").max(),
-            caused_wait_us=pl.col("caused_ns").sum() / 1000.0,
+            mean_late_by_ns=pl.col("late_by_ns").mean(),
+            max_late_by_ns=pl.col("late_by_ns").max(),
+            caused_wait_ns=pl.col("caused_ns").sum(),
         )
         .with_columns(share_last=pl.col("times_last") / inst.height)
-        .sort(["times_last", "caused_wait_us"], descending=True)
-        .select("rank", "times_last", "share_last", "mean_late_by_us", "max_late_by_us", "caused_wait_us")
+        .sort(["times_last", "caused_wait_ns"], descending=True)
+        .select("rank", "times_last", "share_last", "mean_late_by_ns", "max_late_by_ns", "caused_wait_ns")
     )
     waited_for = (
         j.filter(pl.col("rank") != pl.col("last_rank"))
@@ -160,9 +183,9 @@ def compare(results, shift: dict[int, int], rank_of: dict[int, int]) -> Collecti
     )
     victims = (
         j.group_by("rank")
-        .agg(waited_us=pl.col("wait_ns").sum() / 1000.0, collectives=pl.len())
+        .agg(waited_ns=pl.col("wait_ns").sum(), collectives=pl.len())
         .join(waited_for, on="rank", how="left")
-        .sort("waited_us", descending=True)
+        .sort("waited_ns", descending=True)
     )
     # The straggler's own trace over the intervals a peer waited for it (first arrival -> its own).
     cause = pl.DataFrame()

@@ -7,8 +7,9 @@ is fixed the one documented way and counted in a warning (docs/readme/damaged.md
   more than 1 s), i.e. its `dur` alone is longer than the trace (a known ROCm artefact);
   the end of the trace is the latest end among the other events;
 - timed events without `dur` last zero (counted); without `ph` are read by their category;
-- CPU events that overlap an earlier one on their thread without nesting inside it are
-  counted and kept (busy time is taken from unions, so nothing counts twice);
+- CPU events that overlap an earlier one on their thread without nesting inside it are kept
+  as they are (busy time is taken from unions, so nothing counts twice); the health check
+  `crossing_cpu_events` (`analyses.health`) counts them, with the one interval sweep;
 - events of categories the tool does not know are ignored, counted by category.
 
 Negative durations and events without a readable `ts` are counted by `trace.build_trace`.
@@ -23,7 +24,6 @@ from collections import Counter
 import polars as pl
 
 TIMED = ("op", "python", "runtime", "gpu", "sync", "gpu_annotation")
-CPU_TRACKS = ("op", "python", "runtime")
 # Categories of the `other` table that Kineto writes and the tool has no use for.
 KNOWN_IGNORED = {"Trace", "overhead", "cpu_instant_event", "Activity Buffer Request", "python_function", None}
 _PAST_END_FLOOR_NS = 1_000_000_000
@@ -77,13 +77,6 @@ def sanitize(tables: dict[str, pl.DataFrame], counts: Counter) -> tuple[dict[str
     if clipped:
         warnings.append(
             f"clipped {clipped:,} events whose dur runs past the end of the trace (dur longer than the whole trace)"
-        )
-
-    crossing = sum(_crossing(tables[k]) for k in CPU_TRACKS)
-    if crossing:
-        warnings.append(
-            f"{crossing:,} CPU events overlap an earlier event on their thread without nesting inside it; "
-            "kept as they are (busy time is taken from unions, so nothing counts twice)"
         )
 
     other = tables["other"]
@@ -146,26 +139,3 @@ def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFr
                 .otherwise(pl.col("dur_ns"))
             )
     return tables, clipped, end
-
-
-def _crossing(df: pl.DataFrame) -> int:
-    """Events that start inside an earlier event on their thread and end after it: the one
-    just before, or the one reaching furthest (a lower bound where both miss a crossing).
-
-    One thread at a time (a trace has a few dozen): windows `.over(["pid", "tid"])` on the
-    whole table held ~170 MB of temporaries on a 1 GB trace, these ~115 MB, and are faster."""
-    if df.height < 2:
-        return 0
-    narrow = df.select("pid", "tid", "ts_ns", end=pl.col("ts_ns") + pl.col("dur_ns").fill_null(0).clip(0)).filter(
-        pl.col("ts_ns").is_not_null()
-    )
-    # Two cheap witnesses: the furthest end so far, and the end of the event just before.
-    reach = pl.col("end").cum_max().shift(1)
-    prev = pl.col("end").shift(1)
-    crosses = ((pl.col("ts_ns") < reach) & (reach < pl.col("end"))) | (
-        (pl.col("ts_ns") < prev) & (prev < pl.col("end"))
-    )
-    n = 0
-    for thread in narrow.partition_by(["pid", "tid"], include_key=False):
-        n += _count(thread.sort(["ts_ns", "end"], descending=[False, True], nulls_last=True), crosses)
-    return n

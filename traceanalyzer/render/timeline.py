@@ -19,28 +19,30 @@ import polars as pl
 from traceanalyzer.render.figures import figure_bytes, new_figure, png_bytes  # noqa: F401 - re-exported
 from traceanalyzer.render.pixels import idle_pixels, shade_idle, without_idle
 from traceanalyzer.render.timeline_layout import (  # noqa: F401 - re-exported for the pictures' users
+    BOTTOM_PX,
     CAUSE_COLORS,
     FALLBACK_COLORS,
     GAP_ALPHA,
     KIND_COLORS,
     KIND_LABELS,
     LABELLED_GAPS,
+    LEFT_PX,
     MAX_CPU_LANES,
     MAX_GPU_LANES,
+    RUN_JOIN_PX,
+    TOP_PX,
     Lane,
     Layout,
     Picture,
+    TimeAxis,
     TimelineInputs,
     Window,
-    call_runs,
     cause_color,
     cause_order,
     choose_lanes,
     choose_window,
-    cpu_events,
     gap_label,
     in_window,
-    merge_by_pixel,
     place_labels,
     short_text,
     window_idle,
@@ -95,28 +97,23 @@ def _label_text(r: dict) -> str:
 
 def render_timeline(
     inputs: TimelineInputs,
-    window: Window | None = None,
-    width: int = 1600,
     height: int = 900,
     dpi: int = 100,
     labelled_gaps: int = LABELLED_GAPS,
     fmt: str = "png",
 ) -> Picture:
-    """The timeline of `window` (default: the slowest step) as png, svg or pdf bytes."""
+    """The timeline of the prepared window (`inputs.window`, `inputs.axis.width` pixels wide) as
+    png, svg or pdf bytes."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
 
-    trace, gaps = inputs.trace, inputs.gaps
-    w = window or choose_window(trace, windows=inputs.windows, steady_steps=inputs.steady_steps)
+    trace, gaps, w, axis = inputs.trace, inputs.gaps, inputs.window, inputs.axis
+    width = axis.width
     origin = trace.meta.origin_ns
     scale = dpi / 100
     a_us, b_us = point_us(w.start_ns, origin), point_us(w.end_ns, origin)
 
-    gpu = in_window(trace.gpu.filter(pl.col("device").is_not_null()), w).select(
-        "device", "stream", "kind", "ts_ns", "end_ns"
-    )
-    cpu = cpu_events(inputs, w)
-    lanes = choose_lanes(inputs, w, cpu, gpu)
+    lanes = choose_lanes(inputs)
     n = max(len(lanes), 1)
     index = {lane.key: lane.index for lane in lanes}
     gpu_idx = [lane.index for lane in lanes if lane.key[0] == "gpu"]
@@ -125,11 +122,8 @@ def render_timeline(
 
     # Fixed margins in pixels; above the lanes, a strip for the gap labels (so no label
     # covers a bar) and a line for the step names.
-    left_px, right_px, top_px, bottom_px = 170, 20, 64, 118
-    plot_w = max(width - left_px - right_px, 50)
-    pad = (w.end_ns - w.start_ns) * 0.01
-    lo_ns, hi_ns = w.start_ns - pad, w.end_ns + pad
-    ns_per_px = (hi_ns - lo_ns) / plot_w
+    left_px, top_px, bottom_px = LEFT_PX, TOP_PX, BOTTOM_PX
+    plot_w, lo_ns, hi_ns, ns_per_px = axis.plot_w, axis.lo_ns, axis.hi_ns, axis.ns_per_px
 
     gap_rows = pl.DataFrame()
     if band is not None and gaps.has_gpu_work and gaps.all_gaps.height:
@@ -171,8 +165,7 @@ def render_timeline(
     # Bars, merged per pixel column. Memsets go beneath kernels (short and many, they would
     # otherwise paint a busy lane purple); sync and data loading sit on the ops around them.
     draws: list[tuple[tuple, str, pl.DataFrame]] = []
-    cpu_bars = merge_by_pixel(cpu, ["pid", "tid", "kind"], int(lo_ns), ns_per_px)
-    gpu_bars = merge_by_pixel(gpu, ["device", "stream", "kind"], int(lo_ns), ns_per_px)
+    cpu_bars, gpu_bars = inputs.cpu_bars, inputs.gpu_bars
     # Where the GPU was idle most of a pixel, idle shows (the subtitle's share) and bars give way.
     idle_px = pl.DataFrame()
     if band is not None and gaps.has_gpu_work and gaps.all_gaps_ns.height:
@@ -212,7 +205,7 @@ def render_timeline(
 
     _draw_steps(ax, trace, lo_ns, hi_ns, origin)
     path_vertices = draw_path(ax, inputs.path, index, w.start_ns, w.end_ns, origin)
-    _draw_blocking(ax, inputs, w, index, lo_ns, hi_ns, ns_per_px, origin, scale)
+    _draw_blocking(ax, inputs, index, origin, scale)
 
     # Gap labels in the strip above the lanes, each with a line down to its gap.
     if texts:
@@ -347,14 +340,14 @@ def _draw_steps(ax, trace: Trace, lo_ns: float, hi_ns: float, origin: int) -> No
         )
 
 
-def _draw_blocking(ax, inputs: TimelineInputs, w: Window, index: dict, lo_ns, hi_ns, ns_per_px, origin, scale) -> None:
+def _draw_blocking(ax, inputs: TimelineInputs, index: dict, origin: int, scale: float) -> None:
     """The longest runs of blocking calls, named on their CPU lane: back-to-back calls of the
-    same API are one run (`cudaEventSynchronize ×11`), and a name is written only where it fits
-    inside its bar."""
-    calls = in_window(inputs.blocking, w)
-    if calls.is_empty():
+    same API are one run (`cudaEventSynchronize ×11`, `inputs.call_runs`), and a name is written
+    only where it fits inside its bar."""
+    w, lo_ns, hi_ns, ns_per_px = inputs.window, inputs.axis.lo_ns, inputs.axis.hi_ns, inputs.axis.ns_per_px
+    if inputs.call_runs.is_empty():
         return
-    runs = call_runs(calls, 3 * ns_per_px).with_columns(_d=pl.col("end_ns") - pl.col("ts_ns"))
+    runs = inputs.call_runs.with_columns(_d=pl.col("end_ns") - pl.col("ts_ns"))
     runs = runs.filter(pl.col("_d") >= 0.05 * (w.end_ns - w.start_ns)).sort("_d", descending=True).head(6)
     for r in runs.iter_rows(named=True):
         key = ("cpu", r["pid"], r["tid"])

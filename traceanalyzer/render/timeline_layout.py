@@ -1,8 +1,10 @@
-"""What a timeline picture shows, before any drawing: the window, the lanes, the events merged
-by pixel, the gap labels, the colours. Pure polars; `timeline` draws it.
+"""What a timeline picture shows, before any drawing: the window and its time axis in pixel
+columns, the lanes, the gap labels, the colours. `timeline` draws it.
 
-Events narrower than a pixel are merged before drawing (grouped by pixel column with polars),
-so the cost of drawing depends on the picture's width, not on the number of events.
+The events and their bars are prepared a floor above (`traceanalyzer.cli.pictures`): events
+narrower than a pixel are merged there per pixel column (`TimeAxis.columns`, then the one
+interval merge of `analyses.intervals`), so the cost of drawing depends on the picture's width,
+not on the number of events.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.causes import COLOURS
+from traceanalyzer.causes import COLOURS, WAITED_ON
 from traceanalyzer.errors import UsageError
-from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.redact import scrub_text
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import point_ms
 
 # Colours: GPU work kinds, CPU activity kinds and gap causes. A cause shares the colour of the
 # CPU activity that explains it (data_loading = DataLoader ranges, sync = sync calls).
@@ -63,21 +65,6 @@ LABELLED_GAPS = 4
 
 
 @dataclass(frozen=True)
-class TimelineInputs:
-    """The results a timeline draws besides the trace's own events, prepared by the caller from
-    a Session (`traceanalyzer.cli.pictures.timeline_inputs`)."""
-
-    trace: Trace
-    gaps: Any  # analyses.gaps.GapsResult: all_gaps, has_gpu_work
-    blocking: pl.DataFrame  # blocking calls (cpu_activity.blocking_calls)
-    data_loading_pattern: str
-    main_thread: tuple[int, int] | None
-    path: pl.DataFrame | None = None  # critical-path segments (analyses.critical_path), drawn as a line
-    windows: pl.DataFrame | None = None  # step, start_ns, end_ns (analyses.windows.step_windows)
-    steady_steps: tuple[int, ...] | None = None  # the steps the averages count (no warm-up, no start-up)
-
-
-@dataclass(frozen=True)
 class Window:
     """The time window a timeline shows, with its label."""
 
@@ -85,6 +72,61 @@ class Window:
     end_ns: int
     label: str  # "step 9 (slowest of 6)", "12.0-30.0 ms"
     step: int | None = None
+
+
+# The plot's fixed margins in pixels: lane names on the left; the title above (the gap labels'
+# strip and the step names come on top of it); the time axis and the legend below.
+LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 170, 20, 64, 118
+RUN_JOIN_PX = 3  # blocking calls of one API less than this many pixels apart are named as one run
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """The time axis of a picture `width` pixels wide showing a window: the plot spans the
+    window and 1% more on either side, `plot_w` pixel columns of `ns_per_px` each from `lo_ns`."""
+
+    width: int
+    lo_ns: float
+    hi_ns: float
+    ns_per_px: float
+    plot_w: int
+
+    @classmethod
+    def of(cls, w: Window, width: int) -> TimeAxis:
+        """The axis of window `w` in a picture `width` pixels wide."""
+        plot_w = max(width - LEFT_PX - RIGHT_PX, 50)
+        pad = (w.end_ns - w.start_ns) * 0.01
+        lo_ns, hi_ns = w.start_ns - pad, w.end_ns + pad
+        return cls(width, lo_ns, hi_ns, (hi_ns - lo_ns) / plot_w, plot_w)
+
+    def columns(self, df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+        """Intervals (by..., ts_ns, end_ns) -> (by..., px0, px1): the pixel columns each one
+        touches, counted from the plot's left edge (px1 exclusive), at least one column wide."""
+        lo = int(self.lo_ns)
+        return df.select(
+            *by,
+            px0=((pl.col("ts_ns") - lo) / self.ns_per_px).floor().cast(pl.Int64),
+            px1=((pl.col("end_ns") - lo) / self.ns_per_px).ceil().cast(pl.Int64),
+        ).with_columns(px1=pl.max_horizontal("px1", pl.col("px0") + 1))
+
+
+@dataclass(frozen=True)
+class TimelineInputs:
+    """Everything a timeline draws, prepared a floor above from a Session
+    (`traceanalyzer.cli.pictures.timeline_inputs`): the window and its axis, the events in the
+    window, their bars merged per pixel column, the runs of blocking calls named on their lane."""
+
+    trace: Trace  # its metadata, steps (the dashed lines) and runtime calls (which threads get a lane)
+    gaps: Any  # analyses.gaps.GapsResult: all_gaps, all_gaps_ns, has_gpu_work
+    main_thread: tuple[int, int] | None
+    window: Window
+    axis: TimeAxis
+    cpu: pl.DataFrame  # pid, tid, kind (cpu_op | data_loading | sync), ts_ns, end_ns in the window
+    gpu: pl.DataFrame  # device, stream, kind, ts_ns, end_ns in the window
+    cpu_bars: pl.DataFrame  # pid, tid, kind, px0, px1: `cpu` merged per pixel column (px1 exclusive)
+    gpu_bars: pl.DataFrame  # device, stream, kind, px0, px1
+    call_runs: pl.DataFrame  # blocking calls in the window, in runs (cpu_activity.call_runs): name, calls
+    path: pl.DataFrame | None = None  # critical-path segments (analyses.critical_path), drawn as a line
 
 
 @dataclass(frozen=True)
@@ -163,9 +205,9 @@ def choose_window(
         if b <= a:
             raise UsageError(
                 trace.path,
-                f"empty window: --end ({(b - origin) / 1e6:g} ms) is not after --start ({(a - origin) / 1e6:g} ms)",
+                f"empty window: --end ({point_ms(b, origin):g} ms) is not after --start ({point_ms(a, origin):g} ms)",
             )
-        return Window(a, b, f"{(a - origin) / 1e6:,.1f}–{(b - origin) / 1e6:,.1f} ms")
+        return Window(a, b, f"{point_ms(a, origin):,.1f}–{point_ms(b, origin):,.1f} ms")
     steps = trace.steps
     if step is not None:
         row = steps.filter(pl.col("step") == step)
@@ -194,55 +236,15 @@ def choose_window(
     return Window(origin, trace.meta.end_ns, "the whole trace (no ProfilerStep)")
 
 
-def merge_by_pixel(df: pl.DataFrame, by: list[str], lo_ns: int, ns_per_px: float) -> pl.DataFrame:
-    """Intervals (by..., ts_ns, end_ns) clipped to [lo_ns, ...) and merged where they touch
-    the same or adjacent pixel columns -> (by..., px0, px1) in pixels from lo_ns, each at least
-    one pixel wide. Vectorised: O(events) polars, no Python loop."""
-    if df.is_empty():
-        return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "px0": pl.Int64, "px1": pl.Int64})
-    s = (
-        df.select(
-            *by,
-            px0=((pl.col("ts_ns") - lo_ns) / ns_per_px).floor().cast(pl.Int64),
-            px1=((pl.col("end_ns") - lo_ns) / ns_per_px).ceil().cast(pl.Int64),
-        )
-        .with_columns(px1=pl.max_horizontal("px1", pl.col("px0") + 1))
-        .sort([*by, "px0"])
-    )
-    reach = pl.col("px1").cum_max().shift(1).over(by)
-    s = s.with_columns(_new=(reach.is_null() | (pl.col("px0") > reach)).cast(pl.Int64))
-    s = s.with_columns(_grp=pl.col("_new").cum_sum().over(by))
-    return s.group_by([*by, "_grp"]).agg(pl.col("px0").min(), pl.col("px1").max()).drop("_grp").sort([*by, "px0"])
-
-
 def in_window(df: pl.DataFrame, w: Window) -> pl.DataFrame:
     """The rows of an event table that overlap the window."""
     return df.filter((pl.col("end_ns") > w.start_ns) & (pl.col("ts_ns") < w.end_ns))
 
 
-def cpu_events(inputs: TimelineInputs, w: Window) -> pl.DataFrame:
-    """pid, tid, kind (cpu_op | data_loading | sync), ts_ns, end_ns inside the window."""
-    trace = inputs.trace
-    ops = in_window(trace.ops, w)
-    step_ids = trace.steps["op_id"] if trace.steps.height else pl.Series([], dtype=pl.Int64)
-    is_step = pl.col("name").str.contains(PROFILER_STEP)
-    top = ops.filter(~is_step & (pl.col("parent_id").is_null() | pl.col("parent_id").is_in(step_ids.implode())))
-    data = ops.filter(pl.col("name").str.contains(inputs.data_loading_pattern))
-    sync = in_window(inputs.blocking, w)
-    cols = ["pid", "tid", "kind", "ts_ns", "end_ns"]
-    return pl.concat(
-        [
-            top.with_columns(kind=pl.lit("cpu_op")).select(cols),
-            data.with_columns(kind=pl.lit("data_loading")).select(cols),
-            sync.with_columns(kind=pl.lit("sync")).select(cols),
-        ]
-    )
-
-
-def choose_lanes(inputs: TimelineInputs, w: Window, cpu: pl.DataFrame, gpu: pl.DataFrame) -> list[Lane]:
+def choose_lanes(inputs: TimelineInputs) -> list[Lane]:
     """CPU threads that matter (the main thread first, then threads with data loading,
     sync calls or launches, by time), then GPU streams by device and stream."""
-    trace = inputs.trace
+    trace, w, cpu, gpu = inputs.trace, inputs.window, inputs.cpu, inputs.gpu
     main = inputs.main_thread
     span = max(w.end_ns - w.start_ns, 1)
     clipped = (pl.min_horizontal("end_ns", pl.lit(w.end_ns)) - pl.max_horizontal("ts_ns", pl.lit(w.start_ns))).clip(0)
@@ -295,30 +297,6 @@ def window_idle(gaps: pl.DataFrame, a_us: float, b_us: float) -> pl.DataFrame:
     )
 
 
-def call_runs(calls: pl.DataFrame, join_ns: float) -> pl.DataFrame:
-    """Blocking calls (pid, tid, name, ts_ns, end_ns) merged into runs of the same call on the
-    same thread, where one starts within `join_ns` of the previous end -> pid, tid, name, ts_ns,
-    end_ns, calls, busy_ns (time inside the calls)."""
-    if calls.is_empty():
-        return calls.select("pid", "tid", "name", "ts_ns", "end_ns").with_columns(
-            calls=pl.lit(0, pl.UInt32), busy_ns=pl.lit(0, pl.Int64)
-        )
-    by = ["pid", "tid", "name"]
-    s = calls.sort([*by, "ts_ns"])
-    reach = pl.col("end_ns").cum_max().shift(1).over(by)
-    s = s.with_columns(_g=(reach.is_null() | (pl.col("ts_ns") > reach + join_ns)).cast(pl.Int64).cum_sum().over(by))
-    return (
-        s.group_by([*by, "_g"])
-        .agg(
-            pl.col("ts_ns").min(),
-            pl.col("end_ns").max(),
-            calls=pl.len(),
-            busy_ns=(pl.col("end_ns") - pl.col("ts_ns")).sum(),
-        )
-        .drop("_g")
-    )
-
-
 def place_labels(spans: list[tuple[float, float]], lo: float, hi: float, rows: int) -> list[tuple[float, int] | None]:
     """Positions for labels `spans` (wanted centre, width; same unit as lo..hi): the centre
     moved so the label stays inside [lo, hi], and a row (0 = nearest the data) where it overlaps
@@ -345,7 +323,7 @@ def gap_label(r: dict[str, Any]) -> str:
     head = f"{r['cause']} · {dur / 1000:,.1f} ms" if dur >= 1000 else f"{r['cause']} · {dur:,.0f} µs"
     lines = [head]
     what = r.get("op") or r.get("range")
-    if r["cause"] == "gpu_wait" and r.get("waited_on"):
+    if r["cause"] in WAITED_ON and r.get("waited_on"):
         lines.append(short_text("waited on " + r["waited_on"]))
     if r["cause"] == "sync" and r.get("sync_api"):
         lines.append(short_text("CPU blocked in " + r["sync_api"]))

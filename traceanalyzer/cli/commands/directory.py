@@ -33,7 +33,7 @@ from traceanalyzer.jobs.executors import analyse_dir, is_rank_dir
 from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile, rank_health
 from traceanalyzer.options import EXECUTION_FIELDS, Options
 from traceanalyzer.report import FindingRow, Findings, Image, Report, Section
-from traceanalyzer.units import point_us
+from traceanalyzer.units import display_us
 
 __all__ = ["check_fail_on", "dir_report", "is_rank_dir", "multirank_report"]
 
@@ -313,13 +313,16 @@ def gaps_per_rank(results: list[RankResult], min_gap_us: float, top: int) -> pl.
     """rank, start_us (from that rank's trace start), duration_us, cause, op, python_frame: each
     rank's gaps of at least `min_gap_us`, longest first, `top` per rank (0: all)."""
     parts = [
-        r.idle_gaps.select(
-            rank=pl.lit(r.rank, pl.Int64),
-            start_us=point_us(pl.col("start_ns"), r.origin_ns),
-            duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0,
-            cause="cause",
-            op="op",
-            python_frame="python_frame",
+        display_us(  # each rank's times from its own trace start
+            r.idle_gaps.select(
+                rank=pl.lit(r.rank, pl.Int64),
+                start_ns="start_ns",
+                duration_ns=pl.col("end_ns") - pl.col("start_ns"),
+                cause="cause",
+                op="op",
+                python_frame="python_frame",
+            ).filter(pl.col("duration_ns") >= min_gap_us * 1000),  # as `gaps` lists them
+            r.origin_ns,
         )
         for r in results
         if r.idle_gaps.height
@@ -328,6 +331,6 @@ def gaps_per_rank(results: list[RankResult], min_gap_us: float, top: int) -> pl.
         return pl.DataFrame(
             schema={"rank": pl.Int64, "start_us": pl.Float64, "duration_us": pl.Float64, "cause": pl.String}
         )
-    g = pl.concat(parts).filter(pl.col("duration_us") >= min_gap_us)
+    g = pl.concat(parts)
     g = g.sort(["rank", "duration_us", "start_us"], descending=[False, True, False], nulls_last=True)
     return g.group_by("rank", maintain_order=True).head(top) if top else g

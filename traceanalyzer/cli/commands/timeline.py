@@ -62,18 +62,16 @@ def command(
     **kwargs,
 ) -> None:
     """Draw a timeline (PNG, SVG or PDF) of one step: CPU threads, GPU streams, idle gaps shaded by cause."""
-    from traceanalyzer.cli.pictures import timeline_inputs
+    from traceanalyzer.cli.pictures import timeline_picture, timeline_window
     from traceanalyzer.errors import UsageError
     from traceanalyzer.render.output import write_atomic
-    from traceanalyzer.render.timeline import choose_window, render_timeline
 
     if step is not None and (start_ms is not None or end_ms is not None):
         raise UsageError(None, "--step cannot be combined with --start/--end")
     fmt = picture_format(output)  # before loading: a wrong extension fails at once
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
-    inputs = timeline_inputs(ses)
-    window = choose_window(ses.trace, step, start_ms, end_ms, inputs.windows, inputs.steady_steps)
-    pic = render_timeline(inputs, window, width=width, height=height, dpi=dpi, fmt=fmt)
+    window = timeline_window(ses, step, start_ms, end_ms)
+    pic = timeline_picture(ses, window, width=width, height=height, dpi=dpi, fmt=fmt)
     write_atomic(output, pic.data)
     click.echo(f"wrote {output} ({window.label})", err=True)
