@@ -36,6 +36,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.options import HealthOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, LAUNCH_API
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import duration_us
 
 KERNEL_LAUNCH = r"Launch(Kernel|CooperativeKernel)|LaunchKernelEx|^cuLaunchKernel|^hipExtLaunch|" + GRAPH_LAUNCH
 EVENT_WAIT_API = r"EventRecord|StreamWaitEvent"
@@ -108,7 +109,7 @@ def _clock_skew(trace: Trace, o: HealthOptions) -> HealthCheck | None:
             "error",
             f"{early.height:,} GPU activities start over {o.clock_skew_us:,.0f} µs before their own launch call (up to "
             f"{lead / 1e6:,.1f} ms): the GPU and CPU clocks disagree",
-            evidence | {"max_lead_us": lead / 1000.0},
+            evidence | {"max_lead_us": duration_us(lead)},
             ("busy_share", "gap_causes", "steps"),
         )
     if not after and not before:
@@ -191,7 +192,7 @@ def _overflowing(trace: Trace) -> HealthCheck | None:
         "error",
         f"{long.height:,} GPU activities last longer than the whole CPU span ({span / 1e6:,.1f} ms): durations that "
         "overflowed or were never closed",
-        {"activities": long.height, "cpu_span_us": span / 1000.0, "longest_us": long["dur_ns"].max() / 1000.0},
+        {"activities": long.height, "cpu_span_us": duration_us(span), "longest_us": duration_us(long["dur_ns"].max())},
         ("busy_share", "gap_causes", "kernel_time"),
     )
 
