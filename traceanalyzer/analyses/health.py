@@ -23,6 +23,9 @@ Checks:
 - `sampled`: a down-sampled trace: CPU op external ids and GPU correlation ids far sparser than
   a complete capture's, with no event-record or stream-wait calls to explain waits;
 - `few_steps`, `warm_up`: from the steps analysis.
+
+Evidence is what the outputs print: its durations (`max_lead_us`, `cpu_span_us`, `longest_us`)
+are the trace's integer ns shown in µs by `units.duration_us`.
 """
 
 from __future__ import annotations
