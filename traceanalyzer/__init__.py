@@ -16,7 +16,7 @@ from traceanalyzer.analyses.critical_path import CriticalPath
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
-from traceanalyzer.analyses.ops import analyse_ops
+from traceanalyzer.analyses.ops import OpsResult, analyse_ops
 from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
@@ -75,6 +75,7 @@ __all__ = [
     "StagesResult",
     "StageOptions",
     "analyse_ops",
+    "OpsResult",
     "OpsOptions",
     "analyse_kernels",
     "KernelsResult",

@@ -31,7 +31,7 @@ from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.health import HealthCheck, analyse_health
 from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
-from traceanalyzer.analyses.ops import analyse_ops
+from traceanalyzer.analyses.ops import OpsResult, analyse_ops
 from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.step_detection import with_steps
@@ -203,7 +203,7 @@ class Session:
         return analyse_stages(self.trace, self.options, view="pipeline", mapping=[], blocking=self.blocking_calls)
 
     @_result
-    def ops(self) -> pl.DataFrame:
+    def ops(self) -> OpsResult:
         """Per-op CPU and GPU time, grouped by the options' `group_by` (`analyse_ops`)."""
         return analyse_ops(self.trace, self.options)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import polars as pl
 import pytest
 
 from tests.synthetic import TraceBuilder
@@ -39,10 +40,16 @@ def test_kernel_table_and_census(tmp_path):
     assert rows["ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_tn"]["tensor_cores"]
     assert not rows["elementwise_add"]["matmul_conv"]
     assert r.table["kernel"].to_list()[0] == "volta_sgemm_128x64_nn"  # longest total first
+    # underneath, integer ns: the sgemm's 80 + 90 + 100 µs, mean 90 µs; totals summed as integers
+    ns = r.table_ns.filter(pl.col("kernel") == "volta_sgemm_128x64_nn").row(0, named=True)
+    assert (ns["total_ns"], ns["mean_ns"], ns["min_ns"], ns["max_ns"]) == (270_000, 90_000.0, 80_000, 100_000)
+    assert r.table_ns.schema["total_ns"] == pl.Int64 and r.total_ns == 370_000 and r.total_us == 370.0
     s = r.short
-    assert (s.count, s.total, s.time_us) == (10, 14, 50)
+    assert (s.count, s.total, s.time_ns, s.time_us) == (10, 14, 50_000, 50)
     assert s.count_share == pytest.approx(10 / 14) and s.time_share == pytest.approx(50 / 370)
+    assert (r.matmul_conv_ns, r.matmul_conv_no_tc_ns) == (320_000, 270_000)
     assert r.matmul_conv_us == 320 and r.matmul_conv_no_tc_us == 270
+    assert r.short_names.row(0, named=True) == {"name": "elementwise_add", "calls": 10, "total_us": 50.0}
     assert r.tensor_core_share == pytest.approx(50 / 320)
 
 

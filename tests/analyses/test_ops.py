@@ -33,47 +33,43 @@ def _chain(tmp_path):
 
 def test_self_and_total_times_by_hand(tmp_path):
     ops = analyse_ops(_chain(tmp_path))
-    rows = {r["name"]: r for r in ops.iter_rows(named=True)}
+    rows = {r["name"]: r for r in ops.table_ns.iter_rows(named=True)}
+    cols = ("calls", "total_cpu_ns", "self_cpu_ns", "self_gpu_ns", "total_gpu_ns")
     # linear [0, 100] > matmul [10, 90] > mm [20, 80] > cudaLaunchKernel [30, 35] -> gemm 50 µs.
     lin, mat, mm = rows["aten::linear"], rows["aten::matmul"], rows["aten::mm"]
-    assert (lin["calls"], lin["total_cpu_us"], lin["self_cpu_us"], lin["self_gpu_us"], lin["total_gpu_us"]) == (
-        1,
-        100,
-        20,
-        0,
-        50,
-    )
-    assert (mat["calls"], mat["total_cpu_us"], mat["self_cpu_us"], mat["self_gpu_us"], mat["total_gpu_us"]) == (
-        1,
-        80,
-        20,
-        0,
-        50,
-    )
+    assert tuple(lin[c] for c in cols) == (1, 100_000, 20_000, 0, 50_000)
+    assert tuple(mat[c] for c in cols) == (1, 80_000, 20_000, 0, 50_000)
     # Two aten::mm: [20, 80] (runtime call stays in self) and [200, 230] with a 10 µs kernel.
-    assert (mm["calls"], mm["total_cpu_us"], mm["self_cpu_us"], mm["self_gpu_us"], mm["total_gpu_us"]) == (
-        2,
-        90,
-        90,
-        60,
-        60,
-    )
+    assert tuple(mm[c] for c in cols) == (2, 90_000, 90_000, 60_000, 60_000)
     assert (mm["self_gpu_activities"], mm["total_gpu_activities"]) == (2, 2)
     module = rows["nn.Module: Linear_0"]
-    assert (module["total_cpu_us"], module["self_cpu_us"], module["total_gpu_us"]) == (120, 20, 50)
-    assert ops["name"].to_list()[0] == "aten::mm"  # sorted by total GPU (60), then total CPU
+    assert (module["total_cpu_ns"], module["self_cpu_ns"], module["total_gpu_ns"]) == (120_000, 20_000, 50_000)
+    assert ops.table_ns["name"].to_list()[0] == "aten::mm"  # sorted by total GPU (60), then total CPU
+    assert ops.table_ns.schema["total_gpu_ns"] == pl.Int64  # integer sums
+    # The display view: the same rows in µs, under the names the outputs print.
+    shown = {r["name"]: r for r in ops.table.iter_rows(named=True)}["aten::mm"]
+    assert (shown["total_cpu_us"], shown["self_cpu_us"], shown["self_gpu_us"], shown["total_gpu_us"]) == (
+        90.0,
+        90.0,
+        60.0,
+        60.0,
+    )
+    assert ops.table.columns == ["name", "calls", "self_cpu_us", "total_cpu_us", "self_gpu_us", "total_gpu_us"] + [
+        "self_gpu_activities",
+        "total_gpu_activities",
+    ]
 
 
 def test_groupings_and_sort(tmp_path):
     t = _chain(tmp_path)
-    shapes = analyse_ops(t, OpsOptions(group_by="shapes")).filter(pl.col("name") == "aten::mm")
+    shapes = analyse_ops(t, OpsOptions(group_by="shapes")).table.filter(pl.col("name") == "aten::mm")
     assert shapes.height == 2 and set(shapes["calls"]) == {1}
-    by_module = analyse_ops(t, OpsOptions(group_by="module"))
+    by_module = analyse_ops(t, OpsOptions(group_by="module")).table
     mods = {(r["module"], r["name"]): r["calls"] for r in by_module.iter_rows(named=True)}
     assert mods[("nn.Module: Linear_0", "aten::mm")] == 1 and mods[("(no module)", "aten::mm")] == 1
-    assert sort_table(analyse_ops(t), "self_cpu_us")["name"][0] == "aten::mm"
+    assert sort_table(analyse_ops(t).table, "self_cpu_us")["name"][0] == "aten::mm"
     with pytest.raises(UsageError):
-        sort_table(analyse_ops(t), "nope")
+        sort_table(analyse_ops(t).table, "nope")
     with pytest.raises(UsageError):
         analyse_ops(t, OpsOptions(group_by="nope"))
 
@@ -129,6 +125,6 @@ def test_graph_replays_counted_for_the_launching_op(SHARED_TRACES):
             direct[name] += gpu_per_corr[corr]
 
     ops = analyse_ops(load(path))
-    rows = {r["name"]: r for r in ops.iter_rows(named=True)}
+    rows = {r["name"]: r for r in ops.table_ns.iter_rows(named=True)}
     for name, n in expected.items():
         assert rows[name]["self_gpu_activities"] == direct[name] >= n

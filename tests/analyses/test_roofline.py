@@ -51,6 +51,9 @@ def test_linear_is_reported_once_with_its_childs_kernel(tmp_path):
     assert (row["roof"], row["bound"], row["tensor_cores"]) == ("bf16", "compute", True)
     assert row["peak_share"] == pytest.approx(flops / 200e-6 / 1e12 / 989.4)
     assert r.modelled_gpu_us == r.gpu_us == 200.0
+    # underneath, integer ns: the kernel's 200 µs; and the µs left below the BF16 roof
+    assert (r.gpu_ns, r.modelled_gpu_ns, r.ops_ns["gpu_ns"].to_list()) == (200_000, 200_000, [200_000])
+    assert row["headroom_us"] == pytest.approx(200 * (1 - flops / 200e-6 / 1e12 / 989.4))
 
 
 def test_attention_on_a_synthetic_trace(tmp_path):
@@ -135,9 +138,9 @@ def test_gpu_time_agrees_with_the_ops_table(SHARED_TRACES):
     # The roofline's GPU time of an op is the ops table's total GPU time (its kernels and its
     # children's): on h100_owlv2 every aten::linear is reported at its own level.
     ses = ta.Session.open(SHARED_TRACES / "h100_owlv2_inference.json.gz")
-    lin = ses.roofline.ops.filter(pl.col("op") == "aten::linear")
-    ops = ses.ops.filter(pl.col("name") == "aten::linear").row(0, named=True)
-    assert lin["gpu_us"].sum() == pytest.approx(ops["total_gpu_us"])
+    lin = ses.roofline.ops_ns.filter(pl.col("op") == "aten::linear")
+    ops = ses.ops.table_ns.filter(pl.col("name") == "aten::linear").row(0, named=True)
+    assert lin["gpu_ns"].sum() == ops["total_gpu_ns"]  # the same integer ns, exactly
     assert lin["calls"].sum() == ops["calls"]
     assert ses.roofline.ops.filter(pl.col("op") == "aten::addmm").is_empty()  # every addmm sits in a linear
 

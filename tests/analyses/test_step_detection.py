@@ -153,7 +153,7 @@ def test_gb10_ten_steps_from_execute_ranges(SHARED_TRACES):
 
 def test_h100_ops_group_by_module_and_a_module_stage_mapping(SHARED_TRACES, tmp_path):
     ses = ta.Session.open(SHARED_TRACES / "h100_owlv2_inference.json.gz", ta.OpsOptions(group_by="module"))
-    mods = ses.ops.filter(pl.col("module") != "(no module)")
+    mods = ses.ops.table_ns.filter(pl.col("module") != "(no module)")
     # 2,345 `nn.Module:` python_function events (with_modules): ops inside them get a module.
     assert mods.height > 100 and mods["module"].str.contains("Owlv2").any()
     toml = tmp_path / "stages.toml"

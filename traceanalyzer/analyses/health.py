@@ -26,6 +26,9 @@ Checks:
   an earlier event on their thread and end after it, a writer's mistake: kept as they are, and
   nothing is spoilt (busy time is taken from unions);
 - `few_steps`, `warm_up`: from the steps analysis.
+
+Evidence is what the outputs print: its durations (`max_lead_us`, `cpu_span_us`, `longest_us`)
+are the trace's integer ns shown in µs by `units.duration_us`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from traceanalyzer.analyses.steps import StepsResult
 from traceanalyzer.options import HealthOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, LAUNCH_API
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import duration_us
 from traceanalyzer.wording import plural
 
 KERNEL_LAUNCH = r"Launch(Kernel|CooperativeKernel)|LaunchKernelEx|^cuLaunchKernel|^hipExtLaunch|" + GRAPH_LAUNCH
@@ -112,7 +116,7 @@ def _clock_skew(trace: Trace, o: HealthOptions) -> HealthCheck | None:
             "error",
             f"{early.height:,} GPU activities start over {o.clock_skew_us:,.0f} µs before their own launch call (up to "
             f"{lead / 1e6:,.1f} ms): the GPU and CPU clocks disagree",
-            evidence | {"max_lead_us": lead / 1000.0},
+            evidence | {"max_lead_us": duration_us(lead)},
             ("busy_share", "gap_causes", "steps"),
         )
     if not after and not before:
@@ -195,7 +199,7 @@ def _overflowing(trace: Trace) -> HealthCheck | None:
         "error",
         f"{long.height:,} GPU activities last longer than the whole CPU span ({span / 1e6:,.1f} ms): durations that "
         "overflowed or were never closed",
-        {"activities": long.height, "cpu_span_us": span / 1000.0, "longest_us": long["dur_ns"].max() / 1000.0},
+        {"activities": long.height, "cpu_span_us": duration_us(span), "longest_us": duration_us(long["dur_ns"].max())},
         ("busy_share", "gap_causes", "kernel_time"),
     )
 

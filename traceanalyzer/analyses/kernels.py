@@ -11,6 +11,9 @@ to add. `no_tensor_cores_devices` says whether every device lacks Tensor Cores (
 capability below 7.0 in deviceProperties): then no kernel could use them. "launched_by" names the op a
 user would recognise (see `attribution.op_context`), the most frequent first; kernels a
 `cudaGraphLaunch` replays belong to the op around that launch.
+
+Times are int64 ns (`total_ns`, `min_ns`, `max_ns`; `mean_ns` a float), sums as integers; the
+`*_us` tables and totals are display views (`units`).
 """
 
 from __future__ import annotations
@@ -24,14 +27,15 @@ from traceanalyzer.options import KernelOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, MATMUL_CONV_KERNEL, TENSOR_CORE_KERNEL, TENSOR_CORE_PRECISION
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown, duration_us, us_expr
 
 KERNEL_COLUMNS = [
     "kernel",
     "calls",
-    "total_us",
-    "mean_us",
-    "min_us",
-    "max_us",
+    "total_ns",
+    "mean_ns",
+    "min_ns",
+    "max_ns",
     "share",
     "grid",
     "block",
@@ -50,27 +54,55 @@ class ShortKernels:
     count: int
     total: int
     count_share: float | None  # of all kernels
-    time_us: float
+    time_ns: int  # their summed duration
     time_share: float | None  # of kernel time
     count_outside_graphs: int
     total_outside_graphs: int
     count_share_outside_graphs: float | None
 
+    @property
+    def time_us(self) -> float:
+        """The short kernels' summed duration, in µs."""
+        return duration_us(self.time_ns)
+
 
 @dataclass(frozen=True, repr=False)
 class KernelsResult(Compact):
-    """Per-kernel table, the short-kernel census and the Tensor Core figures."""
+    """Per-kernel table, the short-kernel census and the Tensor Core figures.
+
+    `table_ns` and `short_names_ns` hold int64 ns (sums as integers), as do the totals; `table`,
+    `short_names` and the `*_us` totals are their µs display views (`units`)."""
 
     options: KernelOptions
-    table: pl.DataFrame  # KERNEL_COLUMNS, longest total first
-    total_us: float
+    table_ns: pl.DataFrame  # KERNEL_COLUMNS, longest total first
+    total_ns: int  # every kernel's duration, summed
     calls: int
     short: ShortKernels
     tensor_core_share: float | None  # of matmul/conv kernel time
-    matmul_conv_us: float
-    matmul_conv_no_tc_us: float
-    short_names: pl.DataFrame  # the short kernels by name: name, calls, total_us; most calls first
+    matmul_conv_ns: int
+    matmul_conv_no_tc_ns: int
+    short_names_ns: pl.DataFrame  # the short kernels by name: name, calls, total_ns; most calls first
     no_tensor_cores_devices: bool = False  # every device is below compute capability 7.0
+    origin_ns: int = 0  # the trace start (the tables hold durations only)
+
+    # the µs display views of the ns tables (units.Shown)
+    table = Shown("table_ns")
+    short_names = Shown("short_names_ns")
+
+    @property
+    def total_us(self) -> float:
+        """Kernel time, in µs."""
+        return duration_us(self.total_ns)
+
+    @property
+    def matmul_conv_us(self) -> float:
+        """Time of matmul/conv kernels, in µs."""
+        return duration_us(self.matmul_conv_ns)
+
+    @property
+    def matmul_conv_no_tc_us(self) -> float:
+        """Time of matmul/conv kernels without Tensor Cores, in µs."""
+        return duration_us(self.matmul_conv_no_tc_ns)
 
 
 def without_tensor_cores(trace: Trace) -> bool:
@@ -114,29 +146,31 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         k.group_by("name")
         .agg(
             calls=pl.len().cast(pl.Int64),
-            total_us=pl.col("dur_ns").sum() / 1000.0,
-            mean_us=pl.col("dur_ns").mean() / 1000.0,
-            min_us=pl.col("dur_ns").min() / 1000.0,
-            max_us=pl.col("dur_ns").max() / 1000.0,
+            total_ns=pl.col("dur_ns").sum(),
+            mean_ns=pl.col("dur_ns").mean(),
+            min_ns=pl.col("dur_ns").min(),
+            max_ns=pl.col("dur_ns").max(),
             grid=_mode("grid"),
             block=_mode("block"),
             graph_replayed=pl.col("graph").sum().cast(pl.Int64),
         )
         .with_columns(
-            share=pl.col("total_us") / (total_ns / 1000.0) if total_ns else pl.lit(None, pl.Float64),
+            # over the µs as shown (units), as the outputs always gave it: a ratio of the ns would
+            # move the last digit of most shares in every table
+            share=us_expr("total_ns", 0) / duration_us(total_ns) if total_ns else pl.lit(None, pl.Float64),
             tensor_cores=pl.col("name").str.contains(TENSOR_CORE_KERNEL)
             | (pl.col("name").str.contains(MATMUL_CONV_KERNEL) & pl.col("name").str.contains(TENSOR_CORE_PRECISION)),
             matmul_conv=pl.col("name").str.contains(MATMUL_CONV_KERNEL),
         )
         .join(_launchers(trace, k), on="name", how="left")
         .rename({"name": "kernel"})
-        .sort(["total_us", "kernel"], descending=[True, False])
+        .sort(["total_ns", "kernel"], descending=[True, False])
         .select(KERNEL_COLUMNS)
     )
     short = k.filter(pl.col("short"))
     short_names = (
         short.group_by("name")
-        .agg(calls=pl.len(), total_us=pl.col("dur_ns").sum() / 1000.0)
+        .agg(calls=pl.len(), total_ns=pl.col("dur_ns").sum())
         .sort(["calls", "name"], descending=[True, False])
     )
     outside = k.filter(~pl.col("graph"))
@@ -146,24 +180,26 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         count=short.height,
         total=k.height,
         count_share=short.height / k.height if k.height else None,
-        time_us=short["dur_ns"].sum() / 1000.0 if short.height else 0.0,
+        time_ns=int(short["dur_ns"].sum()) if short.height else 0,
         time_share=short["dur_ns"].sum() / total_ns if total_ns else None,
         count_outside_graphs=short_out,
         total_outside_graphs=outside.height,
         count_share_outside_graphs=short_out / outside.height if outside.height else None,
     )
     mm = table.filter(pl.col("matmul_conv"))
-    mm_us = float(mm["total_us"].sum()) if mm.height else 0.0
-    no_tc_us = float(mm.filter(~pl.col("tensor_cores"))["total_us"].sum()) if mm.height else 0.0
+    mm_ns = int(mm["total_ns"].sum()) if mm.height else 0
+    no_tc_ns = int(mm.filter(~pl.col("tensor_cores"))["total_ns"].sum()) if mm.height else 0
     return KernelsResult(
         options=opts,
-        table=table,
-        total_us=total_ns / 1000.0,
+        table_ns=table,
+        total_ns=total_ns,
         calls=k.height,
         short=census,
-        tensor_core_share=(mm_us - no_tc_us) / mm_us if mm_us else None,
-        matmul_conv_us=mm_us,
-        matmul_conv_no_tc_us=no_tc_us,
+        # of the µs as shown, as `share`
+        tensor_core_share=(duration_us(mm_ns) - duration_us(no_tc_ns)) / duration_us(mm_ns) if mm_ns else None,
+        matmul_conv_ns=mm_ns,
+        matmul_conv_no_tc_ns=no_tc_ns,
         no_tensor_cores_devices=without_tensor_cores(trace),
-        short_names=short_names,
+        short_names_ns=short_names,
+        origin_ns=trace.meta.origin_ns,
     )

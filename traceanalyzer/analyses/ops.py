@@ -9,10 +9,13 @@ CPU time, self and total GPU time.
   replays counts for the op around that launch;
 - total GPU: self GPU of the op and of every op nested inside it.
 
-Ops are CPU ops and record_function ranges (ProfilerStep included), all threads.
+Ops are CPU ops and record_function ranges (ProfilerStep included), all threads. Times are
+int64 ns sums (`OpsResult.table_ns`); `OpsResult.table` is their µs display view (`units`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -22,18 +25,33 @@ from traceanalyzer.analyses.op_tree import ancestors, self_time
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import OpsOptions, Options
 from traceanalyzer.patterns import NN_MODULE
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown
 
 GROUPINGS = ("name", "shapes", "module")
 OP_COLUMNS = [
     "calls",
-    "self_cpu_us",
-    "total_cpu_us",
-    "self_gpu_us",
-    "total_gpu_us",
+    "self_cpu_ns",
+    "total_cpu_ns",
+    "self_gpu_ns",
+    "total_gpu_ns",
     "self_gpu_activities",
     "total_gpu_activities",
 ]
+
+
+@dataclass(frozen=True, repr=False)
+class OpsResult(Compact):
+    """Per op group: the grouping keys (`name`; `name`, `input_dims`; `module`, `name`), then
+    OP_COLUMNS, most total GPU then total CPU time first. `table_ns` holds integer ns sums;
+    `table` is its µs display view (`self_cpu_us`, ...), the columns the outputs print."""
+
+    options: OpsOptions
+    table_ns: pl.DataFrame
+    origin_ns: int = 0  # the trace start (the table holds durations only)
+
+    table = Shown("table_ns")  # the µs display view (units.Shown)
 
 
 def _per_op(trace: Trace) -> pl.DataFrame:
@@ -90,7 +108,7 @@ def _module_of(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     )
 
 
-def analyse_ops(trace: Trace, options: Options | OpsOptions | None = None) -> pl.DataFrame:
+def analyse_ops(trace: Trace, options: Options | OpsOptions | None = None) -> OpsResult:
     """Per group (name; name + input_dims; module + name): OP_COLUMNS, sorted by total GPU then
     total CPU time, descending."""
     opts = Options.of(options).ops
@@ -105,20 +123,22 @@ def analyse_ops(trace: Trace, options: Options | OpsOptions | None = None) -> pl
         keys = ["module", "name"]
     out = per.group_by(keys).agg(
         calls=pl.len().cast(pl.Int64),
-        self_cpu_us=pl.col("self_cpu_ns").sum() / 1000.0,
-        total_cpu_us=pl.col("dur_ns").sum() / 1000.0,
-        self_gpu_us=pl.col("self_gpu_ns").sum() / 1000.0,
-        total_gpu_us=pl.col("total_gpu_ns").sum() / 1000.0,
+        self_cpu_ns=pl.col("self_cpu_ns").sum(),
+        total_cpu_ns=pl.col("dur_ns").sum(),
+        self_gpu_ns=pl.col("self_gpu_ns").sum(),
+        total_gpu_ns=pl.col("total_gpu_ns").sum(),
         self_gpu_activities=pl.col("self_gpu_n").sum().cast(pl.Int64),
         total_gpu_activities=pl.col("total_gpu_n").sum().cast(pl.Int64),
     )
-    return out.sort(["total_gpu_us", "total_cpu_us", *keys], descending=[True, True] + [False] * len(keys)).select(
+    table = out.sort(["total_gpu_ns", "total_cpu_ns", *keys], descending=[True, True] + [False] * len(keys)).select(
         *keys, *OP_COLUMNS
     )
+    return OpsResult(opts, table, trace.meta.origin_ns)
 
 
 def sort_table(df: pl.DataFrame, column: str) -> pl.DataFrame:
-    """Sort descending by a numeric column (or ascending by a text one)."""
+    """Sort descending by a numeric column (or ascending by a text one): a display table by the
+    column a user names (`total_gpu_us`), keeping the order of equal rows."""
     if column not in df.columns:
         raise UsageError(None, f"cannot sort by {column!r}: columns are {', '.join(df.columns)}")
     return df.sort(column, descending=df.schema[column].is_numeric(), nulls_last=True, maintain_order=True)

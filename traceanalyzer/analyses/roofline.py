@@ -16,6 +16,10 @@ device's peaks (`analyses.peaks`), from the work model (`analyses.work_model`).
   rate over the roof at that bound. `tensor_core_share` puts a matmul's, convolution's or
   attention's rate against the device's 16-bit Tensor Core peak whatever its precision: the
   share of what the hardware offers that op kind (an FP32 SGEMM near its own roof is low here).
+
+Times are int64 ns (`gpu_ns`), sums as integers; `ops`, `unmodelled` and the `*_us` totals of
+the result are their µs display views (`units`). `headroom_us`, an estimate rather than a time
+of the trace, is made from the µs shown (`units.us_expr`), as the outputs always gave it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
 from traceanalyzer.analyses.work_model import KEYS, NO_MODEL, work_table
 from traceanalyzer.options import Options, RooflineOptions
 from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL
+from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown, duration_us, us_expr
 
 MEMORY_FAMILIES = ("elementwise", "reduction", "norm", "copy")
 HOST_COPY = r"^Memcpy (HtoD|DtoH|HtoH)|Host -> Device|Device -> Host"
@@ -43,7 +49,7 @@ OP_COLUMNS = [
     "calls",
     "flops_per_call",
     "bytes_per_call",
-    "gpu_us",
+    "gpu_ns",
     "achieved_tflops",
     "achieved_gbps",
     "intensity",
@@ -66,26 +72,42 @@ DEVICE_SCHEMA = {
     **{r: pl.Float64 for r in COMPUTE_ROOFS},
     "memory_gbps": pl.Float64,
 }
-UNMODELLED_SCHEMA = {"op": pl.String, "reason": pl.String, "gpu_us": pl.Float64, "activities": pl.Int64}
+UNMODELLED_SCHEMA = {"op": pl.String, "reason": pl.String, "gpu_ns": pl.Int64, "activities": pl.Int64}
 
 
-@dataclass(frozen=True)
-class RooflineResult:
-    """`ops`: one row per op, shape and device (OP_COLUMNS), the most GPU time left below the
-    roof first (`headroom_us` = gpu_us · (1 − peak_share)); `unmodelled`: GPU time no modelled
-    op accounts for, by op and reason; `devices`: the peaks used and their source."""
+@dataclass(frozen=True, repr=False)
+class RooflineResult(Compact):
+    """`ops_ns`: one row per op, shape and device (OP_COLUMNS), the most GPU time left below the
+    roof first (`headroom_us` = gpu_us · (1 − peak_share)); `unmodelled_ns`: GPU time no modelled
+    op accounts for, by op and reason; `devices`: the peaks used and their source. Times in int64
+    ns; `ops`, `unmodelled`, `gpu_us` and `modelled_gpu_us` are the µs display views (`units`)."""
 
-    ops: pl.DataFrame
-    unmodelled: pl.DataFrame
+    ops_ns: pl.DataFrame
+    unmodelled_ns: pl.DataFrame
     devices: pl.DataFrame
-    gpu_us: float  # every kernel, memcpy and memset
-    modelled_gpu_us: float
+    gpu_ns: int  # every kernel, memcpy and memset
+    modelled_gpu_ns: int
     note: str | None = None
+    origin_ns: int = 0  # the trace start (the tables hold durations only)
+
+    # the µs display views of the ns tables (units.Shown)
+    ops = Shown("ops_ns")
+    unmodelled = Shown("unmodelled_ns")
+
+    @property
+    def gpu_us(self) -> float:
+        """Every kernel, memcpy and memset, in µs."""
+        return duration_us(self.gpu_ns)
+
+    @property
+    def modelled_gpu_us(self) -> float:
+        """GPU time of the reported ops, in µs."""
+        return duration_us(self.modelled_gpu_ns)
 
     @property
     def modelled_share(self) -> float | None:
         """Share of GPU time the reported ops hold."""
-        return self.modelled_gpu_us / self.gpu_us if self.gpu_us else None
+        return self.modelled_gpu_us / self.gpu_us if self.gpu_ns else None  # of the µs shown, as before
 
 
 def device_peaks(trace: Trace, opts: RooflineOptions) -> pl.DataFrame:
@@ -155,7 +177,6 @@ def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
             achieved_tflops=pl.col("flops_per_call") * pl.col("calls") / secs / 1e12,
             achieved_gbps=pl.col("bytes_per_call") * pl.col("calls") / secs / 1e9,
             intensity=pl.when(pl.col("bytes_per_call") > 0).then(pl.col("flops_per_call") / pl.col("bytes_per_call")),
-            gpu_us=pl.col("gpu_ns") / 1000.0,
         )
     )
     ridge = pl.col("peak_tflops") * 1000.0 / pl.col("peak_gbps")  # FLOPs per byte where the roofs meet
@@ -191,13 +212,14 @@ def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
     # matmul at all, whatever precision this one ran in (an FP32 SGEMM shows low here).
     tensor = pl.max_horizontal("fp16", "bf16")
     out = out.with_columns(peak_share=share).with_columns(
-        headroom_us=pl.col("gpu_us") * (1 - pl.col("peak_share").clip(0, 1)),
+        # from the µs shown: a product taken in ns would move the last digit of a third of the rows
+        headroom_us=us_expr("gpu_ns", 0) * (1 - pl.col("peak_share").clip(0, 1)),
         tensor_core_share=pl.when(~pl.col("family").is_in(MEMORY_FAMILIES) & (tensor > 0)).then(
             pl.col("achieved_tflops") / tensor
         ),
     )
     return out.sort(
-        ["headroom_us", "gpu_us", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True
+        ["headroom_us", "gpu_ns", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True
     ).select(OP_COLUMNS)
 
 
@@ -211,7 +233,7 @@ def _unmodelled(
         {
             "op": ["(copies between host and device)"],
             "reason": ["their roof is the host link, not device memory (see `copies`)"],
-            "gpu_us": [float(host["dur_ns"].sum()) / 1000.0],
+            "gpu_ns": [int(host["dur_ns"].sum()) if host.height else 0],
             "activities": [host.height],
         },
         schema=UNMODELLED_SCHEMA,
@@ -240,8 +262,8 @@ def _unmodelled(
             dur_ns="dur_ns",
         )
     )
-    per = rows.group_by("op", "reason").agg(gpu_us=pl.col("dur_ns").sum() / 1000.0, activities=pl.len().cast(pl.Int64))
-    return pl.concat([per.select(list(UNMODELLED_SCHEMA)), host_row]).sort(["gpu_us", "op"], descending=[True, False])
+    per = rows.group_by("op", "reason").agg(gpu_ns=pl.col("dur_ns").sum(), activities=pl.len().cast(pl.Int64))
+    return pl.concat([per.select(list(UNMODELLED_SCHEMA)), host_row]).sort(["gpu_ns", "op"], descending=[True, False])
 
 
 def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = None) -> RooflineResult:
@@ -293,10 +315,11 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
     if trace.ops.height and trace.ops["input_dims"].null_count() == trace.ops.height:
         note = "the trace recorded no shapes (Input Dims): profile with record_shapes=True to model ops"
     return RooflineResult(
-        ops=table,
-        unmodelled=_unmodelled(trace, gpu, owned, anc, cand, host),
+        ops_ns=table,
+        unmodelled_ns=_unmodelled(trace, gpu, owned, anc, cand, host),
         devices=devices,
-        gpu_us=all_gpu_ns / 1000.0,
-        modelled_gpu_us=float(owned["dur_ns"].sum()) / 1000.0 if owned.height else 0.0,
+        gpu_ns=all_gpu_ns,
+        modelled_gpu_ns=int(owned["dur_ns"].sum()) if owned.height else 0,
         note=note,
+        origin_ns=trace.meta.origin_ns,
     )

@@ -142,9 +142,9 @@ def _launch_advice(ses: Session) -> str:
 def _no_tensor_cores(ses: Session) -> list[Finding]:
     k = ses.kernels
     # On a GPU without Tensor Cores (compute capability below 7.0) no kernel could use them.
-    if not k.total_us or k.no_tensor_cores_devices:
+    if not k.total_ns or k.no_tensor_cores_devices:
         return []
-    share = k.matmul_conv_no_tc_us / k.total_us
+    share = k.matmul_conv_no_tc_us / k.total_us  # of the µs as shown, as the outputs always gave it
     th = ses.options.findings.no_tensor_cores_share
     if share < th:
         return []

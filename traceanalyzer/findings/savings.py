@@ -47,8 +47,8 @@ def _site(ses: Session, f: Finding) -> tuple[Scenario, str] | str:
 def _tensor_cores(ses: Session, f: Finding) -> tuple[Scenario, str] | str:
     """replay with the longest matmul/conv kernels without Tensor Cores 2x faster (low: an assumed factor)"""
     names = (
-        ses.kernels.table.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores"))
-        .sort("total_us", descending=True)
+        ses.kernels.table_ns.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores"))
+        .sort("total_ns", descending=True)
         .head(MAX_KERNEL_NAMES)["kernel"]
         .to_list()
     )

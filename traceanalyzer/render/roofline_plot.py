@@ -3,7 +3,8 @@ one dot per op and shape sized by its GPU time and coloured by op family, under 
 memory roof (bandwidth x intensity) and its compute roofs (one per precision the dots use).
 Copies do no FLOPs and have no place on these axes: the caption counts them. `result` is the
 roofline analysis' result (ops, devices, GPU totals), handed in; nothing here computes it. And the table
-of op/shapes as screens show it (`roofline_table`). Receives the analysis result only;
+of op/shapes as screens show it (`roofline_table`). Receives the analysis result only: the
+picture reads its ns table (`ops_ns`, GPU time summed as integers), the table its µs view;
 matplotlib is imported lazily.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.render.figures import new_figure, png_bytes
+from traceanalyzer.units import duration_us
 
 FAMILY_COLORS = {
     "matmul": "#1f5fbf",
@@ -64,11 +66,16 @@ def roofline_headline(r: Any) -> str:
 
 def _device(result: Any) -> dict | None:
     """The device the picture shows: the one with the most modelled GPU time."""
-    if result.ops.is_empty():
+    if result.ops_ns.is_empty():
         return None
-    dev = result.ops.group_by("device").agg(pl.col("gpu_us").sum()).sort("gpu_us", descending=True)["device"][0]
+    dev = result.ops_ns.group_by("device").agg(pl.col("gpu_ns").sum()).sort("gpu_ns", descending=True)["device"][0]
     rows = result.devices.filter(pl.col("device") == dev).to_dicts()
     return rows[0] if rows else {"device": dev}
+
+
+def _ms(rows: pl.DataFrame) -> str:
+    """The GPU time of some rows of the ns table, summed as integers, in ms with one decimal."""
+    return f"{duration_us(int(rows['gpu_ns'].sum())) / 1000:,.1f}"
 
 
 def roofline_png(result: Any, title: str, width: int = 1000, height: int = 600, dpi: int = 100) -> bytes | None:
@@ -76,19 +83,19 @@ def roofline_png(result: Any, title: str, width: int = 1000, height: int = 600, 
     dev = _device(result)
     if dev is None:
         return None
-    ops = result.ops.filter(pl.col("device") == dev["device"])
+    ops = result.ops_ns.filter(pl.col("device") == dev["device"])
     dots = ops.filter((pl.col("intensity") > 0) & (pl.col("achieved_tflops") > 0))
     if dots.is_empty():
         return None
     fig = new_figure(width, height, dpi)
     ax = fig.add_axes((0.08, 0.12, 0.6, 0.78))
-    scale = 1500.0 / max(float(dots["gpu_us"].max()), 1e-9)
+    scale = 1500.0 / max(float(dots["gpu_ns"].max()), 1e-9)
     fewer = pl.col("bound") == "fewer_flops"
     for fam in [f for f in FAMILY_COLORS if f in set(dots["family"].to_list())]:
         part = dots.filter(pl.col("family") == fam)
         solid, hollow = part.filter(~fewer.fill_null(False)), part.filter(fewer.fill_null(False))
         for sub, face, label in (
-            (solid, FAMILY_COLORS[fam], f"{fam} ({part.height} op/shapes, {part['gpu_us'].sum() / 1000:,.1f} ms)"),
+            (solid, FAMILY_COLORS[fam], f"{fam} ({part.height} op/shapes, {_ms(part)} ms)"),
             (hollow, "none", f"{fam}, Winograd/FFT: fewer FLOPs ({hollow.height})"),
         ):
             if sub.is_empty():
@@ -96,7 +103,7 @@ def roofline_png(result: Any, title: str, width: int = 1000, height: int = 600, 
             ax.scatter(
                 sub["intensity"].to_list(),
                 sub["achieved_tflops"].to_list(),
-                s=[max(6.0, g * scale) for g in sub["gpu_us"].to_list()],
+                s=[max(6.0, g * scale) for g in sub["gpu_ns"].to_list()],
                 facecolors=face,
                 edgecolors=FAMILY_COLORS[fam] if face == "none" else "black",
                 alpha=0.55 if face != "none" else 0.9,
@@ -149,7 +156,7 @@ def roofline_png(result: Any, title: str, width: int = 1000, height: int = 600, 
     fig.text(
         0.08,
         0.02,
-        f"dot area ∝ GPU time; {copies.height} copy op/shapes ({copies['gpu_us'].sum() / 1000:,.1f} ms) have no FLOPs "
+        f"dot area ∝ GPU time; {copies.height} copy op/shapes ({_ms(copies)} ms) have no FLOPs "
         "and are not drawn"
         + ("" if dev.get("part") else "; no roofs: the device is not in the peaks table (--peak-tflops/--peak-gbps)"),
         fontsize=8,

@@ -10,11 +10,12 @@ import dataclasses
 import click
 import polars as pl
 
-from traceanalyzer.analyses.kernels import KernelsResult
+from traceanalyzer.analyses.kernels import KernelsResult, ShortKernels
 from traceanalyzer.analyses.ops import sort_table
 from traceanalyzer.cli.commands.common import emit, head, open_session, with_health
 from traceanalyzer.cli.options import build_options, option_flags, output_options
 from traceanalyzer.report import Report, Section
+from traceanalyzer.units import duration_us, shown_in_us, us_name
 
 GROUPS = ("kernels", "steps", "health")
 
@@ -33,13 +34,19 @@ def census_table(result: KernelsResult) -> pl.DataFrame:
     )
 
 
+def census_payload(short: ShortKernels) -> dict:
+    """The census's fields in their order, its ns durations shown in µs (`time_ns` -> `time_us`)."""
+    fields = dataclasses.asdict(short)
+    return {us_name(k) if shown_in_us(k) else k: duration_us(v) if shown_in_us(k) else v for k, v in fields.items()}
+
+
 def kernels_payload(result: KernelsResult, table: pl.DataFrame) -> dict:
-    """The `kernels` JSON body."""
+    """The `kernels` JSON body (`table`: the µs view, sorted and cut as shown)."""
     return {
         "total_us": result.total_us,
         "calls": result.calls,
-        "distinct": result.table.height,
-        "short_kernels": dataclasses.asdict(result.short),
+        "distinct": result.table_ns.height,
+        "short_kernels": census_payload(result.short),
         "tensor_core_share_of_matmul_conv": result.tensor_core_share,
         "matmul_conv_us": result.matmul_conv_us,
         "matmul_conv_no_tensor_cores_us": result.matmul_conv_no_tc_us,
@@ -66,7 +73,7 @@ def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None
     table = head(sort_table(result.table, sort), top)
     s = result.short
     headline = (
-        f"{result.calls:,} kernels ({result.table.height:,} distinct), {result.total_us:,.0f} µs; "
+        f"{result.calls:,} kernels ({result.table_ns.height:,} distinct), {result.total_us:,.0f} µs; "
         + (
             f"{s.count_share:.0%} shorter than {s.threshold_us:g} µs ({s.time_share:.1%} of kernel time)"
             if s.count_share is not None

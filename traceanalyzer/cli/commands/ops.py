@@ -30,7 +30,7 @@ def command(trace: str, sort: str, fmt: str | None, top: int, output: str | None
     """Per op name: calls, self/total CPU time and self/total GPU time (key_averages from the trace)."""
     options = build_options(kwargs, *GROUPS)
     ses = open_session(trace, options)
-    table = sort_table(ses.ops, sort)
+    table = sort_table(ses.ops.table, sort)
     shown = head(table, top)
     group_by = options.ops.group_by
     headline = f"{table.height:,} op groups (by {group_by}), sorted by {sort}"

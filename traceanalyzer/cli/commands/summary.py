@@ -142,7 +142,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     findings = ses.findings_by_saving  # what fixing each would save per step, largest first
     g = ses.gaps
     cp = ses.critical_path
-    ops = ses.ops.filter(~pl.col("name").str.contains(PROFILER_STEP))
+    ops = ses.ops.table.filter(~pl.col("name").str.contains(PROFILER_STEP))
     kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
     stages = average_table(ses.stages)
     if not g.has_gpu_work and "stage" in stages.columns:  # no GPU, so no GPU idle stage
