@@ -53,3 +53,16 @@ def test_one_plural():
     assert plural(1, "copy") == "1 copy" and plural(3, "copy") == "3 copies"
     assert plural(2, "GPU activity") == "2 GPU activities" and noun(2, "day") == "days"
     assert plural(1_024, "kernel") == "1,024 kernels"
+
+
+def test_the_ns_fields_of_a_struct_are_shown_in_place():
+    # A gap's blocked_thread: another thread's call, 1_500 ns of it during the gap, 4_000 ns in all.
+    df = pl.DataFrame(
+        {
+            "gap_id": [1, 2],
+            "blocked_thread": [{"tid": 7, "blocked_ns": 1_500, "call_id": 3, "call_ns": 4_000}, None],
+        }
+    )
+    out = display_us(df, origin_ns=1_000_000)  # durations: the origin does not move them
+    assert [f.name for f in out.schema["blocked_thread"].fields] == ["tid", "blocked_us", "call_id", "call_us"]
+    assert out["blocked_thread"].to_list() == [{"tid": 7, "blocked_us": 1.5, "call_id": 3, "call_us": 4.0}, None]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import collectives, intervals
+from traceanalyzer.units import display_us, us_expr
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,9 @@ def compare(results, shift: dict[int, int], rank_of: dict[int, int]) -> Collecti
     )
     caused = j.sort("instance", "rank").group_by("instance", maintain_order=True).agg(caused_ns=pl.col("wait_ns").sum())
     # In instance order: a float mean does not depend on which executor returned first.
-    last = inst.join(caused, on="instance").with_columns(late_by_us="last_late_us").sort("instance")
+    last = (
+        inst.join(caused, on="instance").with_columns(us_expr("last_late_ns", 0).alias("late_by_us")).sort("instance")
+    )
     stragglers = (
         last.group_by(rank="last_rank", maintain_order=True)
         .agg(
@@ -177,8 +180,8 @@ def compare(results, shift: dict[int, int], rank_of: dict[int, int]) -> Collecti
         cause = _cause(results[i].idle_gaps, win)
     return CollectiveResult(
         note,
-        inst.drop("first_ns", "last_ns", "median_ns", "transfer_ns"),
-        collectives.by_group(inst),
+        display_us(inst.drop("first_ns", "last_ns", "median_ns"), 0),  # durations only: no origin
+        display_us(collectives.by_group(inst), 0),
         arrivals,
         stragglers,
         cause,
