@@ -40,6 +40,12 @@ def duration_us(ns: int | None) -> float:
     return (ns or 0) / 1000.0
 
 
+def mean_us(total_ns: int, count: int) -> float:
+    """The mean of `count` durations summing to `total_ns` (an integer), in µs: one division,
+    so the last digit is the nearest to the exact mean; 0 for none."""
+    return total_ns / (count * 1000.0) if count else 0.0
+
+
 def shown_in_us(column: str) -> bool:
     """Whether a column holds ns to be shown in µs: `*_ns`, or `*_ns_*` (`blocked_ns_per_step`)."""
     return column.endswith("_ns") or "_ns_" in column

@@ -107,7 +107,7 @@ def test_pipeline_stages_by_hand(tmp_path):
     }
     assert r.table_ns.schema["forward"] == pl.Int64 and sum(ns[s] for s in PIPELINE_STAGES) == ns["duration_ns"]
     assert dict(r.times_ns.select("stage", "time_ns").iter_rows()) == {s: us * 1000 for s, us in expected.items()}
-    assert r.average_ns["gpu_idle"] == 265_000 and r.average_step_ns == 1_000_000 and r.average_step_us == 1000
+    assert r.total_ns["gpu_idle"] == 265_000 and r.step_total_ns == 1_000_000 and r.average_step_us == 1000
 
 
 def test_mapping_file(tmp_path):

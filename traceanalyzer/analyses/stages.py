@@ -45,7 +45,7 @@ from traceanalyzer.options import Options, PatternOptions, StageOptions
 from traceanalyzer.patterns import D2H_COPY, H2D_COPY, MODEL_CPU, PROFILER_STEP, TB_DATALOADER
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
-from traceanalyzer.units import Shown, display_us, duration_us
+from traceanalyzer.units import Shown, display_us, mean_us
 
 PIPELINE_STAGES = (
     "data_loading",
@@ -69,14 +69,14 @@ class StagesResult(Compact):
 
     The tables hold int64 ns (`times_ns`, `table_ns`: durations, summed as integers); `times`
     and `table` are their µs display views (`units.display_us`), the columns the outputs print,
-    and `average` / `average_step_us` the means in µs."""
+    and `average` / `average_step_us` the means in µs of the integer totals."""
 
     view: str  # pipeline | tensorboard | mapping
     stages: tuple[str, ...]  # in priority order; the last one is the remainder
     times_ns: pl.DataFrame  # step, stage, time_ns (long form, every step × stage)
     table_ns: pl.DataFrame  # step, duration_ns, then one column per stage (ns)
-    average_ns: dict[str, float]  # stage -> mean ns per step
-    average_step_ns: float
+    total_ns: dict[str, int]  # stage -> its time summed over the steps
+    step_total_ns: int  # the steps' durations summed
     window_kind: str  # see analyses.windows.window_kind
     origin_ns: int = 0  # the trace start
 
@@ -95,12 +95,12 @@ class StagesResult(Compact):
     @property
     def average(self) -> dict[str, float]:
         """stage -> mean µs per step."""
-        return {s: duration_us(v) for s, v in self.average_ns.items()}
+        return {s: mean_us(v, self.table_ns.height) for s, v in self.total_ns.items()}
 
     @property
     def average_step_us(self) -> float:
         """The mean step, µs."""
-        return duration_us(self.average_step_ns)
+        return mean_us(self.step_total_ns, self.table_ns.height)
 
 
 def read_mapping(path: str) -> list[tuple[str, str]]:
@@ -331,14 +331,6 @@ def analyse_stages(
     )
     durations = wins.select("step", duration_ns=pl.col("end_ns") - pl.col("start_ns"))
     table = _wide(times, durations, stages)
-    average = {s: float(table[s].mean()) for s in stages if s in table.columns}
-    return StagesResult(
-        view_name,
-        stages,
-        times,
-        table,
-        average,
-        float(durations["duration_ns"].mean()),
-        window_kind,
-        trace.meta.origin_ns,
-    )
+    total = {s: int(table[s].sum()) for s in stages if s in table.columns}
+    step_total = int(durations["duration_ns"].sum())
+    return StagesResult(view_name, stages, times, table, total, step_total, window_kind, trace.meta.origin_ns)
