@@ -210,9 +210,9 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
             "op",
             "range",
             "python_frame",
-            blocked_us=pl.col("blocked_call_overlap_ns") / 1000.0,
+            blocked_ns=pl.col("blocked_call_overlap_ns"),
             call_id="blocked_call",
-            call_us=pl.col("dur_ns") / 1000.0,
+            call_ns=pl.col("dur_ns"),
         ),
     )
     pieces = pieces.join(blocked, on="gap_id", how="left").sort("gap_id")
