@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, merge
+from traceanalyzer.analyses.intervals import coverage_index, merge, merge_sorted
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
@@ -152,16 +152,26 @@ class CpuActivity:
             "python": python,
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
-        cumulative = []
-        union = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64})
-        for name in LAYERS:
-            df = sets[name]
-            both = pl.concat([union, df.select(*THREAD, "ts_ns", "end_ns").cast(union.schema)])
-            merged = merge(both, THREAD)
-            cumulative.append(coverage_index(merged, THREAD))
-            union = merged.rename({"start_ns": "ts_ns"})
+        # The union of layers 0..k for every k from one sort of all their intervals, each row
+        # tagged with its layer: a filter keeps the order (union is associative), so each
+        # cumulative set is a sweep, not a sort of the growing union.
+        schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+        tagged = pl.concat(
+            [
+                sets[name]
+                .select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns")
+                .cast(schema)
+                .with_columns(_layer=pl.lit(k, pl.Int8))
+                for k, name in enumerate(LAYERS)
+            ]
+        ).sort([*THREAD, "start_ns"])
+        cumulative = [
+            coverage_index(merge_sorted(tagged.filter(pl.col("_layer") <= k), THREAD), THREAD, presorted=True)
+            for k in range(len(LAYERS))
+        ]
+        del tagged
         return cls(
-            blocked=coverage_index(merge(blocking, THREAD), THREAD),
+            blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
             cumulative=tuple(cumulative),
             blocking=blocking,
             data_ranges=data,

@@ -27,18 +27,66 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end
     if df.is_empty():
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
     s = df.select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
-    s = s.with_columns(_grp=run_id("start_ns", "end_ns", by))
+    return merge_sorted(s, by)
+
+
+def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """`merge` of (by..., start_ns, end_ns) already sorted by `by`, then start_ns (a filter of
+    such a frame keeps it sorted): the union of several layers of intervals needs one sort."""
+    if s.is_empty():
+        return s.select(*by, "start_ns", "end_ns")
+    fast = _merge_sweep(s, by)
+    if fast is not None:
+        return fast
+    # Runs are contiguous in the sorted rows, so the groups in order of appearance are sorted too:
+    # no sort after the group-by.
     return (
-        s.group_by([*by, "_grp"])
+        s.select(*by, "start_ns", "end_ns")
+        .with_columns(_grp=run_id("start_ns", "end_ns", by))
+        .group_by([*by, "_grp"], maintain_order=True)
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .drop("_grp")
-        .sort([*by, "start_ns"])
     )
 
 
-def coverage_index(disjoint: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Prefix sums over disjoint sorted intervals, for `covered`."""
-    return disjoint.sort([*by, "start_ns"]).with_columns(
+def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
+    """`merge_sorted` as one sweep over the whole frame, without a window per group or a
+    group-by: each group's times are shifted into a band of their own (group number x span), so
+    that one running maximum of the ends never reaches from one group into the next. A run
+    starts where its group starts or where a start passes every earlier end; it ends at the
+    running maximum on its last row. None (use the group-by) when that does not hold: null
+    times, an end before its start, or bands that would overflow int64."""
+    t = s.select(
+        _n=pl.col("start_ns").null_count() + pl.col("end_ns").null_count(),
+        _neg=(pl.col("end_ns") < pl.col("start_ns")).sum(),
+        _lo=pl.col("start_ns").min(),
+        _hi=pl.col("end_ns").max(),
+    ).row(0)
+    if t[0] or t[1]:
+        return None
+    lo, hi = int(t[2]), int(t[3])
+    first = pl.int_range(pl.len()) == 0
+    for b in by:
+        first = first | pl.col(b).ne_missing(pl.col(b).shift(1))
+    g = s.select(_first=first).with_columns(_g=pl.col("_first").cum_sum().cast(pl.Int64) - 1)
+    span = hi - lo + 1
+    if (int(g["_g"][-1]) + 1) * span >= 1 << 62:
+        return None
+    band = g["_g"] * span - lo
+    shifted = pl.DataFrame({"_first": g["_first"], "_a": s["start_ns"] + band, "_b": s["end_ns"] + band})
+    reach = shifted.select("_first", "_a", _reach=pl.col("_b").cum_max()).with_columns(
+        _new=pl.col("_first") | (pl.col("_a") > pl.col("_reach").shift(1))
+    )
+    new = reach["_new"]
+    last = new.shift(-1, fill_value=True)
+    return s.filter(new).select(*by, "start_ns").hstack([(reach["_reach"] - band).filter(last).alias("end_ns")])
+
+
+def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = False) -> pl.DataFrame:
+    """Prefix sums over disjoint sorted intervals, for `covered` (`presorted`: `disjoint` is
+    sorted by `by`, then start_ns already, as `merge` returns it)."""
+    ordered = disjoint if presorted else disjoint.sort([*by, "start_ns"])
+    return ordered.with_columns(
         _before=(pl.col("end_ns") - pl.col("start_ns")).cum_sum().shift(1, fill_value=0).over(by)
     )
 
