@@ -10,6 +10,7 @@ from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
 from traceanalyzer.analyses.intervals import overlap_join
 from traceanalyzer.analyses.modules import op_modules
+from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
 from traceanalyzer.trace import Trace
@@ -42,6 +43,19 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     top = j.sort(["_self", "op_id"], descending=[True, False])  # ties: the lowest op id, every run
     return top.unique("gap_id", keep="first").select("gap_id", cpu_op_id=pl.col("op_id"))
+
+
+def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
+    """Columns of the runtime calls `ids` (null: none), one row per id in its order, renamed
+    (`out=column`): a gather by row where runtime_id is the row number (every Trace), else a
+    left join. The gaps look calls up three times: a hash join against every runtime call each
+    time cost more than the lookups' whole answer."""
+    rt = trace.runtime
+    pick = [pl.col(c).alias(out) for out, c in cols.items()]
+    if is_row_number(rt["runtime_id"]):
+        return rt.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
+    keyed = rt.select(pl.col("runtime_id").alias("_id"), *pick)
+    return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
 
 
 def _waited_on(gaps: pl.DataFrame) -> pl.Expr:
@@ -115,35 +129,15 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         pieces.filter(pl.col("cause") == "data_loading"), act.data_ranges, "op_id", "data_op", True
     )
     busiest = _most_self_time_op(trace, pieces)
-    pieces = (
-        pieces.join(data_range, on="gap_id", how="left")
-        .join(busiest, on="gap_id", how="left")
-        .join(
-            trace.runtime.select(
-                pl.col("runtime_id").alias("sync_call"),
-                pl.col("op_id").alias("sync_op_id"),
-                pl.col("name").alias("sync_api"),
-            ),
-            on="sync_call",
-            how="left",
-        )
-    )
+    pieces = pieces.join(data_range, on="gap_id", how="left").join(busiest, on="gap_id", how="left")
+    pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_op_id="op_id", sync_api="name"))
     # The runtime call a runtime_call gap sat in (the longest on the thread in the interval).
     # (found by gap_causes, which keys start-up on it)
     rt_call = pieces.select("gap_id", "rt_call", "rt_call_overlap_ns").filter(pl.col("rt_call").is_not_null())
     pieces = pieces.drop("rt_call", "rt_call_overlap_ns")
-    rt_call = rt_call.join(
-        trace.runtime.select(
-            pl.col("runtime_id").alias("rt_call"),
-            pl.col("op_id").alias("rt_op_id"),
-            pl.col("name").alias("rt_api"),
-            pl.col("dur_ns").alias("rt_ns"),
-        ),
-        on="rt_call",
-        how="left",
-    )
-    sync_ns = trace.runtime.select(pl.col("runtime_id").alias("sync_call"), pl.col("dur_ns").alias("sync_ns"))
-    pieces = pieces.join(rt_call, on="gap_id", how="left").join(sync_ns, on="sync_call", how="left")
+    rt_call = rt_call.hstack(_runtime_at(trace, rt_call["rt_call"], rt_op_id="op_id", rt_api="name", rt_ns="dur_ns"))
+    pieces = pieces.join(rt_call, on="gap_id", how="left")
+    pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_ns="dur_ns"))
     cause = pl.col("cause")
     python_only = pl.col("t_python") > pl.col("t_cpu_op")
     # A slow launch names its call when the call took the time, else the op that did.
