@@ -152,24 +152,17 @@ class CpuActivity:
             "python": python,
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
-        # The union of layers 0..k for every k from one sort of all their intervals, each row
-        # tagged with its layer: a filter keeps the order (union is associative), so each
-        # cumulative set is a sweep, not a sort of the growing union.
+        del real_ops, launches, launch_side, python, up  # each layer is let go once merged in
+        # The union of layers 0..k, one layer at a time: each step sorts the union so far (far
+        # fewer rows than the intervals merged into it) with one layer, and sweeps it.
         schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
-        tagged = pl.concat(
-            [
-                sets[name]
-                .select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns")
-                .cast(schema)
-                .with_columns(_layer=pl.lit(k, pl.Int8))
-                for k, name in enumerate(LAYERS)
-            ]
-        ).sort([*THREAD, "start_ns"])
-        cumulative = [
-            coverage_index(merge_sorted(tagged.filter(pl.col("_layer") <= k), THREAD), THREAD, presorted=True)
-            for k in range(len(LAYERS))
-        ]
-        del tagged
+        union = pl.DataFrame(schema=schema)
+        cumulative = []
+        for name in LAYERS:
+            layer = sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema)
+            union = merge_sorted(pl.concat([union, layer]).sort([*THREAD, "start_ns"]), THREAD)
+            del layer
+            cumulative.append(coverage_index(union, THREAD, presorted=True))
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
             cumulative=tuple(cumulative),

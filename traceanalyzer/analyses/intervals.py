@@ -56,30 +56,41 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     starts where its group starts or where a start passes every earlier end; it ends at the
     running maximum on its last row. None (use the group-by) when that does not hold: null
     times, an end before its start, or bands that would overflow int64."""
+    first = pl.int_range(pl.len()) == 0
+    for b in by:
+        first = first | pl.col(b).ne_missing(pl.col(b).shift(1))
     t = s.select(
         _n=pl.col("start_ns").null_count() + pl.col("end_ns").null_count(),
         _neg=(pl.col("end_ns") < pl.col("start_ns")).sum(),
         _lo=pl.col("start_ns").min(),
         _hi=pl.col("end_ns").max(),
+        _groups=first.sum(),
     ).row(0)
     if t[0] or t[1]:
         return None
-    lo, hi = int(t[2]), int(t[3])
-    first = pl.int_range(pl.len()) == 0
-    for b in by:
-        first = first | pl.col(b).ne_missing(pl.col(b).shift(1))
-    g = s.select(_first=first).with_columns(_g=pl.col("_first").cum_sum().cast(pl.Int64) - 1)
+    lo, hi, groups = int(t[2]), int(t[3]), int(t[4])
     span = hi - lo + 1
-    if (int(g["_g"][-1]) + 1) * span >= 1 << 62:
+    if groups * span >= 1 << 62:
         return None
-    band = g["_g"] * span - lo
-    shifted = pl.DataFrame({"_first": g["_first"], "_a": s["start_ns"] + band, "_b": s["end_ns"] + band})
-    reach = shifted.select("_first", "_a", _reach=pl.col("_b").cum_max()).with_columns(
-        _new=pl.col("_first") | (pl.col("_a") > pl.col("_reach").shift(1))
+    # One lazy query, so that the helper columns are let go inside it (a 1 GB trace merges
+    # millions of rows: each helper column is tens of MB).
+    band = (first.cum_sum().cast(pl.Int64) - 1) * span - lo
+    swept = (
+        s.lazy()
+        .with_columns(_first=first, _band=band)
+        .with_columns(_reach=(pl.col("end_ns") + pl.col("_band")).cum_max())
+        .with_columns(_new=pl.col("_first") | ((pl.col("start_ns") + pl.col("_band")) > pl.col("_reach").shift(1)))
+        .select(
+            *by,
+            "start_ns",
+            "_new",
+            _last=pl.col("_new").shift(-1, fill_value=True),
+            _end=pl.col("_reach") - pl.col("_band"),
+        )
+        .collect()
     )
-    new = reach["_new"]
-    last = new.shift(-1, fill_value=True)
-    return s.filter(new).select(*by, "start_ns").hstack([(reach["_reach"] - band).filter(last).alias("end_ns")])
+    ends = swept.filter("_last").get_column("_end").alias("end_ns")
+    return swept.filter("_new").select(*by, "start_ns").hstack([ends])
 
 
 def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = False) -> pl.DataFrame:
