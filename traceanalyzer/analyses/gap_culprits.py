@@ -15,6 +15,36 @@ from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
 from traceanalyzer.trace import Trace
 
+# The columns of the classified pieces that naming the culprits and the gaps table read.
+PIECE_COLUMNS = (
+    "gap_id",
+    "device",
+    "step",
+    "phase",
+    "start_ns",
+    "end_ns",
+    "cause",
+    "pid",
+    "tid",
+    "cpu_a",
+    "cpu_b",
+    "t_python",
+    "t_cpu_op",
+    "prev_name",
+    "next_name",
+    "next_start_ns",
+    "next_stream",
+    "launch_api",
+    "launch_ts_ns",
+    "launch_end_ns",
+    "launch_tid",
+    "launch_op_id",
+    "launched_before_trace",
+    "sync_call",
+    "rt_call",
+    "rt_call_overlap_ns",
+)
+
 
 def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     """For cpu_bound gaps, the op with the most self time inside [cpu_a, cpu_b] on the thread."""
@@ -36,13 +66,17 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     # pairs on the gap's own thread only (never gaps x every thread's ops)
     j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
-    j = j.with_columns(_ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a"))
-    child = j.group_by("gap_id", "parent_id").agg(_child=pl.col("_ov").sum()).rename({"parent_id": "op_id"})
-    j = j.join(child, on=["gap_id", "op_id"], how="left").with_columns(
-        _self=pl.col("_ov") - pl.col("_child").fill_null(0)
+    # Four columns of the pairs from here on: they are the largest frame of `gaps`.
+    j = j.select(
+        "gap_id", "op_id", "parent_id", _ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a")
     )
-    top = j.sort(["_self", "op_id"], descending=[True, False])  # ties: the lowest op id, every run
-    return top.unique("gap_id", keep="first").select("gap_id", cpu_op_id=pl.col("op_id"))
+    child = j.group_by("gap_id", "parent_id").agg(_child=pl.col("_ov").sum()).rename({"parent_id": "op_id"})
+    j = j.join(child, on=["gap_id", "op_id"], how="left").select(
+        "gap_id", "op_id", _self=pl.col("_ov") - pl.col("_child").fill_null(0)
+    )
+    # The most self time per gap, ties to the lowest op id (every run alike), without sorting the pairs.
+    top = j.filter(pl.col("_self") == pl.col("_self").max().over("gap_id"))
+    return top.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").min())
 
 
 def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
@@ -119,11 +153,13 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 
 
 def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
-    """The classified pieces with, per gap: op, range, op_chain, python_frame (the culprit's
+    """The classified pieces (the PIECE_COLUMNS) with, per gap: op, range, op_chain, python_frame (the culprit's
     context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
     act = classified.activity
-    pieces = _stream_waits(trace, classified.pieces)
+    # Only the columns read here and by `analyse_gaps`: every join below copies the whole frame,
+    # and the classified pieces carry ~45 columns (a 1 GB trace has ~300 k gaps).
+    pieces = _stream_waits(trace, classified.pieces.select(PIECE_COLUMNS))
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
     data_range = largest_overlap(
         pieces.filter(pl.col("cause") == "data_loading"), act.data_ranges, "op_id", "data_op", True
