@@ -105,7 +105,8 @@ def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = Fals
 def _covered_until(q: pl.DataFrame, index: pl.DataFrame, at: str, by: list[str], out: str) -> pl.DataFrame:
     """Covered time from -inf to q[at], per row of q."""
     j = q.sort(at).join_asof(
-        index.select(*by, pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), "_before").sort("_s"),
+        # sorted by `by`, then start (coverage_index): what an as-of join by keys needs
+        index.select(*by, pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), "_before"),
         left_on=at,
         right_on="_s",
         by=by,
@@ -167,13 +168,11 @@ def overlap_join(
         """(q's index, t's index) for the rows of t (sorted by key, `at`) with lo <= t[at] <= hi."""
         own, other = q.columns[0], t.columns[0]
         bounds = q.select(own, *qkeys, _lo=lo, _hi=hi)
-        found = t.select(other, *tkeys, at).sort(at)
+        # An as-of join by keys needs each key's rows sorted, not the whole column: `t` is
+        # sorted by key, then `at`, and so is `_lo` (a start, or a start + 1) within q's keys.
+        found = t.select(other, *tkeys, at)
         kw = {"by_left": qkeys, "by_right": tkeys, "right_on": at, "check_sortedness": False}
-        first = (
-            bounds.sort("_lo")
-            .join_asof(found.rename({other: "_first"}), left_on="_lo", strategy="forward", **kw)
-            .drop(at)
-        )
+        first = bounds.join_asof(found.rename({other: "_first"}), left_on="_lo", strategy="forward", **kw).drop(at)
         both = first.sort("_hi").join_asof(found.rename({other: "_last"}), left_on="_hi", strategy="backward", **kw)
         return (
             both.filter(pl.col("_first") <= pl.col("_last"))
