@@ -254,7 +254,7 @@ def test_exposed_communication_is_one_number_per_rank_and_step(SHARED_TRACES):
     job = analyse_dir(str(folder))[1].matched.exposed
     for path in sorted(folder.iterdir()):
         ses = ta.Session.open(path)
-        mine = ses.communication.select("step", "comm_us", "exposed_us")
+        mine = ses.communication.per_step.select("step", "comm_us", "exposed_us")
         rank = ses.trace.meta.rank if ses.trace.meta.rank is not None else rank_from_name(path.name)
         theirs = job.filter(pl.col("rank") == rank).select("step", "comm_us", "exposed_us")
         assert mine.height == 3 and mine.equals(theirs)

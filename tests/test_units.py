@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.units import Shown, display_us, duration_us, is_point, point_ms, point_us, us_name
+from traceanalyzer.units import Shown, display_us, duration_us, is_point, mean_us, point_ms, point_us, us_name
 from traceanalyzer.wording import noun, plural
 
 
@@ -53,3 +53,23 @@ def test_one_plural():
     assert plural(1, "copy") == "1 copy" and plural(3, "copy") == "3 copies"
     assert plural(2, "GPU activity") == "2 GPU activities" and noun(2, "day") == "days"
     assert plural(1_024, "kernel") == "1,024 kernels"
+
+
+def test_the_ns_fields_of_a_struct_are_shown_in_place():
+    # A gap's blocked_thread: another thread's call, 1_500 ns of it during the gap, 4_000 ns in all.
+    df = pl.DataFrame(
+        {
+            "gap_id": [1, 2],
+            "blocked_thread": [{"tid": 7, "blocked_ns": 1_500, "call_id": 3, "call_ns": 4_000}, None],
+        }
+    )
+    out = display_us(df, origin_ns=1_000_000)  # durations: the origin does not move them
+    assert [f.name for f in out.schema["blocked_thread"].fields] == ["tid", "blocked_us", "call_id", "call_us"]
+    assert out["blocked_thread"].to_list() == [{"tid": 7, "blocked_us": 1.5, "call_id": 3, "call_us": 4.0}, None]
+
+
+def test_a_mean_of_integer_ns_is_one_division():
+    # 10 steps summing to 5_587_232 ns: 558.7232 µs each, the nearest double to it (a mean in ns
+    # first, 558_723.2, then / 1000, gives 558.7231999999999).
+    assert mean_us(5_587_232, 10) == 558.7232 and 558_723.2 / 1000 != 558.7232
+    assert mean_us(0, 0) == 0.0 and mean_us(1_000, 4) == 0.25

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, ClassVar
 
 import polars as pl
 
-from traceanalyzer.analyses.communication import exposed_communication
+from traceanalyzer.analyses.communication import CommunicationResult, exposed_communication
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
 from traceanalyzer.analyses.critical_path import CriticalPath
@@ -162,14 +162,13 @@ class Session:
     @_result
     def verdict(self) -> Verdict:
         """The cause to lead with and the advice that fits, over the steady state."""
-        comm = self.communication
-        exposed = float(comm["exposed_us"].sum()) if comm.height else 0.0
+        exposed = self.communication.exposed_us
         return verdict(
             self.gaps, step_count(self.trace), self.trace.meta.with_stack, compiled_model(self.trace), exposed
         )
 
     @_result
-    def communication(self) -> pl.DataFrame:
+    def communication(self) -> CommunicationResult:
         """Per step: collective kernel time and the part compute did not hide (`analyses.communication`)."""
         return exposed_communication(self.trace, self.options.patterns.collective_pattern)
 

@@ -40,6 +40,12 @@ def duration_us(ns: int | None) -> float:
     return (ns or 0) / 1000.0
 
 
+def mean_us(total_ns: int, count: int) -> float:
+    """The mean of `count` durations summing to `total_ns` (an integer), in µs: one division,
+    so the last digit is the nearest to the exact mean; 0 for none."""
+    return total_ns / (count * 1000.0) if count else 0.0
+
+
 def shown_in_us(column: str) -> bool:
     """Whether a column holds ns to be shown in µs: `*_ns`, or `*_ns_*` (`blocked_ns_per_step`)."""
     return column.endswith("_ns") or "_ns_" in column
@@ -53,19 +59,41 @@ def us_name(column: str) -> str:
     return column.replace("_ns_", "_us_", 1)
 
 
+def _us(value: pl.Expr, column: str, origin_ns: int) -> pl.Expr:
+    """The µs of one ns value (a column or a struct field) named `column`."""
+    return (value - origin_ns) / 1000.0 if is_point(column) else value / 1000.0
+
+
 def us_expr(column: str, origin_ns: int) -> pl.Expr:
     """The display expression of one ns column (`shown_in_us`), named as `us_name` says."""
-    out = us_name(column)
-    if is_point(column):
-        return ((pl.col(column) - origin_ns) / 1000.0).alias(out)
-    return (pl.col(column) / 1000.0).alias(out)
+    return _us(pl.col(column), column, origin_ns).alias(us_name(column))
+
+
+def _struct_us(column: str, dtype: pl.Struct, origin_ns: int) -> pl.Expr:
+    """A struct column with its ns fields shown in µs, in place (`blocked_thread.call_ns` ->
+    `call_us`); a null struct stays null."""
+    names = [f.name for f in dtype.fields]
+    shown = [n for n in names if shown_in_us(n)]
+    if not shown:
+        return pl.col(column)
+    converted = pl.col(column).struct.with_fields([_us(pl.field(n), n, origin_ns).alias(n) for n in shown])
+    return converted.struct.rename_fields([us_name(n) if n in shown else n for n in names])
 
 
 def display_us(df: pl.DataFrame, origin_ns: int, keep: Iterable[str] = ()) -> pl.DataFrame:
     """`df` with every ns column (`shown_in_us`, but those in `keep`) replaced, in place, by its
-    µs display column: points from the trace start, durations as they are."""
+    µs display column: points from the trace start, durations as they are; the ns fields of a
+    struct column likewise (`blocked_thread`)."""
     kept = set(keep)
-    return df.select(us_expr(c, origin_ns) if shown_in_us(c) and c not in kept else pl.col(c) for c in df.columns)
+
+    def shown(c: str, dtype: pl.DataType) -> pl.Expr:
+        if c in kept:
+            return pl.col(c)
+        if shown_in_us(c):
+            return us_expr(c, origin_ns)
+        return _struct_us(c, dtype, origin_ns) if isinstance(dtype, pl.Struct) else pl.col(c)
+
+    return df.select(shown(c, t) for c, t in df.schema.items())
 
 
 class Shown:

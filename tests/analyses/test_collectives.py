@@ -134,3 +134,31 @@ def test_exposed_communication_on_an_inline_trace(tmp_path):
     assert ex[1]["exposed_us"] == 500 and ex[1]["exposed_wait_us"] == 0
     s = mr.matched.stragglers.row(0, named=True)
     assert (s["rank"], s["times_last"], s["caused_wait_us"]) == (1, 1, 200.0)
+
+
+def test_instances_and_groups_in_integer_ns_by_hand():
+    """Two all-reduces of one group, worked by hand: the first on 3 ranks arriving at 1,000,
+    1,500 and 4,000 ns (kernels of 5,000, 4,600 and 2,001 ns), the second on 2 ranks at 0 and
+    11 ns (kernels of 700 and 690 ns)."""
+    import polars as pl
+
+    from traceanalyzer.analyses.collectives import by_group, instances
+
+    rows = [(0, 0, 1_000, 5_000), (0, 1, 1_500, 4_600), (0, 2, 4_000, 2_001), (1, 0, 0, 700), (1, 1, 11, 690)]
+    colls = pl.DataFrame(
+        [
+            {"seq": seq, "rank": rank, "arrival_ns": at, "ts_ns": at, "end_ns": at + dur, "pg_name": "0"}
+            | {"coll": "allreduce", "name": "ncclKernel_AllReduce", "group_size": None, "bytes": 4_000}
+            | {"dtype": "Float"}
+            for seq, rank, at, dur in rows
+        ]
+    )
+    inst = instances(colls, ["pg_name", "seq"]).sort("seq")
+    # skew: last - first arrival; lateness: last - median arrival (the median of 0 and 11 is
+    # 5.5 ns: a float); transfer: the shortest kernel.
+    assert inst.select("skew_ns", "last_late_ns", "transfer_ns").rows() == [(3_000, 2_500.0, 2_001), (11, 5.5, 690)]
+    assert inst.schema["skew_ns"] == pl.Int64 and inst.schema["transfer_ns"] == pl.Int64
+    # bus bandwidth: 4,000 bytes / 2,001 ns x 2(n-1)/n with n = 3 ranks.
+    assert inst["busbw_gbps"][0] == pytest.approx(4_000 / 2_001 * 4 / 3)
+    g = by_group(inst).row(0, named=True)
+    assert (g["count"], g["transfer_ns"], g["skew_ns"], g["max_skew_ns"]) == (2, 2_691, 3_011, 3_000)

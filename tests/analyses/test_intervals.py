@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceanalyzer.analyses.intervals import overlap_join
+from traceanalyzer.analyses.intervals import _merge_sweep, merge, overlap_join
 
 
 def _frames(seed: int):
@@ -44,3 +44,53 @@ def test_overlap_join_is_the_definition(seed):
     assert set(got.columns) == set(left.columns) | set(right.columns)
     every = overlap_join(left, right, [], ("a", "b"), ("s", "e"))
     assert sorted(every.select("lid", "rid").rows()) == _definition(left, right, False)
+
+
+def _union_by_definition(df: pl.DataFrame, by: list[str]) -> list[tuple]:
+    """The union per group by a plain loop: sort by start, extend the open run while the next
+    interval starts at or before its end (touching intervals join)."""
+    out = []
+    for key, part in sorted(df.group_by(by), key=lambda kv: tuple((k is not None, k or 0) for k in kv[0])):
+        run = None
+        for s, e in sorted(zip(part["ts_ns"], part["end_ns"])):
+            if run is not None and s <= run[1]:
+                run[1] = max(run[1], e)
+                continue
+            if run is not None:
+                out.append((*key, *run))
+            run = [s, e]
+        out.append((*key, *run))
+    return out
+
+
+def test_merge_hand_worked():
+    # thread (1, 5): [0, 10] and [10, 12] touch, [3, 4] inside, [20, 20] alone; thread (1, 6):
+    # [5, 30] must not be swallowed by thread (1, 5)'s runs, nor they by it.
+    df = pl.DataFrame(
+        {"pid": [1, 1, 1, 1, 1], "tid": [5, 5, 5, 5, 6], "ts_ns": [0, 10, 3, 20, 5], "end_ns": [10, 12, 4, 20, 30]}
+    )
+    got = merge(df, ["pid", "tid"]).rows()
+    assert got == [(1, 5, 0, 12), (1, 5, 20, 20), (1, 6, 5, 30)]
+    # two threads spanning 2^61 ns: their bands would pass int64, so the group-by answers
+    far = pl.DataFrame({"pid": [1, 2], "tid": [0, 0], "ts_ns": [0, 0], "end_ns": [1 << 61, 5]})
+    assert _merge_sweep(far.rename({"ts_ns": "start_ns"}), ["pid", "tid"]) is None
+    assert merge(far, ["pid", "tid"]).rows() == [(1, 0, 0, 1 << 61), (2, 0, 0, 5)]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_merge_is_the_definition(seed):
+    """The banded sweep (`intervals._merge_sweep`) and the group-by it falls back to (bands
+    past int64: the last unit) both give the union, null keys included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    unit = [1, 10**9, 1 << 56][seed % 3]
+    df = pl.DataFrame(
+        {"pid": rng.integers(0, 3, n), "tid": rng.integers(0, 2, n), "ts_ns": rng.integers(-5, 50, n) * unit}
+    ).with_columns(end_ns=pl.col("ts_ns") + pl.Series(rng.integers(0, 12, n)) * unit)
+    if seed % 4 == 0:
+        df = df.with_columns(pid=pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise("pid"))
+    ordered = df.select("pid", "tid", start_ns="ts_ns", end_ns="end_ns").sort("pid", "tid", "start_ns")
+    if unit < 1 << 56:
+        assert _merge_sweep(ordered, ["pid", "tid"]) is not None
+    for by in (["pid", "tid"], ["pid"]):
+        assert merge(df, by).rows() == _union_by_definition(df, by)

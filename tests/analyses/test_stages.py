@@ -3,6 +3,7 @@ traces, and the pipeline / mapping views checked by hand on synthetic traces."""
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 from tests.synthetic import TraceBuilder
@@ -57,6 +58,9 @@ def test_tensorboard_view_reproduces_the_plugin(SHARED_TRACES, name):
     # Every moment of every step is given to exactly one category.
     for row in r.table.iter_rows(named=True):
         assert sum(row[c] for c in TENSORBOARD_STAGES) == pytest.approx(row["duration_us"])
+    # ...exactly, in the integer ns the result holds.
+    for row in r.table_ns.iter_rows(named=True):
+        assert sum(row[c] for c in TENSORBOARD_STAGES) == row["duration_ns"]
 
 
 def _pipeline_trace() -> TraceBuilder:
@@ -95,6 +99,15 @@ def test_pipeline_stages_by_hand(tmp_path):
     }
     assert row["duration_us"] == 1000
     assert {s: row[s] for s in PIPELINE_STAGES} == expected
+    # The result holds the same times as integer ns (the µs above are its display view); they
+    # tile the step exactly, and the long form says the same per (step, stage).
+    ns = r.table_ns.row(0, named=True)
+    assert ns["duration_ns"] == 1_000_000 and {s: ns[s] for s in PIPELINE_STAGES} == {
+        s: us * 1000 for s, us in expected.items()
+    }
+    assert r.table_ns.schema["forward"] == pl.Int64 and sum(ns[s] for s in PIPELINE_STAGES) == ns["duration_ns"]
+    assert dict(r.times_ns.select("stage", "time_ns").iter_rows()) == {s: us * 1000 for s, us in expected.items()}
+    assert r.total_ns["gpu_idle"] == 265_000 and r.step_total_ns == 1_000_000 and r.average_step_us == 1000
 
 
 def test_mapping_file(tmp_path):

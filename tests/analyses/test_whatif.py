@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.synthetic import TraceBuilder
@@ -197,6 +198,15 @@ def test_collective_waiting_for_peer(tmp_path):
     assert w.steps["step_us"].to_list() == [120, 620]
     assert w.steps["predicted_us"].to_list() == [120, 120]
     assert w.median_step_us == 370 and w.predicted_median_step_us == 120
+    # The result holds integer ns (the µs above are its view): 120 µs and 620 µs captured, each
+    # replayed exactly, 500 µs saved in step 2; the median of two steps is their mean.
+    assert w.steps_ns.schema["saving_ns"] == pl.Int64
+    assert w.steps_ns.select("step_ns", "replayed_ns", "predicted_ns", "saving_ns").rows() == [
+        (120_000, 120_000, 120_000, 0),
+        (620_000, 620_000, 120_000, 500_000),
+    ]
+    assert (w.median_step_ns, w.replayed_median_step_ns, w.predicted_median_step_ns) == (370_000, 370_000, 120_000)
+    assert w.saving_us == 250 and w.model_error == 0
 
 
 def test_bad_scenarios():

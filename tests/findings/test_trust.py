@@ -79,6 +79,13 @@ def test_exposed_communication_on_one_trace_and_a_communication_bound_headline(t
     assert f.evidence["exposed_us"] == 4 * 6_300 and f.evidence["window_us"] == 40_000
     assert f.evidence["share"] == pytest.approx(0.63) and f.severity == "high"
     assert f.at_stake_us == 25_200 and "6.3 ms per step over 4 steps" in f.message
+    # The communication result holds integer ns per step (its µs view is what the JSON prints).
+    comm = ses.communication
+    assert comm.per_step_ns.select("step", "comm_ns", "exposed_ns").rows() == [
+        (i, 6_300_000, 6_300_000) for i in range(1, 5)
+    ]
+    assert comm.exposed_ns == comm.comm_ns == 25_200_000 and comm.per_step["exposed_us"].to_list() == [6_300.0] * 4
+    assert comm.per_step["overlap_share"].to_list() == [0.0] * 4
     v = ses.verdict
     assert v.busy_share == pytest.approx(0.98) and v.communication_bound
     assert "communication-bound: 25.2 ms of the 40.0 ms analysed" in v.sentence("over the profiled steps")

@@ -203,9 +203,11 @@ def match_key(colls: pl.DataFrame) -> tuple[list[str], str]:
 
 
 def instances(colls: pl.DataFrame, key: list[str]) -> pl.DataFrame:
-    """One row per collective seen on two ranks or more: first and last rank to arrive, skew,
-    transfer time (shortest kernel), size, algorithm and bus bandwidth. `colls`: every rank's
-    collectives with `rank` and `arrival_ns` (aligned clock)."""
+    """One row per collective seen on two ranks or more: first and last rank to arrive, skew
+    (`skew_ns`), the last rank's lateness after the median arrival (`last_late_ns`), transfer
+    time (`transfer_ns`, the shortest kernel), size, algorithm and bus bandwidth; `first_ns`,
+    `last_ns`, `median_ns` are arrivals on the aligned clock. `colls`: every rank's collectives
+    with `rank` and `arrival_ns` (aligned clock)."""
     c = colls.with_columns(dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
     aggs = {
         "coll": pl.col("coll").drop_nulls().first(),
@@ -239,16 +241,18 @@ def instances(colls: pl.DataFrame, key: list[str]) -> pl.DataFrame:
     )
     algbw = pl.col("bytes") / pl.col("transfer_ns")  # bytes per ns = GB/s
     return g.with_columns(
-        skew_us=(pl.col("last_ns") - pl.col("first_ns")) / 1000.0,
-        last_late_us=(pl.col("last_ns") - pl.col("median_ns")) / 1000.0,
-        transfer_us=pl.col("transfer_ns") / 1000.0,
+        skew_ns=pl.col("last_ns") - pl.col("first_ns"),
+        last_late_ns=pl.col("last_ns") - pl.col("median_ns"),  # float: a median of two is a half
         algbw_gbps=pl.when(pl.col("transfer_ns") > 0).then(algbw),
         busbw_gbps=pl.when(pl.col("transfer_ns") > 0).then(algbw * factor),
+    ).select(  # the transfer time after the lateness, where the outputs have always shown it
+        pl.exclude("transfer_ns", "algbw_gbps", "busbw_gbps"), "transfer_ns", "algbw_gbps", "busbw_gbps"
     )
 
 
 def by_group(inst: pl.DataFrame) -> pl.DataFrame:
-    """Per process group and collective type: count, transfer and skew totals, mean bus bandwidth."""
+    """Per process group and collective type: count, transfer and skew totals (integer ns sums),
+    mean bus bandwidth."""
     if inst.is_empty():
         return pl.DataFrame()
     return (
@@ -256,12 +260,12 @@ def by_group(inst: pl.DataFrame) -> pl.DataFrame:
         .agg(
             count=pl.len(),
             bytes=pl.col("bytes").sum(),
-            transfer_us=pl.col("transfer_us").sum(),
-            skew_us=pl.col("skew_us").sum(),
-            max_skew_us=pl.col("skew_us").max(),
+            transfer_ns=pl.col("transfer_ns").sum(),
+            skew_ns=pl.col("skew_ns").sum(),
+            max_skew_ns=pl.col("skew_ns").max(),
             busbw_gbps=pl.col("bytes").sum()
             / pl.col("transfer_ns").sum()
             * (pl.col("busbw_gbps") / pl.col("algbw_gbps")).mean(),
         )
-        .sort("transfer_us", descending=True)
+        .sort("transfer_ns", descending=True)
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, merge, run_id
+from traceanalyzer.analyses.intervals import coverage_index, merge, merge_sorted, run_id
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
@@ -177,16 +177,19 @@ class CpuActivity:
             "python": python,
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
+        del real_ops, launches, launch_side, python, up  # each layer is let go once merged in
+        # The union of layers 0..k, one layer at a time: each step sorts the union so far (far
+        # fewer rows than the intervals merged into it) with one layer, and sweeps it.
+        schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+        union = pl.DataFrame(schema=schema)
         cumulative = []
-        union = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64})
         for name in LAYERS:
-            df = sets[name]
-            both = pl.concat([union, df.select(*THREAD, "ts_ns", "end_ns").cast(union.schema)])
-            merged = merge(both, THREAD)
-            cumulative.append(coverage_index(merged, THREAD))
-            union = merged.rename({"start_ns": "ts_ns"})
+            layer = sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema)
+            union = merge_sorted(pl.concat([union, layer]).sort([*THREAD, "start_ns"]), THREAD)
+            del layer
+            cumulative.append(coverage_index(union, THREAD, presorted=True))
         return cls(
-            blocked=coverage_index(merge(blocking, THREAD), THREAD),
+            blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
             cumulative=tuple(cumulative),
             blocking=blocking,
             data_ranges=data,

@@ -10,9 +10,40 @@ from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
 from traceanalyzer.analyses.intervals import overlap_join
 from traceanalyzer.analyses.modules import op_modules
+from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
 from traceanalyzer.trace import Trace
+
+# The columns of the classified pieces that naming the culprits and the gaps table read.
+PIECE_COLUMNS = (
+    "gap_id",
+    "device",
+    "step",
+    "phase",
+    "start_ns",
+    "end_ns",
+    "cause",
+    "pid",
+    "tid",
+    "cpu_a",
+    "cpu_b",
+    "t_python",
+    "t_cpu_op",
+    "prev_name",
+    "next_name",
+    "next_start_ns",
+    "next_stream",
+    "launch_api",
+    "launch_ts_ns",
+    "launch_end_ns",
+    "launch_tid",
+    "launch_op_id",
+    "launched_before_trace",
+    "sync_call",
+    "rt_call",
+    "rt_call_overlap_ns",
+)
 
 
 def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -35,13 +66,30 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     # pairs on the gap's own thread only (never gaps x every thread's ops)
     j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
-    j = j.with_columns(_ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a"))
-    child = j.group_by("gap_id", "parent_id").agg(_child=pl.col("_ov").sum()).rename({"parent_id": "op_id"})
-    j = j.join(child, on=["gap_id", "op_id"], how="left").with_columns(
-        _self=pl.col("_ov") - pl.col("_child").fill_null(0)
+    # Four columns of the pairs from here on: they are the largest frame of `gaps`.
+    j = j.select(
+        "gap_id", "op_id", "parent_id", _ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a")
     )
-    top = j.sort(["_self", "op_id"], descending=[True, False])  # ties: the lowest op id, every run
-    return top.unique("gap_id", keep="first").select("gap_id", cpu_op_id=pl.col("op_id"))
+    child = j.group_by("gap_id", "parent_id").agg(_child=pl.col("_ov").sum()).rename({"parent_id": "op_id"})
+    j = j.join(child, on=["gap_id", "op_id"], how="left").select(
+        "gap_id", "op_id", _self=pl.col("_ov") - pl.col("_child").fill_null(0)
+    )
+    # The most self time per gap, ties to the lowest op id (every run alike), without sorting the pairs.
+    top = j.filter(pl.col("_self") == pl.col("_self").max().over("gap_id"))
+    return top.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").min())
+
+
+def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
+    """Columns of the runtime calls `ids` (null: none), one row per id in its order, renamed
+    (`out=column`): a gather by row where runtime_id is the row number (every Trace), else a
+    left join. The gaps look calls up three times: a hash join against every runtime call each
+    time cost more than the lookups' whole answer."""
+    rt = trace.runtime
+    pick = [pl.col(c).alias(out) for out, c in cols.items()]
+    if is_row_number(rt["runtime_id"]):
+        return rt.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
+    keyed = rt.select(pl.col("runtime_id").alias("_id"), *pick)
+    return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
 
 
 def _waited_on(gaps: pl.DataFrame) -> pl.Expr:
@@ -105,45 +153,27 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 
 
 def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
-    """The classified pieces with, per gap: op, range, op_chain, python_frame (the culprit's
+    """The classified pieces (the PIECE_COLUMNS) with, per gap: op, range, op_chain, python_frame (the culprit's
     context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
     act = classified.activity
-    pieces = _stream_waits(trace, classified.pieces)
+    # Only the columns read here and by `analyse_gaps`: every join below copies the whole frame,
+    # and the classified pieces carry ~45 columns (a 1 GB trace has ~300 k gaps).
+    pieces = _stream_waits(trace, classified.pieces.select(PIECE_COLUMNS))
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
     data_range = largest_overlap(
         pieces.filter(pl.col("cause") == "data_loading"), act.data_ranges, "op_id", "data_op", True
     )
     busiest = _most_self_time_op(trace, pieces)
-    pieces = (
-        pieces.join(data_range, on="gap_id", how="left")
-        .join(busiest, on="gap_id", how="left")
-        .join(
-            trace.runtime.select(
-                pl.col("runtime_id").alias("sync_call"),
-                pl.col("op_id").alias("sync_op_id"),
-                pl.col("name").alias("sync_api"),
-            ),
-            on="sync_call",
-            how="left",
-        )
-    )
+    pieces = pieces.join(data_range, on="gap_id", how="left").join(busiest, on="gap_id", how="left")
+    pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_op_id="op_id", sync_api="name"))
     # The runtime call a runtime_call gap sat in (the longest on the thread in the interval).
     # (found by gap_causes, which keys start-up on it)
     rt_call = pieces.select("gap_id", "rt_call", "rt_call_overlap_ns").filter(pl.col("rt_call").is_not_null())
     pieces = pieces.drop("rt_call", "rt_call_overlap_ns")
-    rt_call = rt_call.join(
-        trace.runtime.select(
-            pl.col("runtime_id").alias("rt_call"),
-            pl.col("op_id").alias("rt_op_id"),
-            pl.col("name").alias("rt_api"),
-            pl.col("dur_ns").alias("rt_ns"),
-        ),
-        on="rt_call",
-        how="left",
-    )
-    sync_ns = trace.runtime.select(pl.col("runtime_id").alias("sync_call"), pl.col("dur_ns").alias("sync_ns"))
-    pieces = pieces.join(rt_call, on="gap_id", how="left").join(sync_ns, on="sync_call", how="left")
+    rt_call = rt_call.hstack(_runtime_at(trace, rt_call["rt_call"], rt_op_id="op_id", rt_api="name", rt_ns="dur_ns"))
+    pieces = pieces.join(rt_call, on="gap_id", how="left")
+    pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_ns="dur_ns"))
     cause = pl.col("cause")
     python_only = pl.col("t_python") > pl.col("t_cpu_op")
     # A slow launch names its call when the call took the time, else the op that did.
@@ -210,9 +240,9 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
             "op",
             "range",
             "python_frame",
-            blocked_us=pl.col("blocked_call_overlap_ns") / 1000.0,
+            blocked_ns=pl.col("blocked_call_overlap_ns"),
             call_id="blocked_call",
-            call_us=pl.col("dur_ns") / 1000.0,
+            call_ns=pl.col("dur_ns"),
         ),
     )
     pieces = pieces.join(blocked, on="gap_id", how="left").sort("gap_id")

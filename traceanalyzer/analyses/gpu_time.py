@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge, overlap_join
 from traceanalyzer.trace import Trace
 
 
@@ -28,11 +28,10 @@ def clip_to_windows(intervals: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame
         return intervals.with_columns(
             step=pl.lit(None, pl.Int64), w_start_ns=pl.lit(None, pl.Int64), w_end_ns=pl.lit(None, pl.Int64)
         ).clear()
-    j = intervals.join_where(
-        w,
-        pl.col("start_ns") < pl.col("w_end_ns"),
-        pl.col("end_ns") > pl.col("w_start_ns"),
-    ).filter(pl.col("device") == pl.col("w_device"))
+    # A sorted sweep per device, sized by its answer (`intervals.overlap_join`): a `join_where`
+    # here (IEJoin over every device's pairs, then a filter on the device) took 30 % of `gaps`.
+    j = overlap_join(intervals, w, ["device"], ("start_ns", "end_ns"), ("w_start_ns", "w_end_ns"), ["w_device"])
+    j = j.sort("device", "start_ns", "w_start_ns", "end_ns", maintain_order=True)  # one order, every run
     return j.with_columns(
         start_ns=pl.max_horizontal("start_ns", "w_start_ns"), end_ns=pl.min_horizontal("end_ns", "w_end_ns")
     ).drop("w_device")

@@ -27,18 +27,77 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end
     if df.is_empty():
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
     s = df.select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
-    s = s.with_columns(_grp=run_id("start_ns", "end_ns", by))
+    return merge_sorted(s, by)
+
+
+def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """`merge` of (by..., start_ns, end_ns) already sorted by `by`, then start_ns (a filter of
+    such a frame keeps it sorted): the union of several layers of intervals needs one sort."""
+    if s.is_empty():
+        return s.select(*by, "start_ns", "end_ns")
+    fast = _merge_sweep(s, by)
+    if fast is not None:
+        return fast
+    # Runs are contiguous in the sorted rows, so the groups in order of appearance are sorted too:
+    # no sort after the group-by.
     return (
-        s.group_by([*by, "_grp"])
+        s.select(*by, "start_ns", "end_ns")
+        .with_columns(_grp=run_id("start_ns", "end_ns", by))
+        .group_by([*by, "_grp"], maintain_order=True)
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .drop("_grp")
-        .sort([*by, "start_ns"])
     )
 
 
-def coverage_index(disjoint: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Prefix sums over disjoint sorted intervals, for `covered`."""
-    return disjoint.sort([*by, "start_ns"]).with_columns(
+def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
+    """`merge_sorted` as one sweep over the whole frame, without a window per group or a
+    group-by: each group's times are shifted into a band of their own (group number x span), so
+    that one running maximum of the ends never reaches from one group into the next. A run
+    starts where its group starts or where a start passes every earlier end; it ends at the
+    running maximum on its last row. None (use the group-by) when that does not hold: null
+    times, an end before its start, or bands that would overflow int64."""
+    first = pl.int_range(pl.len()) == 0
+    for b in by:
+        first = first | pl.col(b).ne_missing(pl.col(b).shift(1))
+    t = s.select(
+        _n=pl.col("start_ns").null_count() + pl.col("end_ns").null_count(),
+        _neg=(pl.col("end_ns") < pl.col("start_ns")).sum(),
+        _lo=pl.col("start_ns").min(),
+        _hi=pl.col("end_ns").max(),
+        _groups=first.sum(),
+    ).row(0)
+    if t[0] or t[1]:
+        return None
+    lo, hi, groups = int(t[2]), int(t[3]), int(t[4])
+    span = hi - lo + 1
+    if groups * span >= 1 << 62:
+        return None
+    # One lazy query, so that the helper columns are let go inside it (a 1 GB trace merges
+    # millions of rows: each helper column is tens of MB).
+    band = (first.cum_sum().cast(pl.Int64) - 1) * span - lo
+    swept = (
+        s.lazy()
+        .with_columns(_first=first, _band=band)
+        .with_columns(_reach=(pl.col("end_ns") + pl.col("_band")).cum_max())
+        .with_columns(_new=pl.col("_first") | ((pl.col("start_ns") + pl.col("_band")) > pl.col("_reach").shift(1)))
+        .select(
+            *by,
+            "start_ns",
+            "_new",
+            _last=pl.col("_new").shift(-1, fill_value=True),
+            _end=pl.col("_reach") - pl.col("_band"),
+        )
+        .collect()
+    )
+    ends = swept.filter("_last").get_column("_end").alias("end_ns")
+    return swept.filter("_new").select(*by, "start_ns").hstack([ends])
+
+
+def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = False) -> pl.DataFrame:
+    """Prefix sums over disjoint sorted intervals, for `covered` (`presorted`: `disjoint` is
+    sorted by `by`, then start_ns already, as `merge` returns it)."""
+    ordered = disjoint if presorted else disjoint.sort([*by, "start_ns"])
+    return ordered.with_columns(
         _before=(pl.col("end_ns") - pl.col("start_ns")).cum_sum().shift(1, fill_value=0).over(by)
     )
 
@@ -46,7 +105,8 @@ def coverage_index(disjoint: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 def _covered_until(q: pl.DataFrame, index: pl.DataFrame, at: str, by: list[str], out: str) -> pl.DataFrame:
     """Covered time from -inf to q[at], per row of q."""
     j = q.sort(at).join_asof(
-        index.select(*by, pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), "_before").sort("_s"),
+        # sorted by `by`, then start (coverage_index): what an as-of join by keys needs
+        index.select(*by, pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), "_before"),
         left_on=at,
         right_on="_s",
         by=by,
@@ -108,13 +168,11 @@ def overlap_join(
         """(q's index, t's index) for the rows of t (sorted by key, `at`) with lo <= t[at] <= hi."""
         own, other = q.columns[0], t.columns[0]
         bounds = q.select(own, *qkeys, _lo=lo, _hi=hi)
-        found = t.select(other, *tkeys, at).sort(at)
+        # An as-of join by keys needs each key's rows sorted, not the whole column: `t` is
+        # sorted by key, then `at`, and so is `_lo` (a start, or a start + 1) within q's keys.
+        found = t.select(other, *tkeys, at)
         kw = {"by_left": qkeys, "by_right": tkeys, "right_on": at, "check_sortedness": False}
-        first = (
-            bounds.sort("_lo")
-            .join_asof(found.rename({other: "_first"}), left_on="_lo", strategy="forward", **kw)
-            .drop(at)
-        )
+        first = bounds.join_asof(found.rename({other: "_first"}), left_on="_lo", strategy="forward", **kw).drop(at)
         both = first.sort("_hi").join_asof(found.rename({other: "_last"}), left_on="_hi", strategy="backward", **kw)
         return (
             both.filter(pl.col("_first") <= pl.col("_last"))

@@ -45,6 +45,7 @@ from traceanalyzer.options import Options, PatternOptions, StageOptions
 from traceanalyzer.patterns import D2H_COPY, H2D_COPY, MODEL_CPU, PROFILER_STEP, TB_DATALOADER
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown, display_us, mean_us
 
 PIPELINE_STAGES = (
     "data_loading",
@@ -64,15 +65,42 @@ _IV = {"start_ns": pl.Int64, "end_ns": pl.Int64}
 
 @dataclass(frozen=True, repr=False)
 class StagesResult(Compact):
-    """Each step's time by stage, in priority order, with the average step."""
+    """Each step's time by stage, in priority order, with the average step.
+
+    The tables hold int64 ns (`times_ns`, `table_ns`: durations, summed as integers); `times`
+    and `table` are their µs display views (`units.display_us`), the columns the outputs print,
+    and `average` / `average_step_us` the means in µs of the integer totals."""
 
     view: str  # pipeline | tensorboard | mapping
     stages: tuple[str, ...]  # in priority order; the last one is the remainder
-    times: pl.DataFrame  # step, stage, time_us (long form, every step × stage)
-    table: pl.DataFrame  # step, duration_us, then one column per stage (µs)
-    average: dict[str, float]  # stage -> mean µs per step
-    average_step_us: float
+    times_ns: pl.DataFrame  # step, stage, time_ns (long form, every step × stage)
+    table_ns: pl.DataFrame  # step, duration_ns, then one column per stage (ns)
+    total_ns: dict[str, int]  # stage -> its time summed over the steps
+    step_total_ns: int  # the steps' durations summed
     window_kind: str  # see analyses.windows.window_kind
+    origin_ns: int = 0  # the trace start
+
+    # the µs display views of the ns tables (units.Shown)
+    times = Shown("times_ns")
+
+    @property
+    def table(self) -> pl.DataFrame:
+        """step, duration_us, then one column per stage, in µs (computed once): the long form's
+        view pivoted, so a stage's µs are those of `times` to the last digit."""
+        if "_table" not in self.__dict__:  # a frozen dataclass forbids setattr, not its __dict__
+            durations = display_us(self.table_ns.select("step", "duration_ns"), self.origin_ns)
+            self.__dict__["_table"] = _wide(self.times, durations, self.stages)
+        return self.__dict__["_table"]
+
+    @property
+    def average(self) -> dict[str, float]:
+        """stage -> mean µs per step."""
+        return {s: mean_us(v, self.table_ns.height) for s, v in self.total_ns.items()}
+
+    @property
+    def average_step_us(self) -> float:
+        """The mean step, µs."""
+        return mean_us(self.step_total_ns, self.table_ns.height)
 
 
 def read_mapping(path: str) -> list[tuple[str, str]]:
@@ -256,6 +284,15 @@ def _tensorboard_layers(trace: Trace) -> list[tuple[str, pl.DataFrame]]:
     ]
 
 
+def _wide(times: pl.DataFrame, durations: pl.DataFrame, stages: tuple[str, ...]) -> pl.DataFrame:
+    """step, the duration, then one column per stage: the long form (step, stage, one time
+    column) pivoted onto the steps (step, one duration column)."""
+    value = times.columns[2]
+    wide = times.pivot(on="stage", index="step", values=value, maintain_order=True) if times.height else pl.DataFrame()
+    table = durations.join(wide, on="step", how="left", nulls_equal=True) if wide.height else durations
+    return table.select("step", durations.columns[1], *[s for s in stages if s in table.columns])
+
+
 def analyse_stages(
     trace: Trace,
     options: Options | StageOptions | None = None,
@@ -290,13 +327,10 @@ def analyse_stages(
         wins.select("step", "start_ns")
         .join(pl.DataFrame({"stage": list(stages)}), how="cross")
         .join(long, on=["step", "stage"], how="left", nulls_equal=True)
-        .select("step", "stage", time_us=pl.col("ns").fill_null(0) / 1000.0)
+        .select("step", "stage", time_ns=pl.col("ns").fill_null(0).cast(pl.Int64))
     )
-    durations = wins.select("step", duration_us=(pl.col("end_ns") - pl.col("start_ns")) / 1000.0)
-    wide = (
-        times.pivot(on="stage", index="step", values="time_us", maintain_order=True) if times.height else pl.DataFrame()
-    )
-    table = durations.join(wide, on="step", how="left", nulls_equal=True) if wide.height else durations
-    table = table.select("step", "duration_us", *[s for s in stages if s in table.columns])
-    average = {s: float(table[s].mean()) for s in stages if s in table.columns}
-    return StagesResult(view_name, stages, times, table, average, float(durations["duration_us"].mean()), window_kind)
+    durations = wins.select("step", duration_ns=pl.col("end_ns") - pl.col("start_ns"))
+    table = _wide(times, durations, stages)
+    total = {s: int(table[s].sum()) for s in stages if s in table.columns}
+    step_total = int(durations["duration_ns"].sum())
+    return StagesResult(view_name, stages, times, table, total, step_total, window_kind, trace.meta.origin_ns)

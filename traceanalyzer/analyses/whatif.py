@@ -25,6 +25,7 @@ from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times
 from traceanalyzer.errors import UsageError
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import Shown, duration_us
 
 # Cause -> the CPU layers (t_<layer> of the graph's slices) whose time it removes.
 CPU_CAUSES = {
@@ -37,7 +38,7 @@ CPU_CAUSES = {
 }
 GPU_CAUSES = ("gpu_wait", "kernel_spacing", "peer_wait", "slow_launch")
 SCENARIO_CAUSES = tuple(CPU_CAUSES) + GPU_CAUSES
-STEP_COLUMNS = ("step_us", "replayed_us", "predicted_us", "saving_us")
+STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
 
 
 @dataclass(frozen=True)
@@ -83,21 +84,44 @@ class Scenario:
 
 @dataclass(frozen=True)
 class WhatIf:
-    """The steps as captured, replayed unchanged and predicted under a scenario (µs)."""
+    """The steps as captured, replayed unchanged and predicted under a scenario.
+
+    `steps_ns` holds int64 ns (step, step_ns, replayed_ns, predicted_ns, saving_ns); `steps` is
+    its µs display view (`units.display_us`); the medians are of the ns, shown in µs by the
+    `*_us` properties."""
 
     scenario: Scenario
-    steps: pl.DataFrame  # step, step_us, replayed_us, predicted_us, saving_us
-    median_step_us: float | None
-    replayed_median_step_us: float | None
-    predicted_median_step_us: float | None
+    steps_ns: pl.DataFrame  # step, step_ns, replayed_ns, predicted_ns, saving_ns
+    median_step_ns: float | None
+    replayed_median_step_ns: float | None
+    predicted_median_step_ns: float | None
     model_error: float | None  # |replayed - captured| / captured of the median step
+    origin_ns: int = 0  # the trace start
+
+    # the µs display view of the ns table (units.Shown)
+    steps = Shown("steps_ns")
+
+    @property
+    def median_step_us(self) -> float | None:
+        """The median step as captured, µs."""
+        return None if self.median_step_ns is None else duration_us(self.median_step_ns)
+
+    @property
+    def replayed_median_step_us(self) -> float | None:
+        """The median step replayed with nothing changed, µs."""
+        return None if self.replayed_median_step_ns is None else duration_us(self.replayed_median_step_ns)
+
+    @property
+    def predicted_median_step_us(self) -> float | None:
+        """The median step under the scenario, µs."""
+        return None if self.predicted_median_step_ns is None else duration_us(self.predicted_median_step_ns)
 
     @property
     def saving_us(self) -> float | None:
         """Median step as replayed less as predicted: what the change saves per step."""
-        if self.replayed_median_step_us is None or self.predicted_median_step_us is None:
+        if self.replayed_median_step_ns is None or self.predicted_median_step_ns is None:
             return None
-        return self.replayed_median_step_us - self.predicted_median_step_us
+        return duration_us(self.replayed_median_step_ns - self.predicted_median_step_ns)
 
 
 @dataclass
@@ -162,9 +186,10 @@ class Model:
 
     def what_if(self, scenario: Scenario) -> WhatIf:
         """Replay `scenario` and compare its median step with the capture's."""
+        origin = self.trace.meta.origin_ns
         if self.graph.nodes.is_empty():
-            empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Float64 for c in STEP_COLUMNS}})
-            return WhatIf(scenario, empty, None, None, None, None)
+            empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Int64 for c in STEP_COLUMNS}})
+            return WhatIf(scenario, empty, None, None, None, None, origin)
         dur, own, lag, cut = self._apply(scenario)
         sched = replay(self.prepared, dur, own, lag, cut)
         captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
@@ -174,18 +199,13 @@ class Model:
             captured.with_row_index("_k")
             .join(base.with_row_index("_k"), on="_k", how="left")
             .join(new.with_row_index("_k"), on="_k", how="left")
-            .select(
-                "step",
-                step_us=pl.col("step_ns") / 1000.0,
-                replayed_us=pl.col("replayed_ns") / 1000.0,
-                predicted_us=pl.col("predicted_ns") / 1000.0,
-            )
-            .with_columns(saving_us=pl.col("replayed_us") - pl.col("predicted_us"))
+            .select("step", "step_ns", "replayed_ns", "predicted_ns")
+            .with_columns(saving_ns=pl.col("replayed_ns") - pl.col("predicted_ns"))
         )
         med = lambda c: steps[c].median() if steps.height else None  # noqa: E731
-        m, r, p = med("step_us"), med("replayed_us"), med("predicted_us")
+        m, r, p = med("step_ns"), med("replayed_ns"), med("predicted_ns")
         err = abs(r - m) / m if m and r is not None else None
-        return WhatIf(scenario, steps, m, r, p, err)
+        return WhatIf(scenario, steps, m, r, p, err, origin)
 
     def _apply(self, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Per node durations and own times, per edge lags and cuts (None: none) under `sc`."""

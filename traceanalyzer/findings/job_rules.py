@@ -46,17 +46,16 @@ EXPOSED_ADVICE = (
 def _exposed_single(ses) -> list[Finding]:
     """One trace: the collective time no compute kernel hid, as a share of the step windows."""
     comm = ses.communication
-    if comm.is_empty():
+    if comm.per_step_ns.is_empty():
         return []
     wins = windows.step_windows(ses.trace)
     window = duration_us(int((wins["end_ns"] - wins["start_ns"]).sum())) if wins.height else 0.0
-    exposed = float(comm["exposed_us"].sum())
-    total = float(comm["comm_us"].sum())
+    exposed, total = comm.exposed_us, comm.comm_us
     th = ses.options.value("exposed_comm_share")
     if window <= 0 or exposed / window < th:
         return []
     share = exposed / window
-    n = max(comm.height, 1)
+    n = max(comm.per_step_ns.height, 1)
     per = "per step" if ses.trace.steps.height else "in the trace"
     return [
         Finding(
@@ -66,9 +65,9 @@ def _exposed_single(ses) -> list[Finding]:
             f"{share:.1%} of the step windows ({window / 1000:,.1f} ms"
             + (f", {exposed / n / 1000:,.1f} ms {per} over {n} steps" if ses.trace.steps.height else "")
             + "); whether that was waiting for peers or the transfer needs the other ranks (`summary DIR`)",
-            {"exposed_us": exposed, "comm_us": total, "share": share, "window_us": window, "steps": comm.height},
+            {"exposed_us": exposed, "comm_us": total, "share": share, "window_us": window, "steps": n},
             EXPOSED_ADVICE,
-            tuple(comm.sort("exposed_us", descending=True).head(5).to_dicts()),
+            tuple(comm.per_step.sort("exposed_us", descending=True).head(5).to_dicts()),
             at_stake_us=exposed,
         )
     ]

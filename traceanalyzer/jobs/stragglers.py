@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import collectives, intervals
-from traceanalyzer.units import Shown, us_expr
+from traceanalyzer.units import Shown, display_us, us_expr
 
 
 @dataclass(frozen=True)
@@ -200,8 +200,8 @@ def compare(results, shift: dict[int, int], rank_of: dict[int, int]) -> Collecti
         cause = _cause(results[i].idle_gaps, win)
     return CollectiveResult(
         note,
-        inst.drop("first_ns", "last_ns", "median_ns", "transfer_ns"),
-        collectives.by_group(inst),
+        display_us(inst.drop("first_ns", "last_ns", "median_ns"), 0),  # durations only: no origin
+        display_us(collectives.by_group(inst), 0),
         arrivals,
         stragglers,
         cause,

@@ -87,7 +87,7 @@ def gaps_report(ses: Session, top: int) -> Report:
         "summary": {
             "window": result.window_kind,
             "step_source": ses.step_source,
-            "communication": lambda: ses.communication,  # JSON only: not computed for a table
+            "communication": lambda: ses.communication.per_step,  # JSON only: not computed for a table
             "devices": dev,
             "steps": result.steps,
             "idle_by_cause": {r["cause"]: r["idle_us"] for r in result.idle_by_cause.iter_rows(named=True)},

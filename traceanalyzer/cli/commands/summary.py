@@ -205,7 +205,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         "idle_by_cause": idle,
         "culprits": culprits.head(top) if top else culprits,
         "syncs": {"sync_idle_us": ses.syncs.sync_idle_us, "blocked_us": ses.syncs.blocked_us},
-        "communication": lambda: ses.communication,  # JSON only: not computed for a table
+        "communication": lambda: ses.communication.per_step,  # JSON only: not computed for a table
         "top_ops": ops.head(top) if top else ops,
         "top_kernels": kern.head(top) if top else kern,
         "critical_path": {
