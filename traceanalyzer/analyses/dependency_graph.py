@@ -58,19 +58,74 @@ EDGE_SCHEMA = {
 }
 # Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
 WORK_LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op")
+# Node columns kept as Int32 when every value fits: ids, threads and streams, layer times.
+NARROW = [
+    "pid",
+    "tid",
+    "device",
+    "stream",
+    "runtime_id",
+    "op_id",
+    "gpu_id",
+    *(f"t_{n}" for n in (*LAYERS, "untraced")),
+]
 
 
 @dataclass(frozen=True)
 class DependencyGraph:
-    """nodes: node, lane (cpu|gpu), pid, tid, device, stream, ts_ns, end_ns (captured), dur_ns and
-    own_ns (the modelled durations: a sync's own time without waiting), wait_ns (a collective's
-    wait for peers), kind, name, gpu_id, runtime_id, op_id, t_<layer>; edges: src, dst, etype,
-    from_start, to_end, lag_ns; steps: step, pid, tid, cpu_start_ns, cpu_end_ns, first_node,
-    last_node (the slices that begin and end each step's CPU range)."""
+    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid,
+    device, stream, ts_ns, end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's
+    own time without waiting), wait_ns (a collective's wait for peers), kind, gpu_id, runtime_id,
+    op_id, t_<layer>; edges: src, dst, etype, from_start, to_end, lag_ns; steps: step, pid, tid,
+    cpu_start_ns, cpu_end_ns, first_node, last_node (the slices that begin and end each step's
+    CPU range). `names(rows)` names nodes.
+
+    The node table is the largest of the graph (a row per slice of every launching thread), so
+    it holds no name (gathered by id when asked) and no node column, and row numbers, thread
+    and stream ids and the layer times are Int32 where every value fits."""
 
     nodes: pl.DataFrame
     edges: pl.DataFrame
     steps: pl.DataFrame
+    # the names nodes take, by id: runtime calls', ops' (runtime_id, op_id) and GPU activities' (gpu_id)
+    runtime_names: pl.Series
+    op_names: pl.Series
+    gpu_names: pl.Series
+
+    def names(self, rows: pl.Series) -> pl.Series:
+        """The name of the nodes `rows`: a GPU activity's own; a slice's runtime call, else its
+        innermost op, else its kind."""
+        n = self.nodes.select("lane", "runtime_id", "op_id", "gpu_id", "kind")[rows]
+        cpu = [_by_id(self.runtime_names, n["runtime_id"]), _by_id(self.op_names, n["op_id"]), n["kind"]]
+        gpu = _by_id(self.gpu_names, n["gpu_id"])
+        return n.select(pl.when(pl.col("lane") == "gpu").then(gpu).otherwise(pl.coalesce(cpu)).alias("name"))["name"]
+
+    def gpu_node_names(self) -> pl.Series:
+        """Every node's GPU activity name (null on CPU slices), in node order."""
+        return _by_id(self.gpu_names, self.nodes["gpu_id"]).alias("name")
+
+
+def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
+    """names[id] per id (null where the id is)."""
+    if names.len() == 0:
+        return pl.repeat(None, ids.len(), dtype=pl.String, eager=True)
+    return names.gather(ids)
+
+
+INT32 = (-(2**31), 2**31 - 1)
+
+
+def _narrow(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """`cols` as Int32 where every value fits (the same values, half the memory), one column at
+    a time so that only one wide column is ever copied at once."""
+    bounds = df.select(
+        [pl.col(c).min().alias(f"lo_{c}") for c in cols] + [pl.col(c).max().alias(f"hi_{c}") for c in cols]
+    )
+    for c in cols:
+        lo, hi = bounds[f"lo_{c}"].item(), bounds[f"hi_{c}"].item()
+        if df.schema[c] != pl.Int32 and (lo is None or (lo >= INT32[0] and hi <= INT32[1])):
+            df = df.with_columns(pl.col(c).cast(pl.Int32))
+    return df
 
 
 def _threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
@@ -184,12 +239,8 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
         kind=pl.when(pl.col("_wait")).then(pl.lit("thread_wait")).otherwise(pl.col("kind")),
         dur_ns=pl.when(pl.col("_wait")).then(0).otherwise(pl.col("end_ns") - pl.col("ts_ns")),
     )
-    s = s.drop("_idle", "_main", "_wait")
-    # names last, gathered by position (runtime_id and op_id are row numbers of their tables)
-    rname = trace.runtime["name"].gather(s["runtime_id"]) if trace.runtime.height else None
-    oname = trace.ops["name"].gather(s["op_id"]) if trace.ops.height else None
-    names = [x for x in (rname, oname) if x is not None]
-    return s.with_columns(name=pl.coalesce(*names, pl.col("kind"))), forks
+    # no names: `DependencyGraph.names` gathers them by id (runtime_id and op_id are row numbers)
+    return s.drop("_idle", "_main", "_wait"), forks
 
 
 def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
@@ -220,7 +271,7 @@ def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
         lane=pl.lit("gpu"),
         kind=pl.when(pl.col("_coll")).then(pl.lit("collective")).otherwise(pl.col("kind")),
         wait_ns=pl.when(pl.col("_coll")).then(pl.col("dur_ns") - fastest).otherwise(0),
-    ).drop("_coll", "input_dims")
+    ).drop("_coll", "input_dims", "name")
 
 
 def _pairs(
@@ -385,6 +436,8 @@ def build_graph(
     # largest of the graph (names and all), is never copied while its parts are alive.
     gpu = gpu.drop("launch_ts_ns", "launch_pid", "launch_tid")  # read above only (`launched`)
     nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed", rechunk=False)
-    del cpu, gpu
+    del cpu, gpu, first_slice, last_slice, launched
+    nodes = _narrow(nodes.drop("node"), NARROW)
     nodes, e = calibrate(nodes, e)
-    return DependencyGraph(nodes, e, steps)
+    names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
+    return DependencyGraph(nodes, e, steps, *names)
