@@ -175,8 +175,16 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
     )
     s = innermost_containing(s, rt, "runtime_id", "runtime_id")
     s = innermost_containing(s, trace.ops, "op_id", "op_id")
+    # The layers' coverage on the slices' times alone: `covered` sorts what it is given (twice
+    # per layer), so each runs on a narrow copy and its column is scattered back into the
+    # slices' order, which stays (pid, tid, ts_ns) from `_slices` on: no sort of the wide table.
+    times = s.select(*THREAD, "ts_ns", "end_ns").with_row_index("_r")
     for k, index in enumerate(act.cumulative):
-        s = covered(s, index, THREAD, "ts_ns", "end_ns", f"_u{k}")
+        got = covered(times, index, THREAD, "ts_ns", "end_ns", "_u").select("_r", "_u")
+        u = pl.Series(f"_u{k}", [], dtype=got.schema["_u"]).extend_constant(None, s.height)
+        s = s.with_columns(u.scatter(got["_r"], got["_u"]))
+        del got
+    del times
     layers = [
         (pl.col(f"_u{k}") - (pl.col(f"_u{k - 1}") if k else 0)).clip(0).alias(f"t_{n}") for k, n in enumerate(LAYERS)
     ]
@@ -189,8 +197,7 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
     kind = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
     for n in names:
         kind = kind.when(pl.col(f"t_{n}") >= largest).then(pl.lit(n))
-    s = s.with_columns(kind=kind)
-    s = s.sort(*THREAD, "ts_ns")
+    s = s.with_columns(kind=kind)  # in (pid, tid, ts_ns) order already: one row per distinct start
     # Waits on another thread. Idle: no work layer covers the slice (Python frames may).
     idle = pl.sum_horizontal([pl.col(f"t_{n}") for n in WORK_LAYERS]) == 0
     s = s.with_columns(_idle=idle)
@@ -298,7 +305,11 @@ def build_graph(
     gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
     edges = []
     # serial
-    edges.append(_pairs(cpu.with_columns(_next=pl.col("node").shift(-1).over(THREAD)), "node", "_next", "serial"))
+    # (the slices are in (pid, tid, ts_ns) order: a thread's next slice is the next row of that thread)
+    same_thread = (pl.col("pid") == pl.col("pid").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
+    serial = cpu.select("node", _next=pl.when(same_thread).then(pl.col("node").shift(-1)))
+    edges.append(_pairs(serial, "node", "_next", "serial"))
+    del serial
     # launch: the slice that begins the launch call
     first_slice = cpu.select(*THREAD, "ts_ns", _slice="node")
     calls = trace.runtime.select("runtime_id", *THREAD, "ts_ns", "end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
@@ -392,12 +403,15 @@ def build_graph(
             edges.append(_pairs(waited_on, col, "_slice", "sync", to_end=True))
     # fork / join with the other launching threads
     if forks.height:
-        other = cpu.filter(pl.col("kind") != "thread_wait")
+        # the columns first: an eager filter copies every column of the rows it keeps
+        narrow = cpu.select("pid", "tid", "node", "ts_ns", "end_ns", "kind")
+        other = narrow.filter(pl.col("kind") != "thread_wait")
         main = main_thread(trace)
         other = other.filter(~((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))).select(
             "pid", "node", "ts_ns", "end_ns"
         )
-        mcpu = cpu.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+        mcpu = narrow.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+        del narrow
         f = forks.sort("gap_a")
         f = f.join_asof(
             other.sort("ts_ns").select("pid", _dst="node", _ts="ts_ns"),
@@ -421,6 +435,7 @@ def build_graph(
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
     # a blocking call's own copy can also be the work it waited for: only sync edges repeat
     e = pl.concat(edges).filter(pl.col("src") != pl.col("dst"))
+    del edges  # the parts, a copy of every edge, would live on through the calibration
     e = pl.concat(
         [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
     )

@@ -13,7 +13,7 @@ stops the calls waiting for the GPU (their `sync` edges are cut).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -119,9 +119,14 @@ class Model:
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
         n = self.graph.nodes
-        self._dur = n["dur_ns"].cast(pl.Int64).to_numpy()
-        self._own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
-        self.base = replay(self.prepared, self._dur, self._own)
+        dur = n["dur_ns"].cast(pl.Int64).to_numpy()
+        own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
+        self.base = replay(self.prepared, dur, own)
+        del dur, own
+        # The captured times live on in `prepared.ts` and the replay of the capture (`base`,
+        # which reproduces them): the node table need not hold them too.
+        n = n.drop("ts_ns", "end_ns")
+        self.graph = replace(self.graph, nodes=n)
         e = self.graph.edges
         self._gpu_launch = (
             n.select(_node_index(), "lane")  # the columns first: an eager filter copies every column
