@@ -247,7 +247,9 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
         dur_ns=pl.when(pl.col("_wait")).then(0).otherwise(pl.col("end_ns") - pl.col("ts_ns")),
     )
     # no names: `DependencyGraph.names` gathers them by id (runtime_id and op_id are row numbers)
-    return s.drop("_idle", "_main", "_wait"), forks
+    # narrow now what no join of `build_graph` reads (threads stay Int64 until the joins are done)
+    narrow = ["runtime_id", "op_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
+    return _narrow(s.drop("_idle", "_main", "_wait"), narrow), forks
 
 
 def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
