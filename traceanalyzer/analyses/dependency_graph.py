@@ -115,9 +115,10 @@ def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
 INT32 = (-(2**31), 2**31 - 1)
 
 
-def _narrow(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+def _narrow(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     """`cols` as Int32 where every value fits (the same values, half the memory), one column at
     a time so that only one wide column is ever copied at once."""
+    cols = [c for c in names if c in df.columns]
     bounds = df.select(
         [pl.col(c).min().alias(f"lo_{c}") for c in cols] + [pl.col(c).max().alias(f"hi_{c}") for c in cols]
     )
@@ -451,10 +452,13 @@ def build_graph(
     # CPU nodes are numbered first, GPU nodes after, each in row order: the concatenation is in
     # node order already. Its chunks are kept (no rechunk, no sort), so the node table, the
     # largest of the graph (names and all), is never copied while its parts are alive.
-    gpu = gpu.drop("launch_ts_ns", "launch_pid", "launch_tid")  # read above only (`launched`)
-    nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed", rechunk=False)
-    del cpu, gpu, first_slice, last_slice, launched
-    nodes = _narrow(nodes.drop("node"), NARROW)
+    # Each part is narrowed before the concatenation (narrowing the two-chunk table after it
+    # copied all of it: +140 MB at 311 MB).
+    del first_slice, last_slice, launched
+    cpu = _narrow(cpu.drop("node").with_columns(wait_ns=pl.lit(0, pl.Int64)), NARROW)
+    gpu = _narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid"), NARROW)  # read above only
+    nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
+    del cpu, gpu
     nodes, e = calibrate(nodes, e)
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
     return DependencyGraph(nodes, e, steps, *names)

@@ -143,6 +143,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     # builds, and built while little else is held it raises the peak memory least.
     cp = ses.critical_path
     findings = ses.findings_by_saving  # what fixing each would save per step, largest first
+    ses.release("dependency_model")  # the path and the savings are read: nothing below replays
     g = ses.gaps
     ops = ses.ops.filter(~pl.col("name").str.contains(PROFILER_STEP))
     kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
