@@ -38,11 +38,10 @@ what depends on it through the same edges.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
+from traceanalyzer.analyses.graph_table import DependencyGraph, narrow
 from traceanalyzer.analyses.intervals import covered
 from traceanalyzer.analyses.replay import calibrate
 from traceanalyzer.links import innermost_containing
@@ -59,74 +58,7 @@ EDGE_SCHEMA = {
 # Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
 WORK_LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op")
 # Node columns kept as Int32 when every value fits: ids, threads and streams, layer times.
-NARROW = [
-    "pid",
-    "tid",
-    "device",
-    "stream",
-    "runtime_id",
-    "op_id",
-    "gpu_id",
-    *(f"t_{n}" for n in (*LAYERS, "untraced")),
-]
-
-
-@dataclass(frozen=True)
-class DependencyGraph:
-    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid,
-    device, stream, ts_ns, end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's
-    own time without waiting), wait_ns (a collective's wait for peers), kind, gpu_id, runtime_id,
-    op_id, t_<layer>; edges: src, dst, etype, from_start, to_end, lag_ns; steps: step, pid, tid,
-    cpu_start_ns, cpu_end_ns, first_node, last_node (the slices that begin and end each step's
-    CPU range). `names(rows)` names nodes.
-
-    The node table is the largest of the graph (a row per slice of every launching thread), so
-    it holds no name (gathered by id when asked) and no node column, and row numbers, thread
-    and stream ids and the layer times are Int32 where every value fits."""
-
-    nodes: pl.DataFrame
-    edges: pl.DataFrame
-    steps: pl.DataFrame
-    # the names nodes take, by id: runtime calls', ops' (runtime_id, op_id) and GPU activities' (gpu_id)
-    runtime_names: pl.Series
-    op_names: pl.Series
-    gpu_names: pl.Series
-
-    def names(self, rows: pl.Series) -> pl.Series:
-        """The name of the nodes `rows`: a GPU activity's own; a slice's runtime call, else its
-        innermost op, else its kind."""
-        n = self.nodes.select("lane", "runtime_id", "op_id", "gpu_id", "kind")[rows]
-        cpu = [_by_id(self.runtime_names, n["runtime_id"]), _by_id(self.op_names, n["op_id"]), n["kind"]]
-        gpu = _by_id(self.gpu_names, n["gpu_id"])
-        return n.select(pl.when(pl.col("lane") == "gpu").then(gpu).otherwise(pl.coalesce(cpu)).alias("name"))["name"]
-
-    def gpu_node_names(self) -> pl.Series:
-        """Every node's GPU activity name (null on CPU slices), in node order."""
-        return _by_id(self.gpu_names, self.nodes["gpu_id"]).alias("name")
-
-
-def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
-    """names[id] per id (null where the id is)."""
-    if names.len() == 0:
-        return pl.repeat(None, ids.len(), dtype=pl.String, eager=True)
-    return names.gather(ids)
-
-
-INT32 = (-(2**31), 2**31 - 1)
-
-
-def _narrow(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
-    """`cols` as Int32 where every value fits (the same values, half the memory), one column at
-    a time so that only one wide column is ever copied at once."""
-    cols = [c for c in names if c in df.columns]
-    bounds = df.select(
-        [pl.col(c).min().alias(f"lo_{c}") for c in cols] + [pl.col(c).max().alias(f"hi_{c}") for c in cols]
-    )
-    for c in cols:
-        lo, hi = bounds[f"lo_{c}"].item(), bounds[f"hi_{c}"].item()
-        if df.schema[c] != pl.Int32 and (lo is None or (lo >= INT32[0] and hi <= INT32[1])):
-            df = df.with_columns(pl.col(c).cast(pl.Int32))
-    return df
+NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
 
 
 def _threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
@@ -249,8 +181,8 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
     )
     # no names: `DependencyGraph.names` gathers them by id (runtime_id and op_id are row numbers)
     # narrow now what no join of `build_graph` reads (threads stay Int64 until the joins are done)
-    narrow = ["runtime_id", "op_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
-    return _narrow(s.drop("_idle", "_main", "_wait"), narrow), forks
+    ids_and_times = ["runtime_id", "op_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
+    return narrow(s.drop("_idle", "_main", "_wait"), ids_and_times), forks
 
 
 def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
@@ -407,14 +339,14 @@ def build_graph(
     # fork / join with the other launching threads
     if forks.height:
         # the columns first: an eager filter copies every column of the rows it keeps
-        narrow = cpu.select("pid", "tid", "node", "ts_ns", "end_ns", "kind")
-        other = narrow.filter(pl.col("kind") != "thread_wait")
+        slim = cpu.select("pid", "tid", "node", "ts_ns", "end_ns", "kind")
+        other = slim.filter(pl.col("kind") != "thread_wait")
         main = main_thread(trace)
         other = other.filter(~((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))).select(
             "pid", "node", "ts_ns", "end_ns"
         )
-        mcpu = narrow.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
-        del narrow
+        mcpu = slim.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+        del slim
         f = forks.sort("gap_a")
         f = f.join_asof(
             other.sort("ts_ns").select("pid", _dst="node", _ts="ts_ns"),
@@ -455,8 +387,8 @@ def build_graph(
     # Each part is narrowed before the concatenation (narrowing the two-chunk table after it
     # copied all of it: +140 MB at 311 MB).
     del first_slice, last_slice, launched
-    cpu = _narrow(cpu.drop("node").with_columns(wait_ns=pl.lit(0, pl.Int64)), NARROW)
-    gpu = _narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid"), NARROW)  # read above only
+    cpu = narrow(cpu.drop("node").with_columns(wait_ns=pl.lit(0, pl.Int64)), NARROW)
+    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid"), NARROW)  # read above only
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes, e = calibrate(nodes, e)
