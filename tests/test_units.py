@@ -73,3 +73,12 @@ def test_a_mean_of_integer_ns_is_one_division():
     # first, 558_723.2, then / 1000, gives 558.7231999999999).
     assert mean_us(5_587_232, 10) == 558.7232 and 558_723.2 / 1000 != 558.7232
     assert mean_us(0, 0) == 0.0 and mean_us(1_000, 4) == 0.25
+
+
+def test_display_divides_exactly_in_long_tables():
+    # 84,616,006 ns is 84,616.006 µs; polars' column / 1000.0 (a product with 0.001) gave
+    # 84616.00600000001 in a table of more than one row. Every value must be the nearest double.
+    ns = [84_616_006, 3_925, 1, None, 512_187]
+    shown = display_us(pl.DataFrame({"dur_ns": ns, "start_ns": ns}), origin_ns=0)
+    assert shown["dur_us"].to_list() == [84616.006, 3.925, 0.001, None, 512.187]
+    assert shown["start_us"].to_list() == [84616.006, 3.925, 0.001, None, 512.187]

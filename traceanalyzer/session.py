@@ -223,6 +223,12 @@ class Session:
         graph = build_graph(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
         return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
 
+    def release(self, *names: str) -> None:
+        """Let building blocks go (`dependency_model`) once what is read from them is computed:
+        their memory serves what comes next; asked for again, they are built again."""
+        for name in names:
+            self.__dict__.pop(name, None)
+
     @_result
     def critical_path(self) -> CriticalPath:
         """The critical path of every step: segments that sum to the step time (`analyses.critical_path`)."""

@@ -24,9 +24,27 @@ def is_point(column: str) -> bool:
     return column in POINTS or column.endswith(("_start_ns", "_end_ns", "_ts_ns", "_at_ns"))
 
 
+def _divide_exactly(values: pl.Series) -> pl.Series:
+    """`values` / 1000, each the nearest double to the exact quotient. Polars divides a column of
+    more than one row by a scalar as a product with its reciprocal, off in the last digit for
+    about one value in seven (84616006 ns gave 84616.00600000001 µs); numpy divides."""
+    floats = values.cast(pl.Float64)
+    out = pl.Series(values.name, floats.to_numpy() / 1000.0)
+    return out if not floats.null_count() else out.scatter(floats.is_null().arg_true(), None)
+
+
+def thousandth(value):
+    """A number, a Series or an expression divided by 1000 exactly (`_divide_exactly`)."""
+    if isinstance(value, pl.Expr):
+        return value.map_batches(_divide_exactly, return_dtype=pl.Float64, is_elementwise=True)
+    if isinstance(value, pl.Series):
+        return _divide_exactly(value)
+    return value / 1000.0
+
+
 def point_us(ns, origin_ns: int):
     """A trace timestamp (a number, a Series or an expression) as microseconds from the trace start."""
-    return None if ns is None else (ns - origin_ns) / 1000.0
+    return None if ns is None else thousandth(ns - origin_ns)
 
 
 def point_ms(ns, origin_ns: int):
@@ -61,7 +79,7 @@ def us_name(column: str) -> str:
 
 def _us(value: pl.Expr, column: str, origin_ns: int) -> pl.Expr:
     """The µs of one ns value (a column or a struct field) named `column`."""
-    return (value - origin_ns) / 1000.0 if is_point(column) else value / 1000.0
+    return thousandth(value - origin_ns if is_point(column) else value)
 
 
 def us_expr(column: str, origin_ns: int) -> pl.Expr:

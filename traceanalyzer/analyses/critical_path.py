@@ -13,6 +13,7 @@ durations sum to the step time exactly.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import polars as pl
@@ -70,7 +71,9 @@ def _walk(
     graph: DependencyGraph, p: Prepared, sched: Schedule, windows: pl.DataFrame, end_nodes: list[int]
 ) -> pl.DataFrame:
     """The walk is a Python loop over the path only: per node it reads scalars of the schedule's
-    arrays; the kinds and names of the nodes it passes are gathered once afterwards."""
+    arrays and appends the segment to flat int64 arrays (a tuple per segment held ~500 bytes
+    each until the end: 90 MB for the 174k segments of a 300 MB trace); kinds and names are
+    gathered and neighbours merged afterwards, vectorised."""
     nodes = graph.nodes
     coll_wait = ((nodes["kind"] == "collective") & (nodes["wait_ns"].fill_null(0) > 0)).fill_null(False).to_numpy()
     wait = nodes["wait_ns"].fill_null(0).cast(pl.Int64).to_numpy().item
@@ -79,27 +82,28 @@ def _walk(
     start, end, bind, end_bind = sched.start_ns.item, sched.end_ns.item, sched.bind.item, sched.end_bind.item
     src, from_start, is_sync = p.src.item, p.from_start.item, p.is_sync
     guard_max = 2 * len(sched.start_ns) + 2
-    # a segment: (kind, or None for its node's kind; the node it is named after, -1 none; lane node; a; b)
-    raw: list[tuple[int, list[tuple]]] = []
-    for (step, ws, we), v in zip(windows.select("step", "start_ns", "end_ns").iter_rows(), end_nodes, strict=True):
-        segs: list[tuple] = []
+    # one segment per index: its window, kind (a SEG_KINDS code; -1: its node's kind), the node it
+    # is named after (-1: none), the lane's node, [a, b); appended walking back, so reversed per window
+    out = Segments()
+    for w, ((ws, we), v) in enumerate(zip(windows.select("start_ns", "end_ns").iter_rows(), end_nodes, strict=True)):
         c = we
         guard = 0
         at_start = False  # arrived at v's start (through a launch), not at its end
+        out.window = w
         while v >= 0 and c > ws and guard < guard_max:
             guard += 1
             eb = end_bind(v) if not at_start and is_sync(v) else -1
             if eb >= 0:
                 # the call returned after the GPU work it waited for: its wait is the GPU's time
                 u = src(eb)
-                c = _emit(segs, c, ws, "sync", v, v, end(u))
+                c = out.emit(c, ws, SYNC, v, v, end(u))
                 v, at_start = u, False
                 continue
             if coll_wait[v]:
-                c = _emit(segs, c, ws, "collective", v, v, start(v) + wait(v))
-                c = _emit(segs, c, ws, "peer_wait", v, v, start(v))
+                c = out.emit(c, ws, COLLECTIVE, v, v, start(v) + wait(v))
+                c = out.emit(c, ws, PEER_WAIT, v, v, start(v))
             else:
-                c = _emit(segs, c, ws, None, v, v, start(v))
+                c = out.emit(c, ws, -1, v, v, start(v))
             b = bind(v)
             if b < 0:
                 break
@@ -107,44 +111,90 @@ def _walk(
             ref = start(u) if from_start(b) else end(u)
             wk = WAIT_KINDS[wait_code(b)]
             if wk == "launch":
-                c = _emit(segs, c, ws, "launch", u, u, ref)
+                c = out.emit(c, ws, SEG_KINDS.index("launch"), u, u, ref)
             elif wk:
-                c = _emit(segs, c, ws, wk, v if wk == "gpu_wait" else u, v, ref)
+                c = out.emit(c, ws, SEG_KINDS.index(wk), v if wk == "gpu_wait" else u, v, ref)
             v, at_start = u, bool(from_start(b))
         if c > ws:  # nothing recorded before: the thread's time before its first event
-            segs.append((*UNTRACED, -1, ws, c))
-        segs.reverse()
-        raw.append((step, segs))
-    kind, name = _names(nodes, {s[1] for _, segs in raw for s in segs})
-    rows: list[tuple] = []
-    for step, segs in raw:
-        merged: list[list] = []  # kind, name, lane node, a, b, the node named (-1: none)
-        for k, nm, ln, a, b in segs:
-            s = (k if k is not None else kind[nm], name.get(nm, UNTRACED_NAME), ln, a, b)
-            if (
-                merged
-                and merged[-1][0] == s[0]
-                and merged[-1][1] == s[1]
-                and merged[-1][2] == s[2]
-                and merged[-1][4] == s[3]
-            ):
-                merged[-1][4] = s[4]
-            else:
-                merged.append([*s, nm])
-        rows += [(step, i, k, ln, a, b, b - a, nn) for i, (k, _, ln, a, b, nn) in enumerate(merged)]
-    schema = {c: t for c, t in SEGMENT_SCHEMA.items() if c not in ("name", "lane")}
-    seg = pl.DataFrame(rows, schema={**schema, "_nn": pl.Int64}, orient="row")
-    del rows, raw
-    # names gathered from the node table (views of its strings), not one Python string per segment
-    named = nodes["name"].gather(seg["_nn"].clip(0)) if nodes.height else pl.Series([], dtype=pl.String)
-    name_col = pl.when(pl.col("_nn") >= 0).then(named).otherwise(pl.lit(UNTRACED_NAME))
-    seg = seg.select(
-        *(name_col.alias(c) if c == "name" else pl.lit("").alias(c) if c == "lane" else c for c in SEGMENT_SCHEMA)
+            out.emit(c, ws, SEG_KINDS.index(UNTRACED[0]), UNTRACED[1], -1, ws)
+    return _segments(graph, windows, out)
+
+
+SEG_KINDS = ("sync", "collective", "peer_wait", "launch", "gpu_wait", "thread_wait", "untraced")
+SYNC, COLLECTIVE, PEER_WAIT = 0, 1, 2
+
+
+class Segments:
+    """The walk's segments as flat arrays (see `_walk`)."""
+
+    def __init__(self) -> None:
+        self.window = 0
+        self.w, self.kind, self.named, self.lane, self.a, self.b = (array("q") for _ in range(6))
+
+    def emit(self, c: int, ws: int, kind: int, name: int, lane: int, a: int) -> int:
+        """Append the segment [a, c] (clipped to the window) walking back; the new cursor."""
+        a = max(min(a, c), ws)
+        if a < c:
+            self.w.append(self.window)
+            self.kind.append(kind)
+            self.named.append(name)
+            self.lane.append(lane)
+            self.a.append(a)
+            self.b.append(c)
+        return a
+
+
+def _segments(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> pl.DataFrame:
+    """The segments in time order per window, consecutive pieces of one kind, name and lane
+    merged, named and placed on their lanes."""
+    nodes = graph.nodes
+    i64 = lambda a: pl.Series(a, dtype=pl.Int64)  # noqa: E731
+    seg = pl.DataFrame(
+        {"_w": i64(out.w), "_k": i64(out.kind), "_nn": i64(out.named), "lane_node": i64(out.lane)}
+        | {"start_ns": i64(out.a), "end_ns": i64(out.b)}
     )
+    del out
+    seg = seg.with_row_index("_seq").sort("_w", "_seq", descending=[False, True]).drop("_seq")
+    named = seg["_nn"].clip(0)
+    node_kind = nodes["kind"].gather(named) if nodes.height else pl.Series([], dtype=pl.String)
+    node_name = graph.names(named) if nodes.height else pl.Series([], dtype=pl.String)
+    kinds = pl.Series(SEG_KINDS, dtype=pl.String)
+    seg = seg.with_columns(
+        kind=pl.when(pl.col("_k") >= 0).then(kinds.gather(seg["_k"].clip(0))).otherwise(node_kind),
+        name=pl.when(pl.col("_nn") >= 0).then(node_name).otherwise(pl.lit(UNTRACED_NAME)),
+    )
+    # a new piece unless the previous one (same window) has the same kind, name and lane and ends where it starts
+    prev = lambda c: pl.col(c).shift(1)  # noqa: E731
+    same = (
+        (pl.col("_w") == prev("_w"))
+        & pl.col("kind").eq_missing(prev("kind"))
+        & pl.col("name").eq_missing(prev("name"))
+        & (pl.col("lane_node") == prev("lane_node"))
+        & (pl.col("start_ns") == prev("end_ns"))
+    )
+    seg = seg.with_columns(_run=(~same.fill_null(False)).cum_sum())
+    seg = seg.group_by("_run", maintain_order=True).agg(
+        pl.col("_w", "kind", "name", "lane_node", "start_ns", "_nn").first(), pl.col("end_ns").last()
+    )
+    first = (pl.col("_w") != pl.col("_w").shift(1)).fill_null(True)
+    at = pl.int_range(pl.len(), dtype=pl.Int64)
+    steps = windows["step"].cast(pl.Int64)
+    seg = seg.select(
+        step=steps.gather(seg["_w"]) if steps.len() else pl.lit(None, pl.Int64),
+        order=at - pl.when(first).then(at).forward_fill(),
+        kind="kind",
+        name="name",
+        lane=pl.lit(""),
+        lane_node="lane_node",
+        start_ns="start_ns",
+        end_ns="end_ns",
+        duration_ns=pl.col("end_ns") - pl.col("start_ns"),
+    ).cast({c: t for c, t in SEGMENT_SCHEMA.items()})
     # each segment's lane, gathered by position (node v is row v): no join against the node table
     at = seg["lane_node"]
     where = nodes.select(_lt="lane", pid="pid", tid="tid", device="device", stream="stream")[at.clip(0)]
     where = where.select(pl.when(at >= 0).then(pl.col(c)).alias(c) for c in where.columns)
+    where = where.cast({c: pl.Int64 for c in ("pid", "tid", "device", "stream")})  # Int32 in a narrow node table
     lane = (
         pl.when(pl.col("_lt").is_null())
         .then(pl.lit(""))
@@ -153,22 +203,6 @@ def _walk(
         .otherwise(pl.format("GPU {} stream {}", pl.col("device"), pl.col("stream")))
     )
     return seg.hstack(where).with_columns(lane=lane.fill_null("")).drop("_lt")
-
-
-def _names(nodes: pl.DataFrame, used: set[int]) -> tuple[dict[int, str], dict[int, str]]:
-    """kind and name of the nodes on the path, by node (gathered for those nodes only)."""
-    ids = pl.Series(sorted(u for u in used if u >= 0), dtype=pl.Int64)
-    got = nodes.select("kind", "name")[ids] if ids.len() else nodes.select("kind", "name").clear()
-    keys = ids.to_list()
-    return dict(zip(keys, got["kind"].to_list(), strict=True)), dict(zip(keys, got["name"].to_list(), strict=True))
-
-
-def _emit(segs: list, c: int, ws: int, kind: str | None, name: int, lane: int, a: int) -> int:
-    """Append the segment [a, c] (clipped to the window) walking back; the new cursor."""
-    a = max(min(a, c), ws)
-    if a < c:
-        segs.append((kind, name, lane, a, c))
-    return a
 
 
 def summarise(segments: pl.DataFrame, windows: pl.DataFrame) -> CriticalPath:

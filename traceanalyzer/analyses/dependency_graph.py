@@ -38,11 +38,10 @@ what depends on it through the same edges.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
+from traceanalyzer.analyses.graph_table import DependencyGraph, narrow
 from traceanalyzer.analyses.intervals import covered
 from traceanalyzer.analyses.replay import calibrate
 from traceanalyzer.links import innermost_containing
@@ -58,19 +57,8 @@ EDGE_SCHEMA = {
 }
 # Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
 WORK_LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op")
-
-
-@dataclass(frozen=True)
-class DependencyGraph:
-    """nodes: node, lane (cpu|gpu), pid, tid, device, stream, ts_ns, end_ns (captured), dur_ns and
-    own_ns (the modelled durations: a sync's own time without waiting), wait_ns (a collective's
-    wait for peers), kind, name, gpu_id, runtime_id, op_id, t_<layer>; edges: src, dst, etype,
-    from_start, to_end, lag_ns; steps: step, pid, tid, cpu_start_ns, cpu_end_ns, first_node,
-    last_node (the slices that begin and end each step's CPU range)."""
-
-    nodes: pl.DataFrame
-    edges: pl.DataFrame
-    steps: pl.DataFrame
+# Node columns kept as Int32 when every value fits: ids, threads and streams, layer times.
+NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
 
 
 def _threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
@@ -120,8 +108,16 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
     )
     s = innermost_containing(s, rt, "runtime_id", "runtime_id")
     s = innermost_containing(s, trace.ops, "op_id", "op_id")
+    # The layers' coverage on the slices' times alone: `covered` sorts what it is given (twice
+    # per layer), so each runs on a narrow copy and its column is scattered back into the
+    # slices' order, which stays (pid, tid, ts_ns) from `_slices` on: no sort of the wide table.
+    times = s.select(*THREAD, "ts_ns", "end_ns").with_row_index("_r")
     for k, index in enumerate(act.cumulative):
-        s = covered(s, index, THREAD, "ts_ns", "end_ns", f"_u{k}")
+        got = covered(times, index, THREAD, "ts_ns", "end_ns", "_u").select("_r", "_u")
+        u = pl.Series(f"_u{k}", [], dtype=got.schema["_u"]).extend_constant(None, s.height)
+        s = s.with_columns(u.scatter(got["_r"], got["_u"]))
+        del got
+    del times
     layers = [
         (pl.col(f"_u{k}") - (pl.col(f"_u{k - 1}") if k else 0)).clip(0).alias(f"t_{n}") for k, n in enumerate(LAYERS)
     ]
@@ -134,8 +130,7 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
     kind = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
     for n in names:
         kind = kind.when(pl.col(f"t_{n}") >= largest).then(pl.lit(n))
-    s = s.with_columns(kind=kind)
-    s = s.sort(*THREAD, "ts_ns")
+    s = s.with_columns(kind=kind)  # in (pid, tid, ts_ns) order already: one row per distinct start
     # Waits on another thread. Idle: no work layer covers the slice (Python frames may).
     idle = pl.sum_horizontal([pl.col(f"t_{n}") for n in WORK_LAYERS]) == 0
     s = s.with_columns(_idle=idle)
@@ -184,12 +179,10 @@ def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: i
         kind=pl.when(pl.col("_wait")).then(pl.lit("thread_wait")).otherwise(pl.col("kind")),
         dur_ns=pl.when(pl.col("_wait")).then(0).otherwise(pl.col("end_ns") - pl.col("ts_ns")),
     )
-    s = s.drop("_idle", "_main", "_wait")
-    # names last, gathered by position (runtime_id and op_id are row numbers of their tables)
-    rname = trace.runtime["name"].gather(s["runtime_id"]) if trace.runtime.height else None
-    oname = trace.ops["name"].gather(s["op_id"]) if trace.ops.height else None
-    names = [x for x in (rname, oname) if x is not None]
-    return s.with_columns(name=pl.coalesce(*names, pl.col("kind"))), forks
+    # no names: `DependencyGraph.names` gathers them by id (runtime_id and op_id are row numbers)
+    # narrow now what no join of `build_graph` reads (threads stay Int64 until the joins are done)
+    ids_and_times = ["runtime_id", "op_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
+    return narrow(s.drop("_idle", "_main", "_wait"), ids_and_times), forks
 
 
 def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
@@ -220,7 +213,7 @@ def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
         lane=pl.lit("gpu"),
         kind=pl.when(pl.col("_coll")).then(pl.lit("collective")).otherwise(pl.col("kind")),
         wait_ns=pl.when(pl.col("_coll")).then(pl.col("dur_ns") - fastest).otherwise(0),
-    ).drop("_coll", "input_dims")
+    ).drop("_coll", "input_dims", "name")
 
 
 def _pairs(
@@ -247,7 +240,11 @@ def build_graph(
     gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
     edges = []
     # serial
-    edges.append(_pairs(cpu.with_columns(_next=pl.col("node").shift(-1).over(THREAD)), "node", "_next", "serial"))
+    # (the slices are in (pid, tid, ts_ns) order: a thread's next slice is the next row of that thread)
+    same_thread = (pl.col("pid") == pl.col("pid").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
+    serial = cpu.select("node", _next=pl.when(same_thread).then(pl.col("node").shift(-1)))
+    edges.append(_pairs(serial, "node", "_next", "serial"))
+    del serial
     # launch: the slice that begins the launch call
     first_slice = cpu.select(*THREAD, "ts_ns", _slice="node")
     calls = trace.runtime.select("runtime_id", *THREAD, "ts_ns", "end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
@@ -341,12 +338,15 @@ def build_graph(
             edges.append(_pairs(waited_on, col, "_slice", "sync", to_end=True))
     # fork / join with the other launching threads
     if forks.height:
-        other = cpu.filter(pl.col("kind") != "thread_wait")
+        # the columns first: an eager filter copies every column of the rows it keeps
+        slim = cpu.select("pid", "tid", "node", "ts_ns", "end_ns", "kind")
+        other = slim.filter(pl.col("kind") != "thread_wait")
         main = main_thread(trace)
         other = other.filter(~((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))).select(
             "pid", "node", "ts_ns", "end_ns"
         )
-        mcpu = cpu.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+        mcpu = slim.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+        del slim
         f = forks.sort("gap_a")
         f = f.join_asof(
             other.sort("ts_ns").select("pid", _dst="node", _ts="ts_ns"),
@@ -370,6 +370,7 @@ def build_graph(
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
     # a blocking call's own copy can also be the work it waited for: only sync edges repeat
     e = pl.concat(edges).filter(pl.col("src") != pl.col("dst"))
+    del edges  # the parts, a copy of every edge, would live on through the calibration
     e = pl.concat(
         [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
     )
@@ -383,8 +384,13 @@ def build_graph(
     # CPU nodes are numbered first, GPU nodes after, each in row order: the concatenation is in
     # node order already. Its chunks are kept (no rechunk, no sort), so the node table, the
     # largest of the graph (names and all), is never copied while its parts are alive.
-    gpu = gpu.drop("launch_ts_ns", "launch_pid", "launch_tid")  # read above only (`launched`)
-    nodes = pl.concat([cpu.with_columns(wait_ns=pl.lit(0, pl.Int64)), gpu], how="diagonal_relaxed", rechunk=False)
+    # Each part is narrowed before the concatenation (narrowing the two-chunk table after it
+    # copied all of it: +140 MB at 311 MB).
+    del first_slice, last_slice, launched
+    cpu = narrow(cpu.drop("node").with_columns(wait_ns=pl.lit(0, pl.Int64)), NARROW)
+    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid"), NARROW)  # read above only
+    nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes, e = calibrate(nodes, e)
-    return DependencyGraph(nodes, e, steps)
+    names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
+    return DependencyGraph(nodes, e, steps, *names)

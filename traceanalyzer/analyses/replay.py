@@ -312,4 +312,5 @@ def calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, p
         own = own.scatter(fix["dst"], own.gather(fix["dst"]) + (fix["_target"] - fix["_own_ready"]).clip(0))
     lag = e["_lag0"] + rest
     out = e.select("src", "dst", "etype", "from_start", "to_end").with_columns(lag_ns=lag)
+    del e, best, rest, lag, fix, ends, maxref  # before the sort copies the edges
     return nodes.with_columns(own_ns=own), out.sort("dst", "src")

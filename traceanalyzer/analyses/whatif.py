@@ -13,7 +13,7 @@ stops the calls waiting for the GPU (their `sync` edges are cut).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -39,6 +39,11 @@ CPU_CAUSES = {
 GPU_CAUSES = ("gpu_wait", "kernel_spacing", "peer_wait", "slow_launch")
 SCENARIO_CAUSES = tuple(CPU_CAUSES) + GPU_CAUSES
 STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
+
+
+def _node_index() -> pl.Expr:
+    """The node number of each row of the graph's node table (node v is row v)."""
+    return pl.int_range(pl.len(), dtype=pl.Int64).alias("node")
 
 
 @dataclass(frozen=True)
@@ -138,12 +143,17 @@ class Model:
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
         n = self.graph.nodes
-        self._dur = n["dur_ns"].cast(pl.Int64).to_numpy()
-        self._own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
-        self.base = replay(self.prepared, self._dur, self._own)
+        dur = n["dur_ns"].cast(pl.Int64).to_numpy()
+        own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
+        self.base = replay(self.prepared, dur, own)
+        del dur, own
+        # The captured times live on in `prepared.ts` and the replay of the capture (`base`,
+        # which reproduces them): the node table need not hold them too.
+        n = n.drop("ts_ns", "end_ns")
+        self.graph = replace(self.graph, nodes=n)
         e = self.graph.edges
         self._gpu_launch = (
-            n.select("node", "lane")  # the columns first: an eager filter copies every column
+            n.select(_node_index(), "lane")  # the columns first: an eager filter copies every column
             .filter(pl.col("lane") == "gpu")
             .select("node")
             .join(e.filter(pl.col("etype") == "launch").select(node="dst", launch_node="src"), on="node", how="left")
@@ -160,7 +170,7 @@ class Model:
             s = pl.Series(sched.start_ns).gather(g["node"])
             e = pl.Series(sched.end_ns).gather(g["node"])
             return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
-        cpu = self.graph.nodes.select("node", "lane").filter(pl.col("lane") == "cpu")["node"]
+        cpu = self.graph.nodes.select(_node_index(), "lane").filter(pl.col("lane") == "cpu")["node"]
         s, e = pl.Series(sched.start_ns).gather(cpu), pl.Series(sched.end_ns).gather(cpu)
         return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
 
@@ -215,19 +225,22 @@ class Model:
         dur = pl.col("dur_ns").cast(pl.Float64)
         own = pl.col("own_ns").fill_null(0).cast(pl.Float64)
         removed = [f"t_{layer}" for c in sc.without for layer in CPU_CAUSES.get(c, ())]
-        frame = n.select("node", "lane", "name", "op_id", "runtime_id", "wait_ns", "dur_ns", "own_ns", *{*removed})
+        frame = n.select(_node_index(), "lane", "op_id", "runtime_id", "wait_ns", "dur_ns", "own_ns", *{*removed})
         exprs_dur, exprs_own = dur, own
-        if removed:
-            gone = pl.sum_horizontal([pl.col(c).fill_null(0) for c in removed]).cast(pl.Float64)
+        if removed:  # summed as floats: the layer times may be Int32, their sum need not fit
+            gone = pl.sum_horizontal([pl.col(c).fill_null(0).cast(pl.Float64) for c in removed])
             keep = pl.when(cpu & (pl.col("dur_ns") > 0)).then((1 - gone / pl.col("dur_ns")).clip(0, 1)).otherwise(1.0)
             exprs_dur, exprs_own = exprs_dur * keep, exprs_own * keep
         if "slow_launch" in sc.without:
-            rt = self.trace.runtime.select("runtime_id", _rdur="dur_ns")
-            frame = frame.join(rt, on="runtime_id", how="left")
+            # runtime_id is the runtime table's row number: its duration by position, not a join
+            rdur = self.trace.runtime["dur_ns"]
+            frame = frame.with_columns(_rdur=rdur.gather(frame["runtime_id"]) if rdur.len() else None)
             slow = cpu & (pl.col("_rdur") >= self.slow_launch_ns).fill_null(False)
             exprs_dur = pl.when(slow).then(0.0).otherwise(exprs_dur)
         if "peer_wait" in sc.without or "gpu_wait" in sc.without:
             exprs_dur = exprs_dur - pl.col("wait_ns").fill_null(0)
+        if sc.speedup:  # GPU names only where a pattern is matched against them
+            frame = frame.with_columns(name=self.graph.gpu_node_names())
         for pattern, f in sc.speedup:
             hit = self._matching_ops(pattern)
             scale = 0.0 if math.isinf(f) else 1.0 / f
@@ -282,7 +295,7 @@ class Model:
     def _matching_ops(self, pattern: str, exact: bool = False) -> pl.Series:
         """The op ids of slices that lie inside an op matching `pattern` (or named exactly)."""
         ops = self.trace.ops
-        ids = self.graph.nodes["op_id"].drop_nulls().unique()
+        ids = self.graph.nodes["op_id"].drop_nulls().unique().cast(pl.Int64)
         anc = ancestors(ops, ids)
         names = ops.select(ancestor_id="op_id", _n="name")
         cond = pl.col("_n") == pattern if exact else pl.col("_n").str.contains(pattern)

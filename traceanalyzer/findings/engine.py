@@ -74,9 +74,10 @@ class Rule:
     commands: tuple[str, ...] = ()
     whatif: WhatIfSpec | str = "no what-if scenario for this rule"  # the fix as a scenario, or why none
 
-    def run(self, ses: Session) -> list[Finding]:
+    def run(self, ses: Session, estimate: bool = True) -> list[Finding]:
         """The rule's findings, each stamped with the threshold values it was judged by and the
-        saving its what-if scenario predicts."""
+        saving its what-if scenario predicts (`estimate` False: no saving, no replay; nothing
+        else in a finding depends on it)."""
         values = {name: ses.options.value(name) for name in self.thresholds}
         window = ses.gaps.window_us if ses.trace.has_gpu_work else 0.0
         high = ses.options.materiality.high_finding_share
@@ -87,7 +88,7 @@ class Rule:
             found = Finding(
                 f.rule, sev, f.message, f.evidence, f.recommendation, f.events, values, f.at_stake_us, share
             )
-            out.append(self.estimate(ses, found))
+            out.append(self.estimate(ses, found) if estimate else found)
         return out
 
     def estimate(self, ses: Session, f: Finding) -> Finding:

@@ -139,9 +139,12 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
 def summary_report(ses: Session, top: int, th: dict) -> Report:
     """The `summary` Report of one trace."""
     rows = top if top and top < SCREEN_ROWS else SCREEN_ROWS
-    findings = ses.findings_by_saving  # what fixing each would save per step, largest first
-    g = ses.gaps
+    # The critical path first: the dependency graph under it is the largest thing a summary
+    # builds, and built while little else is held it raises the peak memory least.
     cp = ses.critical_path
+    findings = ses.findings_by_saving  # what fixing each would save per step, largest first
+    ses.release("dependency_model")  # the path and the savings are read: nothing below replays
+    g = ses.gaps
     ops = ses.ops.table.filter(~pl.col("name").str.contains(PROFILER_STEP))
     kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
     stages = average_table(ses.stages)

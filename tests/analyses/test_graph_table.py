@@ -1,0 +1,64 @@
+"""The dependency graph's lean node table: narrowing keeps values, names come back by id, and
+the findings without savings are the findings with them, less the savings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from traceanalyzer import Session, load
+from traceanalyzer.analyses.graph_table import narrow
+from traceanalyzer.findings import evaluate
+
+
+def test_narrow_casts_only_what_fits_in_int32():
+    df = pl.DataFrame(
+        {
+            "small": pl.Series([0, 2**31 - 1, None], dtype=pl.Int64),  # the largest Int32 fits
+            "big": pl.Series([0, 2**31, None], dtype=pl.Int64),  # one past it does not
+            "negative": pl.Series([-(2**31), 5, 7], dtype=pl.Int64),
+            "nulls": pl.Series([None, None, None], dtype=pl.Int64),
+            "ts": pl.Series([1_683_564_901_548_726_000] * 3, dtype=pl.Int64),  # ns since 1970
+        }
+    )
+    out = narrow(df, ["small", "big", "negative", "nulls", "ts", "absent"])
+    assert out.schema == {
+        "small": pl.Int32,
+        "big": pl.Int64,
+        "negative": pl.Int32,
+        "nulls": pl.Int32,
+        "ts": pl.Int64,
+    }
+    assert out.cast(pl.Int64).equals(df)  # the same values
+
+
+def test_nodes_are_named_from_their_ids(SHARED_TRACES: Path):
+    ses = Session(load(str(SHARED_TRACES / "a100_simple_add_syncs.json.gz")))
+    model = ses.dependency_model
+    g, trace = model.graph, ses.trace
+    n = g.nodes.height
+    names = g.names(pl.Series(range(n), dtype=pl.Int64))
+    nodes = g.nodes.with_columns(name=names)
+    gpu = nodes.filter(pl.col("lane") == "gpu")
+    # a GPU node is named after its activity: row gpu_id of the trace's GPU table
+    assert gpu["name"].to_list() == trace.gpu["name"].gather(gpu["gpu_id"]).to_list()
+    cpu = nodes.filter(pl.col("lane") == "cpu")
+    in_call = cpu.filter(pl.col("runtime_id").is_not_null())
+    assert in_call.height and in_call["name"].to_list() == trace.runtime["name"].gather(in_call["runtime_id"]).to_list()
+    in_op = cpu.filter(pl.col("runtime_id").is_null() & pl.col("op_id").is_not_null())
+    assert in_op.height and in_op["name"].to_list() == trace.ops["name"].gather(in_op["op_id"]).to_list()
+    bare = cpu.filter(pl.col("runtime_id").is_null() & pl.col("op_id").is_null())
+    assert bare["name"].to_list() == bare["kind"].to_list()  # in nothing: its kind
+
+
+def test_findings_without_savings_are_the_same_findings(SHARED_TRACES: Path):
+    trace = load(str(SHARED_TRACES / "b200_eager_rank0.json.gz"))  # launch_bound has a saving there
+    full = Session(trace).findings
+    ses = Session(trace)
+    bare = evaluate(ses, estimate=False)
+    assert "dependency_model" not in ses.__dict__  # nothing was replayed
+    assert any(f.saving_us is not None for f in full)  # the other side did estimate
+    key = lambda f: (f.rule, f.severity, f.message, f.evidence, f.at_stake_us)  # noqa: E731
+    assert [key(f) for f in bare] == [key(f) for f in full]
+    assert all(f.saving_us is None and f.saving_note == "" for f in bare)

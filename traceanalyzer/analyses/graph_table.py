@@ -1,0 +1,67 @@
+"""The tables a dependency graph is held in (`dependency_graph` builds them): what each holds,
+how its nodes are named, and the narrowing that keeps the node table, the largest, small."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class DependencyGraph:
+    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid,
+    device, stream, ts_ns, end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's
+    own time without waiting), wait_ns (a collective's wait for peers), kind, gpu_id, runtime_id,
+    op_id, t_<layer>; edges: src, dst, etype, from_start, to_end, lag_ns; steps: step, pid, tid,
+    cpu_start_ns, cpu_end_ns, first_node, last_node (the slices that begin and end each step's
+    CPU range). `names(rows)` names nodes.
+
+    The node table is the largest of the graph (a row per slice of every launching thread), so
+    it holds no name (gathered by id when asked) and no node column, and row numbers, thread
+    and stream ids and the layer times are Int32 where every value fits (`narrow`). The what-if
+    `Model` drops its captured times (ts_ns, end_ns) once its replay of the capture holds them."""
+
+    nodes: pl.DataFrame
+    edges: pl.DataFrame
+    steps: pl.DataFrame
+    # the names nodes take, by id: runtime calls', ops' (runtime_id, op_id) and GPU activities' (gpu_id)
+    runtime_names: pl.Series
+    op_names: pl.Series
+    gpu_names: pl.Series
+
+    def names(self, rows: pl.Series) -> pl.Series:
+        """The name of the nodes `rows`: a GPU activity's own; a slice's runtime call, else its
+        innermost op, else its kind."""
+        n = self.nodes.select("lane", "runtime_id", "op_id", "gpu_id", "kind")[rows]
+        cpu = [_by_id(self.runtime_names, n["runtime_id"]), _by_id(self.op_names, n["op_id"]), n["kind"]]
+        gpu = _by_id(self.gpu_names, n["gpu_id"])
+        return n.select(pl.when(pl.col("lane") == "gpu").then(gpu).otherwise(pl.coalesce(cpu)).alias("name"))["name"]
+
+    def gpu_node_names(self) -> pl.Series:
+        """Every node's GPU activity name (null on CPU slices), in node order."""
+        return _by_id(self.gpu_names, self.nodes["gpu_id"]).alias("name")
+
+
+def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
+    """names[id] per id (null where the id is)."""
+    if names.len() == 0:
+        return pl.repeat(None, ids.len(), dtype=pl.String, eager=True)
+    return names.gather(ids)
+
+
+INT32 = (-(2**31), 2**31 - 1)
+
+
+def narrow(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """The columns `names` (those present) as Int32 where every value fits (the same values, half the memory), one column at
+    a time so that only one wide column is ever copied at once."""
+    cols = [c for c in names if c in df.columns]
+    bounds = df.select(
+        [pl.col(c).min().alias(f"lo_{c}") for c in cols] + [pl.col(c).max().alias(f"hi_{c}") for c in cols]
+    )
+    for c in cols:
+        lo, hi = bounds[f"lo_{c}"].item(), bounds[f"hi_{c}"].item()
+        if df.schema[c] != pl.Int32 and (lo is None or (lo >= INT32[0] and hi <= INT32[1])):
+            df = df.with_columns(pl.col(c).cast(pl.Int32))
+    return df
