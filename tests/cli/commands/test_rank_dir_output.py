@@ -64,3 +64,16 @@ def test_report_dir_writes_html_with_the_skew_map(SHARED_TRACES, tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == 1 and "Arrival skew across ranks" in page
     assert "![" in (tmp_path / "report.md").read_text() and (tmp_path / "skew_map.png").exists()
+
+
+def test_gaps_dir_json_is_complete_without_top(SHARED_TRACES):
+    # Without --top the JSON is complete: each rank's culprits are all of them, as in the JSON of
+    # `gaps` on that rank's file (dlrm rank files have 31-42 culprits; cut at 20 before), while
+    # the per-rank gap listing keeps its 20 a rank.
+    path = SHARED_TRACES / DLRM
+    doc = json.loads(_run("gaps", path, "--format", "json", "--no-cache"))
+    rank = doc["per_rank"][0]
+    single = json.loads(_run("gaps", rank["file"], "--format", "json", "--no-cache"))
+    assert len(rank["culprits"]) == len(single["summary"]["culprits"]) > 20
+    listed = [g for g in doc["gaps_per_rank"] if g["rank"] == rank["rank"]]
+    assert len(listed) == len(single["gaps"])  # 13 gaps of at least 100 µs: under the 20 a rank

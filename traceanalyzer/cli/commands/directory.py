@@ -56,7 +56,7 @@ def dir_report(
     command: str,
     path: str,
     options: Options | None = None,
-    top: int = 20,
+    top: int | None = None,
     groups: tuple[str, ...] = (),
     jobs: int | None = None,
     fail_on: tuple[str, ...] = (),
@@ -110,6 +110,7 @@ def check_fail_on(rep: Report, fail_on: tuple[str, ...]) -> None:
 
 
 RANK = re.compile(r"^rank \d+: ")
+GAPS_PER_RANK = 20  # `gaps DIR` without --top: each rank's 20 longest gaps
 ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
@@ -202,7 +203,7 @@ def multirank_report(
     results: list[RankResult],
     mr: MultiRankResult,
     th: dict,
-    top: int,
+    top: int | None,
     skipped: list[SkippedFile] = (),
 ) -> Report:
     """The Report of a whole job: per rank, the job's findings, collectives, stragglers, exposed time."""
@@ -297,8 +298,10 @@ def multirank_report(
         ],
     }
     if command == "gaps":  # the gaps themselves, per rank, before the job's tables
-        per_rank = gaps_per_rank(results, float(th.get("min_gap_us", 100.0)), top)
-        title = f"Gaps of at least {th.get('min_gap_us', 100.0):g} µs per rank, longest first ({top or 'all'} per rank)"
+        # Listed per rank, so its own default: 20 a rank (the other tables are cut by the renderer).
+        n = GAPS_PER_RANK if top is None else top
+        per_rank = gaps_per_rank(results, float(th.get("min_gap_us", 100.0)), n)
+        title = f"Gaps of at least {th.get('min_gap_us', 100.0):g} µs per rank, longest first ({n or 'all'} per rank)"
         sections = (Section(title, per_rank, main=True, whole=True), *(replace_main(x) for x in sections))
         payload = {"gaps_per_rank": per_rank, **payload}
     return Report(command, path, th, sections, payload, headline=headline, warnings=warnings)

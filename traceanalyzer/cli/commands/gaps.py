@@ -140,7 +140,7 @@ def command(
     from traceanalyzer.cli.commands import directory as rank_dir  # a directory of per-rank files: cross-rank report
 
     if rank_dir.is_rank_dir(trace):
-        rep = rank_dir.dir_report("gaps", trace, options, 20 if top is None else top, GROUPS, fail_on=fail_on)
+        rep = rank_dir.dir_report("gaps", trace, options, top, GROUPS, fail_on=fail_on)
         emit(rep, fmt, output)
         rank_dir.check_fail_on(rep, fail_on)  # any rank, or the job
         return
