@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.units import Shown, display_us, duration_us, is_point, mean_us, point_ms, point_us, us_name
-from traceanalyzer.wording import noun, plural
+from traceanalyzer.wording import noun, plural, span
 
 
 def test_points_count_from_the_trace_start_and_durations_do_not():
@@ -82,3 +82,8 @@ def test_display_divides_exactly_in_long_tables():
     shown = display_us(pl.DataFrame({"dur_ns": ns, "start_ns": ns}), origin_ns=0)
     assert shown["dur_us"].to_list() == [84616.006, 3.925, 0.001, None, 512.187]
     assert shown["start_us"].to_list() == [84616.006, 3.925, 0.001, None, 512.187]
+
+
+def test_a_span_keeps_its_digits():
+    # mi250_rocm_minitoy's steady state is its second step, 49.073 µs: "0.0 ms" said nothing.
+    assert span(49.073) == "49 µs" and span(9288.291) == "9.3 ms" and span(12_400_000.0) == "12.4 s"

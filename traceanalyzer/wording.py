@@ -15,3 +15,13 @@ def noun(n: int, word: str) -> str:
 def plural(n: int, word: str) -> str:
     """`1 step`, `2 steps`, `1,024 kernels`, `3 GPU activities`: the one plural of the package."""
     return f"{n:,} {noun(n, word)}"
+
+
+def span(us: float) -> str:
+    """A length of time in the unit that keeps its digits: `49 µs`, `9.3 ms`, `12.4 s` (a 49 µs
+    window is not "0.0 ms")."""
+    if us < 1000:
+        return f"{us:,.0f} µs"
+    if us < 1_000_000:
+        return f"{us / 1000:,.1f} ms"
+    return f"{us / 1e6:,.1f} s"

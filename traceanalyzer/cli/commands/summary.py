@@ -31,7 +31,7 @@ from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.render.roofline_plot import roofline_headline, roofline_table
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
-from traceanalyzer.wording import plural
+from traceanalyzer.wording import plural, span
 
 GROUPS = (
     "patterns",
@@ -129,8 +129,8 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
         parts.append(f"GPU busy {busy:.1%} of {g.window_us / 1000:,.1f} ms ({where})")
         if g.startup_window_us and g.steady_busy_share is not None:
             parts.append(
-                f"{g.steady_busy_share:.1%} of the {g.steady_window_us / 1000:,.1f} ms steady state after "
-                f"{g.startup_window_us / 1000:,.1f} ms of start-up"
+                f"{g.steady_busy_share:.1%} of the {span(g.steady_window_us)} steady state after "
+                f"{span(g.startup_window_us)} of start-up"
             )
     parts.append("findings: " + (", ".join(dict.fromkeys(f.rule for f in findings)) if findings else "none"))
     return "; ".join(parts)
