@@ -14,18 +14,17 @@ outputs print under one name is the same number.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any, BinaryIO, ClassVar
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
 import polars as pl
 
 from traceanalyzer.analyses.communication import CommunicationResult, exposed_communication
 from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
-from traceanalyzer.analyses.critical_path import CriticalPath
-from traceanalyzer.analyses.dependency_graph import build_graph
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.health import HealthCheck, analyse_health
@@ -33,15 +32,19 @@ from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
 from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
 from traceanalyzer.analyses.ops import OpsResult, analyse_ops
 from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
+from traceanalyzer.analyses.scenario import Scenario
 from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
 from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.analyses.verdict import Verdict, compiled_model, verdict
-from traceanalyzer.analyses.whatif import Model, Scenario, WhatIf
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
+
+if TYPE_CHECKING:  # the replay (numpy, the dependency graph) loads when a what-if or critical path is asked
+    from traceanalyzer.analyses.critical_path import CriticalPath
+    from traceanalyzer.analyses.whatif import Model, WhatIf
 
 
 class _result(cached_property):
@@ -219,6 +222,9 @@ class Session:
     @cached_property  # a building block, not kept by the store: it holds the trace and its graph
     def dependency_model(self) -> Model:
         """The dependency graph of the trace, ordered, with its replay of the capture."""
+        from traceanalyzer.analyses.dependency_graph import build_graph
+        from traceanalyzer.analyses.whatif import Model
+
         o = self.options
         graph = build_graph(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
         return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
@@ -250,7 +256,8 @@ class Session:
     # -- findings --------------------------------------------------------------------------
     # The rules sit a floor above (`traceanalyzer.findings`) and read this Session; importing
     # that package registers its evaluator here, so a Session holds their result without
-    # importing them (`import traceanalyzer` always does).
+    # importing them. `import traceanalyzer` is lazy (its names load on first use), so the first
+    # findings asked of a Session load the rules by name when nothing registered them yet.
     evaluator: ClassVar[Callable[[Session, Any], list[Any]] | None] = None
 
     @_result
@@ -282,6 +289,8 @@ class Session:
         return self._evaluate(rules)
 
     def _evaluate(self, rules: tuple[Any, ...] | None) -> list[Any]:
+        if Session.evaluator is None:
+            importlib.import_module("traceanalyzer.findings")  # registers the evaluator (a plug-in, by name)
         if Session.evaluator is None:
             raise RuntimeError("no rules registered: import traceanalyzer.findings")
         return Session.evaluator(self, rules)
