@@ -177,12 +177,13 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """The package module: importing the subpackage `traceanalyzer.load` binds it here as `load`,
-    where the public name is the function (`ta.load(path)`); keep the function."""
+    """The package module: importing the subpackage `traceanalyzer.load` would bind it here as
+    `load`, where the public name is the function (`ta.load(path)`); the subpackage is left
+    unbound, so `ta.load` still resolves to the function (and only when read)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "load" and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.load":
-            value = value.load
+            return
         super().__setattr__(name, value)
 
 
