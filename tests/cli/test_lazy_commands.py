@@ -40,6 +40,8 @@ def test_help_lists_every_command_as_click_would():
 def test_unknown_command_is_a_usage_error():
     result = CliRunner().invoke(cli, ["gapz"])
     assert result.exit_code == 2 and "No such command 'gapz'" in result.output
+    if hasattr(click.exceptions, "NoSuchCommand"):  # click >= 8.4 suggests the close name, loaded or not
+        assert "Did you mean 'gaps'?" in result.output
 
 
 def test_help_imports_no_command_analysis_or_polars():
