@@ -22,28 +22,31 @@ from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
 import polars as pl
 
-from traceanalyzer.analyses.communication import CommunicationResult, exposed_communication
-from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.health import HealthCheck, analyse_health
-from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
-from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
-from traceanalyzer.analyses.ops import OpsResult, analyse_ops
-from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
 from traceanalyzer.analyses.scenario import Scenario
-from traceanalyzer.analyses.stages import StagesResult, analyse_stages
 from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
-from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.analyses.verdict import Verdict, compiled_model, verdict
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
 
-if TYPE_CHECKING:  # the replay (numpy, the dependency graph) loads when a what-if or critical path is asked
+# What every command reads (steps, the CPU activity, the gap classification) is imported here; each
+# other analysis loads in the property that computes it, so a command imports only what it asks for
+# (the replay, with numpy and the dependency graph, only for a what-if or a critical path).
+if TYPE_CHECKING:
+    from traceanalyzer.analyses.communication import CommunicationResult
+    from traceanalyzer.analyses.copies import CopiesResult
     from traceanalyzer.analyses.critical_path import CriticalPath
+    from traceanalyzer.analyses.kernels import KernelsResult
+    from traceanalyzer.analyses.memory import MemoryResult
+    from traceanalyzer.analyses.ops import OpsResult
+    from traceanalyzer.analyses.roofline import RooflineResult
+    from traceanalyzer.analyses.stages import StagesResult
+    from traceanalyzer.analyses.syncs import SyncsResult
     from traceanalyzer.analyses.whatif import Model, WhatIf
 
 
@@ -173,17 +176,23 @@ class Session:
     @_result
     def communication(self) -> CommunicationResult:
         """Per step: collective kernel time and the part compute did not hide (`analyses.communication`)."""
+        from traceanalyzer.analyses.communication import exposed_communication
+
         return exposed_communication(self.trace, self.options.patterns.collective_pattern)
 
     @_result
     def syncs(self) -> SyncsResult:
         """Every sync, the bubble it left and its site (`analyse_syncs`)."""
+        from traceanalyzer.analyses.syncs import analyse_syncs
+
         classified = self.classified if self.trace.has_gpu_work else None
         return analyse_syncs(self.trace, self.options, classified=classified, blocking=self.blocking_calls)
 
     @_result
     def copies(self) -> CopiesResult:
         """Every memcpy and memset (`analyse_copies`)."""
+        from traceanalyzer.analyses.copies import analyse_copies
+
         return analyse_copies(self.trace, self.options, blocking=self.blocking_calls)
 
     @_result
@@ -194,11 +203,15 @@ class Session:
     @_result
     def stages(self) -> StagesResult:
         """The stage breakdown in the options' view and mapping (`analyse_stages`)."""
+        from traceanalyzer.analyses.stages import analyse_stages
+
         return analyse_stages(self.trace, self.options, blocking=self.blocking_calls)
 
     @_result
     def pipeline_stages(self) -> StagesResult:
         """The pipeline view, whatever the options ask to show (the rules read this one)."""
+        from traceanalyzer.analyses.stages import analyse_stages
+
         s = self.options.stages
         if s.stage_view == "pipeline" and not s.stage_mapping:
             return self.stages
@@ -207,16 +220,22 @@ class Session:
     @_result
     def ops(self) -> OpsResult:
         """Per-op CPU and GPU time, grouped by the options' `group_by` (`analyse_ops`)."""
+        from traceanalyzer.analyses.ops import analyse_ops
+
         return analyse_ops(self.trace, self.options)
 
     @_result
     def kernels(self) -> KernelsResult:
         """Per-kernel time and the short-kernel census (`analyse_kernels`)."""
+        from traceanalyzer.analyses.kernels import analyse_kernels
+
         return analyse_kernels(self.trace, self.options)
 
     @_result
     def memory(self) -> MemoryResult:
         """The memory peak, who holds it and growth per step (`analyse_memory`)."""
+        from traceanalyzer.analyses.memory import analyse_memory
+
         return analyse_memory(self.trace, self.options)
 
     @cached_property  # a building block, not kept by the store: it holds the trace and its graph
@@ -251,6 +270,8 @@ class Session:
     @_result
     def roofline(self) -> RooflineResult:
         """Achieved FLOP/s and bandwidth per op and shape against the device's peaks (`analyse_roofline`)."""
+        from traceanalyzer.analyses.roofline import analyse_roofline
+
         return analyse_roofline(self.trace, self.options)
 
     # -- findings --------------------------------------------------------------------------
