@@ -14,34 +14,40 @@ outputs print under one name is the same number.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any, BinaryIO, ClassVar
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
 import polars as pl
 
-from traceanalyzer.analyses.communication import CommunicationResult, exposed_communication
-from traceanalyzer.analyses.copies import CopiesResult, analyse_copies
 from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
-from traceanalyzer.analyses.critical_path import CriticalPath
-from traceanalyzer.analyses.dependency_graph import build_graph
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.health import HealthCheck, analyse_health
-from traceanalyzer.analyses.kernels import KernelsResult, analyse_kernels
-from traceanalyzer.analyses.memory import MemoryResult, analyse_memory
-from traceanalyzer.analyses.ops import OpsResult, analyse_ops
-from traceanalyzer.analyses.roofline import RooflineResult, analyse_roofline
-from traceanalyzer.analyses.stages import StagesResult, analyse_stages
+from traceanalyzer.analyses.scenario import Scenario
 from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import StepsResult, analyse_steps
-from traceanalyzer.analyses.syncs import SyncsResult, analyse_syncs
 from traceanalyzer.analyses.verdict import Verdict, compiled_model, verdict
-from traceanalyzer.analyses.whatif import Model, Scenario, WhatIf
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.options import Options
 from traceanalyzer.trace import Trace
+
+# What every command reads (steps, the CPU activity, the gap classification) is imported here; each
+# other analysis loads in the property that computes it, so a command imports only what it asks for
+# (the replay, with numpy and the dependency graph, only for a what-if or a critical path).
+if TYPE_CHECKING:
+    from traceanalyzer.analyses.communication import CommunicationResult
+    from traceanalyzer.analyses.copies import CopiesResult
+    from traceanalyzer.analyses.critical_path import CriticalPath
+    from traceanalyzer.analyses.kernels import KernelsResult
+    from traceanalyzer.analyses.memory import MemoryResult
+    from traceanalyzer.analyses.ops import OpsResult
+    from traceanalyzer.analyses.roofline import RooflineResult
+    from traceanalyzer.analyses.stages import StagesResult
+    from traceanalyzer.analyses.syncs import SyncsResult
+    from traceanalyzer.analyses.whatif import Model, WhatIf
 
 
 class _result(cached_property):
@@ -170,17 +176,23 @@ class Session:
     @_result
     def communication(self) -> CommunicationResult:
         """Per step: collective kernel time and the part compute did not hide (`analyses.communication`)."""
+        from traceanalyzer.analyses.communication import exposed_communication
+
         return exposed_communication(self.trace, self.options.patterns.collective_pattern)
 
     @_result
     def syncs(self) -> SyncsResult:
         """Every sync, the bubble it left and its site (`analyse_syncs`)."""
+        from traceanalyzer.analyses.syncs import analyse_syncs
+
         classified = self.classified if self.trace.has_gpu_work else None
         return analyse_syncs(self.trace, self.options, classified=classified, blocking=self.blocking_calls)
 
     @_result
     def copies(self) -> CopiesResult:
         """Every memcpy and memset (`analyse_copies`)."""
+        from traceanalyzer.analyses.copies import analyse_copies
+
         return analyse_copies(self.trace, self.options, blocking=self.blocking_calls)
 
     @_result
@@ -191,11 +203,15 @@ class Session:
     @_result
     def stages(self) -> StagesResult:
         """The stage breakdown in the options' view and mapping (`analyse_stages`)."""
+        from traceanalyzer.analyses.stages import analyse_stages
+
         return analyse_stages(self.trace, self.options, blocking=self.blocking_calls)
 
     @_result
     def pipeline_stages(self) -> StagesResult:
         """The pipeline view, whatever the options ask to show (the rules read this one)."""
+        from traceanalyzer.analyses.stages import analyse_stages
+
         s = self.options.stages
         if s.stage_view == "pipeline" and not s.stage_mapping:
             return self.stages
@@ -204,21 +220,30 @@ class Session:
     @_result
     def ops(self) -> OpsResult:
         """Per-op CPU and GPU time, grouped by the options' `group_by` (`analyse_ops`)."""
+        from traceanalyzer.analyses.ops import analyse_ops
+
         return analyse_ops(self.trace, self.options)
 
     @_result
     def kernels(self) -> KernelsResult:
         """Per-kernel time and the short-kernel census (`analyse_kernels`)."""
+        from traceanalyzer.analyses.kernels import analyse_kernels
+
         return analyse_kernels(self.trace, self.options)
 
     @_result
     def memory(self) -> MemoryResult:
         """The memory peak, who holds it and growth per step (`analyse_memory`)."""
+        from traceanalyzer.analyses.memory import analyse_memory
+
         return analyse_memory(self.trace, self.options)
 
     @cached_property  # a building block, not kept by the store: it holds the trace and its graph
     def dependency_model(self) -> Model:
         """The dependency graph of the trace, ordered, with its replay of the capture."""
+        from traceanalyzer.analyses.dependency_graph import build_graph
+        from traceanalyzer.analyses.whatif import Model
+
         o = self.options
         graph = build_graph(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
         return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
@@ -245,12 +270,15 @@ class Session:
     @_result
     def roofline(self) -> RooflineResult:
         """Achieved FLOP/s and bandwidth per op and shape against the device's peaks (`analyse_roofline`)."""
+        from traceanalyzer.analyses.roofline import analyse_roofline
+
         return analyse_roofline(self.trace, self.options)
 
     # -- findings --------------------------------------------------------------------------
     # The rules sit a floor above (`traceanalyzer.findings`) and read this Session; importing
     # that package registers its evaluator here, so a Session holds their result without
-    # importing them (`import traceanalyzer` always does).
+    # importing them. `import traceanalyzer` is lazy (its names load on first use), so the first
+    # findings asked of a Session load the rules by name when nothing registered them yet.
     evaluator: ClassVar[Callable[[Session, Any], list[Any]] | None] = None
 
     @_result
@@ -282,6 +310,8 @@ class Session:
         return self._evaluate(rules)
 
     def _evaluate(self, rules: tuple[Any, ...] | None) -> list[Any]:
+        if Session.evaluator is None:
+            importlib.import_module("traceanalyzer.findings")  # registers the evaluator (a plug-in, by name)
         if Session.evaluator is None:
             raise RuntimeError("no rules registered: import traceanalyzer.findings")
         return Session.evaluator(self, rules)

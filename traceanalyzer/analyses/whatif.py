@@ -23,68 +23,16 @@ from traceanalyzer.analyses.critical_path import CriticalPath, summarise, walk
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times
-from traceanalyzer.errors import UsageError
+from traceanalyzer.analyses.scenario import CPU_CAUSES, SCENARIO_CAUSES, Scenario  # noqa: F401 - re-exported
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
 
-# Cause -> the CPU layers (t_<layer> of the graph's slices) whose time it removes.
-CPU_CAUSES = {
-    "data_loading": ("data_loading",),
-    "sync": ("sync",),
-    "runtime_call": ("runtime_call",),
-    "launch_latency": ("launch",),
-    "cpu_bound": ("cpu_op", "python"),
-    "untraced": ("untraced",),
-}
-GPU_CAUSES = ("gpu_wait", "kernel_spacing", "peer_wait", "slow_launch")
-SCENARIO_CAUSES = tuple(CPU_CAUSES) + GPU_CAUSES
 STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
 
 
 def _node_index() -> pl.Expr:
     """The node number of each row of the graph's node table (node v is row v)."""
     return pl.int_range(pl.len(), dtype=pl.Int64).alias("node")
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A change to replay: causes removed, name patterns sped up (pattern, factor), ops dropped."""
-
-    without: tuple[str, ...] = ()
-    speedup: tuple[tuple[str, float], ...] = ()
-    drop: tuple[str, ...] = ()
-    unsync: tuple[int, ...] = ()  # blocking calls (runtime ids) that stop waiting for the GPU
-    label: str = ""  # the scenario in words, when its parts are too long to read (many kernel names)
-
-    @classmethod
-    def parse(
-        cls, without: tuple[str, ...] = (), speedup: tuple[str, ...] = (), drop: tuple[str, ...] = ()
-    ) -> Scenario:
-        """From command-line strings: `--speedup 'gemm=1.3'` (FACTOR > 0; `inf` removes the work)."""
-        bad = [c for c in without if c not in SCENARIO_CAUSES]
-        if bad:
-            raise UsageError(None, f"--without {bad[0]}: not a cause; one of {', '.join(SCENARIO_CAUSES)}")
-        pairs = []
-        for s in speedup:
-            pattern, sep, factor = s.rpartition("=")
-            try:
-                f = float(factor)
-            except ValueError:
-                f = -1.0
-            if not sep or not pattern or not f > 0:
-                raise UsageError(None, f"--speedup {s!r}: expected PATTERN=FACTOR with FACTOR > 0 (1.3 = 30% faster)")
-            pairs.append((pattern, f))
-        return cls(tuple(without), tuple(pairs), tuple(drop))
-
-    def describe(self) -> str:
-        """The scenario in words."""
-        if self.label:
-            return self.label
-        parts = [f"without {c}" for c in self.without]
-        parts += [f"{p} {f:g}x faster" for p, f in self.speedup]
-        parts += [f"dropping {d}" for d in self.drop]
-        parts += [f"{len(self.unsync)} blocking calls not waiting"] if self.unsync else []
-        return ", ".join(parts) or "nothing changed"
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -27,7 +28,53 @@ def _size(text: str) -> int:
     return value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when the command runs or shows its help
+    (click's lazy-loading pattern): `traceanalyzer --help` lists every command from the
+    summaries in `COMMANDS` and imports none of them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, sorted (as click lists them)."""
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, its module imported on first use; None for an unknown name."""
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module = importlib.import_module(f"traceanalyzer.cli.commands.{cmd_name}")
+            self.add_command(module.command, cmd_name)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but a mistyped name is matched against every command, loaded or not."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            no_such = getattr(click.exceptions, "NoSuchCommand", None)  # click >= 8.4 suggests a close name
+            if no_such is None or not isinstance(exc, no_such):
+                raise
+            raise no_such(exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx) from None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The Commands section of `--help`, as click writes it, from the summaries alone."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            cmd = self.commands.get(name) or click.Command(name, help=COMMANDS[name])
+            if not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="traceanalyzer")
 @click.option(
     "--max-decompressed",
@@ -64,10 +111,6 @@ def cli(
     obj["max_decompressed"] = _size(max_decompressed) if max_decompressed else None
     obj["no_cache"], obj["cache_dir"] = no_cache, cache_dir
     obj["cache_max"] = _size(cache_max) if cache_max else None
-
-
-for _command in COMMANDS:
-    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,7 +98,6 @@ def open_trace(path: str, options: Options, max_decompressed: int | None = None)
     """(trace, store): the Trace, from the cache when it holds this file, and the cache the
     Session keeps its results in (None when off or when `path` is not a regular file)."""
     from traceanalyzer.jobs.executors import options_key
-    from traceanalyzer.load import load
 
     PROGRESS.start()
     kwargs = {"max_decompressed": max_decompressed} if max_decompressed else {}
@@ -113,6 +112,8 @@ def open_trace(path: str, options: Options, max_decompressed: int | None = None)
             store = None
     trace = store.get_trace() if store is not None else cache.MISSING
     if trace is cache.MISSING:
+        from traceanalyzer.load import load  # the decoder (numpy, the native extension) only on a miss
+
         trace = load(path, progress=PROGRESS.loading, **kwargs)
         if store is not None:
             store.put_trace(trace)

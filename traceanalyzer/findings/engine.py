@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.analyses.whatif import Scenario
+from traceanalyzer.analyses.scenario import Scenario
 from traceanalyzer.units import us_expr
 from traceanalyzer.wording import plural
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.analyses.whatif import Scenario
+from traceanalyzer.analyses.scenario import Scenario
 
 if TYPE_CHECKING:
     from traceanalyzer.findings.engine import Finding

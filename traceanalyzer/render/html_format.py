@@ -6,15 +6,18 @@ tables in their own scrolling box, severities coloured."""
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import re
-
-from markdown_it import MarkdownIt
+from typing import TYPE_CHECKING
 
 from traceanalyzer.render import markdown
 from traceanalyzer.render.base import Format
 from traceanalyzer.report import Report
 from traceanalyzer.version import __version__
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 STYLE = """body{font-family:system-ui,-apple-system,sans-serif;max-width:1400px;margin:2em auto;padding:0 1.5em;
 color:#1d1d1f;line-height:1.45}h1{font-size:1.6em;border-bottom:2px solid #e5e5e5;padding-bottom:.3em}
@@ -29,7 +32,13 @@ img{max-width:100%;border:1px solid #eee}p.version{color:#777;font-size:13px}
 strong.sev-high{color:#b3261e}strong.sev-medium{color:#b26a00}strong.sev-low{color:#5f6368}
 strong.sev-error{color:#b3261e}strong.sev-warning{color:#b26a00}strong.sev-info{color:#5f6368}"""
 
-_MD = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+@functools.cache
+def _markdown_it() -> MarkdownIt:
+    """The CommonMark parser with tables, made when a page is first rendered (not at start-up)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
 def _slug(text: str, seen: dict[str, int]) -> str:
@@ -40,7 +49,8 @@ def _slug(text: str, seen: dict[str, int]) -> str:
 
 def body(report: Report) -> tuple[str, list[tuple[str, str]]]:
     """The page's body from the report's Markdown, and its table of contents (id, title)."""
-    tokens = _MD.parse(markdown.render(report))
+    md = _markdown_it()
+    tokens = md.parse(markdown.render(report))
     images = {img.name: img.data for img in report.images()}
     toc: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
@@ -57,7 +67,7 @@ def body(report: Report) -> tuple[str, list[tuple[str, str]]]:
                 if c.type == "image" and str(c.attrGet("src")) in images:
                     data = base64.b64encode(images[str(c.attrGet("src"))]).decode()
                     c.attrSet("src", f"data:image/png;base64,{data}")
-    out = _MD.renderer.render(tokens, _MD.options, {})
+    out = md.renderer.render(tokens, md.options, {})
     # Raw HTML is off, so these tags can only be the renderer's own.
     out = out.replace("<table>", '<div class="tw"><table>').replace("</table>", "</table></div>")
     out = re.sub(r"<strong>\[(high|medium|low|error|warning|info)\]", r'<strong class="sev-\1">[\1]', out)

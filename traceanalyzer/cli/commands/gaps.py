@@ -14,6 +14,7 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.cli.commands.common import emit, head, open_session, record_option, record_report, with_health
 from traceanalyzer.cli.options import build_options, fail_on_option, option_flags, output_options, picture_format
 from traceanalyzer.errors import RegressionDetected
+from traceanalyzer.jobs.rank_io import is_dir as is_rank_dir
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
@@ -137,9 +138,9 @@ def command(
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
     plot_fmt = picture_format(plot) if plot else None  # a wrong extension fails before the work
     options = build_options(kwargs, *GROUPS)
-    from traceanalyzer.cli.commands import directory as rank_dir  # a directory of per-rank files: cross-rank report
+    if is_rank_dir(str(trace)):  # a directory of per-rank files: the cross-rank report
+        from traceanalyzer.cli.commands import directory as rank_dir
 
-    if rank_dir.is_rank_dir(trace):
         rep = rank_dir.dir_report("gaps", trace, options, top, GROUPS, fail_on=fail_on)
         emit(rep, fmt, output)
         rank_dir.check_fail_on(rep, fail_on)  # any rank, or the job
