@@ -50,6 +50,15 @@ EVENT_WAIT_API = r"EventRecord|StreamWaitEvent"
 SEVERITIES = ("error", "warning", "info")
 
 
+def worst_first(checks: pl.DataFrame, *then: str) -> pl.DataFrame:
+    """Health-check rows (a `severity` column) errors first, then warnings, then info; ties by
+    the columns `then` names."""
+    if not checks.height:
+        return checks
+    order = pl.col("severity").replace_strict(SEVERITIES, list(range(len(SEVERITIES))))
+    return checks.with_columns(_s=order).sort("_s", *then).drop("_s")
+
+
 @dataclass(frozen=True)
 class HealthCheck:
     """One problem found in a trace, and the metrics it makes unreliable."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import collectives, windows
-from traceanalyzer.analyses.health import SEVERITIES
+from traceanalyzer.analyses.health import SEVERITIES, worst_first
 from traceanalyzer.causes import CAUSES
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
 from traceanalyzer.options import Options, RankOptions
@@ -235,34 +235,11 @@ def _per_rank_row(i: int, r: RankResult) -> dict:
         "idle_ns": idle,
         **{f"idle_{c}_ns": v for c, v in by_cause.items()},
         "findings": ", ".join(dict.fromkeys(r.findings["rule"].to_list())) if r.findings.height else "",
-        "health": ", ".join(f"{h['check']} ({h['severity']})" for h in _worst_first(r.health).iter_rows(named=True)),
+        "health": ", ".join(
+            f"{h['check']} ({h['severity']})" for h in worst_first(r.health, "check").iter_rows(named=True)
+        ),
         "damaged": r.damaged,
     }
-
-
-def _worst_first(health: pl.DataFrame) -> pl.DataFrame:
-    if not health.height:
-        return health
-    return health.with_columns(_s=pl.col("severity").replace_strict(SEVERITIES, list(range(len(SEVERITIES))))).sort(
-        "_s", "check"
-    )
-
-
-def rank_health(results: list[RankResult]) -> pl.DataFrame:
-    """Every rank's health checks, worst first (errors, then warnings, then info; by rank):
-    rank, file, check, severity, message, unreliable. A rank with none has no row."""
-    rows = [
-        {"rank": r.rank if r.rank is not None else i, "file": r.path.replace("\\", "/").rsplit("/", 1)[-1], **h}
-        for i, r in enumerate(results)
-        for h in (r.health.iter_rows(named=True) if r.health.height else ())
-    ]
-    schema = {"rank": pl.Int64, "file": pl.String, "check": pl.String, "severity": pl.String}
-    schema |= {"message": pl.String, "unreliable": pl.String}
-    if not rows:
-        return pl.DataFrame(schema=schema)
-    df = pl.DataFrame(rows, schema=schema)
-    order = pl.col("severity").replace_strict(SEVERITIES, list(range(len(SEVERITIES))))
-    return df.with_columns(_s=order).sort("_s", "rank", "check").drop("_s")
 
 
 def _lateness_cause(r: RankResult, start_ns: int, late_ns: int) -> dict:

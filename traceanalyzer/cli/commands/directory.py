@@ -30,7 +30,8 @@ from traceanalyzer.cli.commands.common import findings_payload
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.findings.job_rules import job_findings
 from traceanalyzer.jobs.executors import analyse_dir, is_rank_dir
-from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile, rank_health
+from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile
+from traceanalyzer.jobs.rank_health import rank_health
 from traceanalyzer.options import EXECUTION_FIELDS, Options
 from traceanalyzer.report import FindingRow, Findings, Image, Report, Section
 from traceanalyzer.units import display_us
