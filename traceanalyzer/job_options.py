@@ -41,7 +41,7 @@ class RankOptions:
     )
     rank_jobs: int = opt(
         0,
-        "directory mode: worker processes for the per-rank files (0: sized to the machine, serial for small inputs)",
+        "directory mode: worker processes for the per-rank files (0: one per CPU, at most one per file)",
         flag="--jobs",
     )
     rank_executor: str = opt(
