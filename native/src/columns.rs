@@ -38,24 +38,28 @@ pub enum Label {
     PidTid,
 }
 
-/// Strings as a dictionary: `values[0]` is null, `codes` index `values`.
+/// Strings as a dictionary: `values[0]` is null, `codes` index `values`. The map from a
+/// value's raw text to its code lives beside it while a piece is decoded (`Seen`: it borrows
+/// the chunk's bytes), so that the column itself outlives the chunk.
 #[derive(Default)]
-pub struct DictCol<'a> {
-    map: FxMap<&'a [u8], u32>,
+pub struct DictCol {
     pub values: Vec<Option<String>>,
     pub codes: Vec<u32>,
 }
 
-impl<'a> DictCol<'a> {
+/// A dictionary column's raw texts seen so far in a piece -> their codes.
+pub type Seen<'a> = FxMap<&'a [u8], u32>;
+
+impl DictCol {
     fn new() -> Self {
-        DictCol { map: FxMap::default(), values: vec![None], codes: Vec::new() }
+        DictCol { values: vec![None], codes: Vec::new() }
     }
 
     /// A string value (`to_str`): strings and null only.
-    fn push_str(&mut self, b: &'a [u8], v: Span) -> R<()> {
+    fn push_str<'a>(&mut self, seen: &mut Seen<'a>, b: &'a [u8], v: Span) -> R<()> {
         let code = match v.k {
             K::Absent | K::Null => 0,
-            K::Str | K::StrEsc => self.intern(b, v, |raw| unescape(raw, v.k == K::StrEsc))?,
+            K::Str | K::StrEsc => self.intern(seen, b, v, |raw| unescape(raw, v.k == K::StrEsc))?,
             _ => return Err(Reject),
         };
         self.codes.push(code);
@@ -63,24 +67,30 @@ impl<'a> DictCol<'a> {
     }
 
     /// The raw JSON text of any value (msgspec's `Raw`); absent is null.
-    fn push_raw(&mut self, b: &'a [u8], v: Span) -> R<()> {
+    fn push_raw<'a>(&mut self, seen: &mut Seen<'a>, b: &'a [u8], v: Span) -> R<()> {
         let code = match v.k {
             K::Absent => 0,
-            _ => self.intern(b, v, |raw| std::str::from_utf8(raw).map(str::to_owned).map_err(|_| Reject))?,
+            _ => self.intern(seen, b, v, |raw| std::str::from_utf8(raw).map(str::to_owned).map_err(|_| Reject))?,
         };
         self.codes.push(code);
         Ok(())
     }
 
     #[inline]
-    fn intern<F: FnOnce(&[u8]) -> R<String>>(&mut self, b: &'a [u8], v: Span, make: F) -> R<u32> {
+    fn intern<'a, F: FnOnce(&[u8]) -> R<String>>(
+        &mut self,
+        seen: &mut Seen<'a>,
+        b: &'a [u8],
+        v: Span,
+        make: F,
+    ) -> R<u32> {
         let raw = &b[v.s as usize..v.e as usize];
-        if let Some(&c) = self.map.get(raw) {
+        if let Some(&c) = seen.get(raw) {
             return Ok(c);
         }
         let c = self.values.len() as u32;
         self.values.push(Some(make(raw)?));
-        self.map.insert(raw, c);
+        seen.insert(raw, c);
         Ok(c)
     }
 }
@@ -270,14 +280,14 @@ pub enum Ty {
     Ns,
 }
 
-pub enum Col<'a> {
-    Str(DictCol<'a>),
+pub enum Col {
+    Str(DictCol),
     Int(IntCol, Label),
     Float(FloatCol),
     Ns(NsCol),
 }
 
-impl<'a> Col<'a> {
+impl Col {
     pub fn new(t: Ty) -> Self {
         match t {
             Ty::Str | Ty::Raw => Col::Str(DictCol::new()),
@@ -288,10 +298,10 @@ impl<'a> Col<'a> {
     }
 
     #[inline]
-    pub fn push(&mut self, t: Ty, b: &'a [u8], v: Span) -> R<()> {
+    pub fn push<'a>(&mut self, seen: &mut Seen<'a>, t: Ty, b: &'a [u8], v: Span) -> R<()> {
         match (self, t) {
-            (Col::Str(c), Ty::Raw) => c.push_raw(b, v),
-            (Col::Str(c), _) => c.push_str(b, v),
+            (Col::Str(c), Ty::Raw) => c.push_raw(seen, b, v),
+            (Col::Str(c), _) => c.push_str(seen, b, v),
             (Col::Int(c, _), _) => c.push(b, v),
             (Col::Float(c), _) => c.push(b, v),
             (Col::Ns(c), _) => c.push(b, v),

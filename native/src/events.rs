@@ -1,7 +1,7 @@
 //! One piece of the `traceEvents` array -> per-kind columns, by the rules of
 //! `traceanalyzer/load/decode.py` (which event goes to which table, which field to which column).
 
-use crate::columns::{Col, FxMap, Label, Ty};
+use crate::columns::{Col, FxMap, Label, Seen, Ty};
 use crate::scan::{unescape, Parser, Reject, Span, ABSENT, K, R};
 
 // Top-level fields of an event.
@@ -169,17 +169,39 @@ fn kind_of_cat(cat: &str) -> Option<usize> {
 }
 
 /// The rows of one table.
-pub struct Table<'a> {
+pub struct Table {
     pub rows: usize,
-    pub cols: Vec<Col<'a>>,
+    pub cols: Vec<Col>,
 }
 
 /// What one piece decodes to.
 pub struct Piece<'a> {
-    pub tables: Vec<Table<'a>>,
+    pub tables: Vec<Table>,
     pub events: u64,
     /// (cat text, ph text) spans -> count, in the piece's bytes.
     pub counts: FxMap<(&'a [u8], &'a [u8]), u64>,
+}
+
+/// A piece that no longer borrows the chunk: its (cat, ph) keys as the strings they hold.
+pub struct OwnedPiece {
+    pub tables: Vec<Table>,
+    pub events: u64,
+    pub counts: Vec<(Option<String>, Option<String>, u64)>,
+}
+
+/// A `(cat, ph)` key's text as the string it holds (None when absent or null).
+fn span_str(s: &[u8]) -> Option<String> {
+    if s.is_empty() || s == b"null" {
+        return None;
+    }
+    unescape(s, s.contains(&b'\\')).ok()
+}
+
+impl Piece<'_> {
+    pub fn into_owned(self) -> OwnedPiece {
+        let counts = self.counts.iter().map(|((cat, ph), &n)| (span_str(cat), span_str(ph), n)).collect();
+        OwnedPiece { tables: self.tables, events: self.events, counts }
+    }
 }
 
 fn text_of<'a>(b: &'a [u8], v: Span) -> &'a [u8] {
@@ -202,6 +224,8 @@ pub fn decode_piece(b: &[u8]) -> R<Piece<'_>> {
     std::str::from_utf8(b).map_err(|_| Reject)?;
     let mut tables: Vec<Table> =
         KINDS.iter().map(|(_, spec)| Table { rows: 0, cols: spec.iter().map(|c| Col::new(c.2)).collect() }).collect();
+    let mut seen: Vec<Vec<Seen>> =
+        KINDS.iter().map(|(_, spec)| spec.iter().map(|_| Seen::default()).collect()).collect();
     let mut counts: FxMap<(&[u8], &[u8]), u64> = FxMap::default();
     let mut kind_cache: FxMap<&[u8], usize> = FxMap::default();
     let mut p = Parser::new(b);
@@ -247,14 +271,15 @@ pub fn decode_piece(b: &[u8]) -> R<Piece<'_>> {
         };
         if kind != SKIP {
             let t = &mut tables[kind];
-            for (col, &(_, src, ty)) in t.cols.iter_mut().zip(KINDS[kind].1.iter()) {
+            let maps = &mut seen[kind];
+            for ((col, map), &(_, src, ty)) in t.cols.iter_mut().zip(maps.iter_mut()).zip(KINDS[kind].1.iter()) {
                 let v = match src {
                     Src::Top(i) => top[i],
                     Src::Arg(i) => args[i],
                     Src::Ext => or_else(args[1], args[2]),
                     Src::MetaValue => or_else(args[27], args[28]),
                 };
-                col.push(ty, b, v)?;
+                col.push(map, ty, b, v)?;
             }
             t.rows += 1;
         }

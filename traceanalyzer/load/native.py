@@ -9,10 +9,14 @@ belong, exponents in times, duplicate keys) it returns None and `RawTables.add_c
 chunk with the Python decoder, which validates, salvages and words the warnings. So a damaged or
 odd file gives the Python path's answer, and a clean one the same tables, faster.
 
-The columns come back as little-endian buffers (int64/float64 values, uint32 null rows, uint32
-dictionary codes) and become polars Series through numpy, without a Python object per value;
-strings come as the list of their distinct values, gathered by the codes (one buffer per
-distinct value, as `normalize.interned` keeps names).
+A decoded chunk is appended to the trace's columns in Rust (`_native.Columns`, held by
+`RawTables`): one column per kind and field for the whole trace, strings as one dictionary of
+distinct values per column (each distinct name becomes a string once per trace) and a code per
+row. At the end `frames` takes each finished column once as an Arrow array through the Arrow
+PyCapsule protocol (`__arrow_c_array__`), which polars imports without copying the buffers;
+a string column is its dictionary (an Arrow string array built in Rust) gathered by its codes,
+so every row is a view into one compact buffer of the distinct values, as
+`normalize.interned` keeps names. No Python object per chunk per column, no concatenation.
 
 The same module holds the what-if model's replay loop (`replay_loop`, used by
 `analyses.replay`), under the same switch.
@@ -24,7 +28,6 @@ import os
 from collections import Counter
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from traceanalyzer.load.normalize import BIG_IDS, STRING_IDS, compact, int_list_of
@@ -77,46 +80,49 @@ def chunk_bytes() -> int:
     return CHUNK_BYTES_PER_THREAD * threads()
 
 
-def decode(data: bytes | bytearray | memoryview) -> list[tuple] | None:
-    """The pieces of one chunk `[ev, ...]` (see `add_pieces`), or None when Python must read it."""
+def decode(data: bytes | bytearray | memoryview) -> Any | None:
+    """One chunk `[ev, ...]` decoded (to `append` to a `columns()`), or None when Python must read it."""
     if _native is None:
         return None
     return _native.decode_chunk(data, threads())  # read in place, no copy
 
 
-def _u32(b: bytes) -> np.ndarray:
-    return np.frombuffer(b, dtype=np.uint32)
+def columns() -> Any:
+    """A trace's native columns (`_native.Columns`): chunks are appended in file order, the
+    finished tables taken once by `frames`."""
+    return _native.Columns()
 
 
-def _strings(name: str, values: list[str | None], codes: bytes) -> pl.Series:
-    """The column of a dictionary: the distinct values (values[0] is null) gathered by code."""
-    if name in _JSON_TEXT:
-        distinct = pl.Series(name, [v if v is None else compact(v) for v in values], dtype=pl.String)
-    elif name in _INT_LIST:
-        distinct = int_list_of(pl.Series(name, values, dtype=pl.String))
-    else:
-        distinct = pl.Series(name, values, dtype=pl.String)
-    return distinct.gather(pl.Series(_u32(codes)))
-
-
-def _column(name: str, tag: str, values: Any, extra: bytes) -> pl.Series:
-    if tag == "s":
-        return _strings(name, values, extra)
-    s = pl.Series(name, np.frombuffer(values, dtype=np.int64 if tag == "i" else np.float64))
-    return s.scatter(_u32(extra), None) if extra else s
-
-
-def add_pieces(pieces: list[tuple], parts: dict[str, list[pl.DataFrame]], counts: Counter, fixes: Counter) -> int:
-    """Put decoded pieces into a `RawTables`' parts, (cat, ph) counts and fixes; the events read."""
-    events = 0
-    for n, piece_counts, big, strings, tables in pieces:
-        events += n
-        for cat, ph, k in piece_counts:
-            counts[(cat, ph)] += k
-        if big:
-            fixes[BIG_IDS] += big
-        if strings:
-            fixes[STRING_IDS] += strings
-        for kind, (_rows, cols) in tables.items():
-            parts[kind].append(pl.DataFrame([_column(*c) for c in cols]))
+def add_pieces(decoded: Any, cols: Any, counts: Counter, fixes: Counter) -> int:
+    """Append a decoded chunk to the trace's columns, and its (cat, ph) counts and fixes to
+    a `RawTables`'; the events read."""
+    events, piece_counts, big, strings = cols.append(decoded)
+    for cat, ph, k in piece_counts:
+        counts[(cat, ph)] += k
+    if big:
+        fixes[BIG_IDS] += big
+    if strings:
+        fixes[STRING_IDS] += strings
     return events
+
+
+def _strings(name: str, dictionary: Any, codes: Any) -> pl.Series:
+    """A dictionary column: the distinct values (entry 0 is null) gathered by code. Raw JSON
+    texts are made compact and grids parsed once per distinct value of the trace."""
+    distinct = pl.Series(dictionary)
+    if name in _JSON_TEXT:
+        distinct = pl.Series(name, [v if v is None else compact(v) for v in distinct.to_list()], dtype=pl.String)
+    elif name in _INT_LIST:
+        distinct = int_list_of(distinct.alias(name))
+    return distinct.gather(pl.Series(codes)).alias(name)
+
+
+def frames(cols: Any) -> dict[str, pl.DataFrame]:
+    """The trace's finished tables by kind (those with rows), each column one Arrow array
+    moved from Rust (numbers are not copied; strings are views into their dictionary)."""
+    out = {}
+    for kind, _rows, specs in cols.finish():
+        out[kind] = pl.DataFrame(
+            [_strings(name, a, b) if tag == "s" else pl.Series(a).alias(name) for name, tag, a, b in specs]
+        )
+    return out

@@ -38,16 +38,23 @@ def _error_position(exc: msgspec.DecodeError) -> int | None:
 
 
 class RawTables:
-    """Accumulates the typed tables of a trace chunk by chunk."""
+    """Accumulates the typed tables of a trace chunk by chunk.
+
+    Chunks the native decoder reads are appended to its columns in Rust (`columns`), handed
+    over once by `tables`; chunks the Python decoder reads become frames in `parts`, each
+    remembering how many native rows of its kind came before it, so that `tables` puts the
+    rows back in file order however the two kinds of chunk are mixed."""
 
     def __init__(self, use_native: bool | None = None) -> None:
         self.parts: dict[str, list[pl.DataFrame]] = {k: [] for k in FRAME_BUILDERS}
+        self._native_rows_before: dict[str, list[int]] = {k: [] for k in FRAME_BUILDERS}
         self.counts: Counter = Counter()
         self.fixes: Counter = Counter()  # loose values made uniform, entries dropped
         self.events = 0
         self.error_pos: int | None = None  # byte position of the last decode failure
         # The native decoder first (see native.py); a chunk it does not read is read below.
         self.native = native.enabled() if use_native is None else use_native and native.available()
+        self.columns = native.columns() if self.native else None  # the natively read rows
         self.declined = 0  # chunks the native decoder left to the Python one
 
     def error(self) -> int | None:
@@ -86,10 +93,10 @@ class RawTables:
     def add_chunk(self, data: bytes | memoryview) -> bool:
         """Decode one chunk of events into the tables; False when it cannot be read whole."""
         if self.native:
-            pieces = native.decode(data)
-            if pieces is not None:
+            decoded = native.decode(data)
+            if decoded is not None:
                 self.error_pos = None
-                self.events += native.add_pieces(pieces, self.parts, self.counts, self.fixes)
+                self.events += native.add_pieces(decoded, self.columns, self.counts, self.fixes)
                 return True
             self.declined += 1
         try:
@@ -114,21 +121,46 @@ class RawTables:
         self.error_pos = None
         self.events += len(events)
         token = STATS.set(self.fixes)
+        native_rows = dict(zip(FRAME_BUILDERS, self.columns.rows())) if self.columns is not None else {}
         try:
             for kind, evs in bucket(events, self.counts).items():
                 self.parts[kind].append(FRAME_BUILDERS[kind](COLUMN_BUILDERS[kind](evs)))
+                self._native_rows_before[kind].append(native_rows.get(kind, 0))
         finally:
             STATS.reset(token)
         return True
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        """The accumulated tables, one per kind (parts released as they are joined)."""
+        """The accumulated tables, one per kind (parts released as they are joined; the native
+        columns are taken once)."""
+        natives = native.frames(self.columns) if self.columns is not None else {}
+        self.columns = None
         out = {}
         for kind, parts in self.parts.items():
+            nat = natives.pop(kind, None)
+            if nat is not None and not parts:
+                out[kind] = nat  # the usual case: one chunk per column, no concatenation
+                continue
+            if nat is not None:
+                parts[:] = _in_file_order(nat, parts, self._native_rows_before[kind])
             # No rechunk: it would hold every table twice at the peak; polars works on chunks.
             out[kind] = pl.concat(parts, how="vertical_relaxed", rechunk=False) if parts else empty_frame(kind)
             parts.clear()
         return out
+
+
+def _in_file_order(nat: pl.DataFrame, parts: list[pl.DataFrame], before: list[int]) -> list[pl.DataFrame]:
+    """The native rows (sliced, no copy) and the Python decoder's frames, in file order:
+    `before[i]` native rows came before `parts[i]`."""
+    out, at = [], 0
+    for part, n in zip(parts, before, strict=True):
+        if n > at:
+            out.append(nat.slice(at, n - at))
+            at = n
+        out.append(part)
+    if at < nat.height:
+        out.append(nat.slice(at))
+    return out
 
 
 def _regions(damaged: list[tuple[int, int]]) -> list[tuple[int, int]]:
