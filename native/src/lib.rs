@@ -9,6 +9,7 @@
 //! Also the replay loop of the what-if model (`replay`, see replay.rs): a dependency chain is
 //! sequential, so it is the one loop over nodes that polars cannot express.
 
+mod alloc;
 mod arrow;
 mod buffer;
 mod columns;
@@ -20,6 +21,9 @@ mod state;
 use events::{decode_piece, Piece};
 use pyo3::prelude::*;
 use state::{Columns, Decoded};
+
+#[global_allocator]
+static ALLOC: alloc::BigMaps = alloc::BigMaps;
 
 /// The events between the outer brackets of `[ ... ]` (white space around allowed).
 fn inner(b: &[u8]) -> Option<&[u8]> {
