@@ -277,3 +277,49 @@ def test_random_loose_values_give_the_same_tables_either_way(pool, declined):
         assert declined["read"] >= 20 and declined["declined"] == 0
     else:
         assert declined["read"] >= 5 and declined["declined"] >= 20
+
+
+def test_declined_chunks_keep_their_place_among_native_ones(tmp_path, declined):
+    # 60 events in chunks of ~1 KB: the chunks holding an odd event (a float correlation, a
+    # bool pid) go to the Python decoder, the others stay native; rows keep the file's order.
+    events = []
+    for i in range(60):
+        args = f'"correlation":{i}' if i not in (17, 41) else '"correlation":5.0'
+        pid = "true" if i == 29 else "1"
+        events.append(
+            f'{{"ph":"X","cat":"kernel","name":"k{i % 7}","pid":{pid},"tid":2,"ts":{i}.5,"dur":1,'
+            f'"args":{{"device":0,"stream":7,{args},"grid":[{i},1,1]}}}}'
+        )
+        events.append(f'{{"ph":"X","cat":"cpu_op","name":"op{i}","pid":1,"tid":2,"ts":{i},"dur":1}}')
+    path = _raw_text_trace(",".join(events), tmp_path)
+    nat = _read(path, True, chunk_bytes=1024)
+    assert declined["declined"] >= 3 and declined["read"] >= 5  # both kinds of chunk, mixed
+    gpu, op = nat[0]["gpu"], nat[0]["op"]
+    assert op["name"].to_list() == [f"op{i}" for i in range(60)]
+    assert gpu["ts_ns"].to_list() == [i * 1000 + 500 for i in range(60)]
+    assert gpu["name"].to_list() == [f"k{i % 7}" for i in range(60)]
+    assert gpu["grid"].to_list() == [[i, 1, 1] for i in range(60)]
+    # the Python path reads 5.0 as 5 and true as 1 (to_int), the native one never sees them
+    assert gpu["correlation"].to_list() == [5 if i in (17, 41) else i for i in range(60)]
+    _assert_same(_read(path, False, chunk_bytes=1024), nat)
+
+
+def test_native_columns_are_handed_over_once_in_one_chunk(tmp_path):
+    body = ",".join(
+        f'{{"ph":"X","cat":"cpu_op","name":"op{i % 3}","pid":1,"tid":2,"ts":{i},"dur":{"null" if i % 4 else 2}}}'
+        for i in range(5000)
+    )
+    path = _raw_text_trace(body, tmp_path)
+    tables = _read(path, True, chunk_bytes=4096)[0]  # ~60 chunks
+    op = tables["op"]
+    assert op.n_chunks("all") == [1] * op.width  # no concatenation of per-chunk frames
+    assert op["dur_ns"].null_count() == 3750 and op["dur_ns"].drop_nulls().to_list() == [2000] * 1250
+    assert op["name"].to_list()[:4] == ["op0", "op1", "op2", "op0"]
+    cols = native.columns()
+    native.add_pieces(native.decode(b'[{"ph":"X","cat":"cpu_op","name":"a","ts":1}]'), cols, Counter(), Counter())
+    (kind, rows, specs), *_ = cols.finish()
+    assert (kind, rows) == ("op", 1)
+    _name, _tag, dictionary, codes = specs[0]
+    assert pl.Series(dictionary).to_list() == [None, "a"] and pl.Series(codes).to_list() == [1]
+    with pytest.raises(ValueError, match="already exported"):  # the buffers moved to polars
+        dictionary.__arrow_c_array__()
