@@ -17,6 +17,9 @@ use std::hash::Hasher;
 
 const NONE: u32 = u32::MAX;
 
+/// (cat, ph) -> events, for the load's counts.
+type Counts = FxMap<(Option<String>, Option<String>), u64>;
+
 /// Distinct strings, stored once in an Arrow large-string layout: entry 0 is null.
 struct Dict {
     offsets: Vec<i64>,
@@ -154,9 +157,10 @@ pub struct Columns {
 }
 
 impl Columns {
-    fn append_all(&mut self, pieces: Vec<OwnedPiece>) -> (u64, u64, u64, FxMap<(Option<String>, Option<String>), u64>) {
+    /// Append the pieces; (events, ids beyond int64, string pids/tids, counts) of them.
+    fn append_all(&mut self, pieces: Vec<OwnedPiece>) -> (u64, u64, u64, Counts) {
         let (mut events, mut big, mut strings) = (0u64, 0u64, 0u64);
-        let mut counts: FxMap<(Option<String>, Option<String>), u64> = FxMap::default();
+        let mut counts = Counts::default();
         for piece in pieces {
             events += piece.events;
             for (cat, ph, n) in piece.counts {
