@@ -21,8 +21,9 @@ import io
 import json
 import multiprocessing as mp
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from traceanalyzer.errors import NotATraceError, TraceReadError, UsageError
@@ -106,8 +107,29 @@ def _with_warning(r: RankResult, w: str) -> RankResult:
     return dataclasses.replace(r, warnings=(*r.warnings, w))
 
 
+# The ranks already use every CPU, one rank per worker: each worker decodes its file on one thread,
+# and runs polars on one. Polars sizes its thread pool when it is imported, so this must be in the
+# worker's environment when it starts (the initializer runs after the worker has imported polars).
+# On small ranks a polars query costs ~60-80 µs of fixed overhead, and with a pool of two threads
+# per worker the idle one spins between queries (2026-12-01, 8 DLRM ranks: see docs/performance.md).
+WORKER_ENV = {"TRACEANALYZER_WORKERS": "1", "POLARS_MAX_THREADS": "1"}
+
+
+@contextmanager
+def worker_env() -> Iterator[None]:
+    """`WORKER_ENV` in this process's environment while worker processes start (they inherit it),
+    each variable the user has set left as it is; restored afterwards."""
+    added = [k for k in WORKER_ENV if k not in os.environ]
+    os.environ.update({k: WORKER_ENV[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
 def _init_worker() -> None:
-    # The ranks already use every CPU: each worker decodes its file on one.
+    # A worker started elsewhere (a Dask cluster by address): at least decode on one thread.
     os.environ["TRACEANALYZER_WORKERS"] = "1"
 
 
@@ -135,7 +157,8 @@ def _dask_client(address: str):
         return Client(address)
     from traceanalyzer.load.parallel import cpu_count
 
-    return Client(LocalCluster(n_workers=cpu_count(), threads_per_worker=1, dashboard_address=None))
+    with worker_env():
+        return Client(LocalCluster(n_workers=cpu_count(), threads_per_worker=1, dashboard_address=None))
 
 
 def run_ranks(
@@ -164,7 +187,8 @@ def run_ranks(
     jobs = _local_jobs(paths, jobs)
     if jobs == 1:
         return [fn(p, *args) for p in paths]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
+    ctx = mp.get_context("spawn")
+    with worker_env(), ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:
         return list(pool.map(fn, paths, *[[a] * len(paths) for a in args]))
 
 
