@@ -4,9 +4,9 @@
 maps): it loads the file, reduces it to its small `RankResult` and lets the trace go; a file that
 is not a trace comes back as a `SkippedFile`. `run_ranks` maps it over the files on an executor:
 
-- `local` (default): a process pool sized to the machine, each worker holding one trace at a
-  time; serial when the input is small (a worker's start-up, importing polars, costs more than
-  it saves on a few MB);
+- `local` (default): one process per CPU, at most one per file: this one and worker processes,
+  each holding one trace at a time and taking the next file when it is free (`--jobs 1`:
+  this process alone);
 - `dask`: Dask distributed (the `dask` extra): a scheduler address, a local cluster, or
   `inprocess` (threads in this process, for tests and notebooks).
 
@@ -22,7 +22,7 @@ import json
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any
 
@@ -187,9 +187,35 @@ def run_ranks(
     jobs = _local_jobs(paths, jobs)
     if jobs == 1:
         return [fn(p, *args) for p in paths]
+    return _local_map(fn, paths, args, jobs)
+
+
+def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int) -> list[Any]:
+    """`fn` over `paths` on `jobs` processes: `jobs - 1` spawned workers and this one. A worker
+    costs its start-up (~0.35 CPU-s: Python, polars and the analyses imported, their first calls;
+    2026-12-01, 8 DLRM ranks of ~0.2 CPU-s each), which this process has already paid."""
+    out: list[Any] = [None] * len(paths)
+    order = iter(range(len(paths)))
     ctx = mp.get_context("spawn")
-    with worker_env(), ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:
-        return list(pool.map(fn, paths, *[[a] * len(paths) for a in args]))
+    with worker_env(), ProcessPoolExecutor(max_workers=jobs - 1, mp_context=ctx, initializer=_init_worker) as pool:
+        running: dict[Any, int] = {}
+
+        def feed() -> None:
+            # two files queued per worker: it never waits for this process to finish a file
+            while len(running) < 2 * (jobs - 1) and (i := next(order, None)) is not None:
+                running[pool.submit(fn, paths[i], *args)] = i
+
+        def collect(done) -> None:
+            for f in done:
+                out[running.pop(f)] = f.result()
+
+        feed()
+        while (i := next(order, None)) is not None:
+            out[i] = fn(paths[i], *args)  # environment as the workers': WORKER_ENV is set here
+            collect([f for f in running if f.done()])
+            feed()
+        collect(wait(list(running)).done)
+    return out
 
 
 def analyse_dir(
