@@ -24,3 +24,12 @@ def test_a_thread_count_the_user_set_is_kept(monkeypatch):
     monkeypatch.delenv("TRACEANALYZER_WORKERS", raising=False)
     assert run_ranks(NAMES, os.getenv, jobs=2) == ["3", "1"]
     assert os.environ["POLARS_MAX_THREADS"] == "3" and "TRACEANALYZER_WORKERS" not in os.environ
+
+
+def test_this_process_analyses_files_beside_its_workers_results_in_input_order():
+    # `os.readlink("/proc/self")` is the pid of the process that runs it: with jobs=2, one worker
+    # is spawned and this process takes files too (one worker start-up less).
+    pids = run_ranks(["/proc/self"] * 6, os.readlink, jobs=2)
+    assert len(set(pids)) == 2 and str(os.getpid()) in pids
+    names = [f"d/{i}" for i in range(7)]
+    assert run_ranks(names, os.path.basename, jobs=2) == [str(i) for i in range(7)]
