@@ -1,7 +1,7 @@
 """Directory mode at scale: N rank files built from a shared multi-rank set, analysed on each
-executor; wall time and peak RSS of the driver and of the workers, side by side as ratios.
+executor; wall time, CPU time and peak RSS of the driver and of the workers, side by side as ratios.
 
-    python scripts/bench_ranks.py --ranks 64 256 --set ../shared/traces/dlrm_v100_8ranks
+    python scripts/bench_ranks.py --ranks 8 64 --configs summary hta --hta-python /path/to/venv-hta/bin/python
 
 Rank i is a copy of source file i mod k with its `distributedInfo` rank and world size
 rewritten (the timestamps are kept: the copies of one source arrive together). Files go to
@@ -9,6 +9,12 @@ rewritten (the timestamps are kept: the copies of one source arrive together). F
 a worker's peak RSS is read inside the mapped function. `hta` loads the same folder with
 Holistic Trace Analysis (`TraceAnalysis(trace_dir=...)`, every rank in one process, its issue
 #250) with the Python of `--hta-python` when HTA is installed there; its RSS is the process's peak.
+`summary` is the command a user runs, `traceanalyzer summary DIR --format json` (its default
+executor: a worker pool).
+
+CPU s is user + system time of the configuration's whole process tree (the process and every
+worker it waited for: `RUSAGE_CHILDREN` around the run), start-up and imports included; `vs HTA`
+divides it by HTA's when HTA ran.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIGS = ("serial", "pool", "dask", "cached", "hta")
+CONFIGS = ("serial", "pool", "dask", "cached", "summary", "hta")
 HTA_PYTHON = "/work/venv-hta/bin/python"
 HTA = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
 
@@ -79,18 +85,37 @@ def one(directory: str, config: str, cache: str) -> dict:
     }
 
 
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run `cmd`; its result, wall seconds and CPU seconds (user + sys of it and its descendants)."""
+    c, t = _children_cpu(), time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return p, time.perf_counter() - t, _children_cpu() - c
+
+
 def hta(python: str, directory: Path) -> dict | None:
-    """HTA's multi-rank load of `directory`: wall seconds and peak RSS (MiB), or None without HTA."""
+    """HTA's multi-rank load of `directory`: wall and CPU seconds, peak RSS (MiB); None without HTA."""
     if not Path(python).exists():
         return None
-    t = time.perf_counter()
-    p = subprocess.run(["/usr/bin/time", "-v", python, "-c", HTA, str(directory)], capture_output=True, text=True)
-    wall = time.perf_counter() - t
+    p, wall, cpu = timed(["/usr/bin/time", "-v", python, "-c", HTA, str(directory)])
     if p.returncode:
         print(f"HTA failed: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None
     rss = next(int(line.split()[-1]) for line in p.stderr.splitlines() if "Maximum resident" in line)
-    return {"wall_s": wall, "rss_mib": rss / 1024}
+    return {"wall_s": wall, "cpu_s": cpu, "rss_mib": rss / 1024}
+
+
+def summary(directory: Path, out: Path) -> dict:
+    """`traceanalyzer summary DIR --format json`: wall and CPU seconds, peak RSS of the driver (MiB)."""
+    cmd = [sys.executable, "-m", "traceanalyzer", "summary", str(directory), "--format", "json", "-o", str(out)]
+    p, wall, cpu = timed(["/usr/bin/time", "-f", "%M", *cmd])
+    if p.returncode:
+        raise SystemExit(f"summary failed: {p.stderr.strip()[-400:]}")
+    return {"wall_s": wall, "cpu_s": cpu, "driver_rss_mib": int(p.stderr.strip().splitlines()[-1]) / 1024}
 
 
 def main() -> None:
@@ -105,8 +130,10 @@ def main() -> None:
         print(json.dumps(one(*a.one)))
         return
     tmp = Path(tempfile.mkdtemp(prefix="bench_ranks_"))
-    print("| ranks | executor | wall s | vs serial | driver peak RSS MiB | worker peak RSS MiB | straggler |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| ranks | executor | wall s | vs serial | CPU s | vs HTA | driver peak RSS MiB | worker peak RSS MiB | straggler |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in a.ranks:
         d = build(Path(a.set), n, tmp / f"r{n}")
         cache = str(tmp / f"cache{n}")
@@ -115,26 +142,28 @@ def main() -> None:
             subprocess.run(
                 [sys.executable, __file__, "--one", str(d), "cached", cache], check=True, capture_output=True
             )
-        base = None
+        rows = []
         for c in a.configs:
             if c == "hta":
                 r = hta(a.hta_python, d)
-                if r is None:
-                    continue
-                base = base or r["wall_s"]
-                print(
-                    f"| {n} | HTA load | {r['wall_s']:.1f} | {r['wall_s'] / base:.2f} | {r['rss_mib']:.0f} | - | - |",
-                    flush=True,
-                )
+                if r is not None:
+                    rows.append(("HTA load", r | {"driver_rss_mib": r["rss_mib"]}))
                 continue
-            p = subprocess.run(
-                [sys.executable, __file__, "--one", str(d), c, cache], check=True, capture_output=True, text=True
-            )
-            r = json.loads(p.stdout.strip().splitlines()[-1])
-            base = base or r["wall_s"]
+            if c == "summary":
+                rows.append(("`summary DIR`", summary(d, tmp / f"summary{n}.json")))
+                continue
+            p, wall, cpu = timed([sys.executable, __file__, "--one", str(d), c, cache])
+            if p.returncode:
+                raise SystemExit(f"{c} failed: {p.stderr.strip()[-400:]}")
+            rows.append((c, json.loads(p.stdout.strip().splitlines()[-1]) | {"cpu_s": cpu}))
+        base = rows[0][1]["wall_s"] if rows else 1.0
+        hta_cpu = next((r["cpu_s"] for name, r in rows if name == "HTA load"), None)
+        for name, r in rows:
+            vs_hta = f"{r['cpu_s'] / hta_cpu:.2f}" if hta_cpu else "-"
+            worker = f"{r['worker_rss_mib']:.0f}" if "worker_rss_mib" in r else "-"
             print(
-                f"| {n} | {c} | {r['wall_s']:.1f} | {r['wall_s'] / base:.2f} | {r['driver_rss_mib']:.0f} "
-                f"| {r['worker_rss_mib']:.0f} | {r['straggler']} |",
+                f"| {n} | {name} | {r['wall_s']:.1f} | {r['wall_s'] / base:.2f} | {r['cpu_s']:.2f} | {vs_hta} "
+                f"| {r['driver_rss_mib']:.0f} | {worker} | {r.get('straggler', '-')} |",
                 flush=True,
             )
 

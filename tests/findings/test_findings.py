@@ -143,3 +143,24 @@ def test_every_rule_runs_on_empty_and_cpu_only_traces(SHARED_TRACES):
         # edge_large_integer's one kernel is a 50 µs ncclKernel_AllReduce with no compute beside it:
         # all of its window is exposed communication, and the rule says so.
         assert {f.rule for f in fired} <= {"capture_caveats", "low_gpu_utilization", "exposed_communication"}
+
+
+def test_findings_without_their_full_evidence_are_the_same_findings(SHARED_TRACES):
+    # A rank's row in directory mode reads rule, severity and message only (`full=False`):
+    # data_loading's stage breakdown, an analysis of its own, is then not computed. Worker 2 of
+    # the DLRM job fires data_loading.
+    path = next((SHARED_TRACES / "dlrm_v100_8ranks").glob("worker2_*"))
+    lean_ses = Session(load(path))
+    lean = evaluate(lean_ses, estimate=False, full=False)
+    assert "pipeline_stages" not in lean_ses.computed() and "stages" not in lean_ses.computed()
+    full_ses = Session(load(path))
+    full = evaluate(full_ses, estimate=False)
+    key = [(f.rule, f.severity, f.message, f.at_stake_us, f.at_stake_share) for f in lean]
+    assert key == [(f.rule, f.severity, f.message, f.at_stake_us, f.at_stake_share) for f in full]
+    (dl_lean,) = [f for f in lean if f.rule == "data_loading"]
+    (dl_full,) = [f for f in full if f.rule == "data_loading"]
+    assert "data_loading_stage_us_per_step" not in dl_lean.evidence
+    stage = full_ses.pipeline_stages.average["data_loading"]
+    assert dl_full.evidence["data_loading_stage_us_per_step"] == stage > 0
+    # the other keys, in the order a full finding lists them
+    assert [k for k in dl_full.evidence if k != "data_loading_stage_us_per_step"] == list(dl_lean.evidence)

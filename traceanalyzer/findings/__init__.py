@@ -45,12 +45,15 @@ def rules_for(command: str) -> tuple[Rule, ...]:
     return tuple(r for r in RULES if command in r.commands)
 
 
-def evaluate(ses: Session, rules: tuple[Rule, ...] | None = None, estimate: bool = True) -> list[Finding]:
+def evaluate(
+    ses: Session, rules: tuple[Rule, ...] | None = None, estimate: bool = True, full: bool = True
+) -> list[Finding]:
     """Every material finding the rules give on `ses` (all rules when `rules` is None): those
     whose GPU time at stake reaches `min_finding_share` of the window, most severe first, then
     the most time at stake (see `engine.ordered`). `estimate` False leaves out the savings (the
-    what-if replays, and the dependency graph they need): the same findings, in the same order."""
-    found = [f for r in (RULES if rules is None else rules) for f in r.run(ses, estimate)]
+    what-if replays, and the dependency graph they need), `full` False the evidence that needs
+    an analysis of its own (`engine.Later`): the same findings and messages, in the same order."""
+    found = [f for r in (RULES if rules is None else rules) for f in r.run(ses, estimate, full)]
     return ordered(material(found, ses.options.materiality.min_finding_share))
 
 

@@ -56,6 +56,16 @@ class Finding:
     saving_note: str = ""
 
 
+@dataclass(frozen=True)
+class Later:
+    """An evidence value that needs an analysis of its own (the pipeline stages, say), not the
+    ones the rule's test and message read: `Rule.run` computes it for findings shown in full, and
+    leaves the key out where only the rule, severity and message are read (`full=False`: a
+    rank's row in directory mode)."""
+
+    compute: Callable[[], Any]
+
+
 # What a rule's fix amounts to: (scenario to replay, confidence), or why it cannot be estimated.
 WhatIfSpec = Callable[["Session", Finding], "tuple[Scenario, str] | str"]
 MODEL_ERROR_LIMIT = 0.02  # a replay of the capture off by more than this: every estimate is `low`
@@ -74,10 +84,11 @@ class Rule:
     commands: tuple[str, ...] = ()
     whatif: WhatIfSpec | str = "no what-if scenario for this rule"  # the fix as a scenario, or why none
 
-    def run(self, ses: Session, estimate: bool = True) -> list[Finding]:
+    def run(self, ses: Session, estimate: bool = True, full: bool = True) -> list[Finding]:
         """The rule's findings, each stamped with the threshold values it was judged by and the
         saving its what-if scenario predicts (`estimate` False: no saving, no replay; nothing
-        else in a finding depends on it)."""
+        else in a finding depends on it). `full` False: no `Later` evidence either (the same
+        findings, severities and messages)."""
         values = {name: ses.options.value(name) for name in self.thresholds}
         window = ses.gaps.window_us if ses.trace.has_gpu_work else 0.0
         high = ses.options.materiality.high_finding_share
@@ -85,9 +96,12 @@ class Rule:
         for f in self.check(ses):
             share = f.at_stake_us / window if f.at_stake_us is not None and window > 0 else None
             sev = "medium" if f.severity == "high" and share is not None and share < high else f.severity
-            found = Finding(
-                f.rule, sev, f.message, f.evidence, f.recommendation, f.events, values, f.at_stake_us, share
-            )
+            evidence = {
+                k: v.compute() if isinstance(v, Later) else v
+                for k, v in f.evidence.items()
+                if full or not isinstance(v, Later)
+            }
+            found = Finding(f.rule, sev, f.message, evidence, f.recommendation, f.events, values, f.at_stake_us, share)
             out.append(self.estimate(ses, found) if estimate else found)
         return out
 

@@ -10,7 +10,7 @@ import polars as pl
 from traceanalyzer.analyses.steps import Caveat
 from traceanalyzer.analyses.verdict import COMPILED_LAUNCH_HINT, compiled_model
 from traceanalyzer.analyses.windows import step_count
-from traceanalyzer.findings.engine import MAX_EVENTS, Finding, Rule, events_of, per_unit, severity
+from traceanalyzer.findings.engine import MAX_EVENTS, Finding, Later, Rule, events_of, per_unit, severity
 from traceanalyzer.patterns import SINGLE_TENSOR_OPTIMIZER
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ def _data_loading(ses: Session) -> list[Finding]:
     ranges = ses.activity.data_ranges.sort("dur_ns", descending=True)
     per = per_unit(ses)
     n = step_count(ses.trace)
-    stage = ses.pipeline_stages
     return [
         Finding(
             "data_loading",
@@ -50,7 +49,8 @@ def _data_loading(ses: Session) -> list[Finding]:
                 "data_loading_idle_us": idle,
                 "window_us": window,
                 "share": share,
-                "data_loading_stage_us_per_step": stage.average.get("data_loading"),
+                # the stage breakdown is an analysis of its own, for this one number: only in full
+                "data_loading_stage_us_per_step": Later(lambda: ses.pipeline_stages.average.get("data_loading")),
                 "ranges": ranges.height,
             },
             DATA_ADVICE,

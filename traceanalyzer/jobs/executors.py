@@ -4,9 +4,9 @@
 maps): it loads the file, reduces it to its small `RankResult` and lets the trace go; a file that
 is not a trace comes back as a `SkippedFile`. `run_ranks` maps it over the files on an executor:
 
-- `local` (default): a process pool sized to the machine, each worker holding one trace at a
-  time; serial when the input is small (a worker's start-up, importing polars, costs more than
-  it saves on a few MB);
+- `local` (default): one process per CPU, at most one per file: this one and worker processes,
+  each holding one trace at a time and taking the next file when it is free (`--jobs 1`:
+  this process alone);
 - `dask`: Dask distributed (the `dask` extra): a scheduler address, a local cluster, or
   `inprocess` (threads in this process, for tests and notebooks).
 
@@ -21,9 +21,12 @@ import io
 import json
 import multiprocessing as mp
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, wait
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
+
+import polars as pl
 
 from traceanalyzer.errors import NotATraceError, TraceReadError, UsageError
 from traceanalyzer.jobs import rank_io
@@ -87,17 +90,32 @@ def analyse_rank_file(path: str, options: Options | None = None, cache: str = ""
     buf.name = path
     try:
         trace = load(buf)
-        comm, note = rank_io.comm_args(_inflate(data, path))
+        raw = _inflate(data, path)
+        comm, note = rank_io.comm_args(raw)
     except (NotATraceError, TraceReadError) as exc:
         return SkippedFile(path, exc.problem)
     from traceanalyzer.jobs.multirank import rank_result
 
-    result = rank_result(trace, opts, comm)
+    with _engine_for(len(raw)):
+        result = rank_result(trace, opts, comm)
     if note and not result.warnings:  # a damaged file already says so; a clean one says what is missing
         result = _with_warning(result, note)
     if folder:
         rank_io.save(result, folder)
     return result
+
+
+# Below this much JSON a rank's lazy polars queries run on the in-memory engine. Polars' default
+# ("auto") picks its streaming engine for a lazy `collect()`, which costs ~200-700 µs more a query
+# to start (2026-12-01, polars 2.1: a 4-step sweep over 2,000 rows 1.0 ms against 0.33 ms); on a
+# 0.9 MB DLRM rank that is ~10 % of its CPU. Above it the streaming engine keeps what it does for
+# memory (the analyses write sweeps as one lazy query so that helper columns go inside it).
+IN_MEMORY_ENGINE_BYTES = 128 << 20
+
+
+def _engine_for(json_bytes: int) -> AbstractContextManager:
+    """Polars' in-memory engine for the analyses of a rank of `json_bytes`, else as configured."""
+    return pl.Config(engine_affinity="in-memory") if json_bytes < IN_MEMORY_ENGINE_BYTES else nullcontext()
 
 
 def _with_warning(r: RankResult, w: str) -> RankResult:
@@ -106,8 +124,29 @@ def _with_warning(r: RankResult, w: str) -> RankResult:
     return dataclasses.replace(r, warnings=(*r.warnings, w))
 
 
+# The ranks already use every CPU, one rank per worker: each worker decodes its file on one thread,
+# and runs polars on one. Polars sizes its thread pool when it is imported, so this must be in the
+# worker's environment when it starts (the initializer runs after the worker has imported polars).
+# On small ranks a polars query costs ~60-80 µs of fixed overhead, and with a pool of two threads
+# per worker the idle one spins between queries (2026-12-01, 8 DLRM ranks: see docs/performance.md).
+WORKER_ENV = {"TRACEANALYZER_WORKERS": "1", "POLARS_MAX_THREADS": "1"}
+
+
+@contextmanager
+def worker_env() -> Iterator[None]:
+    """`WORKER_ENV` in this process's environment while worker processes start (they inherit it),
+    each variable the user has set left as it is; restored afterwards."""
+    added = [k for k in WORKER_ENV if k not in os.environ]
+    os.environ.update({k: WORKER_ENV[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
 def _init_worker() -> None:
-    # The ranks already use every CPU: each worker decodes its file on one.
+    # A worker started elsewhere (a Dask cluster by address): at least decode on one thread.
     os.environ["TRACEANALYZER_WORKERS"] = "1"
 
 
@@ -135,7 +174,8 @@ def _dask_client(address: str):
         return Client(address)
     from traceanalyzer.load.parallel import cpu_count
 
-    return Client(LocalCluster(n_workers=cpu_count(), threads_per_worker=1, dashboard_address=None))
+    with worker_env():
+        return Client(LocalCluster(n_workers=cpu_count(), threads_per_worker=1, dashboard_address=None))
 
 
 def run_ranks(
@@ -164,8 +204,35 @@ def run_ranks(
     jobs = _local_jobs(paths, jobs)
     if jobs == 1:
         return [fn(p, *args) for p in paths]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
-        return list(pool.map(fn, paths, *[[a] * len(paths) for a in args]))
+    return _local_map(fn, paths, args, jobs)
+
+
+def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int) -> list[Any]:
+    """`fn` over `paths` on `jobs` processes: `jobs - 1` spawned workers and this one. A worker
+    costs its start-up (~0.35 CPU-s: Python, polars and the analyses imported, their first calls;
+    2026-12-01, 8 DLRM ranks of ~0.2 CPU-s each), which this process has already paid."""
+    out: list[Any] = [None] * len(paths)
+    order = iter(range(len(paths)))
+    ctx = mp.get_context("spawn")
+    with worker_env(), ProcessPoolExecutor(max_workers=jobs - 1, mp_context=ctx, initializer=_init_worker) as pool:
+        running: dict[Any, int] = {}
+
+        def feed() -> None:
+            # two files queued per worker: it never waits for this process to finish a file
+            while len(running) < 2 * (jobs - 1) and (i := next(order, None)) is not None:
+                running[pool.submit(fn, paths[i], *args)] = i
+
+        def collect(done) -> None:
+            for f in done:
+                out[running.pop(f)] = f.result()
+
+        feed()
+        while (i := next(order, None)) is not None:
+            out[i] = fn(paths[i], *args)  # environment as the workers': WORKER_ENV is set here
+            collect([f for f in running if f.done()])
+            feed()
+        collect(wait(list(running)).done)
+    return out
 
 
 def analyse_dir(

@@ -158,13 +158,7 @@ def rank_result(
         comm_args = pl.DataFrame(schema=collectives.COMM_ARGS_SCHEMA)
     coll = collectives.rank_collectives(trace.gpu, ses.options.patterns.collective_pattern, comm_args)
     origin = trace.meta.origin_ns
-    idle_schema = {
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "cause": pl.String,
-        "op": pl.String,
-        "python_frame": pl.String,
-    }
+    idle_schema = {"start_ns": pl.Int64, "end_ns": pl.Int64} | dict.fromkeys(("cause", "op", "python_frame"), pl.String)
     idle = (
         gaps.all_gaps_ns.select(
             "start_ns",
@@ -176,13 +170,15 @@ def rank_result(
         if gaps.has_gpu_work
         else pl.DataFrame(schema=idle_schema)
     )
-    # A rank's row names its findings, not their savings: without a finished `findings` no
-    # what-if is replayed (on small ranks the graph and replays were a quarter of the rank's time).
+    # A rank's row names its findings (rule, severity, message), not their savings or evidence:
+    # without a finished `findings` no what-if is replayed (on small ranks the graph and replays
+    # were a quarter of the rank's time) and no evidence that needs an analysis of its own is
+    # computed (data_loading's stage breakdown: a third of a DLRM rank's time where it fires).
     from traceanalyzer.findings import evaluate
 
     rank_findings = ses.computed().get("findings")
     if rank_findings is None:
-        rank_findings = evaluate(ses, estimate=False)
+        rank_findings = evaluate(ses, estimate=False, full=False)
     found = pl.DataFrame(
         [(f.rule, f.severity, f.message) for f in rank_findings],
         schema={"rule": pl.String, "severity": pl.String, "message": pl.String},
@@ -213,8 +209,21 @@ def rank_result(
     )
 
 
-def _per_rank_row(i: int, r: RankResult) -> dict:
-    """One rank's row of `ranks_ns`: integer ns sums (the mean step time a float of ns)."""
+def _health_cells(results: list[RankResult]) -> dict[int, str]:
+    """Each rank's health checks in one cell, worst first ("check (severity), ..."), by index in
+    `results`: one query for every rank (a sort per rank was ~1.5 ms, 0.1 CPU-s at 64 ranks)."""
+    parts = [r.health.with_columns(_i=pl.lit(i, pl.Int64)) for i, r in enumerate(results) if r.health.height]
+    if not parts:
+        return {}
+    # worst first over all the rows, then a stable sort by rank: each rank's rows keep that order
+    h = worst_first(pl.concat(parts, how="vertical_relaxed"), "check").sort("_i", maintain_order=True)
+    cells = h.group_by("_i", maintain_order=True).agg(cell=pl.format("{} ({})", "check", "severity").str.join(", "))
+    return dict(zip(cells["_i"].to_list(), cells["cell"].to_list(), strict=True))
+
+
+def _per_rank_row(i: int, r: RankResult, health: str = "") -> dict:
+    """One rank's row of `ranks_ns`: integer ns sums (the mean step time a float of ns);
+    `health` its cell of `_health_cells`."""
     by_cause = dict.fromkeys(CAUSES, 0)
     if r.has_gpu_work:
         for row in r.idle_by_cause_ns.iter_rows(named=True):
@@ -235,9 +244,7 @@ def _per_rank_row(i: int, r: RankResult) -> dict:
         "idle_ns": idle,
         **{f"idle_{c}_ns": v for c, v in by_cause.items()},
         "findings": ", ".join(dict.fromkeys(r.findings["rule"].to_list())) if r.findings.height else "",
-        "health": ", ".join(
-            f"{h['check']} ({h['severity']})" for h in worst_first(r.health, "check").iter_rows(named=True)
-        ),
+        "health": health,
         "damaged": r.damaged,
     }
 
@@ -264,7 +271,12 @@ def _lateness_cause(r: RankResult, start_ns: int, late_ns: int) -> dict:
 def cross_rank(results: list[RankResult], options: Options | RankOptions | None = None) -> MultiRankResult:
     """Compare the ranks of one job. `results` in any order; rows come out sorted by rank."""
     opts = Options.of(options).ranks
-    rows = pl.DataFrame([_per_rank_row(i, r) for i, r in enumerate(results)]) if results else pl.DataFrame()
+    health = _health_cells(results)
+    rows = (
+        pl.DataFrame([_per_rank_row(i, r, health.get(i, "")) for i, r in enumerate(results)])
+        if results
+        else pl.DataFrame()
+    )
     by_i = dict(enumerate(results))
     rank_of = {row["_i"]: row["rank"] for row in rows.iter_rows(named=True)} if results else {}
 
@@ -361,7 +373,10 @@ def cross_rank(results: list[RankResult], options: Options | RankOptions | None 
         "op": pl.String,
         "python_frame": pl.String,
     }
-    stragglers = pl.DataFrame(late_rows, schema=straggler_schema).sort("late_by_ns", descending=True)
+    # Latest first; equal lateness (copies of one rank) by rank, so that the order is the same every run.
+    stragglers = pl.DataFrame(late_rows, schema=straggler_schema).sort(
+        ["late_by_ns", "rank", "what"], descending=[True, False, False]
+    )
 
     longest, longest_idle = (
         None,
