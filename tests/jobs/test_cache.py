@@ -56,8 +56,9 @@ def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, m
     before = hashlib.sha256(trace.read_bytes()).hexdigest(), os.stat(trace).st_mtime_ns
     first = _run("gaps", str(trace), "--format", "json")
     entries = list(cached.iterdir())
-    assert len(entries) == 1 and (entries[0] / "trace" / "value.pickle").is_file()
-    assert (entries[0] / "trace" / "df0.parquet").is_file()  # tables as Parquet, not in the pickle
+    assert len(entries) == 1 and (entries[0] / "trace" / "tables.pickle").is_file()
+    # one Parquet file per table, not in the pickle (read one at a time when first needed)
+    assert {p.name for p in (entries[0] / "trace").glob("*.parquet")} >= {"ops.parquet", "gpu.parquet"}
     assert not list(cached.rglob(".tmp-*"))  # written atomically: nothing half-written left
     _forbid(monkeypatch)
     assert _run("gaps", str(trace), "--format", "json") == first

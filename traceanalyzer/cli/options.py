@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from traceanalyzer.errors import UsageError
-from traceanalyzer.findings import RULE_IDS
 from traceanalyzer.options import GROUPS, Options
 from traceanalyzer.render import EXTENSIONS, RENDERERS
 
@@ -89,6 +88,25 @@ def _formats_help() -> str:
     return ", ".join(f"{r.extension} ({r.help})" for r in RENDERERS.values())
 
 
+class RuleChoice(click.Choice):
+    """`click.Choice` over the rule ids, read from the rule registry only when click needs them
+    (a `--fail-on` given, the help shown): parsing a command line imports no rule."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        """Every rule id (`findings.RULE_IDS`)."""
+        from traceanalyzer.findings import RULE_IDS
+
+        return RULE_IDS
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        """Ignored: the registry decides (click's __init__ assigns them)."""
+
+
 def fail_on_option(when: str = "") -> Callable[[Callable], Callable]:
     """`--fail-on RULE` (repeatable): exit with status 1 when that finding fires; `when` says
     at what point (after writing a report)."""
@@ -96,7 +114,7 @@ def fail_on_option(when: str = "") -> Callable[[Callable], Callable]:
         "--fail-on",
         "fail_on",
         multiple=True,
-        type=click.Choice(RULE_IDS),
+        type=RuleChoice(),
         help=f"exit with status 1 when this finding fires{when} (repeatable)",
     )
 

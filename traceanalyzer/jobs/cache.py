@@ -4,13 +4,18 @@ command on the same trace skips decoding and every analysis already done.
 Layout under the cache root (`default_root()`: `$XDG_CACHE_HOME/traceanalyzer`, else
 `~/.cache/traceanalyzer`; `--cache-dir` elsewhere):
 
-    <trace key>/trace/                   the loaded Trace
+    <trace key>/trace/                   the loaded Trace: one Parquet file per table
     <trace key>/results-<options key>/<analysis>/   one Session result each
+    <trace key>/outputs/<command key>/   what a command printed and wrote (`cli.replay`)
 
 Every entry is a folder written under a temporary name and renamed into place (`atomic_folder`,
 also used by the directory mode's per-rank cache), holding `value.pickle` with every polars
 DataFrame in it written beside as Parquet (`dump` / `load`): reading is a Parquet read, not
 an unpickling of the tables. The input file is only read.
+
+The Trace comes back lazily (`CachedTrace`): each table is read from its Parquet file when an
+analysis first asks for it, so a command whose results are all cached reads none of them
+(a rerun of `gaps` on a 311 MB trace peaks at the results' size, not the tables').
 
 The trace key is a fingerprint of the file's content (`fingerprint`: size, mtime and a hash of
 its first and last MiB; hashing all of a 1-5 GB trace would cost seconds) with the tool version,
@@ -33,15 +38,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from traceanalyzer.version import __version__
 
 ENV_DISABLE = "TRACEANALYZER_NO_CACHE"  # "1": no cache (as --no-cache)
 DEFAULT_MAX_BYTES = 20 << 30  # --cache-max: the least recently used traces go beyond it
 ENDS_BYTES = 1 << 20
 MISSING = object()
-_FORMAT = 1  # bump when the layout or the pickled classes change incompatibly
+_FORMAT = 2  # bump when the layout or the pickled classes change incompatibly
 
 
 def default_root() -> Path:
@@ -66,6 +69,13 @@ def code_fingerprint() -> str:
         st = p.stat()
         h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.hexdigest()[:16]
+
+
+def trace_key(path: str | os.PathLike[str], load_key: str) -> str:
+    """The folder name of a trace's entries: format, version, code, the file's content and the
+    load options."""
+    key = f"{_FORMAT}\0{__version__}\0{code_fingerprint()}\0{fingerprint(path)}\0{load_key}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def fingerprint(path: str | os.PathLike[str]) -> str:
@@ -106,13 +116,16 @@ class _Pickler(pickle.Pickler):
     `shared` objects (the Session's trace) by name."""
 
     def __init__(self, fh, folder: Path, shared: dict[str, Any]) -> None:
+        import polars as pl  # not at import: the output cache (`cli.replay`) needs no polars
+
         super().__init__(fh, protocol=pickle.HIGHEST_PROTOCOL)
+        self.frame_type = pl.DataFrame
         self.folder, self.frames = folder, 0
         self.shared = {id(v): k for k, v in shared.items()}
 
     def persistent_id(self, obj: Any) -> Any:
         """A DataFrame goes to its own Parquet file, a shared object by name."""
-        if isinstance(obj, pl.DataFrame):
+        if isinstance(obj, self.frame_type):
             name = f"df{self.frames}.parquet"
             self.frames += 1
             obj.write_parquet(self.folder / name, compression="lz4", statistics=False)
@@ -130,6 +143,8 @@ class _Unpickler(pickle.Unpickler):
         """The DataFrame or shared object `persistent_id` named."""
         kind, key = pid
         if kind == "df":
+            import polars as pl
+
             return pl.read_parquet(self.folder / key)
         return self.shared[key]
 
@@ -147,6 +162,84 @@ def load(folder: Path, shared: dict[str, Any] | None = None) -> Any:
     try:
         with open(folder / "value.pickle", "rb") as fh:
             return _Unpickler(fh, folder, shared or {}).load()
+    except FileNotFoundError:
+        return MISSING
+    except Exception:  # noqa: BLE001 - a stale or damaged entry is a miss, never an error
+        return MISSING
+
+
+_TABLES = "tables.pickle"  # a trace entry: its non-table fields, the table names and row counts
+
+
+def dump_trace(trace: Any, folder: Path) -> None:
+    """Write a Trace into `folder`: each table to `<name>.parquet`, the rest (metadata, counts,
+    warnings) and every table's row count to `tables.pickle`, so that `load_trace` can hand
+    the tables back one at a time."""
+    import dataclasses
+
+    import polars as pl
+
+    rest, heights = {}, {}
+    for f in dataclasses.fields(trace):
+        value = getattr(trace, f.name)
+        if isinstance(value, pl.DataFrame):
+            value.write_parquet(folder / f"{f.name}.parquet", compression="lz4", statistics=False)
+            heights[f.name] = value.height
+        else:
+            rest[f.name] = value
+    (folder / _TABLES).write_bytes(pickle.dumps((rest, heights), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+@functools.lru_cache(maxsize=1)
+def _cached_trace_class() -> type:
+    """`CachedTrace`, made on first use (it subclasses `Trace`, which needs polars)."""
+    import polars as pl
+
+    from traceanalyzer.trace import Trace
+
+    class CachedTrace(Trace):
+        """A Trace from the cache whose tables are read from their Parquet files when first
+        used, then kept. A Trace in every other way (`dataclasses.replace` reads them all and
+        gives a plain one)."""
+
+        def __getattr__(self, name: str) -> Any:
+            # Called only when `name` is not in the instance: a table not read yet.
+            d = self.__dict__
+            if name not in d.get("_heights", ()):
+                raise AttributeError(name)
+            try:
+                d[name] = pl.read_parquet(d["_folder"] / f"{name}.parquet")
+            except Exception:  # noqa: BLE001 - a damaged or vanished entry: decode the file after all
+                if d.get("_fallback") is None:
+                    raise
+                decoded = d.pop("_fallback")()
+                shutil.rmtree(d["_folder"], ignore_errors=True)  # written again by the next run
+                for table in d["_heights"]:
+                    d.setdefault(table, getattr(decoded, table))
+            return d[name]
+
+        @property
+        def has_gpu_work(self) -> bool:
+            """Whether the trace holds GPU work, from the row count (without reading `gpu`)."""
+            d = self.__dict__
+            if "gpu" in d or "_heights" not in d:  # read already, or a plain copy (`replace`)
+                return self.gpu.height > 0
+            return d["_heights"].get("gpu", 0) > 0
+
+    return CachedTrace
+
+
+def load_trace(folder: Path, fallback: Callable[[], Any] | None = None) -> Any:
+    """The Trace `dump_trace` wrote into `folder`, its tables read on first access; MISSING when
+    there is none or it cannot be read. `fallback()` decodes the trace's file: a table that
+    cannot be read when first asked for (a damaged entry) comes from there."""
+    try:
+        rest, heights = pickle.loads((folder / _TABLES).read_bytes())
+        if not all((folder / f"{n}.parquet").is_file() for n in heights):
+            return MISSING
+        trace = object.__new__(_cached_trace_class())
+        trace.__dict__.update(rest, _folder=folder, _heights=heights, _fallback=fallback)
+        return trace
     except FileNotFoundError:
         return MISSING
     except Exception:  # noqa: BLE001 - a stale or damaged entry is a miss, never an error
@@ -194,17 +287,16 @@ class TraceCache:
         on_compute: Callable[[str], None] | None = None,
     ) -> None:
         self.on_compute = on_compute
-        key = f"{_FORMAT}\0{__version__}\0{code_fingerprint()}\0{fingerprint(path)}\0{load_key}"
-        key = hashlib.sha256(key.encode()).hexdigest()[:32]
-        self.folder = Path(root) / key
+        self.folder = Path(root) / trace_key(path, load_key)
         okey = hashlib.sha256(options_key.encode()).hexdigest()[:16]
         self.results = self.folder / f"results-{okey}"
         self.shared: dict[str, Any] = {}
         self.loaded: set[str] = set()
 
-    def get_trace(self) -> Any:
-        """The cached Trace, or MISSING; a hit marks the entry as just used (for `prune`)."""
-        value = load(self.folder / "trace")
+    def get_trace(self, fallback: Callable[[], Any] | None = None) -> Any:
+        """The cached Trace (its tables read when first used; `fallback()` decodes the file when
+        one cannot be), or MISSING; a hit marks the entry as just used (for `prune`)."""
+        value = load_trace(self.folder / "trace", fallback)
         if value is not MISSING:
             with contextlib.suppress(OSError):
                 os.utime(self.folder)
@@ -214,7 +306,7 @@ class TraceCache:
         """Cache the loaded Trace (once; never over an existing entry)."""
         with contextlib.suppress(Exception), atomic_folder(self.folder / "trace") as tmp:
             if tmp is not None:
-                dump(trace, tmp)
+                dump_trace(trace, tmp)
 
     def share(self, **objects: Any) -> None:
         """Objects results refer to that are stored elsewhere (the Session's traces)."""
