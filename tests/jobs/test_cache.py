@@ -142,3 +142,60 @@ def test_cache_max_keeps_only_the_trace_in_use(cached, trace, SHARED_TRACES, tmp
     assert (left / "trace").is_dir() and len(list(left.glob("results-*"))) == 1
     _forbid(monkeypatch)
     _run("gaps", str(trace))  # the entry in use survived the pruning: a hit
+
+
+def _parquet_reads(monkeypatch) -> list[str]:
+    """The Parquet files read from now on (folder/name)."""
+    import polars as pl
+
+    read, real = [], pl.read_parquet
+
+    def spy(path, *a, **k):
+        read.append(f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(pl, "read_parquet", spy)
+    return read
+
+
+def test_cached_results_read_no_table_they_do_not_need(cached, trace, monkeypatch):
+    """With every result it prints in the cache, gaps reads the step table (to know the steps)
+    and its results, none of the event tables; the trace's tables come only when asked for."""
+    _run("gaps", str(trace), "--format", "json")
+    fresh = _run("gaps", str(trace), "--format", "csv", "--no-cache")
+    read = _parquet_reads(monkeypatch)
+    _forbid(monkeypatch)
+    assert _run("gaps", str(trace), "--format", "csv") == fresh  # another format: not a replay
+    tables = [r for r in read if r.startswith("trace/")]
+    assert tables == ["trace/steps.parquet"], read
+    (entry,) = list(cached.iterdir())
+    t = cache.load_trace(entry / "trace")
+    assert t.has_gpu_work and "gpu" not in vars(t)  # from the row count
+    assert t.ops.height == len(t.ops) and "ops" in vars(t)  # read on first use, then kept
+
+
+def test_steps_from_ranges_read_from_a_cached_trace(cached, SHARED_TRACES, tmp_path):
+    """A trace without ProfilerStep: the Session re-makes the Trace with its detected steps
+    (dataclasses.replace over a cached one) and prints what a run without the cache prints."""
+    path = tmp_path / "vllm.json.gz"
+    shutil.copy(SHARED_TRACES / "gb10_vllm_cudagraphs.pt.trace.json.gz", path)
+    _run("gaps", str(path), "--format", "json")
+    for cmd in ("summary", "syncs"):
+        assert _run(cmd, str(path), "--format", "json") == _run(cmd, str(path), "--format", "json", "--no-cache")
+
+
+def test_damaged_entries_are_decoded_or_computed_again(cached, trace):
+    _run("gaps", str(trace), "--format", "json")
+    fresh = _run("summary", str(trace), "--format", "json", "--no-cache")
+    (entry,) = list(cached.iterdir())
+    (entry / "trace" / "ops.parquet").write_bytes(b"PAR1 damaged")  # read only when summary asks for ops
+    (results,) = list(entry.glob("results-*"))
+    (results / "gaps" / "value.pickle").write_bytes(b"damaged")
+    assert _run("summary", str(trace), "--format", "json") == fresh
+    assert not (entry / "trace" / "ops.parquet").exists()  # the damaged trace entry went
+    assert _run("summary", str(trace), "--format", "json", "--top", "3") == _run(
+        "summary", str(trace), "--format", "json", "--top", "3", "--no-cache"
+    )
+    (entry / "trace").mkdir(exist_ok=True)
+    (entry / "trace" / "tables.pickle").write_bytes(b"damaged")
+    assert cache.load_trace(entry / "trace") is cache.MISSING
