@@ -57,8 +57,8 @@ def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, m
     first = _run("gaps", str(trace), "--format", "json")
     entries = list(cached.iterdir())
     assert len(entries) == 1 and (entries[0] / "trace" / "tables.pickle").is_file()
-    # one Parquet file per table, not in the pickle (read one at a time when first needed)
-    assert {p.name for p in (entries[0] / "trace").glob("*.parquet")} >= {"ops.parquet", "gpu.parquet"}
+    # one Arrow file per table, not in the pickle (read one at a time when first needed)
+    assert {p.name for p in (entries[0] / "trace").glob("*.arrow")} >= {"ops.arrow", "gpu.arrow"}
     assert not list(cached.rglob(".tmp-*"))  # written atomically: nothing half-written left
     _forbid(monkeypatch)
     assert _run("gaps", str(trace), "--format", "json") == first
@@ -144,17 +144,17 @@ def test_cache_max_keeps_only_the_trace_in_use(cached, trace, SHARED_TRACES, tmp
     _run("gaps", str(trace))  # the entry in use survived the pruning: a hit
 
 
-def _parquet_reads(monkeypatch) -> list[str]:
-    """The Parquet files read from now on (folder/name)."""
+def _table_reads(monkeypatch) -> list[str]:
+    """The Arrow files read from now on (folder/name)."""
     import polars as pl
 
-    read, real = [], pl.read_parquet
+    read, real = [], pl.read_ipc
 
     def spy(path, *a, **k):
         read.append(f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}")
         return real(path, *a, **k)
 
-    monkeypatch.setattr(pl, "read_parquet", spy)
+    monkeypatch.setattr(pl, "read_ipc", spy)
     return read
 
 
@@ -163,11 +163,11 @@ def test_cached_results_read_no_table_they_do_not_need(cached, trace, monkeypatc
     and its results, none of the event tables; the trace's tables come only when asked for."""
     _run("gaps", str(trace), "--format", "json")
     fresh = _run("gaps", str(trace), "--format", "csv", "--no-cache")
-    read = _parquet_reads(monkeypatch)
+    read = _table_reads(monkeypatch)
     _forbid(monkeypatch)
     assert _run("gaps", str(trace), "--format", "csv") == fresh  # another format: not a replay
     tables = [r for r in read if r.startswith("trace/")]
-    assert tables == ["trace/steps.parquet"], read
+    assert tables == ["trace/steps.arrow"], read
     (entry,) = list(cached.iterdir())
     t = cache.load_trace(entry / "trace")
     assert t.has_gpu_work and "gpu" not in vars(t)  # from the row count
@@ -188,11 +188,11 @@ def test_damaged_entries_are_decoded_or_computed_again(cached, trace):
     _run("gaps", str(trace), "--format", "json")
     fresh = _run("summary", str(trace), "--format", "json", "--no-cache")
     (entry,) = list(cached.iterdir())
-    (entry / "trace" / "ops.parquet").write_bytes(b"PAR1 damaged")  # read only when summary asks for ops
+    (entry / "trace" / "ops.arrow").write_bytes(b"ARROW1 damaged")  # read only when summary asks for ops
     (results,) = list(entry.glob("results-*"))
     (results / "gaps" / "value.pickle").write_bytes(b"damaged")
     assert _run("summary", str(trace), "--format", "json") == fresh
-    assert not (entry / "trace" / "ops.parquet").exists()  # the damaged trace entry went
+    assert not (entry / "trace" / "ops.arrow").exists()  # the damaged trace entry went
     assert _run("summary", str(trace), "--format", "json", "--top", "3") == _run(
         "summary", str(trace), "--format", "json", "--top", "3", "--no-cache"
     )

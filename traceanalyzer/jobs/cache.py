@@ -4,16 +4,19 @@ command on the same trace skips decoding and every analysis already done.
 Layout under the cache root (`default_root()`: `$XDG_CACHE_HOME/traceanalyzer`, else
 `~/.cache/traceanalyzer`; `--cache-dir` elsewhere):
 
-    <trace key>/trace/                   the loaded Trace: one Parquet file per table
+    <trace key>/trace/                   the loaded Trace: one Arrow file per table
     <trace key>/results-<options key>/<analysis>/   one Session result each
     <trace key>/outputs/<command key>/   what a command printed and wrote (`cli.replay`)
 
 Every entry is a folder written under a temporary name and renamed into place (`atomic_folder`,
 also used by the directory mode's per-rank cache), holding `value.pickle` with every polars
-DataFrame in it written beside as Parquet (`dump` / `load`): reading is a Parquet read, not
-an unpickling of the tables. The input file is only read.
+DataFrame in it written beside as an Arrow IPC file, lz4-compressed (`dump` / `load`): reading
+is an Arrow read, not an unpickling of the tables. Arrow IPC rather than Parquet: it writes the
+columns' buffers as they are, at 311 MB in half the time and without Parquet's encoding
+buffers (+10 MB of peak RSS instead of +95 MB for the results of `gaps`), for as much disk
+(the tables 22 MB, the results 29 MB). The input file is only read.
 
-The Trace comes back lazily (`CachedTrace`): each table is read from its Parquet file when an
+The Trace comes back lazily (`CachedTrace`): each table is read from its file when an
 analysis first asks for it, so a command whose results are all cached reads none of them
 (a rerun of `gaps` on a 311 MB trace peaks at the results' size, not the tables').
 
@@ -43,6 +46,7 @@ from traceanalyzer.version import __version__
 ENV_DISABLE = "TRACEANALYZER_NO_CACHE"  # "1": no cache (as --no-cache)
 DEFAULT_MAX_BYTES = 20 << 30  # --cache-max: the least recently used traces go beyond it
 ENDS_BYTES = 1 << 20
+EXT = ".arrow"  # Arrow IPC, lz4
 MISSING = object()
 _FORMAT = 2  # bump when the layout or the pickled classes change incompatibly
 
@@ -79,13 +83,21 @@ def trace_key(path: str | os.PathLike[str], load_key: str) -> str:
 
 
 def fingerprint(path: str | os.PathLike[str]) -> str:
-    """A key of the file's content: size, mtime (ns) and SHA-256 of its first and last MiB."""
+    """A key of the file's content: size, mtime (ns) and SHA-256 of its first and last MiB
+    (worked out once per process for a file as it stands: the output cache, the trace entry and
+    the results all ask)."""
     st = os.stat(path)
-    h = hashlib.sha256(f"{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    # ctime too in the memo's key: any write to the file, even one that restores its mtime, moves it
+    return _fingerprint(os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _fingerprint(path: str, size: int, mtime_ns: int, inode: int, ctime_ns: int) -> str:
+    h = hashlib.sha256(f"{size}\0{mtime_ns}\0".encode())
     with open(path, "rb") as fh:
         h.update(fh.read(ENDS_BYTES))
-        if st.st_size > ENDS_BYTES:
-            fh.seek(max(ENDS_BYTES, st.st_size - ENDS_BYTES))
+        if size > ENDS_BYTES:
+            fh.seek(max(ENDS_BYTES, size - ENDS_BYTES))
             h.update(fh.read(ENDS_BYTES))
     return h.hexdigest()[:32]
 
@@ -112,7 +124,7 @@ def atomic_folder(final: str | os.PathLike[str]) -> Iterator[Path | None]:
 
 
 class _Pickler(pickle.Pickler):
-    """Pickles a value with its DataFrames replaced by references to Parquet files, and the
+    """Pickles a value with its DataFrames replaced by references to Arrow files, and the
     `shared` objects (the Session's trace) by name."""
 
     def __init__(self, fh, folder: Path, shared: dict[str, Any]) -> None:
@@ -124,11 +136,11 @@ class _Pickler(pickle.Pickler):
         self.shared = {id(v): k for k, v in shared.items()}
 
     def persistent_id(self, obj: Any) -> Any:
-        """A DataFrame goes to its own Parquet file, a shared object by name."""
+        """A DataFrame goes to its own Arrow file, a shared object by name."""
         if isinstance(obj, self.frame_type):
-            name = f"df{self.frames}.parquet"
+            name = f"df{self.frames}{EXT}"
             self.frames += 1
-            obj.write_parquet(self.folder / name, compression="lz4", statistics=False)
+            obj.write_ipc(self.folder / name, compression="lz4")
             return ("df", name)
         key = self.shared.get(id(obj))
         return None if key is None else ("shared", key)
@@ -145,12 +157,12 @@ class _Unpickler(pickle.Unpickler):
         if kind == "df":
             import polars as pl
 
-            return pl.read_parquet(self.folder / key)
+            return pl.read_ipc(self.folder / key)
         return self.shared[key]
 
 
 def dump(value: Any, folder: Path, shared: dict[str, Any] | None = None) -> None:
-    """Write `value` into `folder` (value.pickle and its DataFrames as Parquet)."""
+    """Write `value` into `folder` (value.pickle and its DataFrames as Arrow files)."""
     buf = io.BytesIO()
     _Pickler(buf, folder, shared or {}).dump(value)
     (folder / "value.pickle").write_bytes(buf.getvalue())
@@ -172,7 +184,7 @@ _TABLES = "tables.pickle"  # a trace entry: its non-table fields, the table name
 
 
 def dump_trace(trace: Any, folder: Path) -> None:
-    """Write a Trace into `folder`: each table to `<name>.parquet`, the rest (metadata, counts,
+    """Write a Trace into `folder`: each table to `<name>.arrow`, the rest (metadata, counts,
     warnings) and every table's row count to `tables.pickle`, so that `load_trace` can hand
     the tables back one at a time."""
     import dataclasses
@@ -183,7 +195,7 @@ def dump_trace(trace: Any, folder: Path) -> None:
     for f in dataclasses.fields(trace):
         value = getattr(trace, f.name)
         if isinstance(value, pl.DataFrame):
-            value.write_parquet(folder / f"{f.name}.parquet", compression="lz4", statistics=False)
+            value.write_ipc(folder / f"{f.name}{EXT}", compression="lz4")
             heights[f.name] = value.height
         else:
             rest[f.name] = value
@@ -198,7 +210,7 @@ def _cached_trace_class() -> type:
     from traceanalyzer.trace import Trace
 
     class CachedTrace(Trace):
-        """A Trace from the cache whose tables are read from their Parquet files when first
+        """A Trace from the cache whose tables are read from their Arrow files when first
         used, then kept. A Trace in every other way (`dataclasses.replace` reads them all and
         gives a plain one)."""
 
@@ -208,7 +220,7 @@ def _cached_trace_class() -> type:
             if name not in d.get("_heights", ()):
                 raise AttributeError(name)
             try:
-                d[name] = pl.read_parquet(d["_folder"] / f"{name}.parquet")
+                d[name] = pl.read_ipc(d["_folder"] / f"{name}{EXT}")
             except Exception:  # noqa: BLE001 - a damaged or vanished entry: decode the file after all
                 if d.get("_fallback") is None:
                     raise
@@ -235,7 +247,7 @@ def load_trace(folder: Path, fallback: Callable[[], Any] | None = None) -> Any:
     cannot be read when first asked for (a damaged entry) comes from there."""
     try:
         rest, heights = pickle.loads((folder / _TABLES).read_bytes())
-        if not all((folder / f"{n}.parquet").is_file() for n in heights):
+        if not all((folder / f"{n}{EXT}").is_file() for n in heights):
             return MISSING
         trace = object.__new__(_cached_trace_class())
         trace.__dict__.update(rest, _folder=folder, _heights=heights, _fallback=fallback)
