@@ -62,16 +62,30 @@ def disabled_by_env() -> bool:
     return os.environ.get(ENV_DISABLE, "").strip() not in ("", "0")
 
 
+DEPENDENCIES = ("polars", "_polars_runtime_32", "numpy", "msgspec", "click", "rich", "markdown_it")
+
+
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """A key of this installation's code: path, size and mtime of every module of the package.
-    The version alone is not enough where the code changes under one version (a checkout being
-    worked on): a result computed by other code is never read back."""
+    """A key of this installation's code: path, size and mtime of every module of the package,
+    and where each library an output depends on is installed, with its mtime (an upgrade of
+    polars may print a float otherwise). The version alone is not enough where the code changes
+    under one version (a checkout being worked on): a result computed by other code is never
+    read back. No library is imported for this."""
+    import importlib.util
+
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     for p in sorted(root.rglob("*.py")):
         st = p.stat()
         h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    for name in DEPENDENCIES:
+        try:
+            spec = importlib.util.find_spec(name)
+            origin = spec.origin if spec is not None and spec.origin else ""
+            h.update(f"{name}\0{origin}\0{os.stat(origin).st_mtime_ns if origin else 0}\0".encode())
+        except (ImportError, ValueError, OSError):
+            h.update(f"{name}\0-\0".encode())
     return h.hexdigest()[:16]
 
 
