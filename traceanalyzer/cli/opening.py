@@ -88,6 +88,7 @@ def prune(store: Any) -> None:
     """Keep the cache under `--cache-max` once the command is done (the trace in use stays)."""
     if store is None:
         return
+    store.wait()  # the Trace written beside the analyses
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
     limit = (obj.get("cache_max") if isinstance(obj, dict) else None) or cache.DEFAULT_MAX_BYTES

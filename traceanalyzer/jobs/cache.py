@@ -318,6 +318,7 @@ class TraceCache:
         self.results = self.folder / f"results-{okey}"
         self.shared: dict[str, Any] = {}
         self.loaded: set[str] = set()
+        self.writer: Any = None  # the thread writing the Trace (`put_trace`)
 
     def get_trace(self, fallback: Callable[[], Any] | None = None) -> Any:
         """The cached Trace (its tables read when first used; `fallback()` decodes the file when
@@ -328,11 +329,30 @@ class TraceCache:
                 os.utime(self.folder)
         return value
 
-    def put_trace(self, trace: Any) -> None:
-        """Cache the loaded Trace (once; never over an existing entry)."""
-        with contextlib.suppress(Exception), atomic_folder(self.folder / "trace") as tmp:
-            if tmp is not None:
-                dump_trace(trace, tmp)
+    def put_trace(self, trace: Any, background: bool = True) -> None:
+        """Cache the loaded Trace (once; never over an existing entry), by default on a thread
+        while the analyses run: polars writes without the GIL, so on two cores the writing
+        costs the command next to no time. `wait()` joins it."""
+
+        def write() -> None:
+            with contextlib.suppress(Exception), atomic_folder(self.folder / "trace") as tmp:
+                if tmp is not None:
+                    dump_trace(trace, tmp)
+
+        self.wait()
+        if not background:
+            write()
+            return
+        import threading
+
+        self.writer = threading.Thread(target=write, name="traceanalyzer-cache-write")
+        self.writer.start()
+
+    def wait(self) -> None:
+        """Until the Trace `put_trace` is writing is written."""
+        if self.writer is not None:
+            self.writer.join()
+            self.writer = None
 
     def share(self, **objects: Any) -> None:
         """Objects results refer to that are stored elsewhere (the Session's traces)."""

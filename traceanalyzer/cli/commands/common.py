@@ -35,6 +35,8 @@ def _open(path: str, options: Options) -> tuple[Trace, Any]:
     obj = ctx.find_root().obj if ctx is not None else None
     max_decompressed = obj.get("max_decompressed") if isinstance(obj, dict) else None  # the group's flag
     trace, store = opening.open_trace(path, options, max_decompressed)
+    if store is not None and ctx is not None:
+        ctx.call_on_close(store.wait)  # the Trace's entry is written on a thread: done before the command ends
     for w in trace.warnings:
         _err(f"traceanalyzer: warning: {path}: {w}")
     return trace, store
