@@ -199,3 +199,30 @@ def test_damaged_entries_are_decoded_or_computed_again(cached, trace):
     (entry / "trace").mkdir(exist_ok=True)
     (entry / "trace" / "tables.pickle").write_bytes(b"damaged")
     assert cache.load_trace(entry / "trace") is cache.MISSING
+
+
+def test_a_cached_trace_is_the_loaded_one_table_for_table(SHARED_TRACES, tmp_path):
+    """Written on a thread and read back lazily, every table, the metadata, the counts and the
+    warnings are the loaded Trace's."""
+    import dataclasses
+
+    import polars as pl
+
+    from traceanalyzer.load import load
+
+    path = SHARED_TRACES / "v100_memory_events.json.gz"  # memory events: a table most traces lack
+    loaded = load(path)
+    store = cache.TraceCache(tmp_path, str(path), "[]", "{}")
+    store.put_trace(loaded)
+    store.wait()
+    back = store.get_trace()
+    assert isinstance(back, type(loaded)) and not vars(back).keys() & {"ops", "gpu", "memory"}
+    for f in dataclasses.fields(loaded):
+        mine, theirs = getattr(back, f.name), getattr(loaded, f.name)
+        if isinstance(theirs, pl.DataFrame):
+            assert mine.equals(theirs) and mine.schema == theirs.schema, f.name
+        else:
+            assert mine == theirs, f.name
+    assert loaded.memory.height > 0 and back.has_gpu_work == loaded.has_gpu_work
+    steps = dataclasses.replace(back, steps=back.steps.head(1))  # what the Session does with detected steps
+    assert steps.ops.equals(loaded.ops) and steps.steps.height == 1
