@@ -89,11 +89,16 @@ def _formats_help() -> str:
 
 
 class RuleChoice(click.Choice):
-    """`click.Choice` over the rule ids, read from the rule registry only when click needs them
-    (a `--fail-on` given, the help shown): parsing a command line imports no rule."""
+    """`click.Choice` over the rule ids, read from the rule registry only when a `--fail-on` is
+    given (an unknown id is refused with the list): parsing a command line or showing its help
+    imports no rule (the rules import the analyses and polars)."""
 
     def __init__(self) -> None:
         super().__init__(())
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        """`RULE` in the help, not the 21 ids (`traceanalyzer rules` lists them)."""
+        return "RULE"
 
     @property
     def choices(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -115,7 +120,7 @@ def fail_on_option(when: str = "") -> Callable[[Callable], Callable]:
         "fail_on",
         multiple=True,
         type=RuleChoice(),
-        help=f"exit with status 1 when this finding fires{when} (repeatable)",
+        help=f"exit with status 1 when this finding fires{when} (repeatable; `traceanalyzer rules` lists them)",
     )
 
 
@@ -186,6 +191,18 @@ def output_options(fn: Callable) -> Callable:
         + " [default: from the -o extension, else table]",
     )(fn)
     return fn
+
+
+def record_option(noun: str, listing: str) -> Callable[[Callable], Callable]:
+    """`--NOUN N`: show the N-th row of the command's list (1 = the first, `listing` says the
+    order) vertically, one line per field, every field."""
+    return click.option(
+        f"--{noun}",
+        "record",
+        type=click.IntRange(min=1),
+        default=None,
+        help=f"show {noun} N of the list ({listing}) vertically, with every field",
+    )
 
 
 def extension(path: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -100,18 +99,6 @@ def _err(line: str) -> None:
     """A line on stderr (kept with the output when the run is recorded: `cli.replay`)."""
     click.echo(line, err=True)
     replay.note_err(line)
-
-
-def record_option(noun: str, listing: str) -> Callable[[Callable], Callable]:
-    """`--NOUN N`: show the N-th row of the command's list (1 = the first, `listing` says the
-    order) vertically, one line per field, every field."""
-    return click.option(
-        f"--{noun}",
-        "record",
-        type=click.IntRange(min=1),
-        default=None,
-        help=f"show {noun} N of the list ({listing}) vertically, with every field",
-    )
 
 
 def record_report(report: Report, table: pl.DataFrame, n: int, noun: str) -> Report:
