@@ -62,4 +62,20 @@ def test_a_command_loads_only_its_own_module():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("Usage: traceanalyzer gaps")
-    assert out.stderr.strip() == "['common', 'gaps']"
+    assert out.stderr.strip() == "['gaps']"
+
+
+def test_gaps_help_imports_no_polars_analysis_or_rule():
+    """`gaps --help` reads the options and renderers' registries only (`--fail-on RULE`: the rule
+    ids are read when one is given); what builds the report loads when the command runs."""
+    code = (
+        "import sys; from traceanalyzer.cli.main import main; main(['gaps', '--help']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('polars', 'numpy', 'rich', 'msgspec', "
+        "'traceanalyzer.analyses', 'traceanalyzer.session', 'traceanalyzer.findings', 'traceanalyzer.render.'))), "
+        "file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--fail-on RULE" in out.stdout and ".json (JSON, every field)" in out.stdout
+    assert out.stderr.strip() == "[]"
+    bad = CliRunner().invoke(cli, ["gaps", "t.json", "--fail-on", "nosuch"])
+    assert bad.exit_code == 2 and "'sync_stalls'" in bad.output  # the ids, from the registry

@@ -56,8 +56,9 @@ def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, m
     before = hashlib.sha256(trace.read_bytes()).hexdigest(), os.stat(trace).st_mtime_ns
     first = _run("gaps", str(trace), "--format", "json")
     entries = list(cached.iterdir())
-    assert len(entries) == 1 and (entries[0] / "trace" / "value.pickle").is_file()
-    assert (entries[0] / "trace" / "df0.parquet").is_file()  # tables as Parquet, not in the pickle
+    assert len(entries) == 1 and (entries[0] / "trace" / "tables.pickle").is_file()
+    # one Arrow file per table, not in the pickle (read one at a time when first needed)
+    assert {p.name for p in (entries[0] / "trace").glob("*.arrow")} >= {"ops.arrow", "gpu.arrow"}
     assert not list(cached.rglob(".tmp-*"))  # written atomically: nothing half-written left
     _forbid(monkeypatch)
     assert _run("gaps", str(trace), "--format", "json") == first
@@ -141,3 +142,87 @@ def test_cache_max_keeps_only_the_trace_in_use(cached, trace, SHARED_TRACES, tmp
     assert (left / "trace").is_dir() and len(list(left.glob("results-*"))) == 1
     _forbid(monkeypatch)
     _run("gaps", str(trace))  # the entry in use survived the pruning: a hit
+
+
+def _table_reads(monkeypatch) -> list[str]:
+    """The Arrow files read from now on (folder/name)."""
+    import polars as pl
+
+    read, real = [], pl.read_ipc
+
+    def spy(path, *a, **k):
+        read.append(f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(pl, "read_ipc", spy)
+    return read
+
+
+def test_cached_results_read_no_table_they_do_not_need(cached, trace, monkeypatch):
+    """With every result it prints in the cache, gaps reads the step table (to know the steps)
+    and its results, none of the event tables; the trace's tables come only when asked for."""
+    _run("gaps", str(trace), "--format", "json")
+    fresh = _run("gaps", str(trace), "--format", "csv", "--no-cache")
+    read = _table_reads(monkeypatch)
+    _forbid(monkeypatch)
+    assert _run("gaps", str(trace), "--format", "csv") == fresh  # another format: not a replay
+    tables = [r for r in read if r.startswith("trace/")]
+    assert tables == ["trace/steps.arrow"], read
+    (entry,) = list(cached.iterdir())
+    t = cache.load_trace(entry / "trace")
+    assert t.has_gpu_work and "gpu" not in vars(t)  # from the row count
+    assert t.ops.height == len(t.ops) and "ops" in vars(t)  # read on first use, then kept
+
+
+def test_steps_from_ranges_read_from_a_cached_trace(cached, SHARED_TRACES, tmp_path):
+    """A trace without ProfilerStep: the Session re-makes the Trace with its detected steps
+    (dataclasses.replace over a cached one) and prints what a run without the cache prints."""
+    path = tmp_path / "vllm.json.gz"
+    shutil.copy(SHARED_TRACES / "gb10_vllm_cudagraphs.pt.trace.json.gz", path)
+    _run("gaps", str(path), "--format", "json")
+    for cmd in ("summary", "syncs"):
+        assert _run(cmd, str(path), "--format", "json") == _run(cmd, str(path), "--format", "json", "--no-cache")
+
+
+def test_damaged_entries_are_decoded_or_computed_again(cached, trace):
+    _run("gaps", str(trace), "--format", "json")
+    fresh = _run("summary", str(trace), "--format", "json", "--no-cache")
+    (entry,) = list(cached.iterdir())
+    (entry / "trace" / "ops.arrow").write_bytes(b"ARROW1 damaged")  # read only when summary asks for ops
+    (results,) = list(entry.glob("results-*"))
+    (results / "gaps" / "value.pickle").write_bytes(b"damaged")
+    assert _run("summary", str(trace), "--format", "json") == fresh
+    assert not (entry / "trace" / "ops.arrow").exists()  # the damaged trace entry went
+    assert _run("summary", str(trace), "--format", "json", "--top", "3") == _run(
+        "summary", str(trace), "--format", "json", "--top", "3", "--no-cache"
+    )
+    (entry / "trace").mkdir(exist_ok=True)
+    (entry / "trace" / "tables.pickle").write_bytes(b"damaged")
+    assert cache.load_trace(entry / "trace") is cache.MISSING
+
+
+def test_a_cached_trace_is_the_loaded_one_table_for_table(SHARED_TRACES, tmp_path):
+    """Written on a thread and read back lazily, every table, the metadata, the counts and the
+    warnings are the loaded Trace's."""
+    import dataclasses
+
+    import polars as pl
+
+    from traceanalyzer.load import load
+
+    path = SHARED_TRACES / "v100_memory_events.json.gz"  # memory events: a table most traces lack
+    loaded = load(path)
+    store = cache.TraceCache(tmp_path, str(path), "[]", "{}")
+    store.put_trace(loaded)
+    store.wait()
+    back = store.get_trace()
+    assert isinstance(back, type(loaded)) and not vars(back).keys() & {"ops", "gpu", "memory"}
+    for f in dataclasses.fields(loaded):
+        mine, theirs = getattr(back, f.name), getattr(loaded, f.name)
+        if isinstance(theirs, pl.DataFrame):
+            assert mine.equals(theirs) and mine.schema == theirs.schema, f.name
+        else:
+            assert mine == theirs, f.name
+    assert loaded.memory.height > 0 and back.has_gpu_work == loaded.has_gpu_work
+    steps = dataclasses.replace(back, steps=back.steps.head(1))  # what the Session does with detected steps
+    assert steps.ops.equals(loaded.ops) and steps.steps.height == 1

@@ -99,6 +99,13 @@ def test_formats_extensions_and_help_come_from_the_registry():
         assert r.extension in helptext and r.name in helptext
 
 
+def test_each_registry_line_is_its_module_s_renderer():
+    """The registry knows a format without importing it; what it says is the module's own RENDERER."""
+    for r in RENDERERS.values():
+        own = r.renderer
+        assert (own.name, own.extension, own.binary, own.help) == (r.name, r.extension, r.binary, r.help)
+
+
 def test_any_command_writes_html(tmp_path):
     from tests.synthetic import TraceBuilder
 

@@ -9,7 +9,8 @@ import sys
 
 import click
 
-from traceanalyzer.cli.commands import COMMANDS
+from traceanalyzer.cli import replay
+from traceanalyzer.cli.commands import COMMANDS, REPLAYABLE
 from traceanalyzer.errors import RegressionDetected, TraceAnalyzerError
 from traceanalyzer.version import __version__
 
@@ -47,7 +48,13 @@ class LazyGroup(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        """As click's, but a mistyped name is matched against every command, loaded or not."""
+        """As click's, but a mistyped name is matched against every command, loaded or not; a
+        command line whose output the cache holds (`cli.replay`) becomes its replay, and one
+        that could be kept is recorded."""
+        if args and args[0] in REPLAYABLE:
+            found = _replay_or_record(ctx, args[0], args[1:])
+            if found is not None:
+                return args[0], found, args[1:]
         try:
             return super().resolve_command(ctx, args)
         except click.UsageError as exc:
@@ -55,6 +62,16 @@ class LazyGroup(click.Group):
             if no_such is None or not isinstance(exc, no_such):
                 raise
             raise no_such(exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx) from None
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; a recorded run that ended well is kept for its next replay."""
+        try:
+            result = super().invoke(ctx)
+            if replay.RECORDING is not None:
+                replay.RECORDING.store()
+            return result
+        finally:
+            replay.RECORDING = None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The Commands section of `--help`, as click writes it, from the summaries alone."""
@@ -69,6 +86,36 @@ class LazyGroup(click.Group):
                 rows.append((name, cmd.get_short_help_str(limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def _replay_or_record(ctx: click.Context, name: str, args: list[str]) -> click.Command | None:
+    """The replay of this command line when the output cache holds it; else None, with the
+    run recorded when it may be kept (the cache on, a report on one trace file)."""
+    from traceanalyzer.jobs import cache
+
+    replay.RECORDING = None
+    params = ctx.params
+    if params.get("no_cache") or cache.disabled_by_env() or not replay.replayable(name, args, REPLAYABLE[name]):
+        return None
+    try:
+        limit = _size(params["max_decompressed"]) if params.get("max_decompressed") else None
+        found = replay.command_key(name, args, {"max_decompressed": limit})
+        root = params.get("cache_dir") or str(cache.default_root())
+        folder = replay.entry(root, found[0], found[1], limit) if found else None
+    except (click.BadParameter, OSError):
+        return None
+    if folder is None:
+        return None
+    events = replay.read(folder)
+    if events is None:
+        replay.RECORDING = replay.Recording(folder)
+        return None
+    return click.Command(
+        name,
+        callback=lambda: replay.play(events, folder),
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        add_help_option=False,
+    )
 
 
 @click.group(

@@ -88,15 +88,22 @@ def prune(store: Any) -> None:
     """Keep the cache under `--cache-max` once the command is done (the trace in use stays)."""
     if store is None:
         return
+    store.wait()  # the Trace written beside the analyses
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
     limit = (obj.get("cache_max") if isinstance(obj, dict) else None) or cache.DEFAULT_MAX_BYTES
     cache.prune(store.folder.parent, limit, keep=store.folder)
 
 
+def load_key(max_decompressed: int | None) -> str:
+    """The load options as part of a cache key."""
+    return repr(sorted({"max_decompressed": max_decompressed}.items())) if max_decompressed else "[]"
+
+
 def open_trace(path: str, options: Options, max_decompressed: int | None = None) -> tuple[Any, Any]:
-    """(trace, store): the Trace, from the cache when it holds this file, and the cache the
-    Session keeps its results in (None when off or when `path` is not a regular file)."""
+    """(trace, store): the Trace, from the cache when it holds this file (its tables read when
+    an analysis first needs them), and the cache the Session keeps its results in (None when
+    off or when `path` is not a regular file)."""
     from traceanalyzer.jobs.executors import options_key
 
     PROGRESS.start()
@@ -106,15 +113,19 @@ def open_trace(path: str, options: Options, max_decompressed: int | None = None)
     if root is not None and os.path.isfile(path):
         try:
             store = cache.TraceCache(
-                root, path, repr(sorted(kwargs.items())), options_key(options), on_compute=PROGRESS.analysing
+                root, path, load_key(max_decompressed), options_key(options), on_compute=PROGRESS.analysing
             )
         except OSError:
             store = None
-    trace = store.get_trace() if store is not None else cache.MISSING
-    if trace is cache.MISSING:
+
+    def decode() -> Any:
         from traceanalyzer.load import load  # the decoder (numpy, the native extension) only on a miss
 
-        trace = load(path, progress=PROGRESS.loading, **kwargs)
+        return load(path, progress=PROGRESS.loading, **kwargs)
+
+    trace = store.get_trace(fallback=decode) if store is not None else cache.MISSING
+    if trace is cache.MISSING:
+        trace = decode()
         if store is not None:
             store.put_trace(trace)
     if store is None:

@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from traceanalyzer.errors import UsageError
-from traceanalyzer.findings import RULE_IDS
 from traceanalyzer.options import GROUPS, Options
 from traceanalyzer.render import EXTENSIONS, RENDERERS
 
@@ -89,6 +88,30 @@ def _formats_help() -> str:
     return ", ".join(f"{r.extension} ({r.help})" for r in RENDERERS.values())
 
 
+class RuleChoice(click.Choice):
+    """`click.Choice` over the rule ids, read from the rule registry only when a `--fail-on` is
+    given (an unknown id is refused with the list): parsing a command line or showing its help
+    imports no rule (the rules import the analyses and polars)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        """`RULE` in the help, not the 21 ids (`traceanalyzer rules` lists them)."""
+        return "RULE"
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        """Every rule id (`findings.RULE_IDS`)."""
+        from traceanalyzer.findings import RULE_IDS
+
+        return RULE_IDS
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        """Ignored: the registry decides (click's __init__ assigns them)."""
+
+
 def fail_on_option(when: str = "") -> Callable[[Callable], Callable]:
     """`--fail-on RULE` (repeatable): exit with status 1 when that finding fires; `when` says
     at what point (after writing a report)."""
@@ -96,8 +119,8 @@ def fail_on_option(when: str = "") -> Callable[[Callable], Callable]:
         "--fail-on",
         "fail_on",
         multiple=True,
-        type=click.Choice(RULE_IDS),
-        help=f"exit with status 1 when this finding fires{when} (repeatable)",
+        type=RuleChoice(),
+        help=f"exit with status 1 when this finding fires{when} (repeatable; `traceanalyzer rules` lists them)",
     )
 
 
@@ -168,6 +191,18 @@ def output_options(fn: Callable) -> Callable:
         + " [default: from the -o extension, else table]",
     )(fn)
     return fn
+
+
+def record_option(noun: str, listing: str) -> Callable[[Callable], Callable]:
+    """`--NOUN N`: show the N-th row of the command's list (1 = the first, `listing` says the
+    order) vertically, one line per field, every field."""
+    return click.option(
+        f"--{noun}",
+        "record",
+        type=click.IntRange(min=1),
+        default=None,
+        help=f"show {noun} N of the list ({listing}) vertically, with every field",
+    )
 
 
 def extension(path: str) -> str:

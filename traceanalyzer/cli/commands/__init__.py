@@ -28,3 +28,20 @@ COMMANDS: dict[str, str] = {
     "path": "Critical path of each step: segments summing to the step time, shares by kind and by op/kernel.",
     "whatif": "Predicted step time with a cause removed, kernels/ops sped up or ops dropped (replay of the trace).",
 }
+
+# The commands whose output `cli.replay` keeps and prints again for the same command line on the
+# same trace, with the flags that make a run do more than print its report (never replayed).
+# A command is here only when everything it prints goes through `common.emit` and `common._open`.
+REPLAYABLE: dict[str, tuple[str, ...]] = {
+    "gaps": ("--plot", "--fail-on"),
+    "summary": ("--fail-on",),
+    "syncs": (),
+    "copies": (),
+    "kernels": (),
+    "ops": (),
+    "stages": (),
+    "memory": (),
+    "roofline": ("--plot",),
+    "path": (),
+    "whatif": (),
+}

@@ -6,17 +6,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import polars as pl
 
-from traceanalyzer.cli import opening
+from traceanalyzer.cli import opening, replay
 from traceanalyzer.cli.options import resolve_format
 from traceanalyzer.errors import UsageError
-from traceanalyzer.findings import Finding
 from traceanalyzer.options import Options
 from traceanalyzer.render import RENDERERS
 from traceanalyzer.render.fit import FIXED_WIDTH, terminal_width
@@ -24,6 +22,9 @@ from traceanalyzer.render.values import cell, saving_text
 from traceanalyzer.report import TABLE_ROWS, Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
+
+if TYPE_CHECKING:
+    from traceanalyzer.findings import Finding
 
 
 def _open(path: str, options: Options) -> tuple[Trace, Any]:
@@ -33,8 +34,10 @@ def _open(path: str, options: Options) -> tuple[Trace, Any]:
     obj = ctx.find_root().obj if ctx is not None else None
     max_decompressed = obj.get("max_decompressed") if isinstance(obj, dict) else None  # the group's flag
     trace, store = opening.open_trace(path, options, max_decompressed)
+    if store is not None and ctx is not None:
+        ctx.call_on_close(store.wait)  # the Trace's entry is written on a thread: done before the command ends
     for w in trace.warnings:
-        click.echo(f"traceanalyzer: warning: {path}: {w}", err=True)
+        _err(f"traceanalyzer: warning: {path}: {w}")
     return trace, store
 
 
@@ -77,31 +80,25 @@ def emit(report: Report, fmt: str | None, output: str | None) -> None:
     opening.stop_progress()
     if output:
         for path in renderer.write(report, output):
-            click.echo(f"wrote {path}", err=True)
+            replay.note_file(path)
+            _err(f"wrote {path}")
         return
     if renderer.name == "csv" and len(report.tables()) > 1:
-        click.echo(
-            f"traceanalyzer: the main table of {len(report.tables())}; -o FILE.csv writes one file per table",
-            err=True,
-        )
+        _err(f"traceanalyzer: the main table of {len(report.tables())}; -o FILE.csv writes one file per table")
     data = renderer.render(report)
     if renderer.binary or isinstance(data, bytes):
+        data = data if isinstance(data, bytes) else data.encode()
         sys.stdout.flush()
-        sys.stdout.buffer.write(data if isinstance(data, bytes) else data.encode())
+        sys.stdout.buffer.write(data)
     else:
         sys.stdout.write(data)
+    replay.note_out(data)
 
 
-def record_option(noun: str, listing: str) -> Callable[[Callable], Callable]:
-    """`--NOUN N`: show the N-th row of the command's list (1 = the first, `listing` says the
-    order) vertically, one line per field, every field."""
-    return click.option(
-        f"--{noun}",
-        "record",
-        type=click.IntRange(min=1),
-        default=None,
-        help=f"show {noun} N of the list ({listing}) vertically, with every field",
-    )
+def _err(line: str) -> None:
+    """A line on stderr (kept with the output when the run is recorded: `cli.replay`)."""
+    click.echo(line, err=True)
+    replay.note_err(line)
 
 
 def record_report(report: Report, table: pl.DataFrame, n: int, noun: str) -> Report:

@@ -8,15 +8,25 @@ untraced, ...).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from traceanalyzer.analyses import windows
-from traceanalyzer.cli.commands.common import emit, head, open_session, record_option, record_report, with_health
-from traceanalyzer.cli.options import build_options, fail_on_option, option_flags, output_options, picture_format
+from traceanalyzer.cli.options import (
+    build_options,
+    fail_on_option,
+    option_flags,
+    output_options,
+    picture_format,
+    record_option,
+)
 from traceanalyzer.errors import RegressionDetected
-from traceanalyzer.jobs.rank_io import is_dir as is_rank_dir
-from traceanalyzer.report import Report, Section
-from traceanalyzer.session import Session
+
+# What builds the report (polars, the Session, the renderers' document model) is imported when
+# the command runs, not when click reads its options: `gaps --help` imports none of it.
+if TYPE_CHECKING:
+    from traceanalyzer.report import Report
+    from traceanalyzer.session import Session
 
 GROUPS = ("patterns", "gaps", "steps", "health", "ranks", "materiality")
 
@@ -43,6 +53,10 @@ EXPLAINED_BY = {"gpu_wait": "waited_on", "sync": "sync_api"}
 
 def gaps_report(ses: Session, top: int) -> Report:
     """The `gaps` Report: summary, causes, culprits, the gaps and the per-step table."""
+    from traceanalyzer.analyses import windows
+    from traceanalyzer.cli.commands.common import head, with_health
+    from traceanalyzer.report import Report, Section
+
     result = ses.gaps
     th = ses.options.thresholds(GROUPS)
     warnings = ses.warnings
@@ -136,6 +150,9 @@ def command(
     **kwargs,
 ) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
+    from traceanalyzer.cli.commands.common import emit, open_session, record_report
+    from traceanalyzer.jobs.rank_io import is_dir as is_rank_dir
+
     plot_fmt = picture_format(plot) if plot else None  # a wrong extension fails before the work
     options = build_options(kwargs, *GROUPS)
     if is_rank_dir(str(trace)):  # a directory of per-rank files: the cross-rank report

@@ -15,11 +15,10 @@ from traceanalyzer.cli.commands.common import (
     head,
     note_report,
     open_session,
-    record_option,
     record_report,
     with_health,
 )
-from traceanalyzer.cli.options import build_options, option_flags, output_options
+from traceanalyzer.cli.options import build_options, option_flags, output_options, record_option
 from traceanalyzer.findings import rules_for
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
