@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, merge, merge_sorted, run_id
+from traceanalyzer.analyses.intervals import coverage_index, cumulative_unions, merge, run_id
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
@@ -178,16 +178,13 @@ class CpuActivity:
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
         del real_ops, launches, launch_side, python, up  # each layer is let go once merged in
-        # The union of layers 0..k, one layer at a time: each step sorts the union so far (far
-        # fewer rows than the intervals merged into it) with one layer, and sweeps it.
+        # The union of layers 0..k for each k (`intervals.cumulative_unions`: one sort per layer).
         schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
-        union = pl.DataFrame(schema=schema)
-        cumulative = []
-        for name in LAYERS:
-            layer = sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema)
-            union = merge_sorted(pl.concat([union, layer]).sort([*THREAD, "start_ns"]), THREAD)
-            del layer
-            cumulative.append(coverage_index(union, THREAD, presorted=True))
+        layers = [
+            sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema) for name in LAYERS
+        ]
+        cumulative = cumulative_unions(layers, THREAD)
+        del layers
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
             cumulative=tuple(cumulative),
