@@ -119,9 +119,8 @@ class CpuActivity:
     cumulative: tuple[pl.DataFrame, ...]
     blocking: pl.DataFrame  # the blocking calls themselves (runtime rows)
     data_ranges: pl.DataFrame
-    runtime_other: (
-        pl.DataFrame
-    )  # runtime calls that neither launch nor synchronise (runtime_id, pid, tid, ts_ns, end_ns)
+    # runtime calls that neither launch nor synchronise: their runtime_id only (rows of Trace.runtime)
+    runtime_other: pl.DataFrame
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
@@ -134,6 +133,7 @@ class CpuActivity:
         launches = launch_calls(trace, rt).filter(~pl.col("runtime_id").is_in(blocking_ids))
         taken = pl.concat([blocking.get_column("runtime_id"), launches.get_column("runtime_id")]).implode()
         other = rt.filter(~pl.col("runtime_id").is_in(taken)).drop("name", "op_id")
+        other_ids = other.select("runtime_id")
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
         # Narrow columns first: these tables are the biggest of a trace.
         real_ops = trace.ops.select(*THREAD, "op_id", "ts_ns", "end_ns", "kind", "name").filter(
@@ -190,5 +190,5 @@ class CpuActivity:
             cumulative=tuple(cumulative),
             blocking=blocking,
             data_ranges=data,
-            runtime_other=other,
+            runtime_other=other_ids,
         )

@@ -38,6 +38,7 @@ import polars as pl
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, step_threads
 from traceanalyzer.analyses.intervals import covered, overlap_join
+from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
 from traceanalyzer.options import GapOptions, Options
@@ -45,7 +46,67 @@ from traceanalyzer.trace import Trace
 
 # The causes, their meanings and advice live in the registry (traceanalyzer.causes); they are
 # re-exported here for the modules that read them with the classification.
-__all__ = ["CAUSES", "HINTS", "MEANINGS", "ClassifiedGaps", "classify_gaps", "largest_overlap"]
+__all__ = [
+    "CAUSES",
+    "CAUSE_DTYPE",
+    "HINTS",
+    "MEANINGS",
+    "PHASE_DTYPE",
+    "PIECE_COLUMNS",
+    "ClassifiedGaps",
+    "classify_gaps",
+    "largest_overlap",
+    "rows_at",
+]
+
+# A gap's cause and phase as codes (one byte a row, not a string): the registry's names, in its order.
+CAUSE_DTYPE = pl.Enum(CAUSES)
+PHASE_DTYPE = pl.Enum(["startup", "steady"])
+
+# The columns of the classified pieces kept (`ClassifiedGaps.pieces`): those `gap_culprits`,
+# `gaps`, `syncs` and the copy rules read. The activities around a gap are kept as their rows
+# of `Trace.gpu` (`gpu_id`), not as copies of their names.
+PIECE_COLUMNS = (
+    "gap_id",
+    "device",
+    "step",
+    "phase",
+    "start_ns",
+    "end_ns",
+    "cause",
+    "pid",
+    "tid",
+    "cpu_a",
+    "cpu_b",
+    "t_python",
+    "t_cpu_op",
+    "prev_gpu_id",
+    "next_gpu_id",
+    "next_start_ns",
+    "next_stream",
+    "launch_api",
+    "launch_ts_ns",
+    "launch_end_ns",
+    "launch_tid",
+    "launch_op_id",
+    "launched_before_trace",
+    "sync_call",
+    "rt_call",
+    "rt_call_overlap_ns",
+)
+
+
+def rows_at(table: pl.DataFrame, id_col: str, ids: pl.Series, **cols: str) -> pl.DataFrame:
+    """Columns of the rows of `table` whose `id_col` is each of `ids` (null: none), one row per
+    id in its order, renamed (`out=column`): a gather by row where the id is the row number
+    (runtime_id, gpu_id and op_id of every Trace), else a left join. The gaps look calls up
+    three times: a hash join against every runtime call each time cost more than the lookups'
+    whole answer."""
+    pick = [pl.col(c).alias(out) for out, c in cols.items()]
+    if is_row_number(table[id_col]):
+        return table.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
+    keyed = table.select(pl.col(id_col).alias("_id"), *pick)
+    return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
 
 
 def _next_activity(trace: Trace) -> pl.DataFrame:
@@ -65,10 +126,10 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
     )
     return (
         trace.gpu.select(
+            "gpu_id",
             "device",
             "ts_ns",
             "name",
-            "kind",
             "stream",
             "correlation",
             "launch_api",
@@ -86,8 +147,8 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
         .select(
             "device",
             next_start_ns=pl.col("ts_ns"),
+            next_gpu_id=pl.col("gpu_id"),
             next_name=pl.col("name"),
-            next_kind=pl.col("kind"),
             next_stream=pl.col("stream"),
             launch_api=pl.col("launch_api"),
             launch_ts_ns=pl.col("launch_ts_ns"),
@@ -103,11 +164,11 @@ def _next_activity(trace: Trace) -> pl.DataFrame:
 
 def _prev_activity(trace: Trace) -> pl.DataFrame:
     return (
-        trace.gpu.select("device", "ts_ns", "end_ns", "name")
+        trace.gpu.select("gpu_id", "device", "ts_ns", "end_ns")
         .filter(pl.col("device").is_not_null())
         .sort("end_ns", "ts_ns")
         .unique(["device", "end_ns"], keep="last")
-        .select("device", prev_end_ns=pl.col("end_ns"), prev_name=pl.col("name"))
+        .select("device", prev_end_ns=pl.col("end_ns"), prev_gpu_id=pl.col("gpu_id"))
     )
 
 
@@ -203,7 +264,7 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
         .then(pl.lit("slow_launch"))
         .otherwise(by_cpu)
     )
-    return gaps.with_columns(cause=cause)
+    return gaps.with_columns(cause=cause.cast(CAUSE_DTYPE))
 
 
 def largest_overlap(
@@ -249,7 +310,9 @@ class ClassifiedGaps:
     """Every idle piece (a gap clipped to one window) with its cause, before naming culprits.
     `syncs` builds on this so that a sync's bubble is by construction the gap blamed on it."""
 
-    pieces: pl.DataFrame  # gap_id, device, step, start_ns, end_ns, cause, phase, pid, tid, sync_call, t_*, ...
+    pieces: (
+        pl.DataFrame
+    )  # PIECE_COLUMNS: gap_id, device, step, start_ns, end_ns, cause, phase, pid, tid, sync_call, ...
     per_window: pl.DataFrame  # device, step, start_ns, end_ns, window_ns, busy_ns
     activity: CpuActivity
     startup_end_ns: int | None = None  # where the start-up set aside ends (see analyses.startup)
@@ -284,9 +347,18 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     pieces = pieces.join(sync_call, on="gap_id", how="left").sort("gap_id")
     # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
     # culprit `gaps` names, and the key by which start-up tells one-time calls from churn.
-    rt_call = largest_overlap(
-        pieces.filter(pl.col("cause") == "runtime_call"), act.runtime_other, "runtime_id", "rt_call", True
+    other = act.runtime_other["runtime_id"]
+    other = rows_at(
+        trace.runtime,
+        "runtime_id",
+        other,
+        runtime_id="runtime_id",
+        pid="pid",
+        tid="tid",
+        ts_ns="ts_ns",
+        end_ns="end_ns",
     )
+    rt_call = largest_overlap(pieces.filter(pl.col("cause") == "runtime_call"), other, "runtime_id", "rt_call", True)
     rt_names = trace.runtime.select(rt_call="runtime_id", _rt_name="name")
     pieces = (
         pieces.join(rt_call, on="gap_id", how="left")
@@ -305,9 +377,9 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
         wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None
     )
     startup = find_startup(pieces, wins, busy, opts.gaps.startup_gap_us, first_step, boundaries)
-    pieces = pieces.with_columns(phase=pl.lit("startup") if startup.end_ns is not None else pl.lit("steady"))
+    phase = pl.lit("steady")
     if startup.end_ns is not None:
-        pieces = pieces.with_columns(
-            phase=pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup")).otherwise(pl.lit("steady"))
-        )
+        phase = pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup")).otherwise(phase)
+    # Only what the readers read is kept (PIECE_COLUMNS): the rest were steps of the classification.
+    pieces = pieces.with_columns(phase=phase.cast(PHASE_DTYPE)).select(PIECE_COLUMNS)
     return ClassifiedGaps(pieces, per_window, act, startup.end_ns, startup.window_ns, startup.busy_ns)

@@ -7,43 +7,12 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context, python_line_at
-from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
+from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap, rows_at
 from traceanalyzer.analyses.intervals import overlap_join
 from traceanalyzer.analyses.modules import op_modules
-from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
 from traceanalyzer.trace import Trace
-
-# The columns of the classified pieces that naming the culprits and the gaps table read.
-PIECE_COLUMNS = (
-    "gap_id",
-    "device",
-    "step",
-    "phase",
-    "start_ns",
-    "end_ns",
-    "cause",
-    "pid",
-    "tid",
-    "cpu_a",
-    "cpu_b",
-    "t_python",
-    "t_cpu_op",
-    "prev_name",
-    "next_name",
-    "next_start_ns",
-    "next_stream",
-    "launch_api",
-    "launch_ts_ns",
-    "launch_end_ns",
-    "launch_tid",
-    "launch_op_id",
-    "launched_before_trace",
-    "sync_call",
-    "rt_call",
-    "rt_call_overlap_ns",
-)
 
 
 def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -80,16 +49,8 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 
 
 def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
-    """Columns of the runtime calls `ids` (null: none), one row per id in its order, renamed
-    (`out=column`): a gather by row where runtime_id is the row number (every Trace), else a
-    left join. The gaps look calls up three times: a hash join against every runtime call each
-    time cost more than the lookups' whole answer."""
-    rt = trace.runtime
-    pick = [pl.col(c).alias(out) for out, c in cols.items()]
-    if is_row_number(rt["runtime_id"]):
-        return rt.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
-    keyed = rt.select(pl.col("runtime_id").alias("_id"), *pick)
-    return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
+    """`rows_at` of the runtime calls."""
+    return rows_at(trace.runtime, "runtime_id", ids, **cols)
 
 
 def _waited_on(gaps: pl.DataFrame) -> pl.Expr:
@@ -153,13 +114,13 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 
 
 def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
-    """The classified pieces (the PIECE_COLUMNS) with, per gap: op, range, op_chain, python_frame (the culprit's
+    """The classified pieces (`gap_causes.PIECE_COLUMNS`) with, per gap: op, range, op_chain, python_frame (the culprit's
     context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
     act = classified.activity
     # Only the columns read here and by `analyse_gaps`: every join below copies the whole frame,
     # and the classified pieces carry ~45 columns (a 1 GB trace has ~300 k gaps).
-    pieces = _stream_waits(trace, classified.pieces.select(PIECE_COLUMNS))
+    pieces = _stream_waits(trace, classified.pieces)
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
     data_range = largest_overlap(
         pieces.filter(pl.col("cause") == "data_loading"), act.data_ranges, "op_id", "data_op", True
@@ -246,4 +207,6 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         ),
     )
     pieces = pieces.join(blocked, on="gap_id", how="left").sort("gap_id")
-    return pieces.with_columns(waited_on=_waited_on(pieces)).sort("gap_id")
+    # The next activity's name, for what a gpu_wait gap waited on (a collective's peers): read, not kept.
+    named = pieces.hstack(rows_at(trace.gpu, "gpu_id", pieces["next_gpu_id"], next_name="name"))
+    return named.with_columns(waited_on=_waited_on(named)).drop("next_name")
