@@ -9,12 +9,25 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.intervals import coverage_index, cumulative_unions, merge, run_id
-from traceanalyzer.analyses.op_tree import ancestors
+from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
 from traceanalyzer.trace import Trace
 
 THREAD = ["pid", "tid"]
+
+
+def rows_at(table: pl.DataFrame, id_col: str, ids: pl.Series, **cols: str) -> pl.DataFrame:
+    """Columns of the rows of `table` whose `id_col` is each of `ids` (null: none), one row per
+    id in its order, renamed (`out=column`): a gather by row where the id is the row number
+    (runtime_id, gpu_id and op_id of every Trace), else a left join. The gaps look calls up
+    three times: a hash join against every runtime call each time cost more than the lookups'
+    whole answer."""
+    pick = [pl.col(c).alias(out) for out, c in cols.items()]
+    if is_row_number(table[id_col]):
+        return table.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
+    keyed = table.select(pl.col(id_col).alias("_id"), *pick)
+    return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
 
 
 def blocking_calls(trace: Trace) -> pl.DataFrame:
@@ -145,8 +158,7 @@ class CpuActivity:
         # Lookup`, AOT wrappers: patterns.COMPILED_WRAPPER) is not: the Python it runs between
         # launches is CPU-bound work, as the ops that launch nothing are.
         up = ancestors(trace.ops, launches.get_column("op_id").drop_nulls().unique())
-        names = trace.ops.select(ancestor_id="op_id", _name="name")
-        up = up.join(names, on="ancestor_id", how="left")
+        up = up.hstack(rows_at(trace.ops, "op_id", up["ancestor_id"], _name="name"))
         is_launch_op = (pl.col("level") == 0) | ~pl.col("_name").fill_null("").str.contains(COMPILED_WRAPPER)
         launching = up.filter(is_launch_op)["ancestor_id"].unique()
         # Such a wrapper holds the Python frames that run the compiled code (dynamo, AOT, the

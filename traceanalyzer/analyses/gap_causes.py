@@ -36,9 +36,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
-from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, step_threads
-from traceanalyzer.analyses.intervals import covered, overlap_join
-from traceanalyzer.analyses.op_tree import is_row_number
+from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, rows_at, step_threads
+from traceanalyzer.analyses.intervals import covered_many, overlap_join
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
 from traceanalyzer.options import GapOptions, Options
@@ -56,7 +55,6 @@ __all__ = [
     "ClassifiedGaps",
     "classify_gaps",
     "largest_overlap",
-    "rows_at",
 ]
 
 # A gap's cause and phase as codes (one byte a row, not a string): the registry's names, in its order.
@@ -94,19 +92,6 @@ PIECE_COLUMNS = (
     "rt_call",
     "rt_call_overlap_ns",
 )
-
-
-def rows_at(table: pl.DataFrame, id_col: str, ids: pl.Series, **cols: str) -> pl.DataFrame:
-    """Columns of the rows of `table` whose `id_col` is each of `ids` (null: none), one row per
-    id in its order, renamed (`out=column`): a gather by row where the id is the row number
-    (runtime_id, gpu_id and op_id of every Trace), else a left join. The gaps look calls up
-    three times: a hash join against every runtime call each time cost more than the lookups'
-    whole answer."""
-    pick = [pl.col(c).alias(out) for out, c in cols.items()]
-    if is_row_number(table[id_col]):
-        return table.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
-    keyed = table.select(pl.col(id_col).alias("_id"), *pick)
-    return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
 
 
 def _next_activity(trace: Trace) -> pl.DataFrame:
@@ -177,6 +162,11 @@ def _layer_time(layers: tuple[str, ...]) -> pl.Expr:
     return sum(rest, first)
 
 
+def _cause(name: str) -> pl.Expr:
+    """A cause as a code of CAUSE_DTYPE: the classifier's branches pick codes, not strings."""
+    return pl.lit(name, dtype=CAUSE_DTYPE)
+
+
 def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataFrame) -> pl.DataFrame:
     latency = int(o.launch_latency_us * 1000)
     spacing = int(o.kernel_spacing_us * 1000)
@@ -185,9 +175,7 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     known = pl.col("launch_ts_ns").is_not_null()
     queued = (known & (pl.col("launch_end_ns") <= start)) | pl.col("launched_before_trace").fill_null(False)
     # The op around the call that launched the next work (a slow launch is its time).
-    gaps = gaps.join(
-        ops.select(launch_op_id="op_id", _op_ts_ns="ts_ns", _op_end_ns="end_ns"), on="launch_op_id", how="left"
-    )
+    gaps = gaps.hstack(rows_at(ops, "op_id", gaps["launch_op_id"], _op_ts_ns="ts_ns", _op_end_ns="end_ns"))
     gaps = gaps.with_columns(
         # The CPU interval that explains a gap: from its start until the call launching the
         # next work returned. A blocking launch (a pageable cudaMemcpyAsync staging its data)
@@ -197,12 +185,10 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     )
     # The covered times on narrow columns, put alongside in the gaps' order: each `covered`
     # sorts its frame twice, and the gaps carry ~40 columns.
-    q = gaps.select(*THREAD, "start_ns", "cpu_a", "cpu_b", _gs1=start + 1).with_row_index("_q")
-    q = covered(q, act.blocked, THREAD, "start_ns", "_gs1", "_blocked_at_start")
-    for k, index in enumerate(act.cumulative):
-        q = covered(q, index, THREAD, "cpu_a", "cpu_b", f"_u{k}")
-    q = q.sort("_q")
-    gaps = gaps.hstack(q.select("_gs1", "_blocked_at_start", *(f"_u{k}" for k in range(len(act.cumulative)))))
+    q = gaps.select(*THREAD, "start_ns", "cpu_a", "cpu_b", _gs1=start + 1)
+    at_start = covered_many(q, [act.blocked], THREAD, "start_ns", "_gs1", ["_blocked_at_start"])
+    u = [f"_u{k}" for k in range(len(act.cumulative))]
+    gaps = gaps.hstack([*at_start, *covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", u)])
     # A launch that blocks (a pageable cudaMemcpyAsync staging its data) is time blocked, not a
     # slow launch: the copy rules and `sync` speak of it.
     blocking_ids = act.blocking.get_column("runtime_id").implode()
@@ -222,10 +208,10 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     # order the layers win, so the first of equal shares wins.
     shares = [(_layer_time(layers), cause) for cause, layers in by_layer_share()]
     largest = pl.max_horizontal([t for t, _ in shares])
-    by_cpu = pl.when(pl.col("pid").is_null()).then(pl.lit("untraced"))
+    by_cpu = pl.when(pl.col("pid").is_null()).then(_cause("untraced"))
     for t, name in shares:
-        by_cpu = by_cpu.when((t > 0) & (t >= largest)).then(pl.lit(name))
-    by_cpu = by_cpu.otherwise(pl.lit("untraced"))
+        by_cpu = by_cpu.when((t > 0) & (t >= largest)).then(_cause(name))
+    by_cpu = by_cpu.otherwise(_cause("untraced"))
     launch_in_gap = (pl.min_horizontal("launch_end_ns", "end_ns") - pl.max_horizontal("launch_ts_ns", "start_ns")).clip(
         0
     )
@@ -235,36 +221,36 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     )
     cause = (
         pl.when(queued & ((end - start) < spacing))
-        .then(pl.lit("kernel_spacing"))
+        .then(_cause("kernel_spacing"))
         .when(queued)
-        .then(pl.lit("gpu_wait"))
+        .then(_cause("gpu_wait"))
         .when(
             known
             & ~pl.col("_launch_blocks")
             & ((pl.col("launch_end_ns") - pl.col("launch_ts_ns")) >= slow)
             & (launch_in_gap * 2 >= end - start)
         )
-        .then(pl.lit("slow_launch"))
+        .then(_cause("slow_launch"))
         # Data loading that fills most of the gap is the cause even right after a sync.
         .when(pl.col("t_data_loading") > span / 2)
-        .then(pl.lit("data_loading"))
+        .then(_cause("data_loading"))
         # The thread was blocked in a sync when the GPU ran dry: the sync drained the queue,
         # and the gap is its bubble (the time to launch new work after it returned).
         .when(pl.col("_blocked_at_start") > 0)
-        .then(pl.lit("sync"))
+        .then(_cause("sync"))
         # Launched, then still waiting longer than the CPU took: the GPU waited on something.
         .when(known & (waited_after > latency) & (waited_after > span))
-        .then(pl.lit("gpu_wait"))
+        .then(_cause("gpu_wait"))
         .when(known & (span <= latency))
-        .then(pl.lit("launch_latency"))
+        .then(_cause("launch_latency"))
         # The op that launches the work took over `slow_launch_us` of the gap itself: lazy
         # initialisation (a library's first call, autotuning, JIT), a slow launch, not per-kernel
         # launch overhead. Many launches by many ops in a long gap stay launch_latency.
         .when((by_cpu == "launch_latency") & (op_in_gap >= slow) & (op_in_gap * 2 >= end - start))
-        .then(pl.lit("slow_launch"))
+        .then(_cause("slow_launch"))
         .otherwise(by_cpu)
     )
-    return gaps.with_columns(cause=cause.cast(CAUSE_DTYPE))
+    return gaps.with_columns(cause=cause)
 
 
 def largest_overlap(
@@ -359,10 +345,9 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
         end_ns="end_ns",
     )
     rt_call = largest_overlap(pieces.filter(pl.col("cause") == "runtime_call"), other, "runtime_id", "rt_call", True)
-    rt_names = trace.runtime.select(rt_call="runtime_id", _rt_name="name")
+    pieces = pieces.join(rt_call, on="gap_id", how="left", maintain_order="left")
     pieces = (
-        pieces.join(rt_call, on="gap_id", how="left")
-        .join(rt_names, on="rt_call", how="left")
+        pieces.hstack(rows_at(trace.runtime, "runtime_id", pieces["rt_call"], _rt_name="name"))
         .with_columns(
             init_key=pl.when(pl.col("cause") == "runtime_call")
             .then(pl.col("_rt_name"))
@@ -377,9 +362,9 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
         wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None
     )
     startup = find_startup(pieces, wins, busy, opts.gaps.startup_gap_us, first_step, boundaries)
-    phase = pl.lit("steady")
+    phase = pl.lit("steady", dtype=PHASE_DTYPE)
     if startup.end_ns is not None:
-        phase = pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup")).otherwise(phase)
+        phase = pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup", dtype=PHASE_DTYPE)).otherwise(phase)
     # Only what the readers read is kept (PIECE_COLUMNS): the rest were steps of the classification.
-    pieces = pieces.with_columns(phase=phase.cast(PHASE_DTYPE)).select(PIECE_COLUMNS)
+    pieces = pieces.with_columns(phase=phase).select(PIECE_COLUMNS)
     return ClassifiedGaps(pieces, per_window, act, startup.end_ns, startup.window_ns, startup.busy_ns)

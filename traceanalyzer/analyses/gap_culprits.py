@@ -7,7 +7,8 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context, python_line_at
-from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap, rows_at
+from traceanalyzer.analyses.cpu_activity import rows_at
+from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
 from traceanalyzer.analyses.intervals import overlap_join
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
@@ -185,12 +186,10 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         cpu_b=pl.col("end_ns"),
     )
     other = largest_overlap(span, act.blocking, "runtime_id", "blocked_call", False)
-    blocked = other.join(
-        trace.runtime.select(
-            pl.col("runtime_id").alias("blocked_call"), "tid", pl.col("name").alias("api"), "op_id", "dur_ns"
-        ),
-        on="blocked_call",
-        how="left",
+    blocked = other.hstack(
+        rows_at(
+            trace.runtime, "runtime_id", other["blocked_call"], tid="tid", api="name", op_id="op_id", dur_ns="dur_ns"
+        )
     )
     bctx = op_context(trace, blocked["op_id"])
     blocked = blocked.join(bctx, on="op_id", how="left").select(

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.cpu_activity import rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
-from traceanalyzer.analyses.gap_culprits import name_culprits, rows_at
+from traceanalyzer.analyses.gap_culprits import name_culprits
 from traceanalyzer.causes import CAUSES, HINTS, WITH_CULPRIT
 from traceanalyzer.options import GapOptions, Options
 from traceanalyzer.reprs import Compact

@@ -210,6 +210,28 @@ def covered(q: pl.DataFrame, index: pl.DataFrame, by: list[str], a: str, b: str,
     return q.with_columns((pl.col("_cb") - pl.col("_ca")).clip(0).alias(out)).drop("_cb", "_ca")
 
 
+def covered_many(
+    q: pl.DataFrame, indexes: list[pl.DataFrame], by: list[str], a: str, b: str, outs: list[str]
+) -> pl.DataFrame:
+    """`covered` for several indexes at once over the same [q[a], q[b]]: out_k per row of q, in
+    q's order (a frame of the columns `outs`). q is sorted twice in all (by a, by b), not twice
+    per index: the gaps of a 1 GB trace are measured against six layer unions."""
+    qa = q.select(*by, a).with_row_index("_r").sort(a)
+    qb = q.select(*by, b).with_row_index("_r").sort(b)
+    ca, cb = [], []
+    for index, out in zip(indexes, outs):
+        if index.is_empty() or q.is_empty():
+            ca.append(pl.lit(0, pl.Int64).alias(out))
+            cb.append(pl.lit(0, pl.Int64).alias(out))
+            continue
+        ca.append(_covered_until(qa, index, a, by, out).get_column(out))
+        cb.append(_covered_until(qb, index, b, by, out).get_column(out))
+    # back to q's order: the rows of each sorted frame in the order of their row number
+    until_a = qa.select("_r").with_columns(ca).sort("_r").drop("_r")
+    until_b = qb.select("_r").with_columns(cb).sort("_r").drop("_r")
+    return until_b.select((pl.col(o) - until_a.get_column(o)).clip(0).alias(o) for o in outs)
+
+
 def overlap_join(
     left: pl.DataFrame,
     right: pl.DataFrame,
