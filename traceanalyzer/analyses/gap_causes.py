@@ -94,57 +94,47 @@ PIECE_COLUMNS = (
 )
 
 
-def _next_activity(trace: Trace) -> pl.DataFrame:
-    """For each (device, start instant), the activity a gap ending there waited for: the one
-    launched first among those starting at that instant.
+def _next_activity(trace: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
+    """The pieces (device, next_start_ns) with the activity a gap ending there waited for: the
+    one launched first among those starting at that instant (its gpu_id found on four narrow
+    columns, then its other columns gathered by row).
 
     Work whose launch is not in the trace but whose correlation id is below every traced
     runtime call's was queued before profiling began: it counts as queued before the gap."""
     first_corr = trace.runtime["correlation"].drop_nulls().min() if trace.runtime.height else None
     before = (
         pl.col("launch_ts_ns").is_null()
-        & pl.col("correlation").is_not_null()
-        & (pl.col("correlation") > 0)  # id 0 is "no correlation" (AMD), not an early launch
-        & (pl.col("correlation") < first_corr)
+        & pl.col("_correlation").is_not_null()
+        & (pl.col("_correlation") > 0)  # id 0 is "no correlation" (AMD), not an early launch
+        & (pl.col("_correlation") < first_corr)
         if first_corr is not None
         else pl.lit(False)
     )
-    return (
-        trace.gpu.select(
-            "gpu_id",
-            "device",
-            "ts_ns",
-            "name",
-            "stream",
-            "correlation",
-            "launch_api",
-            "launch_ts_ns",
-            "launch_end_ns",
-            "launch_pid",
-            "launch_tid",
-            "op_id",
-            "runtime_id",
-        )
+    first = (
+        trace.gpu.select("gpu_id", "device", "ts_ns", "launch_ts_ns")
         .filter(pl.col("device").is_not_null())
-        .with_columns(launched_before_trace=before)
         .sort("ts_ns", "launch_ts_ns", nulls_last=True)
         .unique(["device", "ts_ns"], keep="first")
-        .select(
-            "device",
-            next_start_ns=pl.col("ts_ns"),
-            next_gpu_id=pl.col("gpu_id"),
-            next_name=pl.col("name"),
-            next_stream=pl.col("stream"),
-            launch_api=pl.col("launch_api"),
-            launch_ts_ns=pl.col("launch_ts_ns"),
-            launch_end_ns=pl.col("launch_end_ns"),
-            launch_pid=pl.col("launch_pid"),
-            launch_tid=pl.col("launch_tid"),
-            launch_op_id=pl.col("op_id"),
-            launch_runtime_id=pl.col("runtime_id"),
-            launched_before_trace=pl.col("launched_before_trace"),
-        )
+        .select("device", next_start_ns="ts_ns", next_gpu_id="gpu_id")
     )
+    pieces = pieces.join(first, on=["device", "next_start_ns"], how="left", maintain_order="left")
+    cols = rows_at(
+        trace.gpu,
+        "gpu_id",
+        pieces["next_gpu_id"],
+        next_name="name",
+        next_stream="stream",
+        _correlation="correlation",
+        launch_api="launch_api",
+        launch_ts_ns="launch_ts_ns",
+        launch_end_ns="launch_end_ns",
+        launch_pid="launch_pid",
+        launch_tid="launch_tid",
+        launch_op_id="op_id",
+        launch_runtime_id="runtime_id",
+    )
+    found = pl.col("next_gpu_id").is_not_null()
+    return pieces.hstack(cols).with_columns(launched_before_trace=pl.when(found).then(before)).drop("_correlation")
 
 
 def _prev_activity(trace: Trace) -> pl.DataFrame:
@@ -317,7 +307,7 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     idle = gpu_time.idle_intervals(busy, wins)
     pieces = gpu_time.clip_to_windows(idle, wins).filter(pl.col("end_ns") > pl.col("start_ns"))
     pieces = (
-        pieces.join(_next_activity(trace), on=["device", "next_start_ns"], how="left")
+        _next_activity(trace, pieces)
         .join(_prev_activity(trace), on=["device", "prev_end_ns"], how="left")
         .sort("device", "start_ns")
         .with_row_index("gap_id")

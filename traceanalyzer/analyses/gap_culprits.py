@@ -206,6 +206,9 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         ),
     )
     pieces = pieces.join(blocked, on="gap_id", how="left").sort("gap_id")
-    # The next activity's name, for what a gpu_wait gap waited on (a collective's peers): read, not kept.
-    named = pieces.hstack(rows_at(trace.gpu, "gpu_id", pieces["next_gpu_id"], next_name="name"))
-    return named.with_columns(waited_on=_waited_on(named)).drop("next_name")
+    # What the GPU waited on, told for the gaps of those causes only (the text is built per row),
+    # from the next activity's name (a collective's peers), read and not kept.
+    asked = pieces.filter(pl.col("cause").is_in(WAITED_ON))
+    named = asked.hstack(rows_at(trace.gpu, "gpu_id", asked["next_gpu_id"], next_name="name"))
+    told = named.select("gap_id", waited_on=_waited_on(named))
+    return pieces.join(told, on="gap_id", how="left", maintain_order="left")
