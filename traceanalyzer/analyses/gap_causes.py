@@ -315,26 +315,20 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     # The thread whose timeline explains the gap: the one that launched the work ending it,
     # else the step's own thread.
     threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
-    pieces = pieces.join(threads, on="step", how="left", nulls_equal=True)
+    pieces = pieces.join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
     pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
     act = activity or CpuActivity.of(trace, opts.patterns.data_loading_pattern)
-    pieces = _classify(pieces, act, opts.gaps, trace.ops).drop("_op_ts_ns", "_op_end_ns").sort("gap_id")
+    pieces = _classify(pieces, act, opts.gaps, trace.ops).drop("_op_ts_ns", "_op_end_ns")  # in gap_id order
     sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
-    pieces = pieces.join(sync_call, on="gap_id", how="left").sort("gap_id")
+    pieces = pieces.join(sync_call, on="gap_id", how="left", maintain_order="left")
     # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
-    # culprit `gaps` names, and the key by which start-up tells one-time calls from churn.
-    other = act.runtime_other["runtime_id"]
-    other = rows_at(
-        trace.runtime,
-        "runtime_id",
-        other,
-        runtime_id="runtime_id",
-        pid="pid",
-        tid="tid",
-        ts_ns="ts_ns",
-        end_ns="end_ns",
-    )
-    rt_call = largest_overlap(pieces.filter(pl.col("cause") == "runtime_call"), other, "runtime_id", "rt_call", True)
+    # culprit `gaps` names, and the key by which start-up tells one-time calls from churn. The
+    # other calls' columns are gathered only when such gaps exist.
+    rc = pieces.filter(pl.col("cause") == "runtime_call")
+    other = act.runtime_other.clear() if rc.is_empty() else act.runtime_other
+    cols = {c: c for c in ("runtime_id", *THREAD, "ts_ns", "end_ns")}
+    other = rows_at(trace.runtime, "runtime_id", other["runtime_id"], **cols)
+    rt_call = largest_overlap(rc, other, "runtime_id", "rt_call", True)
     pieces = pieces.join(rt_call, on="gap_id", how="left", maintain_order="left")
     pieces = (
         pieces.hstack(rows_at(trace.runtime, "runtime_id", pieces["rt_call"], _rt_name="name"))
@@ -345,7 +339,6 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
             .then(pl.col("next_name"))
         )
         .drop("_rt_name")
-        .sort("gap_id")
     )
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
     boundaries = (

@@ -21,21 +21,22 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     g = gaps.filter(pl.col("cause") == "cpu_bound").select("gap_id", "pid", "tid", "cpu_a", "cpu_b")
     if g.is_empty():
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "cpu_op_id": pl.Int64})
-    ops = (  # lazy: the filter copies only the columns selected, not the wide op table
-        trace.ops.lazy()
-        .filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
-        .select(
-            "op_id",
-            "parent_id",
-            pl.col("pid").alias("_pid"),
-            pl.col("tid").alias("_tid"),
-            pl.col("ts_ns").alias("_s"),
-            pl.col("end_ns").alias("_e"),
-        )
-        .collect()
+    # Every op of the gap's threads near the gaps (`overlap_join` narrows the op table to them
+    # before sorting it), then those that are real ops: the kind and name tests run on the pairs,
+    # not on every op of the trace.
+    ops = trace.ops.select(
+        "op_id",
+        "parent_id",
+        "kind",
+        "name",
+        _pid="pid",
+        _tid="tid",
+        _s="ts_ns",
+        _e="end_ns",
     )
     # pairs on the gap's own thread only (never gaps x every thread's ops)
     j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
+    j = j.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
     # Four columns of the pairs from here on: they are the largest frame of `gaps`.
     j = j.select(
         "gap_id", "op_id", "parent_id", _ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a")
@@ -44,9 +45,9 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     j = j.join(child, on=["gap_id", "op_id"], how="left").select(
         "gap_id", "op_id", _self=pl.col("_ov") - pl.col("_child").fill_null(0)
     )
-    # The most self time per gap, ties to the lowest op id (every run alike), without sorting the pairs.
-    top = j.filter(pl.col("_self") == pl.col("_self").max().over("gap_id"))
-    return top.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").min())
+    # The most self time per gap, ties to the lowest op id (every run alike): one group-by, no
+    # window and no sort of the pairs.
+    return j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
 
 
 def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
