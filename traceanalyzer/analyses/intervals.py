@@ -152,9 +152,8 @@ def _unband(union: pl.DataFrame, keys: pl.DataFrame, by: list[str], span: int, l
         .with_columns(_c=pl.col("_len").cum_sum() - pl.col("_len"))
         .with_columns(_first=pl.col("_k").ne_missing(pl.col("_k").shift(1)))
         .with_columns(_c0=pl.when("_first").then(pl.col("_c")).forward_fill())
-        .join(keys.lazy(), on="_k", how="left", maintain_order="left")
         .select(
-            *by,
+            *(pl.lit(keys.get_column(b)).gather("_k").alias(b) for b in by),  # keys' rows are their numbers
             start_ns=pl.col("_t") - pl.col("_off"),
             end_ns=pl.col("_te") - pl.col("_off"),
             _before=pl.col("_c") - pl.col("_c0"),
@@ -219,13 +218,20 @@ def covered_many(
     qa = q.select(*by, a).with_row_index("_r").sort(a)
     qb = q.select(*by, b).with_row_index("_r").sort(b)
     ca, cb = [], []
+    done: dict[int, tuple[pl.Series, pl.Series]] = {}  # an index shared by two layers is measured once
     for index, out in zip(indexes, outs):
         if index.is_empty() or q.is_empty():
             ca.append(pl.lit(0, pl.Int64).alias(out))
             cb.append(pl.lit(0, pl.Int64).alias(out))
             continue
-        ca.append(_covered_until(qa, index, a, by, out).get_column(out))
-        cb.append(_covered_until(qb, index, b, by, out).get_column(out))
+        if id(index) not in done:
+            done[id(index)] = (
+                _covered_until(qa, index, a, by, "_c").get_column("_c"),
+                _covered_until(qb, index, b, by, "_c").get_column("_c"),
+            )
+        ua, ub = done[id(index)]
+        ca.append(ua.alias(out))
+        cb.append(ub.alias(out))
     # back to q's order: the rows of each sorted frame in the order of their row number
     until_a = qa.select("_r").with_columns(ca).sort("_r").drop("_r")
     until_b = qb.select("_r").with_columns(cb).sort("_r").drop("_r")
