@@ -24,12 +24,12 @@ def test_a_released_result_is_not_computed_twice(SHARED_TRACES):
     s.release("classified", "activity")
     assert s.gaps is gaps  # what was built from them stays
     with pytest.raises(ReleasedError, match="classified"):
-        s.classified
+        _ = s.classified
     with pytest.raises(ReleasedError, match="activity"):
-        s.blocking_calls  # read through `activity`
+        _ = s.blocking_calls  # read through `activity`
     s.release("dependency_model")  # never built: nothing to let go, but it is not built later either
     with pytest.raises(ReleasedError, match="dependency_model"):
-        s.dependency_model
+        _ = s.dependency_model
     with pytest.raises(ValueError, match="not a result"):
         s.release("no_such_result")
 
