@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, cumulative_unions, merge, run_id
+from traceanalyzer.analyses.intervals import Bands, coverage_index, cumulative_unions, merge, run_id
 from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
@@ -143,6 +143,7 @@ class CpuActivity:
     data_ranges: pl.DataFrame
     # runtime calls that neither launch nor synchronise: their runtime_id only (rows of Trace.runtime)
     runtime_other: pl.DataFrame
+    bands: Bands | None = None  # how `cumulative` numbered the threads (intervals.covered_many reads it)
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
@@ -210,7 +211,7 @@ class CpuActivity:
         layers = [
             sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema) for name in LAYERS
         ]
-        cumulative = cumulative_unions(layers, THREAD)
+        cumulative, bands = cumulative_unions(layers, THREAD)
         del layers
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
@@ -218,4 +219,5 @@ class CpuActivity:
             blocking=blocking,
             data_ranges=data,
             runtime_other=other_ids,
+            bands=bands,
         )

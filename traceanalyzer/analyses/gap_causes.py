@@ -178,7 +178,7 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     q = gaps.select(*THREAD, "start_ns", "cpu_a", "cpu_b", _gs1=start + 1)
     at_start = covered_many(q, [act.blocked], THREAD, "start_ns", "_gs1", ["_blocked_at_start"])
     u = [f"_u{k}" for k in range(len(act.cumulative))]
-    gaps = gaps.hstack([*at_start, *covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", u)])
+    gaps = gaps.hstack([*at_start, *covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", u, act.bands)])
     # A launch that blocks (a pageable cudaMemcpyAsync staging its data) is time blocked, not a
     # slow launch: the copy rules and `sync` speak of it.
     blocking_ids = act.blocking.get_column("runtime_id").implode()
