@@ -143,7 +143,7 @@ class CpuActivity:
     data_ranges: pl.DataFrame
     # runtime calls that neither launch nor synchronise: their runtime_id only (rows of Trace.runtime)
     runtime_other: pl.DataFrame
-    bands: Bands | None = None  # how `cumulative` numbered the threads (intervals.covered_many reads it)
+    bands: Bands | None = None  # how `cumulative` numbered the threads (layer_coverage.covered_many reads it)
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:

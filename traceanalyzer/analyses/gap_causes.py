@@ -37,7 +37,8 @@ import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, rows_at, step_threads
-from traceanalyzer.analyses.intervals import covered_many, overlap_join
+from traceanalyzer.analyses.intervals import overlap_join
+from traceanalyzer.analyses.layer_coverage import covered_many
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
 from traceanalyzer.options import GapOptions, Options
