@@ -50,6 +50,10 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.whatif import Model, WhatIf
 
 
+class ReleasedError(RuntimeError):
+    """A result asked for after `Session.release` let it go: it is not computed twice."""
+
+
 class _result(cached_property):
     """A `cached_property` that first asks the Session's `store` (a cache of earlier runs on
     the same trace and options: `get(name)` -> value or `store.MISSING`), and tells it before
@@ -62,6 +66,7 @@ class _result(cached_property):
         d = instance.__dict__
         if self.attrname in d:
             return d[self.attrname]
+        instance._not_released(self.attrname)
         store = d.get("store")
         if store is not None:
             value = store.get(self.attrname)
@@ -116,7 +121,7 @@ class Session:
     def _repr_html_(self) -> str:
         from traceanalyzer.reprs import html_table
 
-        done = [k for k in self.__dict__ if k not in ("trace", "options", "step_source", "loaded")]
+        done = [k for k in self.__dict__ if k not in ("trace", "options", "step_source", "loaded", "_released")]
         return html_table("Session", [("trace", repr(self.trace)), ("computed", ", ".join(done) or "nothing yet")])
 
     @property
@@ -241,6 +246,7 @@ class Session:
     @cached_property  # a building block, not kept by the store: it holds the trace and its graph
     def dependency_model(self) -> Model:
         """The dependency graph of the trace, ordered, with its replay of the capture."""
+        self._not_released("dependency_model")
         from traceanalyzer.analyses.dependency_graph import build_graph
         from traceanalyzer.analyses.whatif import Model
 
@@ -249,10 +255,25 @@ class Session:
         return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
 
     def release(self, *names: str) -> None:
-        """Let building blocks go (`dependency_model`) once what is read from them is computed:
-        their memory serves what comes next; asked for again, they are built again."""
+        """Let building blocks go (`dependency_model`, `activity`, `classified`) once what is read
+        from them is computed: their memory serves what comes next. Each is computed once: asked
+        for again after its release, it raises (`ReleasedError`) rather than silently building it
+        a second time, so a command that releases too early fails its tests instead of doubling
+        its time."""
+        unknown = set(names) - {*self.results(), "dependency_model"}
+        if unknown:
+            raise ValueError(f"not a result of the Session: {sorted(unknown)}")
+        released = self.__dict__.setdefault("_released", set())
         for name in names:
             self.__dict__.pop(name, None)
+            released.add(name)
+
+    def _not_released(self, name: str) -> None:
+        if name in self.__dict__.get("_released", ()):
+            raise ReleasedError(
+                f"Session.{name} was released (Session.release) and is not computed twice: "
+                "ask for what reads it before releasing it"
+            )
 
     @_result
     def critical_path(self) -> CriticalPath:

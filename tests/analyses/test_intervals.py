@@ -12,9 +12,11 @@ import pytest
 from traceanalyzer.analyses.intervals import _merge_sweep, merge, overlap_join
 
 
-def _frames(seed: int):
+def _frames(seed: int, few: bool = False):
     rng = np.random.default_rng(seed)
     n, m = rng.integers(0, 30, 2)
+    if few:  # a few left rows against many right ones: `overlap_join` narrows the right side first
+        n, m = rng.integers(1, 5), rng.integers(40, 120)
     left = pl.DataFrame({"g": rng.integers(0, 3, n), "a": rng.integers(0, 20, n)}).with_columns(
         b=pl.col("a") + pl.Series(rng.integers(0, 6, n)), lid=pl.int_range(pl.len())
     )
@@ -42,6 +44,15 @@ def test_overlap_join_is_the_definition(seed):
     got = overlap_join(left, right, ["g"], ("a", "b"), ("s", "e"), right_by=["_g"])
     assert sorted(got.select("lid", "rid").rows()) == _definition(left, right, True)
     assert set(got.columns) == set(left.columns) | set(right.columns)
+    every = overlap_join(left, right, [], ("a", "b"), ("s", "e"))
+    assert sorted(every.select("lid", "rid").rows()) == _definition(left, right, False)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_overlap_join_of_a_few_against_many_is_the_definition(seed):
+    left, right = _frames(seed, few=True)
+    got = overlap_join(left, right, ["g"], ("a", "b"), ("s", "e"), right_by=["_g"])
+    assert sorted(got.select("lid", "rid").rows()) == _definition(left, right, True)
     every = overlap_join(left, right, [], ("a", "b"), ("s", "e"))
     assert sorted(every.select("lid", "rid").rows()) == _definition(left, right, False)
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, merge, merge_sorted, run_id
-from traceanalyzer.analyses.op_tree import ancestors
+from traceanalyzer.analyses.intervals import Bands, coverage_index, cumulative_unions, merge, run_id
+from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
 from traceanalyzer.trace import Trace
@@ -17,9 +17,23 @@ from traceanalyzer.trace import Trace
 THREAD = ["pid", "tid"]
 
 
-def blocking_calls(trace: Trace) -> pl.DataFrame:
-    """Runtime calls that hold the CPU thread until the GPU catches up: the synchronising APIs,
-    and memcpy calls whose copy involves pageable host memory (those block even when Async)."""
+def rows_at(table: pl.DataFrame, id_col: str, ids: pl.Series, **cols: str) -> pl.DataFrame:
+    """Columns of the rows of `table` whose `id_col` is each of `ids` (null: none), one row per
+    id in its order, renamed (`out=column`): a gather by row where the id is the row number
+    (runtime_id, gpu_id and op_id of every Trace), else a left join. The gaps look calls up
+    three times: a hash join against every runtime call each time cost more than the lookups'
+    whole answer."""
+    pick = [pl.col(c).alias(out) for out, c in cols.items()]
+    if is_row_number(table[id_col]):
+        return table.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
+    keyed = table.select(pl.col(id_col).alias("_id"), *pick)
+    return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
+
+
+def is_blocking(trace: Trace) -> pl.Expr:
+    """Over the runtime table: whether a call holds the CPU thread until the GPU catches up (the
+    synchronising APIs, and memcpy calls whose copy involves pageable host memory: those block
+    even when Async)."""
     pageable = (
         trace.gpu.select("kind", "name", "runtime_id")
         .filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains(PAGEABLE_COPY))
@@ -27,8 +41,13 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
         .drop_nulls()
         .unique()
     )
+    return pl.col("name").str.contains(SYNC_API) | pl.col("runtime_id").is_in(pageable.implode())
+
+
+def blocking_calls(trace: Trace) -> pl.DataFrame:
+    """Runtime calls that hold the CPU thread until the GPU catches up (`is_blocking`)."""
     # A filter, not a join: the runtime table is one of the largest and is copied only in part.
-    return trace.runtime.filter(pl.col("name").str.contains(SYNC_API) | pl.col("runtime_id").is_in(pageable.implode()))
+    return trace.runtime.filter(is_blocking(trace))
 
 
 def data_loading_ranges(trace: Trace, pattern: str) -> pl.DataFrame:
@@ -97,15 +116,18 @@ def step_threads(trace: Trace) -> pl.DataFrame:
     )
 
 
-def launch_calls(trace: Trace, runtime: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Runtime calls that put work on the GPU: those whose correlation reaches a GPU activity,
-    and every call named like a launch (`cudaLaunchKernel`, `cudaGraphLaunch`, async memcpy or
-    memset) even when its work was not recorded. `runtime`: the trace's runtime table or some
-    of its columns (with runtime_id and name), to copy no more than needed."""
+def is_launch(trace: Trace) -> pl.Expr:
+    """Over the runtime table: whether a call puts work on the GPU (its correlation reaches a GPU
+    activity, or it is named like a launch: `cudaLaunchKernel`, `cudaGraphLaunch`, async memcpy
+    or memset, even when its work was not recorded)."""
     with_work = trace.gpu.get_column("runtime_id").drop_nulls().unique()
-    return (trace.runtime if runtime is None else runtime).filter(
-        pl.col("runtime_id").is_in(with_work.implode()) | pl.col("name").str.contains(LAUNCH_API)
-    )
+    return pl.col("runtime_id").is_in(with_work.implode()) | pl.col("name").str.contains(LAUNCH_API)
+
+
+def launch_calls(trace: Trace, runtime: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Runtime calls that put work on the GPU (`is_launch`). `runtime`: the trace's runtime
+    table or some of its columns (with runtime_id and name), to copy no more than needed."""
+    return (trace.runtime if runtime is None else runtime).filter(is_launch(trace))
 
 
 @dataclass(frozen=True)
@@ -119,21 +141,24 @@ class CpuActivity:
     cumulative: tuple[pl.DataFrame, ...]
     blocking: pl.DataFrame  # the blocking calls themselves (runtime rows)
     data_ranges: pl.DataFrame
-    runtime_other: (
-        pl.DataFrame
-    )  # runtime calls that neither launch nor synchronise (runtime_id, pid, tid, ts_ns, end_ns)
+    # runtime calls that neither launch nor synchronise: their runtime_id only (rows of Trace.runtime)
+    runtime_other: pl.DataFrame
+    bands: Bands | None = None  # how `cumulative` numbered the threads (layer_coverage.covered_many reads it)
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
         """Build the indexes from a trace and the data-loading pattern."""
-        blocking = blocking_calls(trace)
         data = data_loading_ranges(trace, data_pattern)
+        # Each runtime call is blocking, else a launch, else another call: two masks, one pass.
+        kind = trace.runtime.select(_blocks=is_blocking(trace), _launches=is_launch(trace))
+        blocks, launches_ = kind.get_column("_blocks"), kind.get_column("_launches")
+        blocking = trace.runtime.filter(blocks)
         # Narrow columns: most runtime rows are launches, and the wide table is among the largest.
-        rt = trace.runtime.select("runtime_id", "op_id", "name", *THREAD, "ts_ns", "end_ns")
-        blocking_ids = blocking.get_column("runtime_id").implode()
-        launches = launch_calls(trace, rt).filter(~pl.col("runtime_id").is_in(blocking_ids))
-        taken = pl.concat([blocking.get_column("runtime_id"), launches.get_column("runtime_id")]).implode()
-        other = rt.filter(~pl.col("runtime_id").is_in(taken)).drop("name", "op_id")
+        rt = trace.runtime.select("runtime_id", "op_id", *THREAD, "ts_ns", "end_ns")
+        launches = rt.filter(launches_ & ~blocks)
+        other = rt.filter(~launches_ & ~blocks).drop("op_id")
+        other_ids = other.select("runtime_id")
+        del kind, blocks, launches_
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
         # Narrow columns first: these tables are the biggest of a trace.
         real_ops = trace.ops.select(*THREAD, "op_id", "ts_ns", "end_ns", "kind", "name").filter(
@@ -145,21 +170,24 @@ class CpuActivity:
         # Lookup`, AOT wrappers: patterns.COMPILED_WRAPPER) is not: the Python it runs between
         # launches is CPU-bound work, as the ops that launch nothing are.
         up = ancestors(trace.ops, launches.get_column("op_id").drop_nulls().unique())
-        names = trace.ops.select(ancestor_id="op_id", _name="name")
-        up = up.join(names, on="ancestor_id", how="left")
+        up = up.hstack(rows_at(trace.ops, "op_id", up["ancestor_id"], _name="name"))
         is_launch_op = (pl.col("level") == 0) | ~pl.col("_name").fill_null("").str.contains(COMPILED_WRAPPER)
         launching = up.filter(is_launch_op)["ancestor_id"].unique()
         # Such a wrapper holds the Python frames that run the compiled code (dynamo, AOT, the
         # Inductor `call`): its time outside the launches is Python's, so it joins that layer.
         wrappers = up.filter(~is_launch_op)["ancestor_id"].unique()
-        is_launching = pl.col("op_id").is_in(launching.implode())
+        # Each op's part marked once (two lookups), then split by the marks.
+        real_ops = real_ops.with_columns(
+            _launching=pl.col("op_id").is_in(launching.implode()), _wrapper=pl.col("op_id").is_in(wrappers.implode())
+        )
+        is_launching = pl.col("_launching")
         launch_side = pl.concat(
             [
                 launches.select(*THREAD, "ts_ns", "end_ns"),
                 real_ops.filter(is_launching).select(*THREAD, "ts_ns", "end_ns"),
             ]
         )
-        is_wrapper = pl.col("op_id").is_in(wrappers.implode()) & ~is_launching
+        is_wrapper = pl.col("_wrapper") & ~is_launching
         # A compiled wrapper's own time is Python (the generated code), not an op's.
         python = pl.concat(
             [
@@ -178,20 +206,18 @@ class CpuActivity:
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
         del real_ops, launches, launch_side, python, up  # each layer is let go once merged in
-        # The union of layers 0..k, one layer at a time: each step sorts the union so far (far
-        # fewer rows than the intervals merged into it) with one layer, and sweeps it.
+        # The union of layers 0..k for each k (`intervals.cumulative_unions`: one sort per layer).
         schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
-        union = pl.DataFrame(schema=schema)
-        cumulative = []
-        for name in LAYERS:
-            layer = sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema)
-            union = merge_sorted(pl.concat([union, layer]).sort([*THREAD, "start_ns"]), THREAD)
-            del layer
-            cumulative.append(coverage_index(union, THREAD, presorted=True))
+        layers = [
+            sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema) for name in LAYERS
+        ]
+        cumulative, bands = cumulative_unions(layers, THREAD)
+        del layers
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
             cumulative=tuple(cumulative),
             blocking=blocking,
             data_ranges=data,
-            runtime_other=other,
+            runtime_other=other_ids,
+            bands=bands,
         )

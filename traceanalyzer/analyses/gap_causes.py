@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
-from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, step_threads
-from traceanalyzer.analyses.intervals import covered, overlap_join
+from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, rows_at, step_threads
+from traceanalyzer.analyses.intervals import overlap_join
+from traceanalyzer.analyses.layer_coverage import covered_many
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
 from traceanalyzer.options import GapOptions, Options
@@ -45,75 +46,116 @@ from traceanalyzer.trace import Trace
 
 # The causes, their meanings and advice live in the registry (traceanalyzer.causes); they are
 # re-exported here for the modules that read them with the classification.
-__all__ = ["CAUSES", "HINTS", "MEANINGS", "ClassifiedGaps", "classify_gaps", "largest_overlap"]
+__all__ = [
+    "CAUSES",
+    "CAUSE_DTYPE",
+    "HINTS",
+    "MEANINGS",
+    "PHASE_DTYPE",
+    "PIECE_COLUMNS",
+    "ClassifiedGaps",
+    "classify_gaps",
+    "largest_overlap",
+]
+
+# A gap's cause and phase as codes (one byte a row, not a string): the registry's names, in its order.
+CAUSE_DTYPE = pl.Enum(CAUSES)
+PHASE_DTYPE = pl.Enum(["startup", "steady"])
+
+# The columns of the classified pieces kept (`ClassifiedGaps.pieces`): those `gap_culprits`,
+# `gaps`, `syncs` and the copy rules read. The activities around a gap are kept as their rows
+# of `Trace.gpu` (`gpu_id`), not as copies of their names.
+PIECE_COLUMNS = (
+    "gap_id",
+    "device",
+    "step",
+    "phase",
+    "start_ns",
+    "end_ns",
+    "cause",
+    "pid",
+    "tid",
+    "cpu_a",
+    "cpu_b",
+    "t_python",
+    "t_cpu_op",
+    "prev_gpu_id",
+    "next_gpu_id",
+    "next_start_ns",
+    "next_stream",
+    "launch_api",
+    "launch_ts_ns",
+    "launch_end_ns",
+    "launch_tid",
+    "launch_op_id",
+    "launched_before_trace",
+    "sync_call",
+    "rt_call",
+    "rt_call_overlap_ns",
+)
 
 
-def _next_activity(trace: Trace) -> pl.DataFrame:
-    """For each (device, start instant), the activity a gap ending there waited for: the one
-    launched first among those starting at that instant.
+def _next_activity(trace: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
+    """The pieces (device, next_start_ns) with the activity a gap ending there waited for: the
+    one launched first among those starting at that instant (its gpu_id found on four narrow
+    columns, then its other columns gathered by row).
 
     Work whose launch is not in the trace but whose correlation id is below every traced
     runtime call's was queued before profiling began: it counts as queued before the gap."""
     first_corr = trace.runtime["correlation"].drop_nulls().min() if trace.runtime.height else None
     before = (
         pl.col("launch_ts_ns").is_null()
-        & pl.col("correlation").is_not_null()
-        & (pl.col("correlation") > 0)  # id 0 is "no correlation" (AMD), not an early launch
-        & (pl.col("correlation") < first_corr)
+        & pl.col("_correlation").is_not_null()
+        & (pl.col("_correlation") > 0)  # id 0 is "no correlation" (AMD), not an early launch
+        & (pl.col("_correlation") < first_corr)
         if first_corr is not None
         else pl.lit(False)
     )
-    return (
-        trace.gpu.select(
-            "device",
-            "ts_ns",
-            "name",
-            "kind",
-            "stream",
-            "correlation",
-            "launch_api",
-            "launch_ts_ns",
-            "launch_end_ns",
-            "launch_pid",
-            "launch_tid",
-            "op_id",
-            "runtime_id",
-        )
+    first = (
+        trace.gpu.select("gpu_id", "device", "ts_ns", "launch_ts_ns")
         .filter(pl.col("device").is_not_null())
-        .with_columns(launched_before_trace=before)
         .sort("ts_ns", "launch_ts_ns", nulls_last=True)
         .unique(["device", "ts_ns"], keep="first")
-        .select(
-            "device",
-            next_start_ns=pl.col("ts_ns"),
-            next_name=pl.col("name"),
-            next_kind=pl.col("kind"),
-            next_stream=pl.col("stream"),
-            launch_api=pl.col("launch_api"),
-            launch_ts_ns=pl.col("launch_ts_ns"),
-            launch_end_ns=pl.col("launch_end_ns"),
-            launch_pid=pl.col("launch_pid"),
-            launch_tid=pl.col("launch_tid"),
-            launch_op_id=pl.col("op_id"),
-            launch_runtime_id=pl.col("runtime_id"),
-            launched_before_trace=pl.col("launched_before_trace"),
-        )
+        .select("device", next_start_ns="ts_ns", next_gpu_id="gpu_id")
     )
+    pieces = pieces.join(first, on=["device", "next_start_ns"], how="left", maintain_order="left")
+    cols = rows_at(
+        trace.gpu,
+        "gpu_id",
+        pieces["next_gpu_id"],
+        next_name="name",
+        next_stream="stream",
+        _correlation="correlation",
+        launch_api="launch_api",
+        launch_ts_ns="launch_ts_ns",
+        launch_end_ns="launch_end_ns",
+        launch_pid="launch_pid",
+        launch_tid="launch_tid",
+        launch_op_id="op_id",
+        launch_runtime_id="runtime_id",
+    )
+    found = pl.col("next_gpu_id").is_not_null()
+    return pieces.hstack(cols).with_columns(launched_before_trace=pl.when(found).then(before)).drop("_correlation")
 
 
 def _prev_activity(trace: Trace) -> pl.DataFrame:
     return (
-        trace.gpu.select("device", "ts_ns", "end_ns", "name")
+        trace.gpu.select("gpu_id", "device", "ts_ns", "end_ns")
         .filter(pl.col("device").is_not_null())
         .sort("end_ns", "ts_ns")
         .unique(["device", "end_ns"], keep="last")
-        .select("device", prev_end_ns=pl.col("end_ns"), prev_name=pl.col("name"))
+        .select("device", prev_end_ns=pl.col("end_ns"), prev_gpu_id=pl.col("gpu_id"))
     )
 
 
 def _layer_time(layers: tuple[str, ...]) -> pl.Expr:
     first, *rest = (pl.col(f"t_{layer}") for layer in layers)
     return sum(rest, first)
+
+
+def _cause(name: str) -> pl.Expr:
+    """A cause as a code of CAUSE_DTYPE: the classifier's branches pick codes, not strings."""
+    return pl.lit(name, dtype=CAUSE_DTYPE)
 
 
 def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataFrame) -> pl.DataFrame:
@@ -124,9 +166,7 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     known = pl.col("launch_ts_ns").is_not_null()
     queued = (known & (pl.col("launch_end_ns") <= start)) | pl.col("launched_before_trace").fill_null(False)
     # The op around the call that launched the next work (a slow launch is its time).
-    gaps = gaps.join(
-        ops.select(launch_op_id="op_id", _op_ts_ns="ts_ns", _op_end_ns="end_ns"), on="launch_op_id", how="left"
-    )
+    gaps = gaps.hstack(rows_at(ops, "op_id", gaps["launch_op_id"], _op_ts_ns="ts_ns", _op_end_ns="end_ns"))
     gaps = gaps.with_columns(
         # The CPU interval that explains a gap: from its start until the call launching the
         # next work returned. A blocking launch (a pageable cudaMemcpyAsync staging its data)
@@ -136,12 +176,10 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     )
     # The covered times on narrow columns, put alongside in the gaps' order: each `covered`
     # sorts its frame twice, and the gaps carry ~40 columns.
-    q = gaps.select(*THREAD, "start_ns", "cpu_a", "cpu_b", _gs1=start + 1).with_row_index("_q")
-    q = covered(q, act.blocked, THREAD, "start_ns", "_gs1", "_blocked_at_start")
-    for k, index in enumerate(act.cumulative):
-        q = covered(q, index, THREAD, "cpu_a", "cpu_b", f"_u{k}")
-    q = q.sort("_q")
-    gaps = gaps.hstack(q.select("_gs1", "_blocked_at_start", *(f"_u{k}" for k in range(len(act.cumulative)))))
+    q = gaps.select(*THREAD, "start_ns", "cpu_a", "cpu_b", _gs1=start + 1)
+    at_start = covered_many(q, [act.blocked], THREAD, "start_ns", "_gs1", ["_blocked_at_start"])
+    u = [f"_u{k}" for k in range(len(act.cumulative))]
+    gaps = gaps.hstack([*at_start, *covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", u, act.bands)])
     # A launch that blocks (a pageable cudaMemcpyAsync staging its data) is time blocked, not a
     # slow launch: the copy rules and `sync` speak of it.
     blocking_ids = act.blocking.get_column("runtime_id").implode()
@@ -161,10 +199,10 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     # order the layers win, so the first of equal shares wins.
     shares = [(_layer_time(layers), cause) for cause, layers in by_layer_share()]
     largest = pl.max_horizontal([t for t, _ in shares])
-    by_cpu = pl.when(pl.col("pid").is_null()).then(pl.lit("untraced"))
+    by_cpu = pl.when(pl.col("pid").is_null()).then(_cause("untraced"))
     for t, name in shares:
-        by_cpu = by_cpu.when((t > 0) & (t >= largest)).then(pl.lit(name))
-    by_cpu = by_cpu.otherwise(pl.lit("untraced"))
+        by_cpu = by_cpu.when((t > 0) & (t >= largest)).then(_cause(name))
+    by_cpu = by_cpu.otherwise(_cause("untraced"))
     launch_in_gap = (pl.min_horizontal("launch_end_ns", "end_ns") - pl.max_horizontal("launch_ts_ns", "start_ns")).clip(
         0
     )
@@ -174,33 +212,33 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     )
     cause = (
         pl.when(queued & ((end - start) < spacing))
-        .then(pl.lit("kernel_spacing"))
+        .then(_cause("kernel_spacing"))
         .when(queued)
-        .then(pl.lit("gpu_wait"))
+        .then(_cause("gpu_wait"))
         .when(
             known
             & ~pl.col("_launch_blocks")
             & ((pl.col("launch_end_ns") - pl.col("launch_ts_ns")) >= slow)
             & (launch_in_gap * 2 >= end - start)
         )
-        .then(pl.lit("slow_launch"))
+        .then(_cause("slow_launch"))
         # Data loading that fills most of the gap is the cause even right after a sync.
         .when(pl.col("t_data_loading") > span / 2)
-        .then(pl.lit("data_loading"))
+        .then(_cause("data_loading"))
         # The thread was blocked in a sync when the GPU ran dry: the sync drained the queue,
         # and the gap is its bubble (the time to launch new work after it returned).
         .when(pl.col("_blocked_at_start") > 0)
-        .then(pl.lit("sync"))
+        .then(_cause("sync"))
         # Launched, then still waiting longer than the CPU took: the GPU waited on something.
         .when(known & (waited_after > latency) & (waited_after > span))
-        .then(pl.lit("gpu_wait"))
+        .then(_cause("gpu_wait"))
         .when(known & (span <= latency))
-        .then(pl.lit("launch_latency"))
+        .then(_cause("launch_latency"))
         # The op that launches the work took over `slow_launch_us` of the gap itself: lazy
         # initialisation (a library's first call, autotuning, JIT), a slow launch, not per-kernel
         # launch overhead. Many launches by many ops in a long gap stay launch_latency.
         .when((by_cpu == "launch_latency") & (op_in_gap >= slow) & (op_in_gap * 2 >= end - start))
-        .then(pl.lit("slow_launch"))
+        .then(_cause("slow_launch"))
         .otherwise(by_cpu)
     )
     return gaps.with_columns(cause=cause)
@@ -249,7 +287,9 @@ class ClassifiedGaps:
     """Every idle piece (a gap clipped to one window) with its cause, before naming culprits.
     `syncs` builds on this so that a sync's bubble is by construction the gap blamed on it."""
 
-    pieces: pl.DataFrame  # gap_id, device, step, start_ns, end_ns, cause, phase, pid, tid, sync_call, t_*, ...
+    pieces: (
+        pl.DataFrame
+    )  # PIECE_COLUMNS: gap_id, device, step, start_ns, end_ns, cause, phase, pid, tid, sync_call, ...
     per_window: pl.DataFrame  # device, step, start_ns, end_ns, window_ns, busy_ns
     activity: CpuActivity
     startup_end_ns: int | None = None  # where the start-up set aside ends (see analyses.startup)
@@ -268,7 +308,7 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     idle = gpu_time.idle_intervals(busy, wins)
     pieces = gpu_time.clip_to_windows(idle, wins).filter(pl.col("end_ns") > pl.col("start_ns"))
     pieces = (
-        pieces.join(_next_activity(trace), on=["device", "next_start_ns"], how="left")
+        _next_activity(trace, pieces)
         .join(_prev_activity(trace), on=["device", "prev_end_ns"], how="left")
         .sort("device", "start_ns")
         .with_row_index("gap_id")
@@ -276,21 +316,23 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     # The thread whose timeline explains the gap: the one that launched the work ending it,
     # else the step's own thread.
     threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
-    pieces = pieces.join(threads, on="step", how="left", nulls_equal=True)
+    pieces = pieces.join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
     pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
     act = activity or CpuActivity.of(trace, opts.patterns.data_loading_pattern)
-    pieces = _classify(pieces, act, opts.gaps, trace.ops).drop("_op_ts_ns", "_op_end_ns").sort("gap_id")
+    pieces = _classify(pieces, act, opts.gaps, trace.ops).drop("_op_ts_ns", "_op_end_ns")  # in gap_id order
     sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
-    pieces = pieces.join(sync_call, on="gap_id", how="left").sort("gap_id")
+    pieces = pieces.join(sync_call, on="gap_id", how="left", maintain_order="left")
     # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
-    # culprit `gaps` names, and the key by which start-up tells one-time calls from churn.
-    rt_call = largest_overlap(
-        pieces.filter(pl.col("cause") == "runtime_call"), act.runtime_other, "runtime_id", "rt_call", True
-    )
-    rt_names = trace.runtime.select(rt_call="runtime_id", _rt_name="name")
+    # culprit `gaps` names, and the key by which start-up tells one-time calls from churn. The
+    # other calls' columns are gathered only when such gaps exist.
+    rc = pieces.filter(pl.col("cause") == "runtime_call")
+    other = act.runtime_other.clear() if rc.is_empty() else act.runtime_other
+    cols = {c: c for c in ("runtime_id", *THREAD, "ts_ns", "end_ns")}
+    other = rows_at(trace.runtime, "runtime_id", other["runtime_id"], **cols)
+    rt_call = largest_overlap(rc, other, "runtime_id", "rt_call", True)
+    pieces = pieces.join(rt_call, on="gap_id", how="left", maintain_order="left")
     pieces = (
-        pieces.join(rt_call, on="gap_id", how="left")
-        .join(rt_names, on="rt_call", how="left")
+        pieces.hstack(rows_at(trace.runtime, "runtime_id", pieces["rt_call"], _rt_name="name"))
         .with_columns(
             init_key=pl.when(pl.col("cause") == "runtime_call")
             .then(pl.col("_rt_name"))
@@ -298,16 +340,15 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
             .then(pl.col("next_name"))
         )
         .drop("_rt_name")
-        .sort("gap_id")
     )
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
     boundaries = (
         wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None
     )
     startup = find_startup(pieces, wins, busy, opts.gaps.startup_gap_us, first_step, boundaries)
-    pieces = pieces.with_columns(phase=pl.lit("startup") if startup.end_ns is not None else pl.lit("steady"))
+    phase = pl.lit("steady", dtype=PHASE_DTYPE)
     if startup.end_ns is not None:
-        pieces = pieces.with_columns(
-            phase=pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup")).otherwise(pl.lit("steady"))
-        )
+        phase = pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup", dtype=PHASE_DTYPE)).otherwise(phase)
+    # Only what the readers read is kept (PIECE_COLUMNS): the rest were steps of the classification.
+    pieces = pieces.with_columns(phase=phase).select(PIECE_COLUMNS)
     return ClassifiedGaps(pieces, per_window, act, startup.end_ns, startup.window_ns, startup.busy_ns)

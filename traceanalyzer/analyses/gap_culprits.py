@@ -7,43 +7,13 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context, python_line_at
+from traceanalyzer.analyses.cpu_activity import rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
 from traceanalyzer.analyses.intervals import overlap_join
 from traceanalyzer.analyses.modules import op_modules
-from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
 from traceanalyzer.trace import Trace
-
-# The columns of the classified pieces that naming the culprits and the gaps table read.
-PIECE_COLUMNS = (
-    "gap_id",
-    "device",
-    "step",
-    "phase",
-    "start_ns",
-    "end_ns",
-    "cause",
-    "pid",
-    "tid",
-    "cpu_a",
-    "cpu_b",
-    "t_python",
-    "t_cpu_op",
-    "prev_name",
-    "next_name",
-    "next_start_ns",
-    "next_stream",
-    "launch_api",
-    "launch_ts_ns",
-    "launch_end_ns",
-    "launch_tid",
-    "launch_op_id",
-    "launched_before_trace",
-    "sync_call",
-    "rt_call",
-    "rt_call_overlap_ns",
-)
 
 
 def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -51,21 +21,22 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     g = gaps.filter(pl.col("cause") == "cpu_bound").select("gap_id", "pid", "tid", "cpu_a", "cpu_b")
     if g.is_empty():
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "cpu_op_id": pl.Int64})
-    ops = (  # lazy: the filter copies only the columns selected, not the wide op table
-        trace.ops.lazy()
-        .filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
-        .select(
-            "op_id",
-            "parent_id",
-            pl.col("pid").alias("_pid"),
-            pl.col("tid").alias("_tid"),
-            pl.col("ts_ns").alias("_s"),
-            pl.col("end_ns").alias("_e"),
-        )
-        .collect()
+    # Every op of the gap's threads near the gaps (`overlap_join` narrows the op table to them
+    # before sorting it), then those that are real ops: the kind and name tests run on the pairs,
+    # not on every op of the trace.
+    ops = trace.ops.select(
+        "op_id",
+        "parent_id",
+        "kind",
+        "name",
+        _pid="pid",
+        _tid="tid",
+        _s="ts_ns",
+        _e="end_ns",
     )
     # pairs on the gap's own thread only (never gaps x every thread's ops)
     j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
+    j = j.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
     # Four columns of the pairs from here on: they are the largest frame of `gaps`.
     j = j.select(
         "gap_id", "op_id", "parent_id", _ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a")
@@ -74,22 +45,14 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     j = j.join(child, on=["gap_id", "op_id"], how="left").select(
         "gap_id", "op_id", _self=pl.col("_ov") - pl.col("_child").fill_null(0)
     )
-    # The most self time per gap, ties to the lowest op id (every run alike), without sorting the pairs.
-    top = j.filter(pl.col("_self") == pl.col("_self").max().over("gap_id"))
-    return top.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").min())
+    # The most self time per gap, ties to the lowest op id (every run alike): one group-by, no
+    # window and no sort of the pairs.
+    return j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
 
 
 def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
-    """Columns of the runtime calls `ids` (null: none), one row per id in its order, renamed
-    (`out=column`): a gather by row where runtime_id is the row number (every Trace), else a
-    left join. The gaps look calls up three times: a hash join against every runtime call each
-    time cost more than the lookups' whole answer."""
-    rt = trace.runtime
-    pick = [pl.col(c).alias(out) for out, c in cols.items()]
-    if is_row_number(rt["runtime_id"]):
-        return rt.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
-    keyed = rt.select(pl.col("runtime_id").alias("_id"), *pick)
-    return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
+    """`rows_at` of the runtime calls."""
+    return rows_at(trace.runtime, "runtime_id", ids, **cols)
 
 
 def _waited_on(gaps: pl.DataFrame) -> pl.Expr:
@@ -153,13 +116,13 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 
 
 def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
-    """The classified pieces (the PIECE_COLUMNS) with, per gap: op, range, op_chain, python_frame (the culprit's
+    """The classified pieces (`gap_causes.PIECE_COLUMNS`) with, per gap: op, range, op_chain, python_frame (the culprit's
     context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
     act = classified.activity
     # Only the columns read here and by `analyse_gaps`: every join below copies the whole frame,
     # and the classified pieces carry ~45 columns (a 1 GB trace has ~300 k gaps).
-    pieces = _stream_waits(trace, classified.pieces.select(PIECE_COLUMNS))
+    pieces = _stream_waits(trace, classified.pieces)
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
     data_range = largest_overlap(
         pieces.filter(pl.col("cause") == "data_loading"), act.data_ranges, "op_id", "data_op", True
@@ -224,12 +187,10 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         cpu_b=pl.col("end_ns"),
     )
     other = largest_overlap(span, act.blocking, "runtime_id", "blocked_call", False)
-    blocked = other.join(
-        trace.runtime.select(
-            pl.col("runtime_id").alias("blocked_call"), "tid", pl.col("name").alias("api"), "op_id", "dur_ns"
-        ),
-        on="blocked_call",
-        how="left",
+    blocked = other.hstack(
+        rows_at(
+            trace.runtime, "runtime_id", other["blocked_call"], tid="tid", api="name", op_id="op_id", dur_ns="dur_ns"
+        )
     )
     bctx = op_context(trace, blocked["op_id"])
     blocked = blocked.join(bctx, on="op_id", how="left").select(
@@ -246,4 +207,9 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         ),
     )
     pieces = pieces.join(blocked, on="gap_id", how="left").sort("gap_id")
-    return pieces.with_columns(waited_on=_waited_on(pieces)).sort("gap_id")
+    # What the GPU waited on, told for the gaps of those causes only (the text is built per row),
+    # from the next activity's name (a collective's peers), read and not kept.
+    asked = pieces.filter(pl.col("cause").is_in(WAITED_ON))
+    named = asked.hstack(rows_at(trace.gpu, "gpu_id", asked["next_gpu_id"], next_name="name"))
+    told = named.select("gap_id", waited_on=_waited_on(named))
+    return pieces.join(told, on="gap_id", how="left", maintain_order="left")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.cpu_activity import rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gap_culprits import name_culprits
 from traceanalyzer.causes import CAUSES, HINTS, WITH_CULPRIT
@@ -37,7 +38,7 @@ def _by_cause(gaps: pl.DataFrame) -> pl.DataFrame:
     """cause, idle_ns, gaps, share_of_idle: largest first (integer sums)."""
     total = int(gaps["duration_ns"].sum()) if gaps.height else 0
     return (
-        gaps.group_by("cause")
+        gaps.group_by(pl.col("cause").cast(pl.String))  # a small table: the names, as every reader joins them
         .agg(idle_ns=pl.col("duration_ns").sum(), gaps=pl.len())
         .with_columns(share_of_idle=pl.col("idle_ns") / total if total else pl.lit(0.0))
         .sort(["idle_ns", "cause"], descending=[True, False])
@@ -61,8 +62,13 @@ class GapsResult(Compact):
     steps_ns: pl.DataFrame  # device, step, window_ns, busy_ns, idle_ns, busy_share
     idle_by_cause_ns: pl.DataFrame  # cause, idle_ns, gaps, share_of_idle (every gap)
     culprits_ns: pl.DataFrame  # phase, cause, op, python_frame, gaps, idle_ns
-    gaps_ns: pl.DataFrame  # every gap >= min_gap_us (the columns of all_gaps_ns)
-    all_gaps_ns: pl.DataFrame  # every gap, whatever its length (same columns)
+    # every gap >= min_gap_us: device, step, start_ns, duration_ns, cause, phase (pl.Enum: CAUSE_DTYPE,
+    # PHASE_DTYPE), op, range, python_frame, op_chain, module, sync_api, call_api, call_ns, waited_on,
+    # prev_activity, next_activity (names), next_stream, launch_api, launch_tid, launch_delay_ns, blocked_thread
+    gaps_ns: pl.DataFrame
+    # every gap, whatever its length: the same columns, but prev_gpu_id / next_gpu_id (the activities'
+    # rows of Trace.gpu) where gaps_ns has their names
+    all_gaps_ns: pl.DataFrame
     note: str | None = None
     steady_idle_by_cause_ns: pl.DataFrame = field(default_factory=pl.DataFrame)  # start-up left out
     startup_end_ns: int | None = None  # where the start-up ends (trace clock)
@@ -188,8 +194,8 @@ def analyse_gaps(
         call_api=pl.col("call_api"),
         call_ns=pl.col("call_ns"),
         waited_on=pl.col("waited_on"),
-        prev_activity=pl.col("prev_name"),
-        next_activity=pl.col("next_name"),
+        prev_gpu_id=pl.col("prev_gpu_id"),
+        next_gpu_id=pl.col("next_gpu_id"),
         next_stream=pl.col("next_stream"),
         launch_api=pl.col("launch_api"),
         launch_tid=pl.col("launch_tid"),
@@ -197,6 +203,14 @@ def analyse_gaps(
         blocked_thread=pl.col("blocked_thread"),
     )
     listed = all_gaps.filter(pl.col("duration_ns") >= opts.min_gap_us * 1000)
+    # The gaps listed name the activities around them; every gap keeps their rows of the GPU table.
+    names = [
+        rows_at(trace.gpu, "gpu_id", listed[f"{side}_gpu_id"], **{f"{side}_activity": "name"}).to_series()
+        for side in ("prev", "next")
+    ]
+    listed = listed.with_columns(prev_gpu_id=names[0], next_gpu_id=names[1]).rename(
+        {"prev_gpu_id": "prev_activity", "next_gpu_id": "next_activity"}
+    )
 
     steps = per_window.with_columns(idle_ns=pl.col("window_ns") - pl.col("busy_ns"))
     step_table = steps.select(
@@ -215,7 +229,7 @@ def analyse_gaps(
     )
     culprits = (
         all_gaps.filter(pl.col("cause").is_in(WITH_CULPRIT))  # kernel_spacing, the device's own spacing: none
-        .group_by("phase", "cause", "op", "python_frame")
+        .group_by(pl.col("phase").cast(pl.String), pl.col("cause").cast(pl.String), "op", "python_frame")
         .agg(gaps=pl.len(), idle_ns=pl.col("duration_ns").sum())
         .sort(
             ["idle_ns", "cause", "op", "python_frame", "phase"],

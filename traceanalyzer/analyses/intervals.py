@@ -3,6 +3,8 @@ intervals inside query windows, both without Python loops over events."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 
@@ -93,6 +95,100 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     return swept.filter("_new").select(*by, "start_ns").hstack([ends])
 
 
+@dataclass(frozen=True)
+class Bands:
+    """How `cumulative_unions` numbered its groups: `keys` (by..., `_k`: the number, in the
+    groups' sort order) and each group's band [k x span, (k + 1) x span) for the times
+    [lo, lo + span). Its coverage indexes carry `_k`, so that `covered_many` measures them on
+    one int64 axis, without an as-of join by keys."""
+
+    keys: pl.DataFrame
+    span: int
+    lo: int
+
+
+def cumulative_unions(layers: list[pl.DataFrame], by: list[str]) -> tuple[list[pl.DataFrame], Bands | None]:
+    """The coverage indexes (`coverage_index`) of the unions of layers[0..k] for every k, per
+    group `by` (each layer: by..., start_ns, end_ns).
+
+    Each group's times are shifted into a band of their own (group number x span, as
+    `_merge_sweep` does), so that the sorts are of one int64 column rather than of the keys and
+    the start, and each union is the previous one merged (`merge_sorted`, linear) with one
+    layer sorted alone: one sort per layer, never of the union so far. A layer that adds
+    nothing shares the previous index. Falls back to sorting and merging the union, layer by
+    layer, when the bands do not hold (null times, an end before its start, int64 overflow):
+    then the Bands are None."""
+    stats = pl.concat([f.select(*by, "start_ns", "end_ns") for f in layers]).select(
+        _n=pl.col("start_ns").null_count() + pl.col("end_ns").null_count(),
+        _neg=(pl.col("end_ns") < pl.col("start_ns")).sum(),
+        _lo=pl.col("start_ns").min(),
+        _hi=pl.col("end_ns").max(),
+    )
+    n_null, neg, lo, hi = stats.row(0)
+    keys = pl.concat([f.select(by).unique() for f in layers]).unique().sort(by).with_row_index("_k")
+    span = (hi - lo + 1) if lo is not None else 1
+    if n_null or neg or lo is None or keys.height * span >= 1 << 62:
+        return _cumulative_unions_by_sort(layers, by), None
+    band = pl.col("_k").cast(pl.Int64) * span - lo
+    union = pl.DataFrame(schema={"_t": pl.Int64, "_te": pl.Int64})
+    out: list[pl.DataFrame] = []
+    for layer in layers:
+        if layer.is_empty():
+            out.append(out[-1] if out else coverage_index(layers[0].select(*by, "start_ns", "end_ns"), by, True))
+            continue
+        banded = (
+            layer.join(keys, on=by, how="left", nulls_equal=True)
+            .select(_t=pl.col("start_ns") + band, _te=pl.col("end_ns") + band)
+            .sort("_t")
+        )
+        union = union.merge_sorted(banded, "_t") if union.height else banded
+        union = (
+            union.lazy()
+            .with_columns(_reach=pl.col("_te").cum_max())
+            .with_columns(_new=(pl.col("_t") > pl.col("_reach").shift(1)).fill_null(True))
+            .select(
+                _t=pl.col("_t").filter("_new"),
+                _te=pl.col("_reach").filter(pl.col("_new").shift(-1, fill_value=True)),
+            )
+            .collect()
+        )
+        out.append(_unband(union, keys, by, span, lo))
+    return out, Bands(keys, span, lo)
+
+
+def _unband(union: pl.DataFrame, keys: pl.DataFrame, by: list[str], span: int, lo: int) -> pl.DataFrame:
+    """A banded union (`_t`, `_te`: disjoint, sorted) back to a coverage index: by...,
+    start_ns, end_ns, _before (the time covered before each interval in its group), _k (its
+    group's number)."""
+    k = pl.col("_t") // span  # _t is k x span + (start - lo), start - lo in [0, span)
+    return (
+        union.lazy()
+        .with_columns(_k=k.cast(pl.UInt32))
+        .with_columns(_off=pl.col("_k").cast(pl.Int64) * span - lo, _len=pl.col("_te") - pl.col("_t"))
+        .with_columns(_c=pl.col("_len").cum_sum() - pl.col("_len"))
+        .with_columns(_first=pl.col("_k").ne_missing(pl.col("_k").shift(1)))
+        .with_columns(_c0=pl.when("_first").then(pl.col("_c")).forward_fill())
+        .select(
+            *(pl.lit(keys.get_column(b)).gather("_k").alias(b) for b in by),  # keys' rows are their numbers
+            start_ns=pl.col("_t") - pl.col("_off"),
+            end_ns=pl.col("_te") - pl.col("_off"),
+            _before=pl.col("_c") - pl.col("_c0"),
+            _k="_k",
+        )
+        .collect()
+    )
+
+
+def _cumulative_unions_by_sort(layers: list[pl.DataFrame], by: list[str]) -> list[pl.DataFrame]:
+    """`cumulative_unions` by sorting the union so far with each layer and sweeping it."""
+    union = layers[0].select(*by, "start_ns", "end_ns").clear()
+    out = []
+    for layer in layers:
+        union = merge_sorted(pl.concat([union, layer.select(union.columns)]).sort([*by, "start_ns"]), by)
+        out.append(coverage_index(union, by, presorted=True))
+    return out
+
+
 def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = False) -> pl.DataFrame:
     """Prefix sums over disjoint sorted intervals, for `covered` (`presorted`: `disjoint` is
     sorted by `by`, then start_ns already, as `merge` returns it)."""
@@ -156,9 +252,11 @@ def overlap_join(
         left, right = left.with_columns(_k0=pl.lit(0)), right.with_columns(_k1=pl.lit(0))
         by, right_by = ["_k0"], ["_k1"]
     lt = left.drop_nulls([*by, ls, le]).sort([*by, ls]).with_row_index("_li")
+    right = right.drop_nulls([*right_by, rs, re_])
+    if lt.height * 8 < right.height:
+        right = _near(right, right_by, right_span, lt, by, left_span)
     rt = (
-        right.drop_nulls([*right_by, rs, re_])
-        .sort([*right_by, rs])
+        right.sort([*right_by, rs])
         .with_columns([pl.col(c).cast(lt.schema[b]) for b, c in zip(by, right_by)])
         .with_row_index("_ri")
     )
@@ -195,3 +293,50 @@ def overlap_join(
     out = out.filter(pl.col(re_) > pl.col(ls))
     helper = [c for c in ("_k0", "_k1") if c in out.columns]
     return out.drop(helper)
+
+
+def _near(
+    right: pl.DataFrame, right_by: list[str], right_span: tuple[str, str], lt: pl.DataFrame, by: list[str], left_span
+) -> pl.DataFrame:
+    """The rows of `right` (no null key or time) that touch the union of the `left` intervals
+    (`lt`: sorted by key, then start) of their key: a superset of the rows `overlap_join` pairs,
+    found without sorting `right`. A few gaps against every op of a trace (68 cpu_bound gaps,
+    300 k ops) otherwise sort the whole op table for a handful of pairs.
+
+    Each key's times are shifted into a band of their own (key number x span, as `_merge_sweep`
+    does), so that one binary search of each right interval's end among the union's sorted
+    starts finds the one union interval it may touch. None of this when the bands would
+    overflow int64 (then `right` is returned whole)."""
+    (ls, le), (rs, re_) = left_span, right_span
+    if lt.is_empty() or right.is_empty():
+        return right.clear()  # no pairs
+    keys = lt.select(by).unique(maintain_order=True).with_row_index("_key")
+    lo = min(lt[ls].min(), right[rs].min())
+    hi = max(lt[ls].max(), lt[le].max(), right[rs].max(), right[re_].max())
+    span = hi - lo + 1
+    if keys.height * span >= 1 << 62:
+        return right
+    band = pl.col("_key").cast(pl.Int64) * span - lo
+    # keys numbered in the order of `lt`, so its rows stay sorted by band, then start: the union
+    # of all bands at once (bands never touch)
+    union = merge_sorted(
+        lt.join(keys, on=by, how="left", maintain_order="left").select(
+            start_ns=pl.col(ls) + band, end_ns=pl.max_horizontal(ls, le) + band
+        ),
+        [],
+    )
+    starts, ends = union.get_column("start_ns"), union.get_column("end_ns")
+    cast = [pl.col(c).cast(keys.schema[b]) for b, c in zip(by, right_by)]
+    keyed = (
+        right.with_row_index("_r")
+        .select("_r", *cast, _s=pl.col(rs), _e=pl.max_horizontal(rs, re_))
+        .join(keys.rename(dict(zip(by, right_by))), on=right_by, how="inner")
+        .select("_r", _s=pl.col("_s") + band, _e=pl.col("_e") + band)
+    )
+    s_b, e_b = keyed.get_column("_s"), keyed.get_column("_e")
+    # the last union interval starting at or before the right interval's end
+    i = starts.search_sorted(e_b, side="right").cast(pl.Int64) - 1
+    reach = ends.gather(i.clip(0))
+    touch = (i >= 0) & (reach >= s_b)
+    rows = keyed.get_column("_r").filter(touch).sort()
+    return right[rows]

@@ -1,0 +1,63 @@
+"""The Session computes each result once: a result released (`Session.release`) and asked for
+again raises instead of being built a second time; and the gap results keep codes, not copies
+(the cause as the registry's Enum, the activities around a gap as rows of `Trace.gpu`)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import traceanalyzer as ta
+from traceanalyzer.analyses.gap_causes import CAUSE_DTYPE, PIECE_COLUMNS
+from traceanalyzer.causes import CAUSES
+from traceanalyzer.session import ReleasedError
+
+
+@pytest.fixture(scope="module")
+def ses(SHARED_TRACES) -> ta.Session:
+    return ta.Session.open(SHARED_TRACES / "a100_multistream_syncs.json.gz")
+
+
+def test_a_released_result_is_not_computed_twice(SHARED_TRACES):
+    s = ta.Session.open(SHARED_TRACES / "a100_simple_add_syncs.json.gz")
+    gaps = s.gaps  # reads `classified`, which reads `activity`
+    s.release("classified", "activity")
+    assert s.gaps is gaps  # what was built from them stays
+    with pytest.raises(ReleasedError, match="classified"):
+        _ = s.classified
+    with pytest.raises(ReleasedError, match="activity"):
+        _ = s.blocking_calls  # read through `activity`
+    s.release("dependency_model")  # never built: nothing to let go, but it is not built later either
+    with pytest.raises(ReleasedError, match="dependency_model"):
+        _ = s.dependency_model
+    with pytest.raises(ValueError, match="not a result"):
+        s.release("no_such_result")
+
+
+def test_the_pieces_keep_what_their_readers_read(ses):
+    p = ses.classified.pieces
+    assert tuple(p.columns) == PIECE_COLUMNS
+    assert p.schema["cause"] == CAUSE_DTYPE and list(CAUSE_DTYPE.categories) == list(CAUSES)
+    # the codes compare as the names do
+    assert p.filter(pl.col("cause") == "sync").height == p.filter(pl.col("cause").cast(pl.String) == "sync").height > 0
+
+
+def test_every_gap_keeps_the_rows_of_its_neighbours(ses):
+    g, gpu = ses.gaps, ses.trace.gpu
+    assert "next_activity" not in g.all_gaps_ns.columns and "next_activity" in g.gaps_ns.columns
+    # The activity after a gap starts where the gap ends on the same device (a gap cut by a step
+    # window's edge has the next step's first activity later, or none); the one before ends where it starts.
+    a = g.all_gaps_ns.filter(pl.col("next_gpu_id").is_not_null() & pl.col("prev_gpu_id").is_not_null())
+    nxt = gpu[a["next_gpu_id"]]
+    prv = gpu[a["prev_gpu_id"]]
+    end = a["start_ns"] + a["duration_ns"]
+    assert ((nxt["ts_ns"] >= end) & (nxt["device"] == a["device"])).all()
+    assert ((prv["end_ns"] <= a["start_ns"]) & (prv["device"] == a["device"])).all()
+    assert (nxt["ts_ns"] == end).mean() > 0.9
+    # the listed gaps name the same rows
+    listed = g.gaps_ns.join(
+        g.all_gaps_ns.select("device", "start_ns", "next_gpu_id", "prev_gpu_id"), on=["device", "start_ns"]
+    )
+    names = gpu["name"]
+    ids = listed.drop_nulls(["next_gpu_id"])
+    assert ids["next_activity"].to_list() == names.gather(ids["next_gpu_id"]).to_list()
