@@ -68,6 +68,7 @@ class ByteSource:
         self._pending = b"" if self.compressed else head  # plain bytes read but not returned
         self._tail: bytes | memoryview = head if self.compressed else b""  # compressed, not inflated
         self._raw: bytearray | None = None  # the reused buffer of compressed bytes
+        self._limited = False  # the last piece filled its limit: more output may be pending
         self._eof = False
 
     def _open(self, path: str | os.PathLike[str]) -> BinaryIO:
@@ -183,15 +184,18 @@ class ByteSource:
         bytes given to the inflater but not yet inflated (its output reached the space left)."""
         while got < len(out) and not self._eof:
             data = self._tail
-            if not data:
+            # After a piece that filled its limit the inflater may hold output (isal buffers
+            # some): ask again, with no new input, before reading more.
+            if not data and not self._limited:
                 data = self._next_raw()
                 if data is None:
                     self._eof = True
                     if not self._inflater.eof and (self.decompressed_bytes + got or self.raw_read > 2):
                         self.truncated = "gzip stream ends before its end marker"
                     break
+            limit = min(len(out) - got, GZ_PIECE)
             try:
-                piece = self._inflater.decompress(data, min(len(out) - got, GZ_PIECE))
+                piece = self._inflater.decompress(data, limit)
             except _zlib.error as exc:
                 if self.decompressed_bytes + got == 0:
                     raise TraceReadError(self.name, f"not a valid gzip file ({exc})") from None
@@ -199,6 +203,7 @@ class ByteSource:
                 self._eof = True
                 break
             k = len(piece)
+            self._limited = k == limit
             out[got : got + k] = piece
             got += k
             del piece
