@@ -216,12 +216,14 @@ pub struct Table {
     pub cols: Vec<Col>,
 }
 
+/// (cat text, ph text) spans -> (count, the events' table when the pair decides it).
+pub type PairCounts<'a> = FxMap<(&'a [u8], &'a [u8]), (u64, Option<usize>)>;
+
 /// What one piece decodes to.
 pub struct Piece<'a> {
     pub tables: Vec<Table>,
     pub events: u64,
-    /// (cat text, ph text) spans -> (count, the events' table when the pair decides it).
-    pub counts: FxMap<(&'a [u8], &'a [u8]), (u64, Option<usize>)>,
+    pub counts: PairCounts<'a>,
 }
 
 /// A piece that no longer borrows the chunk: its (cat, ph) keys as the strings they hold.
@@ -246,7 +248,7 @@ impl Piece<'_> {
     }
 }
 
-fn text_of<'a>(b: &'a [u8], v: Span) -> &'a [u8] {
+fn text_of(b: &[u8], v: Span) -> &[u8] {
     &b[v.s as usize..v.e as usize]
 }
 
@@ -267,7 +269,7 @@ pub fn decode_piece(b: &[u8]) -> R<Piece<'_>> {
         KINDS.iter().map(|(_, spec)| Table { rows: 0, cols: spec.iter().map(|c| Col::new(c.2)).collect() }).collect();
     let mut seen: Vec<Vec<Seen>> =
         KINDS.iter().map(|(_, spec)| spec.iter().map(|_| Seen::default()).collect()).collect();
-    let mut counts: FxMap<(&[u8], &[u8]), (u64, Option<usize>)> = FxMap::default();
+    let mut counts = PairCounts::default();
     let mut p = Parser::new(b);
     let mut events = 0u64;
     p.ws();
