@@ -44,11 +44,20 @@ const MAX_DEPTH: u32 = 512;
 pub struct Parser<'a> {
     pub b: &'a [u8],
     pub p: usize,
+    /// Every string byte looked at, OR-ed: its high bit says whether any string held a byte
+    /// that is not ASCII (outside strings the grammar admits ASCII only), so that a piece in
+    /// ASCII, nearly all of them, needs no UTF-8 validation (`is_ascii`).
+    seen: u64,
 }
 
 impl<'a> Parser<'a> {
     pub fn new(b: &'a [u8]) -> Self {
-        Parser { b, p: 0 }
+        Parser { b, p: 0, seen: 0 }
+    }
+
+    /// Every byte the parser went over is ASCII (valid only once the whole text is parsed).
+    pub fn is_ascii(&self) -> bool {
+        self.seen & 0x8080_8080_8080_8080 == 0
     }
 
     #[inline]
@@ -83,6 +92,7 @@ impl<'a> Parser<'a> {
             self.skip_plain();
             let c = *b.get(self.p).ok_or(Reject)?;
             self.p += 1;
+            self.seen |= c as u64;
             match c {
                 b'"' => return Ok(esc),
                 b'\\' => {
@@ -116,7 +126,8 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Skip string bytes that need no look (not `"`, `\\` or a control character), 8 at a time.
+    /// Skip string bytes that need no look (not `"`, `\\` or a control character), 8 at a time,
+    /// up to the first one that does.
     #[inline]
     fn skip_plain(&mut self) {
         const LO: u64 = 0x0101_0101_0101_0101;
@@ -124,13 +135,17 @@ impl<'a> Parser<'a> {
         let b = self.b;
         while self.p + 8 <= b.len() {
             let x = u64::from_le_bytes(b[self.p..self.p + 8].try_into().unwrap());
+            self.seen |= x; // bytes past the string too: at worst a needless validation
             let quote = x ^ (LO * b'"' as u64);
             let slash = x ^ (LO * b'\\' as u64);
             // A zero byte in quote/slash, or a byte below 0x20 (bytes >= 0x80 are never flagged).
-            let special = (quote.wrapping_sub(LO) & !quote)
+            // A borrow can flag a byte above a flagged one, never below: the lowest is exact.
+            let special = ((quote.wrapping_sub(LO) & !quote)
                 | (slash.wrapping_sub(LO) & !slash)
-                | (x.wrapping_sub(LO * 0x20) & !x);
-            if special & HI != 0 {
+                | (x.wrapping_sub(LO * 0x20) & !x))
+                & HI;
+            if special != 0 {
+                self.p += (special.trailing_zeros() / 8) as usize;
                 return;
             }
             self.p += 8;

@@ -188,6 +188,37 @@ def test_invalid_utf8_and_truncation_fall_back(tmp_path, declined):
     assert declined["declined"] >= 2
 
 
+def test_invalid_utf8_where_no_column_reads_it_falls_back(tmp_path, declined):
+    # The native decoder validates UTF-8 only when a string held a byte beyond ASCII; a bad
+    # byte in a value no column takes (an unread arg, a key it skips) must still send the chunk
+    # to Python (msgspec skips such a value unread), as it did when the whole chunk was
+    # validated first.
+    good = b'{"ph":"X","cat":"cpu_op","name":"ok","pid":1,"tid":1,"ts":2,"dur":1}'
+    for bad in (
+        b'{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":3,"args":{"unread":"x\xc3"}}',
+        b'{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":3,"k\xe2\x82":1}',
+    ):
+        path = tmp_path / "u.json"
+        path.write_bytes(b'{"traceEvents":[' + b",".join([good, bad, good]) + b"]}")
+        before = declined["declined"]
+        pure, nat = _read(path, False), _read(path, True)
+        assert declined["declined"] == before + 1
+        _assert_same(pure, nat)
+
+
+def test_names_beyond_ascii_are_read_natively(tmp_path, declined):
+    # "\u00e9" escaped and "é" / "核" written as UTF-8: the same strings either way.
+    body = ",".join(
+        f'{{"ph":"X","cat":"cpu_op","name":"{n}","pid":1,"tid":1,"ts":{i},"dur":1,"args":{{"x":"ü"}}}}'
+        for i, n in enumerate(["caf\\u00e9", "café", "核函数", 'q\\"uote\\"\\\\'])
+    )
+    path = _raw_text_trace(body, tmp_path)
+    nat = _read(path, True)
+    assert declined["declined"] == 0 and declined["read"] >= 1
+    assert nat[0]["op"]["name"].to_list() == ["café", "café", "核函数", 'q"uote"\\']
+    _assert_same(_read(path, False), nat)
+
+
 def test_many_chunks_and_threads_give_the_same_tables(SHARED_TRACES, monkeypatch):
     path = SHARED_TRACES / "h100_owlv2_inference.json.gz"
     monkeypatch.setenv("TRACEANALYZER_WORKERS", "3")  # three pieces per chunk

@@ -25,7 +25,7 @@ import msgspec
 
 from traceanalyzer.errors import NotATraceError, TraceReadError
 from traceanalyzer.load.repair import fix_utf8, repair_exact, repair_fast
-from traceanalyzer.load.source import ByteSource
+from traceanalyzer.load.source import Block, ByteSource
 
 CHUNK_BYTES = 4 << 20  # larger chunks are no faster and hold more Python objects at once
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -38,6 +38,7 @@ _RFIND_TRIES = 64
 _MAX_EXTEND = 16  # cuts a damaged-then-repaired event may span (lists of objects inside it)
 _SMALL_WINDOW = 64 << 10  # bytes per chunk right after damage; doubles on each clean chunk
 _WS = b"\xef\xbb\xbf \t\r\n"
+_SLACK = 64 << 10  # room in the buffer past two chunks
 
 # try_decode(b"[...]") -> accepted?; error() -> byte position of the last failure in what
 # try_decode was given, or None when the text was only incomplete (truncated at its end).
@@ -69,22 +70,6 @@ def _loads_object(text: bytes) -> dict[str, Any] | None:
     return None
 
 
-def _drop_front(buf: bytearray, n: int) -> bytearray:
-    try:
-        del buf[:n]
-        return buf
-    except BufferError:  # still exported (see `_cut_view`): continue in a copy
-        return buf[n:]
-
-
-def _append(buf: bytearray, data: bytes) -> bytearray:
-    try:
-        buf += data
-        return buf
-    except BufferError:
-        return buf + data
-
-
 class EventSplitter:
     """Iterate over byte chunks, each `[ev, ev, ...]` handed to `try_decode`.
 
@@ -98,6 +83,8 @@ class EventSplitter:
         self.split = Split()
         self._window = chunk_bytes
         self._base = 0  # decompressed offset of the current buffer's first byte
+        self._buffer: Block | None = None  # the reused buffer of events (see `chunks`)
+        self._pinned = False  # a decoded value still holds a view of it
         self._decode: TryDecode = lambda b: False
         self._error: ErrorPos = lambda: None
 
@@ -154,10 +141,12 @@ class EventSplitter:
     def chunks(self, try_decode: TryDecode, error: ErrorPos | None = None) -> Iterator[None]:
         """Drive the decoding: for every accepted chunk `try_decode` has already consumed it.
 
-        The happy path copies nothing: the buffer is a bytearray, and a chunk is handed to
-        `try_decode` as a memoryview of it, framed in place (the separator byte before the
-        first event becomes `[`, the one after the last event `]`, restored afterwards). A
-        chunk the decoder rejects is handed, as bytes, to the validating path (`_cut`)."""
+        The happy path allocates nothing per chunk: the events are read into one reused buffer
+        (an anonymous mapping, `source.Block`, of about two chunks; the source's `readinto`
+        fills it, or a copy of what `read` returns), and a chunk is handed to `try_decode` as a
+        memoryview of it, framed in place (the separator byte before the first event becomes
+        `[`, the one after the last event `]`, restored afterwards). A chunk the decoder
+        rejects is handed, as bytes, to the validating path (`_cut`)."""
         self._decode = try_decode
         self._error = error or (lambda: None)
         head = self._read_header()
@@ -167,65 +156,91 @@ class EventSplitter:
         if head.startswith(b"]"):
             self._tail(head[1:])
             return
-        # buf[start] is the first byte of the unread events; buf[start - 1] is a spare byte
-        # (the separator before them) that framing may overwrite.
-        buf = bytearray(b" ")
-        buf += head
+        # [start, end) are the unread events; the byte before start is a spare one (the
+        # separator before them) that framing may overwrite.
+        self._buffer = Block(max(2 * self.chunk_bytes, len(head)) + _SLACK)
+        self._buffer.view[0] = 0x20
+        self._buffer.view[1 : 1 + len(head)] = head
+        start, end = 1, 1 + len(head)
         del head
-        start = 1
         eof = False
-        while True:
-            if not eof and len(buf) - start < self.chunk_bytes:
-                data = self.source.read(self.chunk_bytes)
-                if data:
-                    if start > 1:
-                        buf = _drop_front(buf, start - 1)
-                        start = 1
-                    buf = _append(buf, data)
-                    continue
-                eof = True
-            if eof:
-                yield from self._finish(bytes(buf[start:]))
-                return
-            cut = self._cut_view(buf, start)
-            if cut is None:
-                rest = bytes(buf[start:])
-                cut = self._cut(rest, eof=False)
-                del rest
-            if not cut:  # one event larger than the buffer: read more
-                data = self.source.read(self.chunk_bytes)
-                if not data:
+        try:
+            while True:
+                if not eof and end - start < self.chunk_bytes:
+                    start, end, got = self._refill(start, end)
+                    if got:
+                        continue
                     eof = True
-                buf = _append(buf, data)
-                continue
-            start += cut
-            self._base += cut
-            yield None
+                if eof:
+                    yield from self._finish(bytes(self._buffer.view[start:end]))
+                    return
+                cut = self._cut_view(start, end)
+                if cut is None:
+                    cut = self._cut(bytes(self._buffer.view[start:end]), eof=False)
+                if not cut:  # one event larger than the window: read more
+                    start, end, got = self._refill(start, end)
+                    if not got:
+                        eof = True
+                    continue
+                start += cut
+                self._base += cut
+                yield None
+        finally:
+            if not self._pinned:
+                self._buffer.close()
+            self._buffer = None
 
-    def _cut_view(self, buf: bytearray, start: int) -> int | None:
+    def _refill(self, start: int, end: int) -> tuple[int, int, int]:
+        """Move the unread bytes (and the spare byte before them) to the front, make room for
+        a chunk and read into it: (start, end, bytes read). The buffer is replaced, not
+        overwritten, while a decoded value still holds a view of it (`_pinned`), and grows
+        only for an event larger than the window."""
+        buf = self._buffer
+        keep = end - (start - 1)
+        if self._pinned or keep + self.chunk_bytes > buf.size:
+            size = max(buf.size, 2 * (keep + self.chunk_bytes) if keep + self.chunk_bytes > buf.size else 0)
+            new = Block(size)
+            new.view[:keep] = buf.view[start - 1 : end]
+            if not self._pinned:
+                buf.close()
+            self._buffer, self._pinned = new, False
+        elif start > 1:
+            buf.view[:keep] = buf.view[start - 1 : end]  # memmove: no copy of the bytes
+        start, end = 1, keep
+        got = self._read_into(self._buffer.view[end : end + self.chunk_bytes])
+        return start, end + got, got
+
+    def _read_into(self, out: memoryview) -> int:
+        readinto = getattr(self.source, "readinto", None)
+        if readinto is not None:
+            return readinto(out)
+        data = self.source.read(len(out))  # a source with `read` only
+        out[: len(data)] = data
+        return len(data)
+
+    def _cut_view(self, start: int, end: int) -> int | None:
         """The happy path of `_cut` without copies: decode the events up to the last boundary
         in the window, framed in place; the cut (relative to start) or None when rejected."""
-        end = min(len(buf), start + self._window)
+        buf = self._buffer.map
+        end = min(end, start + self._window)
         last = self._last_boundary(buf, start, end)
         if last is None:
             return None
         lo, hi = start - 1, last.start() + 1  # hi: the separator byte after the last event
         before, after = buf[lo], buf[hi]
         buf[lo], buf[hi] = 0x5B, 0x5D  # "[" and "]"
-        view = memoryview(buf)
-        chunk = view[lo : hi + 1]
+        chunk = self._buffer.view[lo : hi + 1]
         try:
             ok = self._decode(chunk)
         finally:
             buf[lo], buf[hi] = before, after
-            # Release the views so that the buffer can be resized. A decoded value still alive
-            # (msgspec's Raw keeps its input exported; say, in a traceback) keeps them: then
-            # `_drop_front` / `_append` move on to a new buffer and the old one lives on.
-            for v in (chunk, view):
-                try:
-                    v.release()
-                except BufferError:
-                    pass
+            # A decoded value still alive (msgspec's Raw keeps its input exported; say, in a
+            # traceback) keeps the view: then the buffer is left to it and reading goes on in
+            # a new one (`_refill`).
+            try:
+                chunk.release()
+            except BufferError:
+                self._pinned = True
         if not ok:
             return None
         self._grow()

@@ -5,6 +5,7 @@ salvaged up to the cut instead of losing the last block."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import queue
 import stat
@@ -25,6 +26,10 @@ READ_BLOCK = 4 << 20
 # Compressed bytes inflated per step: a Kineto trace compresses 10-30x, so a step gives a few
 # MB and a read of n bytes returns little more than n (4 MiB at once would give ~50 MB).
 GZ_READ_BLOCK = 256 << 10
+# Inflated bytes per call of the inflater: each is a new bytes object (the zlib API has no
+# "inflate into"), copied into the caller's buffer and freed at once by the same thread, so
+# the heap reuses one small block instead of growing with the chunk.
+GZ_PIECE = 1 << 20
 # A Kineto trace compresses 10-30x; 64 GiB of JSON is far past any real trace and still
 # stops a decompression bomb before it fills memory.
 DEFAULT_MAX_DECOMPRESSED = 64 << 30
@@ -60,7 +65,10 @@ class ByteSource:
         self.raw_read += len(head)
         self.compressed = head == GZIP_MAGIC
         self._inflater = _zlib.decompressobj(31) if self.compressed else None
-        self._pending = self._inflate(head) if self.compressed else head
+        self._pending = b"" if self.compressed else head  # plain bytes read but not returned
+        self._tail: bytes | memoryview = head if self.compressed else b""  # compressed, not inflated
+        self._raw: bytearray | None = None  # the reused buffer of compressed bytes
+        self._limited = False  # the last piece filled its limit: more output may be pending
         self._eof = False
 
     def _open(self, path: str | os.PathLike[str]) -> BinaryIO:
@@ -103,54 +111,109 @@ class ByteSource:
         except (OSError, AttributeError, ValueError):
             return 0
 
-    def _inflate(self, data: bytes) -> bytes:
-        assert self._inflater is not None
-        out = []
-        while data:
-            try:
-                chunk = self._inflater.decompress(data)
-            except _zlib.error as exc:
-                if self.decompressed_bytes == 0 and not out:
-                    raise TraceReadError(self.name, f"not a valid gzip file ({exc})") from None
-                self.truncated = f"gzip stream corrupt after {self.decompressed_bytes} bytes ({exc})"
-                self._eof = True
-                break
-            out.append(chunk)
-            data = self._inflater.unused_data
-            if data:  # concatenated gzip members
-                self._inflater = _zlib.decompressobj(31)
-        return b"".join(out)
-
-    def read(self, n: int = READ_BLOCK) -> bytes:
-        """Up to about n decompressed bytes; b"" at the end."""
-        out = [self._pending] if self._pending else []
-        size = len(self._pending)
-        self._pending = b""
-        while size < n and not self._eof:
-            try:
-                raw = self._fh.read(GZ_READ_BLOCK if self.compressed else n - size)
-            except OSError as exc:
-                raise TraceReadError(self.name, f"read failed: {exc.strerror or exc}") from None
-            if not raw:
-                self._eof = True
-                if self.compressed and self._inflater is not None and not self._inflater.eof:
-                    if self.decompressed_bytes + size or self.raw_read > 2:
-                        self.truncated = "gzip stream ends before its end marker"
-                break
-            self.raw_read += len(raw)
-            chunk = self._inflate(raw) if self.compressed else raw
-            out.append(chunk)
-            size += len(chunk)
-            if self.progress is not None:
-                self.progress(self.raw_read, self.total_size)
-        self.decompressed_bytes += size
+    def readinto(self, out: bytearray | memoryview) -> int:
+        """Fill `out` with the next decompressed bytes; the count (less than len(out) only at
+        the end, 0 after it). Nothing is allocated per call for a plain file (the file reads
+        into `out`); gzip is inflated in pieces of at most `GZ_PIECE` bytes copied into it."""
+        out = memoryview(out).cast("B")
+        got = 0
+        if self._pending:
+            got = len(self._pending)
+            out[:got] = self._pending
+            self._pending = b""
+        got = self._fill_gz(out, got) if self.compressed else self._fill_plain(out, got)
+        self.decompressed_bytes += got
         if self.compressed and self.decompressed_bytes > self.max_decompressed:
             raise DecompressionLimitError(
                 self.name,
                 f"decompresses to more than {self.max_decompressed:,} bytes "
                 "(raise --max-decompressed if this trace is genuine)",
             )
-        return out[0] if len(out) == 1 else b"".join(out)
+        return got
+
+    def read(self, n: int = READ_BLOCK) -> bytes:
+        """Up to n decompressed bytes (n unless at the end); b"" at the end."""
+        buf = bytearray(n)
+        k = self.readinto(buf)
+        del buf[k:]
+        return bytes(buf)
+
+    def _fill_plain(self, out: memoryview, got: int) -> int:
+        readinto = getattr(self._fh, "readinto", None)
+        while got < len(out) and not self._eof:
+            try:
+                if readinto is not None:
+                    k = readinto(out[got:])
+                else:  # a file object without readinto (some fsspec ones)
+                    raw = self._fh.read(len(out) - got)
+                    k = len(raw)
+                    out[got : got + k] = raw
+            except OSError as exc:
+                raise TraceReadError(self.name, f"read failed: {exc.strerror or exc}") from None
+            if not k:
+                self._eof = True
+                break
+            self.raw_read += k
+            got += k
+            if self.progress is not None:
+                self.progress(self.raw_read, self.total_size)
+        return got
+
+    def _next_raw(self) -> memoryview | None:
+        """The next compressed block, read into the reused `_raw` buffer; None at the end."""
+        if self._raw is None:
+            self._raw = bytearray(GZ_READ_BLOCK)
+        try:
+            if hasattr(self._fh, "readinto"):
+                k = self._fh.readinto(self._raw)
+            else:
+                data = self._fh.read(GZ_READ_BLOCK)
+                k = len(data)
+                self._raw[:k] = data
+        except OSError as exc:
+            raise TraceReadError(self.name, f"read failed: {exc.strerror or exc}") from None
+        if not k:
+            return None
+        self.raw_read += k
+        if self.progress is not None:
+            self.progress(self.raw_read, self.total_size)
+        return memoryview(self._raw)[:k]
+
+    def _fill_gz(self, out: memoryview, got: int) -> int:
+        """Inflate into out[got:] until it is full or the stream ends. `_tail` holds compressed
+        bytes given to the inflater but not yet inflated (its output reached the space left)."""
+        while got < len(out) and not self._eof:
+            data = self._tail
+            # After a piece that filled its limit the inflater may hold output (isal buffers
+            # some): ask again, with no new input, before reading more.
+            if not data and not self._limited:
+                data = self._next_raw()
+                if data is None:
+                    self._eof = True
+                    if not self._inflater.eof and (self.decompressed_bytes + got or self.raw_read > 2):
+                        self.truncated = "gzip stream ends before its end marker"
+                    break
+            limit = min(len(out) - got, GZ_PIECE)
+            try:
+                piece = self._inflater.decompress(data, limit)
+            except _zlib.error as exc:
+                if self.decompressed_bytes + got == 0:
+                    raise TraceReadError(self.name, f"not a valid gzip file ({exc})") from None
+                self.truncated = f"gzip stream corrupt after {self.decompressed_bytes + got} bytes ({exc})"
+                self._eof = True
+                break
+            k = len(piece)
+            self._limited = k == limit
+            out[got : got + k] = piece
+            got += k
+            del piece
+            if self._inflater.eof:
+                self._tail = self._inflater.unused_data
+                if self._tail:  # concatenated gzip members
+                    self._inflater = _zlib.decompressobj(31)
+            else:
+                self._tail = self._inflater.unconsumed_tail
+        return got
 
     def gzip_trailer_size(self) -> int | None:
         """ISIZE from a gzip file's trailer (the inflated size mod 4 GiB), or None."""
@@ -175,16 +238,43 @@ class ByteSource:
         self.close()
 
 
+class Block:
+    """A reused buffer of `size` bytes in its own anonymous mapping: never on the malloc heap,
+    so that freeing it (`close`) gives the memory back to the system whichever thread filled it."""
+
+    def __init__(self, size: int) -> None:
+        self.map = mmap.mmap(-1, max(size, 1))
+        self.view = memoryview(self.map)
+        self.size = size
+        self.n = 0  # bytes filled
+
+    def close(self) -> None:
+        """Unmap it (left to the garbage collector while a view of it is still alive)."""
+        try:
+            self.view.release()
+            self.map.close()
+        except BufferError:  # a decoded value still holds a view of it: unmapped when it goes
+            pass
+
+
 class Prefetch:
     """`source` read ahead on a thread: the next block is read (and inflated: isal releases the
-    GIL) while the caller decodes the current one. `read` returns the blocks in order and raises
-    what the reading raised; every other attribute is the source's (read them after the end).
-    Use as a context manager, so that the thread stops when the caller stops early."""
+    GIL) while the caller decodes the current one. Reading allocates nothing per block: the
+    thread fills one of `ahead + 1` reused `Block`s and the caller's `readinto` copies it out
+    and hands it back. Errors of the reading are raised by `readinto`/`read`; every other
+    attribute is the source's (read them after the end). Use as a context manager, so that the
+    thread stops when the caller stops early and the blocks are unmapped."""
 
     def __init__(self, source: ByteSource, block: int = READ_BLOCK, ahead: int = 1) -> None:
         self._source = source
         self._block = block
-        self._queue: queue.Queue = queue.Queue(maxsize=ahead)
+        self._free: queue.Queue = queue.Queue()
+        self._blocks = [Block(block) for _ in range(ahead + 1)]
+        for b in self._blocks:
+            self._free.put(b)
+        self._filled: queue.Queue = queue.Queue()  # never holds more than the blocks
+        self._current: Block | None = None
+        self._offset = 0  # bytes of the current block already copied out
         self._stop = threading.Event()
         self._done = False
         self._thread = threading.Thread(target=self._run, name="traceanalyzer-read", daemon=True)
@@ -193,34 +283,71 @@ class Prefetch:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                data = self._source.read(self._block)
-                self._queue.put(data)
-                if not data:
+                try:
+                    block = self._free.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                block.n = self._source.readinto(block.view)
+                self._filled.put(block)
+                if not block.n:
                     return
         except BaseException as exc:  # handed to the reader, raised there
-            self._queue.put(exc)
+            self._filled.put(exc)
+
+    def _next(self) -> Block | None:
+        """The block being copied out (the next one read ahead when none is); None at the end."""
+        if self._current is None and not self._done:
+            item = self._filled.get()
+            if isinstance(item, BaseException):
+                self._done = True
+                raise item
+            if not item.n:
+                self._done = True
+                self._free.put(item)
+                return None
+            self._current, self._offset = item, 0
+        return self._current
+
+    def _consumed(self, k: int) -> None:
+        assert self._current is not None
+        self._offset += k
+        if self._offset >= self._current.n:
+            self._free.put(self._current)
+            self._current = None
+
+    def readinto(self, out: bytearray | memoryview) -> int:
+        """Copy the next bytes read ahead into `out` (at most one block's worth); 0 at the end."""
+        block = self._next()
+        if block is None:
+            return 0
+        k = min(len(out), block.n - self._offset)
+        memoryview(out).cast("B")[:k] = block.view[self._offset : self._offset + k]
+        self._consumed(k)
+        return k
 
     def read(self, n: int = READ_BLOCK) -> bytes:
-        """The next block read ahead (about `block` bytes, whatever n); b"" at the end."""
-        if self._done:
+        """The rest of the block read ahead, as bytes (whatever n); b"" at the end."""
+        block = self._next()
+        if block is None:
             return b""
-        item = self._queue.get()
-        if isinstance(item, BaseException):
-            self._done = True
-            raise item
-        if not item:
-            self._done = True
-        return item
+        data = bytes(block.view[self._offset : block.n])
+        self._consumed(len(data))
+        return data
 
     def close(self) -> None:
-        """Stop the reading thread (draining what it holds) and wait for it."""
+        """Stop the reading thread, wait for it and unmap the blocks."""
         self._stop.set()
         while self._thread.is_alive():
-            try:
-                self._queue.get(timeout=0.05)
+            try:  # a block it is waiting to hand over
+                item = self._filled.get(timeout=0.05)
+                if isinstance(item, Block):
+                    self._free.put(item)
             except queue.Empty:
                 pass
         self._thread.join()
+        self._current = None
+        for b in self._blocks:
+            b.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._source, name)
