@@ -201,19 +201,17 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         .with_row_index("op_id")
         .with_columns(pl.col("op_id").cast(pl.Int64))
     )
-    # op_id is the row number: nest the narrow columns and put depth and parent_id alongside
-    # (the same values as `nest(ops, "op_id")` once sorted by op_id, without sorting and
-    # joining the wide table three times).
-    nested = nest(ops.select(*GROUP, "ts_ns", "end_ns", "op_id"), "op_id").sort("op_id")
-    ops = ops.with_columns(nested["depth"], nested["parent_id"])
+    # op_id is the row number; `nest` sorts copies of the key columns only and puts depth and
+    # parent_id alongside, in the table's own order.
+    ops = nest(ops, "op_id")
     if python.height:
-        user = python.filter(pl.col("is_user")).drop("depth", "parent_id")
-        user = nest(user, "frame_id")
+        # frame_id is the row number of `python` (built so, and `nest` keeps the order): the
+        # frame names are gathered by it, without a join.
+        user = python.select(*GROUP, "ts_ns", "end_ns", "frame_id", "is_user").filter(pl.col("is_user"))
+        user = nest(user.drop("is_user"), "frame_id")
         ops = innermost_containing(ops, user, "frame_id", "_frame", point_end="ts_ns")
-        names = user.select(pl.col("frame_id").alias("_frame"), pl.col("name").alias("python_frame"))
-        # narrow join, put alongside (see `_gpu`); frame ids are unique, so one row per op
-        found = ops.select("_frame").join(names, on="_frame", how="left", maintain_order="left")
-        ops = ops.drop("_frame").with_columns(found["python_frame"])
+        del user
+        ops = ops.with_columns(python["name"].gather(ops["_frame"]).alias("python_frame")).drop("_frame")
     else:
         # 2021 traces: the stack is an arg, innermost frame first.
         first_user = (
@@ -257,25 +255,26 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
             stream=pl.coalesce("stream", "tid"),
         )
     )
-    launch = (
-        rt.filter(pl.col("correlation").is_not_null() & (pl.col("correlation") != 0))
+    # The launching call of each activity: the first runtime call of its correlation, found on
+    # the narrow keys (the row of that call), and its columns gathered by row. Filtering or
+    # joining the whole runtime table copied every one of its columns (+26 MB at 311 MB).
+    first = (
+        rt.select("correlation", _row=pl.int_range(pl.len(), dtype=pl.UInt32))
+        .filter(pl.col("correlation").is_not_null() & (pl.col("correlation") != 0))
         .unique("correlation", keep="first")
-        .select(
-            "correlation",
-            "runtime_id",
-            "op_id",
-            pl.col("ts_ns").alias("launch_ts_ns"),
-            pl.col("end_ns").alias("launch_end_ns"),
-            pl.col("name").alias("launch_api"),
-            pl.col("pid").alias("launch_pid"),
-            pl.col("tid").alias("launch_tid"),
-        )
     )
-    # The launch columns are joined on the narrow key only and put alongside: joining the wide
-    # table copied every column, and sorting it back into gpu_id order copied them again.
-    # (`launch` has one row per correlation, so the left join keeps one row per activity.)
-    found = gpu.select("correlation").join(launch, on="correlation", how="left", maintain_order="left")
-    return gpu.hstack(found.drop("correlation"))
+    row = gpu.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_row"]
+    del first
+    launch = {
+        "runtime_id": "runtime_id",
+        "op_id": "op_id",
+        "launch_ts_ns": "ts_ns",
+        "launch_end_ns": "end_ns",
+        "launch_api": "name",
+        "launch_pid": "pid",
+        "launch_tid": "tid",
+    }
+    return gpu.with_columns(rt[col].gather(row).alias(out) for out, col in launch.items())
 
 
 def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
@@ -302,7 +301,8 @@ def extend_steps(ranges: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         return steps.with_columns(
             start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"), gpu_end_ns=pl.col("cpu_end_ns")
         )
-    launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select("launch_ts_ns", "end_ns").sort("launch_ts_ns")
+    # narrow first: filtering the whole GPU table copied every column
+    launched = gpu.select("launch_ts_ns", "end_ns").filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
     # The step a launch belongs to: the latest step starting at or before it, if it is inside.
     last_end = (
         launched.join_asof(

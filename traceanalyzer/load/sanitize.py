@@ -102,8 +102,11 @@ def _count(df: pl.DataFrame, cond: pl.Expr) -> int:
 def _may_have_duplicates(df: pl.DataFrame) -> bool:
     """Whether rows may repeat, from one 64-bit hash per row: equal rows hash equal, so when no
     hash repeats there is no duplicate, and the costly check (a group-by over every column,
-    hundreds of MB on a 1 GB trace) is skipped. A hash collision only costs that check."""
-    return bool(df.hash_rows().is_duplicated().any())
+    hundreds of MB on a 1 GB trace) is skipped. A hash collision only costs that check.
+    Counted with `n_unique`: `is_duplicated` builds a per-row mask through a partitioned hash
+    table (+27 MB for the 306,540 ops of a 311 MB trace, against 0.3 MB)."""
+    hashes = df.hash_rows()
+    return hashes.n_unique() < hashes.len()
 
 
 def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], int, int | None]:
