@@ -153,16 +153,20 @@ class Trace:
 def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
     """Drop events without a usable ts; clamp missing or negative dur to zero."""
     # Counted with a select: `df.filter(...).height` would copy every column of those rows.
-    bad_ts, neg = df.select(pl.col("ts_ns").is_null().sum(), (pl.col("dur_ns") < 0).fill_null(False).sum()).row(0)
+    bad_ts, neg, no_dur = df.select(
+        bad_ts=pl.col("ts_ns").is_null().sum(),
+        neg=(pl.col("dur_ns") < 0).fill_null(False).sum(),
+        no_dur=pl.col("dur_ns").null_count(),
+    ).row(0)
     if bad_ts:
         warnings.append(f"{bad_ts:,} {what} events without a readable ts were ignored")
     if neg:
         warnings.append(f"{neg:,} {what} events with a negative dur were given zero duration")
     if bad_ts:  # filtering copies every column: only where there is something to drop
         df = df.filter(pl.col("ts_ns").is_not_null())
-    return df.with_columns(dur_ns=pl.col("dur_ns").fill_null(0).clip(0)).with_columns(
-        end_ns=pl.col("ts_ns") + pl.col("dur_ns")
-    )
+    if neg or no_dur:  # a new column only where a value changes
+        df = df.with_columns(dur_ns=pl.col("dur_ns").fill_null(0).clip(0))
+    return df.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
 
 
 def _in_order(df: pl.DataFrame, id_col: str) -> pl.DataFrame:
