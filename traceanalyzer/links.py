@@ -38,12 +38,6 @@ def _rank_in_run(start: pl.Expr, base: int = 0) -> pl.Expr:
     return row - pl.when(start).then(row).forward_fill() + base
 
 
-def gather_columns(df: pl.DataFrame, columns: list[str], order: pl.Series) -> pl.DataFrame:
-    """`df.select(columns)[order]`, one column at a time: gathering a whole frame at once holds
-    every column's copy (and each multi-chunk column's rechunked copy) at the same moment."""
-    return pl.DataFrame([df.get_column(c).gather(order) for c in columns])
-
-
 _STATS = (pl.Expr.null_count, pl.Expr.min, pl.Expr.max)
 
 
@@ -73,20 +67,19 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
     rows stay in their order (only the key columns are sorted, as copies)."""
     if df.is_empty():
         return df.with_columns(depth=pl.lit(0, pl.Int32), parent_id=pl.lit(None, df.schema[id_col]))
-    keys = [*group, "ts_ns", "end_ns", id_col]
-    order = df.select(
-        pl.arg_sort_by(keys, descending=[False] * len(group) + [False, True, False], multithreaded=False)
-    ).to_series()
-    # The sorted keys, the thread as one small code (`_g`) in place of its columns: every
-    # relation below is within a thread, and the rows stay in (thread, start) order throughout
-    # (an as-of join `by` a group needs its keys sorted within each group only).
-    ordered = gather_columns(df, keys, order)
-    ordered = ordered.select(
-        _g=_run_starts(group).cum_sum().cast(pl.UInt32),
-        ts_ns="ts_ns",
-        end_ns="end_ns",
-        _id=id_col,
+    # The key columns only, sorted (a frame sort: ~10x less CPU than `arg_sort_by` on these
+    # keys), with each row's place in `df` (`_r`) to put the answers back. The thread is one
+    # small code (`_g`) in place of its columns: every relation below is within a thread, and
+    # the rows stay in (thread, start) order throughout (an as-of join `by` a group needs its
+    # keys sorted within each group only).
+    thread = _thread_key([df], group)
+    tkeys = [k.meta.output_name() for k in thread]
+    ordered = (
+        df.select(*thread, "ts_ns", "end_ns", _id=id_col)
+        .with_row_index("_r")
+        .sort([*tkeys, "ts_ns", "end_ns", "_id"], descending=[False] * len(tkeys) + [False, True, False])
     )
+    ordered = ordered.select("_r", _run_starts(tkeys).cum_sum().cast(pl.UInt32).alias("_g"), "ts_ns", "end_ns", "_id")
     # Zero-length intervals at a start instant sort last there and count as "ended" by it;
     # `_zfix` removes those not ordered before the row (itself included): the zero-length rows
     # from this one to the end of its (thread, start) block, from a reverse running sum (a
@@ -113,7 +106,7 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
     )
     del ends
     ordered = ordered.select(
-        "_g", "ts_ns", "_id", depth=(pl.col("_k") - depth + pl.col("_zfix")).clip(0).cast(pl.Int32)
+        "_r", "_g", "ts_ns", "_id", depth=(pl.col("_k") - depth + pl.col("_zfix")).clip(0).cast(pl.Int32)
     )
     # Several intervals at one (thread, start): the innermost of those that are shallower wins.
     # Thread and depth as one int64 key (depth < 2^31, so `- 1` at depth 0 names no level): an
@@ -131,7 +124,7 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
         .get_column("parent_id")
     )
     # back into the rows' own order
-    back = order.arg_sort()
+    back = ordered.get_column("_r").arg_sort()
     return df.with_columns(
         ordered.get_column("depth").gather(back), parent.gather(back).alias("parent_id").cast(df.schema[id_col])
     )
@@ -159,15 +152,13 @@ def innermost_containing(
     # equal intervals in any order: a call inside an op and its child of the same range was
     # given either.)
     deep = ["depth"] if "depth" in intervals.columns else []
-    iv_keys = ["ts_ns", "end_ns", *deep, id_col]
-    iv_order = intervals.select(
-        pl.arg_sort_by(iv_keys, descending=[False, True] + [False] * (len(deep) + 1), multithreaded=False)
-    ).to_series()
     key = _thread_key([points, intervals], group)
     by = [k.meta.output_name() for k in key]
-    iv = intervals.select(*key, "ts_ns", _cand=id_col)
-    iv = gather_columns(iv, iv.columns, iv_order)
-    del iv_order
+    iv = (
+        intervals.select(*key, "ts_ns", "end_ns", *deep, _cand=id_col)
+        .sort(["ts_ns", "end_ns", *deep, "_cand"], descending=[False, True] + [False] * (len(deep) + 1))
+        .select(*by, "ts_ns", "_cand")
+    )
     # Climbing looks intervals up by id: a binary search in the ids sorted once, then gathers
     # (a hash join against all the intervals per climb cost ~0.08 s each on a 1 GB trace,
     # however few points were left). Ids already in order (op_id, frame_id: row numbers) are
@@ -178,15 +169,13 @@ def innermost_containing(
         by_id = intervals.select(pl.col(id_col).arg_sort()).to_series()
         ids, ends, parents = (intervals[c].gather(by_id) for c in (id_col, "end_ns", "parent_id"))
     # The points sorted by start, their keys only; what climbing needs is looked up by row.
-    by_ts = points.select(pl.col("ts_ns").arg_sort()).to_series()
-    pts = points.select(*key, "ts_ns")
-    pts = gather_columns(pts, pts.columns, by_ts).with_columns(by_ts.alias("_row"))
+    pts = points.select(*key, "ts_ns").with_row_index("_row").sort("ts_ns")
     cand = (
         pts.join_asof(iv, on="ts_ns", by=by, strategy="backward", check_sortedness=False)
         .select("_row", "_cand")
         .filter(pl.col("_cand").is_not_null())
     )
-    del pts, iv, by_ts
+    del pts, iv
     point_ends = points[point_end]
     done = []
     for _ in range(_MAX_CLIMB):
