@@ -26,13 +26,15 @@ GPU_KINDS = {
     "Memset": "memset",
 }
 
-# Decoded fields no analysis reads, dropped as soon as what they say is kept elsewhere: `cat`
-# (`kind` / `api` say it; python frames are all python_function), the 2021 `Call stack` (read
-# into `python_frame` and `TraceMeta.with_stack`), the runtime calls' `cbid`, the written
-# `memory bandwidth (GB/s)` of copies (`analyses.copies` takes bytes over duration). About
-# 11 MB of a 311 MB trace's tables.
+# Decoded fields no analysis reads, dropped as soon as what they say is kept elsewhere (or not
+# needed): `cat` (`kind` / `api` say it; python frames are all python_function), the 2021 `Call
+# stack` (read into `python_frame` and `TraceMeta.with_stack`), the ops' autograd `Sequence
+# number` and `Fwd thread id` (forward -> backward links are the `flows` table), the runtime
+# calls' `cbid`, the written `memory bandwidth (GB/s)` of copies (`analyses.copies` takes bytes
+# over duration). About 16 MB of a 311 MB trace's tables; an analysis that comes to need one
+# takes it out of this list.
 DROPPED = {
-    "op": ("cat", "call_stack"),
+    "op": ("cat", "call_stack", "sequence_number", "fwd_thread_id"),
     "python": ("cat",),
     "runtime": ("cat", "cbid"),
     "gpu": ("cat", "bandwidth_gbps"),
@@ -69,24 +71,28 @@ class TraceMeta:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Trace:
-    """Tables (all polars):
+    """Tables (all polars; the decoded fields in `DROPPED` are not kept):
 
     - `ops`: CPU ops and record_function ranges (cat cpu_op / Operator / user_annotation):
       op_id, kind, name, pid, tid, ts_ns, dur_ns, end_ns, depth, parent_id, external_id,
-      sequence_number, fwd_thread_id, input_dims, input_type and concrete_inputs (compact JSON
-      text; the scalar arguments record_shapes recorded, "" for tensors), python_frame
-      (user code line).
-    - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, end_ns, depth,
-      parent_id, python_id, python_parent_id, is_user.
+      input_dims, input_type and concrete_inputs (compact JSON text; the scalar arguments
+      record_shapes recorded, "" for tensors), python_frame (user code line).
+    - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, dur_ns, end_ns,
+      depth, parent_id, python_id, python_parent_id, is_user.
     - `runtime`: CUDA/HIP runtime and driver calls: runtime_id, api (runtime|driver), name, pid,
-      tid, ts_ns, end_ns, correlation, op_id (the innermost op around the call).
-    - `gpu`: GPU activities: gpu_id, kind (kernel|memcpy|memset), name, device, stream, ts_ns,
-      end_ns, correlation, bytes, grid and block (lists of int), graph_id, runtime_id, op_id, launch_ts_ns, tid.
+      tid, ts_ns, dur_ns, end_ns, correlation, external_id, op_id (the innermost op around the
+      call).
+    - `gpu`: GPU activities: gpu_id, kind (kernel|memcpy|memset), name, pid, tid, device,
+      stream, ts_ns, dur_ns, end_ns, correlation, external_id, bytes, grid and block (lists of
+      int), graph_id, and from the launching runtime call (the first of its correlation):
+      runtime_id, op_id, launch_ts_ns, launch_end_ns, launch_api, launch_pid, launch_tid.
     - `sync_markers`: `cuda_sync` events (Stream/Event/Context Sync, Stream Wait Event): not work.
     - `gpu_annotations`, `memory` ([memory] allocator events), `flows` (forward -> backward
       arrows, cat fwdbwd; launch -> kernel arrows are only counted in `event_counts`: the
       `correlation` of runtime calls and kernels gives the same links), `thread_names`.
     - `steps`: step, name, pid, tid, cpu_start_ns, cpu_end_ns, start_ns, end_ns (GPU-extended).
+
+    Row order: ops, python, runtime and gpu are in their id order (the id is the row number).
     """
 
     meta: TraceMeta
