@@ -26,13 +26,13 @@ GPU_KINDS = {
     "Memset": "memset",
 }
 
-# Decoded fields no analysis reads, dropped as soon as what they say is kept elsewhere (or not
-# needed): `cat` (`kind` / `api` say it; python frames are all python_function), the 2021 `Call
-# stack` (read into `python_frame` and `TraceMeta.with_stack`), the ops' autograd `Sequence
-# number` and `Fwd thread id` (forward -> backward links are the `flows` table), the runtime
-# calls' `cbid`, the written `memory bandwidth (GB/s)` of copies (`analyses.copies` takes bytes
-# over duration). About 16 MB of a 311 MB trace's tables; an analysis that comes to need one
-# takes it out of this list.
+# The launch columns of a GPU activity <- the columns of its runtime call.
+_LAUNCH = {"runtime_id": "runtime_id", "op_id": "op_id", "launch_ts_ns": "ts_ns", "launch_end_ns": "end_ns"}
+_LAUNCH |= {"launch_api": "name", "launch_pid": "pid", "launch_tid": "tid"}
+# Decoded fields no module reads, dropped once what they say is kept elsewhere: `cat` (`kind` /
+# `api`), the 2021 `Call stack` (-> `python_frame`, `TraceMeta.with_stack`), the ops' autograd
+# `Sequence number` / `Fwd thread id` (`flows` link forward to backward), runtime `cbid`, the
+# copies' written bandwidth (`analyses.copies` takes bytes / duration). ~16 MB of a 311 MB trace.
 DROPPED = {
     "op": ("cat", "call_stack", "sequence_number", "fwd_thread_id"),
     "python": ("cat",),
@@ -175,11 +175,6 @@ def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
     return df.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
 
 
-def _in_order(df: pl.DataFrame, id_col: str) -> pl.DataFrame:
-    """`df.sort(id_col)`, without copying a table that is already in that order."""
-    return df if df[id_col].is_sorted() else df.sort(id_col)
-
-
 def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
     props = metadata.get("deviceProperties") or metadata.get("computeProperties") or []
     out = []
@@ -236,22 +231,11 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         ops = ops.with_columns(python["name"].gather(ops["_frame"]).alias("python_frame")).drop("_frame")
     else:
         # 2021 traces: the stack is an arg, innermost frame first.
-        first_user = (
-            pl.col("call_stack")
-            .str.split(";")
-            .list.eval(
-                pl.element()
-                .str.strip_chars()
-                .filter(
-                    ~pl.element().str.strip_chars().str.contains(LIBRARY_FRAME_PATTERN)
-                    & (pl.element().str.strip_chars() != "")
-                )
-            )
-            .list.first()
-        )
+        frame = pl.element().str.strip_chars()
+        user_frames = frame.filter(~frame.str.contains(LIBRARY_FRAME_PATTERN) & (frame != ""))
+        first_user = pl.col("call_stack").str.split(";").list.eval(user_frames).list.first()
         ops = ops.with_columns(python_frame=first_user)
-    # An op whose own python frame is unknown inherits its parent's (frames are per call site).
-    return _in_order(ops.drop(*DROPPED["op"]), "op_id")
+    return ops.drop(*DROPPED["op"])  # in op_id order: `nest` and the as-of joins keep the rows' order
 
 
 def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -263,7 +247,7 @@ def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.Dat
             api=pl.when(pl.col("cat") == "cuda_driver").then(pl.lit("driver")).otherwise(pl.lit("runtime")),
         )
     )
-    return _in_order(innermost_containing(rt.drop(*DROPPED["runtime"]), ops, "op_id", "op_id"), "runtime_id")
+    return innermost_containing(rt.drop(*DROPPED["runtime"]), ops, "op_id", "op_id")  # in runtime_id order
 
 
 def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -288,16 +272,7 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
     )
     row = gpu.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_row"]
     del first
-    launch = {
-        "runtime_id": "runtime_id",
-        "op_id": "op_id",
-        "launch_ts_ns": "ts_ns",
-        "launch_end_ns": "end_ns",
-        "launch_api": "name",
-        "launch_pid": "pid",
-        "launch_tid": "tid",
-    }
-    return gpu.with_columns(rt[col].gather(row).alias(out) for out, col in launch.items())
+    return gpu.with_columns(rt[col].gather(row).alias(out) for out, col in _LAUNCH.items())
 
 
 def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
