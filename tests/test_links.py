@@ -172,3 +172,40 @@ def test_innermost_containing_matches_brute_force(seed):
         return max(holding, key=lambda r: truth[r[0]][0])[0] if holding else None
 
     assert got == [brute(tid, ts, end) for _, _, tid, ts, end in points]
+
+
+# -- the thread as one int64 key, or its two columns ------------------------------------------------
+# (pid offset, tid offset): small ids (one int64 key); negative tids (Kineto's wrapped pthread ids:
+# the key is offset by the minimum); ranges whose product passes 2^62 (the two columns themselves).
+THREAD_IDS = [(0, 0), (0, -(2**31) - 7), (2**40, 2**40)]
+
+
+@pytest.mark.parametrize(("pid_off", "tid_off"), THREAD_IDS)
+def test_nest_and_containing_whatever_the_thread_ids(nested, pid_off, tid_off):
+    def moved(df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns(pl.col("pid") * (1 + pid_off), pl.col("tid") + pl.col("tid") * tid_off)
+
+    # pid 1 and 2 -> 1 + off and 2 + 2 off; tid 1 and 2 -> 1 + off and 2 + 2 off: still distinct
+    shuffled = HAND[:]
+    random.Random(3).shuffle(shuffled)
+    out = nest(moved(_frame(shuffled)), "id")
+    assert out["id"].to_list() == [r[0] for r in shuffled]  # the rows keep their order
+    assert sorted(out.select("id", "depth", "parent_id").rows()) == sorted((r[0], r[5], r[6]) for r in HAND)
+    cases = [p for p in POINTS if p[4] == "end_ns"]
+    points = pl.DataFrame(
+        [p[:4] for p in cases],
+        schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64},
+        orient="row",
+    )
+    got = innermost_containing(moved(points), moved(nested), "id", "inside")["inside"].to_list()
+    assert got == [p[5] for p in cases]
+
+
+def test_threads_differing_only_in_pid_stay_apart_with_a_wide_tid_range():
+    # Two threads (pid 1 and 2, same tid) and a third whose tid alone spans 2^61: the key
+    # (pid - 1) * span + (tid - min) must not let pid 2's ranges nest pid 1's.
+    rows = [(0, 1, 5, 0, 100), (1, 2, 5, 10, 20), (2, 1, 2**61, 0, 1)]
+    out = nest(_frame(rows), "id").sort("id")
+    assert out.select("depth", "parent_id").rows() == [(0, None)] * 3
+    pts = pl.DataFrame({"pid": [2, 1], "tid": [5, 5], "ts_ns": [12, 12], "end_ns": [13, 13]})
+    assert innermost_containing(pts, out, "id", "inside")["inside"].to_list() == [1, 0]

@@ -26,6 +26,20 @@ GPU_KINDS = {
     "Memset": "memset",
 }
 
+# The launch columns of a GPU activity <- the columns of its runtime call.
+_LAUNCH = {"runtime_id": "runtime_id", "op_id": "op_id", "launch_ts_ns": "ts_ns", "launch_end_ns": "end_ns"}
+_LAUNCH |= {"launch_api": "name", "launch_pid": "pid", "launch_tid": "tid"}
+# Decoded fields no module reads, dropped once what they say is kept elsewhere: `cat` (`kind` /
+# `api`), the 2021 `Call stack` (-> `python_frame`, `TraceMeta.with_stack`), the ops' autograd
+# `Sequence number` / `Fwd thread id` (`flows` link forward to backward), runtime `cbid`, the
+# copies' written bandwidth (`analyses.copies` takes bytes / duration). ~16 MB of a 311 MB trace.
+DROPPED = {
+    "op": ("cat", "call_stack", "sequence_number", "fwd_thread_id"),
+    "python": ("cat",),
+    "runtime": ("cat", "cbid"),
+    "gpu": ("cat", "bandwidth_gbps"),
+}
+
 
 @dataclass(frozen=True)
 class Device:
@@ -57,24 +71,28 @@ class TraceMeta:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Trace:
-    """Tables (all polars):
+    """Tables (all polars; the decoded fields in `DROPPED` are not kept):
 
     - `ops`: CPU ops and record_function ranges (cat cpu_op / Operator / user_annotation):
       op_id, kind, name, pid, tid, ts_ns, dur_ns, end_ns, depth, parent_id, external_id,
-      sequence_number, fwd_thread_id, input_dims, input_type and concrete_inputs (compact JSON
-      text; the scalar arguments record_shapes recorded, "" for tensors), python_frame
-      (user code line).
-    - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, end_ns, depth,
-      parent_id, python_id, python_parent_id, is_user.
+      input_dims, input_type and concrete_inputs (compact JSON text; the scalar arguments
+      record_shapes recorded, "" for tensors), python_frame (user code line).
+    - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, dur_ns, end_ns,
+      depth, parent_id, python_id, python_parent_id, is_user.
     - `runtime`: CUDA/HIP runtime and driver calls: runtime_id, api (runtime|driver), name, pid,
-      tid, ts_ns, end_ns, correlation, op_id (the innermost op around the call).
-    - `gpu`: GPU activities: gpu_id, kind (kernel|memcpy|memset), name, device, stream, ts_ns,
-      end_ns, correlation, bytes, grid and block (lists of int), graph_id, runtime_id, op_id, launch_ts_ns, tid.
+      tid, ts_ns, dur_ns, end_ns, correlation, external_id, op_id (the innermost op around the
+      call).
+    - `gpu`: GPU activities: gpu_id, kind (kernel|memcpy|memset), name, pid, tid, device,
+      stream, ts_ns, dur_ns, end_ns, correlation, external_id, bytes, grid and block (lists of
+      int), graph_id, and from the launching runtime call (the first of its correlation):
+      runtime_id, op_id, launch_ts_ns, launch_end_ns, launch_api, launch_pid, launch_tid.
     - `sync_markers`: `cuda_sync` events (Stream/Event/Context Sync, Stream Wait Event): not work.
     - `gpu_annotations`, `memory` ([memory] allocator events), `flows` (forward -> backward
       arrows, cat fwdbwd; launch -> kernel arrows are only counted in `event_counts`: the
       `correlation` of runtime calls and kernels gives the same links), `thread_names`.
     - `steps`: step, name, pid, tid, cpu_start_ns, cpu_end_ns, start_ns, end_ns (GPU-extended).
+
+    Row order: ops, python, runtime and gpu are in their id order (the id is the row number).
     """
 
     meta: TraceMeta
@@ -141,21 +159,20 @@ class Trace:
 def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
     """Drop events without a usable ts; clamp missing or negative dur to zero."""
     # Counted with a select: `df.filter(...).height` would copy every column of those rows.
-    bad_ts, neg = df.select(pl.col("ts_ns").is_null().sum(), (pl.col("dur_ns") < 0).fill_null(False).sum()).row(0)
+    bad_ts, neg, no_dur = df.select(
+        bad_ts=pl.col("ts_ns").is_null().sum(),
+        neg=(pl.col("dur_ns") < 0).fill_null(False).sum(),
+        no_dur=pl.col("dur_ns").null_count(),
+    ).row(0)
     if bad_ts:
         warnings.append(f"{bad_ts:,} {what} events without a readable ts were ignored")
     if neg:
         warnings.append(f"{neg:,} {what} events with a negative dur were given zero duration")
     if bad_ts:  # filtering copies every column: only where there is something to drop
         df = df.filter(pl.col("ts_ns").is_not_null())
-    return df.with_columns(dur_ns=pl.col("dur_ns").fill_null(0).clip(0)).with_columns(
-        end_ns=pl.col("ts_ns") + pl.col("dur_ns")
-    )
-
-
-def _in_order(df: pl.DataFrame, id_col: str) -> pl.DataFrame:
-    """`df.sort(id_col)`, without copying a table that is already in that order."""
-    return df if df[id_col].is_sorted() else df.sort(id_col)
+    if neg or no_dur:  # a new column only where a value changes
+        df = df.with_columns(dur_ns=pl.col("dur_ns").fill_null(0).clip(0))
+    return df.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
 
 
 def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
@@ -182,7 +199,7 @@ def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
 
 def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     py = (
-        _timed(py, warnings, "python_function")
+        _timed(py.drop(*DROPPED["python"]), warnings, "python_function")
         .with_row_index("frame_id")
         .with_columns(
             pl.col("frame_id").cast(pl.Int64),
@@ -201,37 +218,24 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         .with_row_index("op_id")
         .with_columns(pl.col("op_id").cast(pl.Int64))
     )
-    # op_id is the row number: nest the narrow columns and put depth and parent_id alongside
-    # (the same values as `nest(ops, "op_id")` once sorted by op_id, without sorting and
-    # joining the wide table three times).
-    nested = nest(ops.select(*GROUP, "ts_ns", "end_ns", "op_id"), "op_id").sort("op_id")
-    ops = ops.with_columns(nested["depth"], nested["parent_id"])
+    # op_id is the row number; `nest` sorts copies of the key columns only and puts depth and
+    # parent_id alongside, in the table's own order.
+    ops = nest(ops, "op_id")
     if python.height:
-        user = python.filter(pl.col("is_user")).drop("depth", "parent_id")
-        user = nest(user, "frame_id")
+        # frame_id is the row number of `python` (built so, and `nest` keeps the order): the
+        # frame names are gathered by it, without a join.
+        user = python.select(*GROUP, "ts_ns", "end_ns", "frame_id", "is_user").filter(pl.col("is_user"))
+        user = nest(user.drop("is_user"), "frame_id")
         ops = innermost_containing(ops, user, "frame_id", "_frame", point_end="ts_ns")
-        names = user.select(pl.col("frame_id").alias("_frame"), pl.col("name").alias("python_frame"))
-        # narrow join, put alongside (see `_gpu`); frame ids are unique, so one row per op
-        found = ops.select("_frame").join(names, on="_frame", how="left", maintain_order="left")
-        ops = ops.drop("_frame").with_columns(found["python_frame"])
+        del user
+        ops = ops.with_columns(python["name"].gather(ops["_frame"]).alias("python_frame")).drop("_frame")
     else:
         # 2021 traces: the stack is an arg, innermost frame first.
-        first_user = (
-            pl.col("call_stack")
-            .str.split(";")
-            .list.eval(
-                pl.element()
-                .str.strip_chars()
-                .filter(
-                    ~pl.element().str.strip_chars().str.contains(LIBRARY_FRAME_PATTERN)
-                    & (pl.element().str.strip_chars() != "")
-                )
-            )
-            .list.first()
-        )
+        frame = pl.element().str.strip_chars()
+        user_frames = frame.filter(~frame.str.contains(LIBRARY_FRAME_PATTERN) & (frame != ""))
+        first_user = pl.col("call_stack").str.split(";").list.eval(user_frames).list.first()
         ops = ops.with_columns(python_frame=first_user)
-    # An op whose own python frame is unknown inherits its parent's (frames are per call site).
-    return _in_order(ops, "op_id")
+    return ops.drop(*DROPPED["op"])  # in op_id order: `nest` and the as-of joins keep the rows' order
 
 
 def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -243,7 +247,7 @@ def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.Dat
             api=pl.when(pl.col("cat") == "cuda_driver").then(pl.lit("driver")).otherwise(pl.lit("runtime")),
         )
     )
-    return _in_order(innermost_containing(rt, ops, "op_id", "op_id"), "runtime_id")
+    return innermost_containing(rt.drop(*DROPPED["runtime"]), ops, "op_id", "op_id")  # in runtime_id order
 
 
 def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -256,26 +260,19 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
             device=pl.coalesce("device", "pid"),
             stream=pl.coalesce("stream", "tid"),
         )
+        .drop(*DROPPED["gpu"])
     )
-    launch = (
-        rt.filter(pl.col("correlation").is_not_null() & (pl.col("correlation") != 0))
+    # The launching call of each activity: the first runtime call of its correlation, found on
+    # the narrow keys (the row of that call), and its columns gathered by row. Filtering or
+    # joining the whole runtime table copied every one of its columns (+26 MB at 311 MB).
+    first = (
+        rt.select("correlation", _row=pl.int_range(pl.len(), dtype=pl.UInt32))
+        .filter(pl.col("correlation").is_not_null() & (pl.col("correlation") != 0))
         .unique("correlation", keep="first")
-        .select(
-            "correlation",
-            "runtime_id",
-            "op_id",
-            pl.col("ts_ns").alias("launch_ts_ns"),
-            pl.col("end_ns").alias("launch_end_ns"),
-            pl.col("name").alias("launch_api"),
-            pl.col("pid").alias("launch_pid"),
-            pl.col("tid").alias("launch_tid"),
-        )
     )
-    # The launch columns are joined on the narrow key only and put alongside: joining the wide
-    # table copied every column, and sorting it back into gpu_id order copied them again.
-    # (`launch` has one row per correlation, so the left join keeps one row per activity.)
-    found = gpu.select("correlation").join(launch, on="correlation", how="left", maintain_order="left")
-    return gpu.hstack(found.drop("correlation"))
+    row = gpu.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_row"]
+    del first
+    return gpu.with_columns(rt[col].gather(row).alias(out) for out, col in _LAUNCH.items())
 
 
 def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
@@ -302,7 +299,8 @@ def extend_steps(ranges: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         return steps.with_columns(
             start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"), gpu_end_ns=pl.col("cpu_end_ns")
         )
-    launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select("launch_ts_ns", "end_ns").sort("launch_ts_ns")
+    # narrow first: filtering the whole GPU table copied every column
+    launched = gpu.select("launch_ts_ns", "end_ns").filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
     # The step a launch belongs to: the latest step starting at or before it, if it is inside.
     last_end = (
         launched.join_asof(
@@ -344,7 +342,10 @@ def build_trace(
     """The Trace from the loader's raw tables: links, steps and metadata."""
     warnings = list(warnings)
     python = _python_frames(tables.pop("python"), warnings)
-    ops = _ops(tables.pop("op"), python, warnings)
+    raw_ops = tables.pop("op")
+    stack_arg = bool(raw_ops["call_stack"].is_not_null().any())
+    ops = _ops(raw_ops, python, warnings)
+    del raw_ops
     runtime = _runtime(tables.pop("runtime"), ops, warnings)
     gpu = _gpu(tables.pop("gpu"), runtime, warnings)
     syncs = _timed(tables.pop("sync"), warnings, "cuda_sync")
@@ -373,7 +374,7 @@ def build_trace(
         origin_ns=origin,
         end_ns=end,
         devices=_devices(metadata),
-        with_stack=python.height > 0 or bool(ops["call_stack"].is_not_null().any()),
+        with_stack=python.height > 0 or stack_arg,
         profile_memory=memory.height > 0,
         raw=metadata,
     )
