@@ -42,7 +42,7 @@ import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, main_thread
 from traceanalyzer.analyses.graph_nodes import ThreadClock, cpu_nodes, gpu_nodes, graph_threads, slice_finder
-from traceanalyzer.analyses.graph_table import DependencyGraph, narrow
+from traceanalyzer.analyses.graph_table import DependencyGraph, narrow, one_chunk
 from traceanalyzer.analyses.replay import calibrate
 from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace
@@ -226,15 +226,16 @@ def build_graph(
     steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
     del starting, ending  # they hold the slices' keys
     # CPU nodes are numbered first, GPU nodes after, each in row order: the concatenation is in
-    # node order already. Its chunks are kept (no rechunk, no sort), so the node table, the
-    # largest of the graph (names and all), is never copied while its parts are alive.
-    # Each part is narrowed before the concatenation (narrowing the two-chunk table after it
-    # copied all of it: +140 MB at 311 MB).
+    # node order already (no sort). Each part is narrowed before it (narrowing the two-chunk
+    # table after it copied all of it: +140 MB at 311 MB), and it is made one chunk a column at a
+    # time: the own times computed over it are one chunk, and a frame of columns chunked
+    # differently is copied whole by its next drop or select (+100 MB at 311 MB).
     del launched
     cpu = narrow(cpu.drop("node", "_th", strict=False).with_columns(wait_ns=pl.lit(0, pl.Int64)), NARROW)
     gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid"), NARROW)  # read above only
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
+    nodes = one_chunk(nodes)
     nodes, e = calibrate(nodes, e)
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
     return DependencyGraph(nodes, e, steps, *names)
