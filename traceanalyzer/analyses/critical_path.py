@@ -78,7 +78,9 @@ def _walk(
     coll_wait = ((nodes["kind"] == "collective") & (nodes["wait_ns"].fill_null(0) > 0)).fill_null(False).to_numpy()
     wait = nodes["wait_ns"].fill_null(0).cast(pl.Int64).to_numpy().item
     code = {k: WAIT_KINDS.index(w) for k, w in EDGE_WAIT_KIND.items()}
-    wait_code = graph.edges["etype"].replace_strict(code, default=0, return_dtype=pl.Int8).to_numpy().item
+    etype = graph.edges["etype"].cast(pl.String)
+    wait_code = etype.replace_strict(code, default=0, return_dtype=pl.Int8).to_numpy().item
+    del etype
     start, end, bind, end_bind = sched.start_ns.item, sched.end_ns.item, sched.bind.item, sched.end_bind.item
     src, from_start, is_sync = p.src.item, p.from_start.item, p.is_sync
     guard_max = 2 * len(sched.start_ns) + 2
@@ -156,7 +158,7 @@ def _segments(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> p
     del out
     seg = seg.with_row_index("_seq").sort("_w", "_seq", descending=[False, True]).drop("_seq")
     named = seg["_nn"].clip(0)
-    node_kind = nodes["kind"].gather(named) if nodes.height else pl.Series([], dtype=pl.String)
+    node_kind = nodes["kind"].gather(named).cast(pl.String) if nodes.height else pl.Series([], dtype=pl.String)
     # the names as one gather (views of the trace's strings: choosing between a gather and a
     # literal afterwards copied every name, 50 MB at 311 MB)
     node_name = graph.names(seg["_nn"], UNTRACED_NAME) if nodes.height else pl.Series([], dtype=pl.String)

@@ -47,15 +47,20 @@ from traceanalyzer.analyses.replay import calibrate
 from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace
 
+ETYPES = ("serial", "launch", "stream", "event", "sync", "fork", "join")
 EDGE_SCHEMA = {
     "src": pl.Int64,
     "dst": pl.Int64,
-    "etype": pl.String,
+    "etype": pl.Enum(ETYPES),  # a byte per edge, not a string
     "from_start": pl.Boolean,
     "to_end": pl.Boolean,
 }
-# Node columns kept as Int32 when every value fits: ids, threads and streams, layer times.
+# Node columns kept as Int32 when every value fits: ids, threads and streams, layer times and
+# durations (a slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
 NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
+NARROW += ["dur_ns", "wait_ns"]
+LANES = pl.Enum(["cpu", "gpu"])
+CPU_KINDS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op", "python", "untraced", "thread_wait")
 
 
 def _pairs(
@@ -231,11 +236,16 @@ def build_graph(
     # time: the own times computed over it are one chunk, and a frame of columns chunked
     # differently is copied whole by its next drop or select (+100 MB at 311 MB).
     del launched
-    cpu = narrow(cpu.drop("node", "_th", strict=False).with_columns(wait_ns=pl.lit(0, pl.Int64)), NARROW)
-    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid"), NARROW)  # read above only
+    # kinds and lanes as a byte per node (an Enum), not a string
+    gpu_kinds = gpu["kind"].drop_nulls().unique().sort().to_list()
+    kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
+    cpu = cpu.drop("node", "_th", strict=False).with_columns(wait_ns=pl.lit(0, pl.Int64)).cast(kinds)
+    cpu = narrow(cpu, NARROW)
+    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid").cast(kinds), NARROW)  # read above only
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes = one_chunk(nodes)
     nodes, e = calibrate(nodes, e)
+    nodes = narrow(nodes, ["own_ns"])
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
     return DependencyGraph(nodes, e, steps, *names)
