@@ -18,9 +18,11 @@ class DependencyGraph:
     CPU range). `names(rows)` names nodes.
 
     The node table is the largest of the graph (a row per slice of every launching thread), so
-    it holds no name (gathered by id when asked) and no node column, and row numbers, thread
-    and stream ids and the layer times are Int32 where every value fits (`narrow`). The what-if
-    `Model` drops its captured times (ts_ns, end_ns) once its replay of the capture holds them."""
+    it holds no name (gathered by id when asked) and no node column; row numbers, thread and
+    stream ids, the layer times and the durations are Int32 where every value fits (`narrow`);
+    `kind` and `lane`, like the edges' `etype`, are Enums (a byte each); it is one chunk
+    (`one_chunk`). The what-if `Model` drops its captured times (ts_ns, end_ns) once its replay
+    of the capture holds them."""
 
     nodes: pl.DataFrame
     edges: pl.DataFrame
