@@ -16,6 +16,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
@@ -78,8 +79,12 @@ def _walk(
     coll_wait = ((nodes["kind"] == "collective") & (nodes["wait_ns"].fill_null(0) > 0)).fill_null(False).to_numpy()
     wait = nodes["wait_ns"].fill_null(0).cast(pl.Int64).to_numpy().item
     code = {k: WAIT_KINDS.index(w) for k, w in EDGE_WAIT_KIND.items()}
-    etype = graph.edges["etype"].cast(pl.String)
-    wait_code = etype.replace_strict(code, default=0, return_dtype=pl.Int8).to_numpy().item
+    etype = graph.edges["etype"]
+    if isinstance(etype.dtype, pl.Enum):  # a table of its few categories, gathered by code (no string per edge)
+        table = np.array([code.get(c, 0) for c in etype.dtype.categories.to_list()], dtype=np.int8)
+        wait_code = table[etype.to_physical().to_numpy()].item
+    else:
+        wait_code = etype.replace_strict(code, default=0, return_dtype=pl.Int8).to_numpy().item
     del etype
     start, end, bind, end_bind = sched.start_ns.item, sched.end_ns.item, sched.bind.item, sched.end_bind.item
     src, from_start, is_sync = p.src.item, p.from_start.item, p.is_sync
