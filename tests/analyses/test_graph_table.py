@@ -1,11 +1,14 @@
-"""The dependency graph's lean node table: narrowing keeps values, names come back by id, and
-the findings without savings are the findings with them, less the savings."""
+"""The dependency graph's lean node table: narrowing keeps values, names come back by id, the
+thread clock finds the slices the sorts and joins find, and the findings without savings are
+the findings with them, less the savings."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pytest
 
 from traceanalyzer import Session, load
 from traceanalyzer.analyses.graph_table import narrow
@@ -62,3 +65,45 @@ def test_findings_without_savings_are_the_same_findings(SHARED_TRACES: Path):
     key = lambda f: (f.rule, f.severity, f.message, f.evidence, f.at_stake_us)  # noqa: E731
     assert [key(f) for f in bare] == [key(f) for f in full]
     assert all(f.saving_us is None and f.saving_note == "" for f in bare)
+
+
+def test_the_thread_clock_counts_coverage_as_covered_does():
+    """Two threads; thread (1, 1) busy in [10, 20) and [30, 40), thread (1, 2) never: the time
+    covered up to t, counted by hand."""
+    from traceanalyzer.analyses.graph_nodes import ThreadClock
+    from traceanalyzer.analyses.intervals import coverage_index
+
+    threads = pl.DataFrame({"pid": [1, 1], "tid": [1, 2]})
+    union = pl.DataFrame({"pid": [1, 1], "tid": [1, 1], "start_ns": [10, 30], "end_ns": [20, 40]})
+    clock = ThreadClock.of(threads, [pl.DataFrame({"lo": [0], "hi": [100]})])
+    until = clock.until(coverage_index(union, ["pid", "tid"], presorted=True))
+    th = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+    t = np.array([5, 10, 15, 20, 35, 50, 15, 50])
+    assert until(th, t).tolist() == [0, 0, 5, 10, 15, 20, 0, 0]
+
+
+def test_no_thread_clock_when_its_keys_would_not_fit_an_int64():
+    from traceanalyzer.analyses.graph_nodes import ThreadClock
+
+    threads = pl.DataFrame({"pid": [1, 1], "tid": [1, 2]})
+    assert ThreadClock.of(threads, [pl.DataFrame({"lo": [0], "hi": [2**61]})]) is None  # 2 threads x 2^61
+    assert ThreadClock.of(threads, [pl.DataFrame({"lo": [0], "hi": [2**60]})]) is not None
+    assert ThreadClock.of(threads, [pl.DataFrame({"lo": [0, None], "hi": [5, 6]})]) is None  # a null time
+
+
+@pytest.mark.parametrize(
+    "name", ["a100_multistream_syncs.json.gz", "v100_resnet50_dataloader_workers4.pt.trace.json.gz"]
+)
+def test_the_graph_on_the_thread_clock_is_the_graph_by_sorts_and_joins(SHARED_TRACES: Path, monkeypatch, name: str):
+    """The slices found on one int64 per (thread, instant) and looked up by binary search are
+    those of the sort on (pid, tid, time) and the joins on its keys, to every row and edge."""
+    from traceanalyzer.analyses import graph_nodes
+
+    ses = Session(load(str(SHARED_TRACES / name)))
+    fast = ses.dependency_model.graph
+    monkeypatch.setattr(graph_nodes.ThreadClock, "of", classmethod(lambda cls, threads, times: None))
+    ses.release("dependency_model")
+    slow = ses.dependency_model.graph
+    assert fast.nodes.height > 1000
+    for a, b in ((fast.nodes, slow.nodes), (fast.edges, slow.edges), (fast.steps, slow.steps)):
+        assert a.equals(b)

@@ -170,3 +170,19 @@ def test_without_steps_or_gpu_work_one_window_over_the_trace(tmp_path):
     r = analyse_stages(load(b.write(tmp_path)))
     assert r.window_kind == "trace_span" and r.table["duration_us"].to_list() == [30]
     assert r.average["forward"] == 20 and r.average["gpu_idle"] == 10
+
+
+def test_distinct_chains_give_every_op_its_op_context_chain(SHARED_TRACES):
+    """The stage patterns match each distinct chain once: through its chain id, every op gets
+    the very string `op_context` makes for it, and ops share an id only when their chains are
+    equal."""
+    from traceanalyzer.analyses.attribution import distinct_chains, op_context
+
+    trace = load(str(SHARED_TRACES / "h100_owlv2_inference.json.gz"))
+    per_op, chains = distinct_chains(trace, trace.ops["op_id"])
+    got = per_op.join(chains, on="chain", how="left").select("op_id", "op_chain").sort("op_id")
+    want = op_context(trace, trace.ops["op_id"]).select("op_id", "op_chain").sort("op_id")
+    assert got.height == want.height > 10_000
+    assert got.equals(want)
+    assert chains.height < per_op.height / 10  # far fewer chains than ops
+    assert chains["op_chain"].n_unique() == chains.height  # one id per distinct chain

@@ -67,6 +67,42 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     return out.select(list(CONTEXT_SCHEMA)).cast(CONTEXT_SCHEMA)
 
 
+def distinct_chains(trace: Trace, op_ids: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The op chains of `op_ids` with each distinct chain made once: (op_id, chain) for every op
+    `op_context` gives a row, and (chain, op_chain) per distinct chain, its string `op_context`'s
+    of one op that has it. Ops under the same names (from the outermost, ProfilerStep ranges
+    left out, as `op_context`) share a chain: a trace of 300k ops has a few thousand, and a
+    string per op (up to hundreds of bytes each) is what a question asked of every op, as the
+    stage breakdown's patterns, need not hold."""
+    ops = trace.ops
+    anc = ancestors(ops, op_ids)
+    none = (
+        pl.DataFrame(schema={"op_id": pl.Int64, "chain": pl.UInt32}),
+        pl.DataFrame(schema={"chain": pl.UInt32, "op_chain": pl.String}),
+    )
+    if anc.is_empty():
+        return none
+    not_step = ~ops["name"].fill_null("").str.contains(PROFILER_STEP)
+    code = ops["name"].cast(pl.Categorical).to_physical()  # equal names, equal codes
+    if is_row_number(ops["op_id"]):
+        anc = anc.filter(not_step.gather(anc["ancestor_id"]))
+        anc = anc.with_columns(_code=code.gather(anc["ancestor_id"]))
+    else:
+        codes = ops.select(pl.col("op_id").alias("ancestor_id"), _code=code).filter(not_step)
+        anc = anc.join(codes, on="ancestor_id", how="inner")
+    per_op = (
+        anc.sort(["op_id", "level"], descending=[False, True])
+        .group_by("op_id", maintain_order=True)
+        .agg(_codes=pl.col("_code"))
+    )
+    del anc
+    classes = per_op.group_by("_codes", maintain_order=True).agg(_rep=pl.col("op_id").first()).with_row_index("chain")
+    per_op = per_op.join(classes.select("_codes", "chain"), on="_codes", how="left", maintain_order="left")
+    strings = op_context(trace, classes["_rep"]).select(_rep="op_id", op_chain="op_chain")
+    chains = classes.select("chain", "_rep").join(strings, on="_rep", how="left", maintain_order="left")
+    return per_op.select(pl.col("op_id").cast(pl.Int64), "chain"), chains.select("chain", "op_chain")
+
+
 def python_line_at(trace: Trace, points: pl.DataFrame, key: str) -> pl.DataFrame:
     """key, python_frame: for each point (key, pid, tid, ts_ns), the innermost user-code frame
     its thread was in at that instant (traces captured with with_stack; none otherwise)."""

@@ -40,180 +40,27 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
-from traceanalyzer.analyses.graph_table import DependencyGraph, narrow
-from traceanalyzer.analyses.intervals import covered
+from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, main_thread
+from traceanalyzer.analyses.graph_nodes import ThreadClock, cpu_nodes, gpu_nodes, graph_threads, slice_finder
+from traceanalyzer.analyses.graph_table import DependencyGraph, narrow, one_chunk
 from traceanalyzer.analyses.replay import calibrate
-from traceanalyzer.links import innermost_containing
 from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace
 
+ETYPES = ("serial", "launch", "stream", "event", "sync", "fork", "join")
 EDGE_SCHEMA = {
     "src": pl.Int64,
     "dst": pl.Int64,
-    "etype": pl.String,
+    "etype": pl.Enum(ETYPES),  # a byte per edge, not a string
     "from_start": pl.Boolean,
     "to_end": pl.Boolean,
 }
-# Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
-WORK_LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op")
-# Node columns kept as Int32 when every value fits: ids, threads and streams, layer times.
+# Node columns kept as Int32 when every value fits: ids, threads and streams, layer times and
+# durations (a slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
 NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
-
-
-def _threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
-    """The threads whose timelines matter for the GPU: they launch, block or run a step."""
-    parts = [
-        launch_calls(trace).select(*THREAD),
-        blocking.select(*THREAD),
-        trace.steps.select(*THREAD),
-    ]
-    main = main_thread(trace)
-    if main:
-        parts.append(pl.DataFrame({"pid": [main[0]], "tid": [main[1]]}))
-    return pl.concat([p.cast({"pid": pl.Int64, "tid": pl.Int64}) for p in parts]).unique().sort(THREAD)
-
-
-def _slices(trace: Trace, threads: pl.DataFrame) -> pl.DataFrame:
-    """Consecutive [ts_ns, end_ns) pieces of each thread between all op, call and step boundaries."""
-
-    def keep(df: pl.DataFrame) -> pl.DataFrame:
-        return (
-            df.select(*THREAD, "ts_ns", "end_ns")
-            .cast({"pid": pl.Int64, "tid": pl.Int64})
-            .join(threads, on=THREAD, how="semi")
-        )
-
-    ev = pl.concat(
-        [
-            keep(trace.ops),
-            keep(trace.runtime),
-            keep(trace.steps.select(*THREAD, ts_ns="cpu_start_ns", end_ns="cpu_end_ns")),
-        ]
-    )
-    b = pl.concat([ev.select(*THREAD, t="ts_ns"), ev.select(*THREAD, t="end_ns")]).sort(*THREAD, "t")
-    # distinct boundaries: a sorted frame drops its repeats by comparing neighbours (no hash)
-    new = (pl.col("t") != pl.col("t").shift(1)) | (pl.col("tid") != pl.col("tid").shift(1))
-    new = (new | (pl.col("pid") != pl.col("pid").shift(1))).fill_null(True)
-    b = b.filter(new)
-    same = (pl.col("tid") == pl.col("tid").shift(-1)) & (pl.col("pid") == pl.col("pid").shift(-1))
-    b = b.with_columns(end_ns=pl.when(same).then(pl.col("t").shift(-1))).filter(pl.col("end_ns").is_not_null())
-    return b.select(*THREAD, ts_ns="t", end_ns="end_ns")
-
-
-def _cpu_nodes(trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: int) -> pl.DataFrame:
-    s = _slices(trace, threads)
-    rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id", "name").with_columns(
-        parent_id=pl.lit(None, pl.Int64)
-    )
-    s = innermost_containing(s, rt, "runtime_id", "runtime_id")
-    s = innermost_containing(s, trace.ops, "op_id", "op_id")
-    # The layers' coverage on the slices' times alone: `covered` sorts what it is given (twice
-    # per layer), so each runs on a narrow copy and its column is scattered back into the
-    # slices' order, which stays (pid, tid, ts_ns) from `_slices` on: no sort of the wide table.
-    times = s.select(*THREAD, "ts_ns", "end_ns").with_row_index("_r")
-    for k, index in enumerate(act.cumulative):
-        got = covered(times, index, THREAD, "ts_ns", "end_ns", "_u").select("_r", "_u")
-        u = pl.Series(f"_u{k}", [], dtype=got.schema["_u"]).extend_constant(None, s.height)
-        s = s.with_columns(u.scatter(got["_r"], got["_u"]))
-        del got
-    del times
-    layers = [
-        (pl.col(f"_u{k}") - (pl.col(f"_u{k - 1}") if k else 0)).clip(0).alias(f"t_{n}") for k, n in enumerate(LAYERS)
-    ]
-    s = s.with_columns(layers).with_columns(
-        t_untraced=(pl.col("end_ns") - pl.col("ts_ns") - pl.col(f"_u{len(LAYERS) - 1}")).clip(0)
-    )
-    s = s.drop([f"_u{k}" for k in range(len(LAYERS))])
-    names = ("data_loading", "sync", "runtime_call", "launch", "cpu_op", "python", "untraced")
-    largest = pl.max_horizontal([pl.col(f"t_{n}") for n in names])
-    kind = pl.when(pl.lit(False)).then(pl.lit(None, pl.String))
-    for n in names:
-        kind = kind.when(pl.col(f"t_{n}") >= largest).then(pl.lit(n))
-    s = s.with_columns(kind=kind)  # in (pid, tid, ts_ns) order already: one row per distinct start
-    # Waits on another thread. Idle: no work layer covers the slice (Python frames may).
-    idle = pl.sum_horizontal([pl.col(f"t_{n}") for n in WORK_LAYERS]) == 0
-    s = s.with_columns(_idle=idle)
-    main = main_thread(trace)
-    is_main = (pl.col("pid") == (main[0] if main else -1)) & (pl.col("tid") == (main[1] if main else -1))
-    s = s.with_columns(_main=is_main.fill_null(False))
-    # other threads: a slice with no event at all is the thread waiting for work
-    s = s.with_columns(_wait=~pl.col("_main") & (pl.col("t_untraced") == pl.col("end_ns") - pl.col("ts_ns")))
-    runs = (
-        s.filter(pl.col("_main"))
-        .with_columns(_run=(pl.col("_idle") != pl.col("_idle").shift(1)).fill_null(True).cum_sum())
-        .filter(pl.col("_idle"))
-        .group_by("_run")
-        .agg(pl.col("pid").first(), gap_a=pl.col("ts_ns").min(), gap_b=pl.col("end_ns").max())
-        .filter(pl.col("gap_b") - pl.col("gap_a") >= wait_ns)
-    )
-    busy_other = s.filter(~pl.col("_main") & ~pl.col("_idle")).select("pid", "tid", "ts_ns", "end_ns")
-    forks = pl.DataFrame(schema={"pid": pl.Int64, "gap_a": pl.Int64, "gap_b": pl.Int64})
-    if runs.height and busy_other.height:
-        first = runs.sort("gap_a").join_asof(
-            busy_other.sort("ts_ns").select("pid", _fts="ts_ns"),
-            left_on="gap_a",
-            right_on="_fts",
-            by="pid",
-            strategy="forward",
-            check_sortedness=False,
-        )
-        forks = first.filter(pl.col("_fts") < pl.col("gap_b")).select("pid", "gap_a", "gap_b")
-    # the gap (if any) each slice starts in, by an as-of join of the start times alone: the slices
-    # stay in thread order, and the wide table is never sorted again
-    gap_b = pl.repeat(None, s.height, dtype=pl.Int64, eager=True)
-    if forks.height:
-        at = s.select("ts_ns").with_row_index("_r").sort("ts_ns")
-        at = at.join_asof(
-            forks.select("gap_a", "gap_b").sort("gap_a"),
-            left_on="ts_ns",
-            right_on="gap_a",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        gap_b = at.sort("_r")["gap_b"]
-    in_gap = pl.col("_main") & pl.col("_idle") & (pl.col("end_ns") <= gap_b).fill_null(False)
-    s = s.with_columns(_wait=pl.col("_wait") | in_gap)
-    s = s.with_columns(
-        lane=pl.lit("cpu"),
-        kind=pl.when(pl.col("_wait")).then(pl.lit("thread_wait")).otherwise(pl.col("kind")),
-        dur_ns=pl.when(pl.col("_wait")).then(0).otherwise(pl.col("end_ns") - pl.col("ts_ns")),
-    )
-    # no names: `DependencyGraph.names` gathers them by id (runtime_id and op_id are row numbers)
-    # narrow now what no join of `build_graph` reads (threads stay Int64 until the joins are done)
-    ids_and_times = ["runtime_id", "op_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
-    return narrow(s.drop("_idle", "_main", "_wait"), ids_and_times), forks
-
-
-def _gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
-    g = trace.gpu.filter(pl.col("device").is_not_null()).select(
-        "gpu_id",
-        "kind",
-        "name",
-        "device",
-        "stream",
-        "ts_ns",
-        "end_ns",
-        "runtime_id",
-        "op_id",
-        "launch_ts_ns",
-        "launch_pid",
-        "launch_tid",
-    )
-    dims = trace.ops.select("op_id", "input_dims") if "input_dims" in trace.ops.columns else None
-    coll = (pl.col("kind") == "kernel") & pl.col("name").str.contains(collective_pattern)
-    g = g.with_columns(_coll=coll, dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
-    if dims is not None:
-        g = g.join(dims, on="op_id", how="left")
-    else:
-        g = g.with_columns(input_dims=pl.lit(None, pl.String))
-    # The shortest instance of one collective (same kernel, same message) is its transfer time.
-    fastest = pl.col("dur_ns").min().over("name", "input_dims")
-    return g.with_columns(
-        lane=pl.lit("gpu"),
-        kind=pl.when(pl.col("_coll")).then(pl.lit("collective")).otherwise(pl.col("kind")),
-        wait_ns=pl.when(pl.col("_coll")).then(pl.col("dur_ns") - fastest).otherwise(0),
-    ).drop("_coll", "input_dims", "name")
+NARROW += ["dur_ns", "wait_ns"]
+LANES = pl.Enum(["cpu", "gpu"])
+CPU_KINDS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op", "python", "untraced", "thread_wait")
 
 
 def _pairs(
@@ -233,11 +80,18 @@ def build_graph(
 ) -> DependencyGraph:
     """The dependency graph of `trace` (see the module docstring); `act` is the Session's CpuActivity."""
     blocking = act.blocking
-    threads = _threads(trace, blocking)
-    cpu, forks = _cpu_nodes(trace, act, threads, int(thread_wait_us * 1000))
-    gpu = _gpu_nodes(trace, collective_pattern)
+    threads = graph_threads(trace, blocking)
+    ends = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
+    ends += [
+        trace.steps.select("cpu_start_ns", "cpu_end_ns"),
+        *(i.select("start_ns", "end_ns") for i in act.cumulative),
+    ]
+    clock = ThreadClock.of(threads, ends)
+    cpu, forks = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
+    gpu = gpu_nodes(trace, collective_pattern)
     cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
+    starting, ending = slice_finder(cpu, clock, "ts_ns"), slice_finder(cpu, clock, "end_ns")
     edges = []
     # serial
     # (the slices are in (pid, tid, ts_ns) order: a thread's next slice is the next row of that thread)
@@ -246,12 +100,12 @@ def build_graph(
     edges.append(_pairs(serial, "node", "_next", "serial"))
     del serial
     # launch: the slice that begins the launch call
-    first_slice = cpu.select(*THREAD, "ts_ns", _slice="node")
-    calls = trace.runtime.select("runtime_id", *THREAD, "ts_ns", "end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
-    call_first = calls.join(first_slice, on=[*THREAD, "ts_ns"], how="inner").select("runtime_id", "_slice")
+    calls = trace.runtime.select("runtime_id", *THREAD, "ts_ns")
+    launch = gpu.select("node", "runtime_id").join(calls, on="runtime_id", how="inner")
     edges.append(
-        _pairs(gpu.join(call_first, on="runtime_id", how="inner"), "_slice", "node", "launch", from_start=True)
+        _pairs(launch.with_columns(_slice=starting(launch, "ts_ns")), "_slice", "node", "launch", from_start=True)
     )
+    del launch, calls
     # stream order
     gs = gpu.sort("device", "stream", "ts_ns", "gpu_id").with_columns(
         _next=pl.col("node").shift(-1).over("device", "stream")
@@ -289,13 +143,12 @@ def build_graph(
         )
         edges.append(_pairs(after, "_src", "_dst", "event"))
     # syncs: the slice that ends the blocking call returns after the GPU work it waited for
-    last_slice = cpu.select(*THREAD, "end_ns", _slice="node")
     bl = (
         blocking.filter(pl.col("end_ns") > pl.col("ts_ns"))
         .select("runtime_id", *THREAD, "ts_ns", "end_ns")
         .cast({"pid": pl.Int64, "tid": pl.Int64})
-        .join(last_slice, on=[*THREAD, "end_ns"], how="inner")
     )
+    bl = bl.with_columns(_slice=ending(bl, "end_ns")).filter(pl.col("_slice").is_not_null())
     if bl.height and gpu.height:
         own = bl.join(gpu.select("runtime_id", _src="node"), on="runtime_id", how="inner")
         # the device of the call: its own copy's, else of the last work its thread launched
@@ -375,22 +228,24 @@ def build_graph(
         [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
     )
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
-    steps = steps.join(
-        cpu.select(*THREAD, cpu_start_ns="ts_ns", first_node="node"), on=[*THREAD, "cpu_start_ns"], how="left"
-    )
-    steps = steps.join(
-        cpu.select(*THREAD, cpu_end_ns="end_ns", last_node="node"), on=[*THREAD, "cpu_end_ns"], how="left"
-    )
+    steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
+    del starting, ending  # they hold the slices' keys
     # CPU nodes are numbered first, GPU nodes after, each in row order: the concatenation is in
-    # node order already. Its chunks are kept (no rechunk, no sort), so the node table, the
-    # largest of the graph (names and all), is never copied while its parts are alive.
-    # Each part is narrowed before the concatenation (narrowing the two-chunk table after it
-    # copied all of it: +140 MB at 311 MB).
-    del first_slice, last_slice, launched
-    cpu = narrow(cpu.drop("node").with_columns(wait_ns=pl.lit(0, pl.Int64)), NARROW)
-    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid"), NARROW)  # read above only
+    # node order already (no sort). Each part is narrowed before it (narrowing the two-chunk
+    # table after it copied all of it: +140 MB at 311 MB), and it is made one chunk a column at a
+    # time: the own times computed over it are one chunk, and a frame of columns chunked
+    # differently is copied whole by its next drop or select (+100 MB at 311 MB).
+    del launched
+    # kinds and lanes as a byte per node (an Enum), not a string
+    gpu_kinds = gpu["kind"].drop_nulls().unique().sort().to_list()
+    kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
+    cpu = cpu.drop("node", "_th", strict=False).with_columns(wait_ns=pl.lit(0, pl.Int64)).cast(kinds)
+    cpu = narrow(cpu, NARROW)
+    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid").cast(kinds), NARROW)  # read above only
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
+    nodes = one_chunk(nodes)
     nodes, e = calibrate(nodes, e)
+    nodes = narrow(nodes, ["own_ns"])
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
     return DependencyGraph(nodes, e, steps, *names)

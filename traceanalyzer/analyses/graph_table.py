@@ -18,9 +18,11 @@ class DependencyGraph:
     CPU range). `names(rows)` names nodes.
 
     The node table is the largest of the graph (a row per slice of every launching thread), so
-    it holds no name (gathered by id when asked) and no node column, and row numbers, thread
-    and stream ids and the layer times are Int32 where every value fits (`narrow`). The what-if
-    `Model` drops its captured times (ts_ns, end_ns) once its replay of the capture holds them."""
+    it holds no name (gathered by id when asked) and no node column; row numbers, thread and
+    stream ids, the layer times and the durations are Int32 where every value fits (`narrow`);
+    `kind` and `lane`, like the edges' `etype`, are Enums (a byte each); it is one chunk
+    (`one_chunk`). The what-if `Model` drops its captured times (ts_ns, end_ns) once its replay
+    of the capture holds them."""
 
     nodes: pl.DataFrame
     edges: pl.DataFrame
@@ -30,17 +32,42 @@ class DependencyGraph:
     op_names: pl.Series
     gpu_names: pl.Series
 
-    def names(self, rows: pl.Series) -> pl.Series:
+    def names(self, rows: pl.Series, missing: str | None = None) -> pl.Series:
         """The name of the nodes `rows`: a GPU activity's own; a slice's runtime call, else its
-        innermost op, else its kind."""
-        n = self.nodes.select("lane", "runtime_id", "op_id", "gpu_id", "kind")[rows]
-        cpu = [_by_id(self.runtime_names, n["runtime_id"]), _by_id(self.op_names, n["op_id"]), n["kind"]]
-        gpu = _by_id(self.gpu_names, n["gpu_id"])
-        return n.select(pl.when(pl.col("lane") == "gpu").then(gpu).otherwise(pl.coalesce(cpu)).alias("name"))["name"]
+        innermost op, else its kind; `missing` where a row is negative (no node).
+
+        One gather from the names of calls, ops, activities and kinds side by side (one chunk),
+        so the names come back as views of those strings: gathering from the trace's columns
+        (dozens of chunks, as the loader reads them) or choosing among several gathers copies
+        every string (50 MB for the 174k segments of a critical path at 311 MB)."""
+        n = self.nodes.select("lane", "runtime_id", "op_id", "gpu_id", "kind")[rows.clip(0)]
+        kinds = n["kind"].cast(pl.String).drop_nulls().unique().sort()
+        r, o, g = self.runtime_names.len(), self.op_names.len(), self.gpu_names.len()
+        last = pl.Series([missing], dtype=pl.String)
+        every = pl.concat([self.runtime_names, self.op_names, self.gpu_names, kinds, last], rechunk=True)
+
+        def named(names: pl.Series, col: str, size: int) -> pl.Expr:  # an id that has a name
+            has = names.is_not_null().extend_constant(False, 1)  # row `size`: no id
+            at = pl.col(col).cast(pl.Int64)
+            return pl.lit(has).gather(pl.when(at < size).then(at).otherwise(size).fill_null(size))
+
+        code = pl.col("kind").cast(pl.String).replace_strict(kinds, range(kinds.len()), default=None)
+        at = (
+            pl.when(pl.col("lane") == "gpu")
+            .then(pl.when(pl.col("gpu_id") < g).then(r + o + pl.col("gpu_id").cast(pl.Int64)))
+            .when(named(self.runtime_names, "runtime_id", r))
+            .then(pl.col("runtime_id").cast(pl.Int64))
+            .when(named(self.op_names, "op_id", o))
+            .then(r + pl.col("op_id").cast(pl.Int64))
+            .otherwise(r + o + g + code.cast(pl.Int64))
+        )
+        at = pl.when(pl.lit(rows) < 0).then(every.len() - 1).otherwise(at)
+        return every.gather(n.select(at)[:, 0]).alias("name")
 
     def gpu_node_names(self) -> pl.Series:
-        """Every node's GPU activity name (null on CPU slices), in node order."""
-        return _by_id(self.gpu_names, self.nodes["gpu_id"]).alias("name")
+        """Every node's GPU activity name (null on CPU slices), in node order (views of the
+        names, gathered from one chunk)."""
+        return _by_id(self.gpu_names.rechunk(), self.nodes["gpu_id"]).alias("name")
 
 
 def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
@@ -65,3 +92,14 @@ def narrow(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
         if df.schema[c] != pl.Int32 and (lo is None or (lo >= INT32[0] and hi <= INT32[1])):
             df = df.with_columns(pl.col(c).cast(pl.Int32))
     return df
+
+
+def one_chunk(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with every column in one chunk, copied one column at a time: each column leaves `df`
+    (emptied in place) as its copy is made, so no more than one column is ever held twice. A
+    frame whose columns are chunked differently (a concatenation, then a column computed over
+    all of it) is otherwise copied whole, at once, by the next `drop` or `select`."""
+    cols = []
+    for name in df.columns:
+        cols.append(df.drop_in_place(name).rechunk())
+    return pl.DataFrame(cols)

@@ -247,20 +247,23 @@ def step_times(
     (the slice that starts each GPU activity's launch call)."""
     from traceanalyzer.trace import extend_steps
 
-    start = pl.Series(sched.start_ns)
-    end = pl.Series(sched.end_ns)
+    # the nodes' times gathered from the schedule's arrays themselves (a Series of each copied
+    # them: 16 MB per replay at 311 MB)
+    def at(times: np.ndarray, nodes: pl.Series) -> pl.Series:
+        return pl.Series(times[nodes.cast(pl.Int64).to_numpy()], dtype=pl.Int64)
+
     st = graph_steps.filter(pl.col("first_node").is_not_null() & pl.col("last_node").is_not_null())
     ranges = trace_steps.select("step", "name", "pid", "tid", "op_id").join(
         st.select("step", "first_node", "last_node"), on="step"
     )
     ranges = ranges.with_columns(
-        cpu_start_ns=start.gather(ranges["first_node"]), cpu_end_ns=end.gather(ranges["last_node"])
+        cpu_start_ns=at(sched.start_ns, ranges["first_node"]), cpu_end_ns=at(sched.end_ns, ranges["last_node"])
     ).drop("first_node", "last_node")
     g = gpu_launch.with_columns(
         launch_ts_ns=pl.when(pl.col("launch_node").is_not_null()).then(
-            start.gather(gpu_launch["launch_node"].fill_null(0))
+            at(sched.start_ns, gpu_launch["launch_node"].fill_null(0))
         ),
-        end_ns=end.gather(gpu_launch["node"]),
+        end_ns=at(sched.end_ns, gpu_launch["node"]),
     )
     return extend_steps(ranges, g).select("step", "start_ns", "end_ns").sort("start_ns")
 
@@ -268,49 +271,63 @@ def step_times(
 def calibrate(nodes: pl.DataFrame, edges: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Lags and own times that make a replay with nothing changed give the captured times.
     `nodes` are numbered 0..n-1 in row order; node times are gathered by position, so the wide
-    node table (names and all) is never joined or sorted."""
-    ts, end, dur = nodes["ts_ns"], nodes["end_ns"], nodes["dur_ns"]
-    is_sync = pl.repeat(False, nodes.height, dtype=pl.Boolean, eager=True)
-    sync_dst = edges.filter("to_end")["dst"].unique()
-    if sync_dst.len():
-        is_sync = is_sync.scatter(sync_dst, True)
+    node table (names and all) is never joined or sorted. On int64 arrays, one per quantity
+    (a frame of the edges with every helper column held 140 MB at 311 MB)."""
+    ts, end = _i64(nodes["ts_ns"]), _i64(nodes["end_ns"])
+    dur = _i64(nodes["dur_ns"])
+    src, dst = _i64(edges["src"]), _i64(edges["dst"])
+    fs = edges["from_start"].to_numpy().astype(np.bool_)
+    te = edges["to_end"].to_numpy().astype(np.bool_)
+    n = len(ts)
+    is_sync = np.zeros(n, dtype=np.bool_)
+    is_sync[dst[te]] = True
     # the modelled end of a node: start + duration, a sync's captured end
-    mend = pl.select(pl.when(is_sync).then(end).otherwise(ts + dur)).to_series()
-    src, dst = edges["src"], edges["dst"]
-    e = edges.select("src", "dst", "etype", "from_start", "to_end").with_columns(
-        edge=pl.int_range(edges.height),
-        _ref=pl.when(pl.col("from_start")).then(ts.gather(src)).otherwise(mend.gather(src)),
-        _target=pl.when(pl.col("to_end")).then(end.gather(dst)).otherwise(ts.gather(dst)),
-    )
-    e = e.with_columns(_lag0=(pl.col("_target") - pl.col("_ref")).clip(upper_bound=0)).with_columns(
-        _ready=pl.col("_ref") + pl.col("_lag0")
-    )
+    mend = np.where(is_sync, end, ts + dur)
+    ref = np.where(fs, ts[src], mend[src])
+    del mend
+    target = np.where(te, end[dst], ts[dst])
+    lag0 = np.minimum(target - ref, 0)
+    ready = ref + lag0
     # a sync's own time: what the call took after the latest work it waited for ended
-    ends = e.filter("to_end").group_by("dst").agg(_maxref=pl.col("_ref").max())
-    maxref = pl.repeat(None, nodes.height, dtype=pl.Int64, eager=True)
-    if ends.height:
-        maxref = maxref.scatter(ends["dst"], ends["_maxref"])
+    maxref = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(maxref, dst[te], ref[te])
+    del ref
+    m = pl.Series(maxref).set(pl.Series(~is_sync), None)  # null: no to_end edge
+    del maxref
+    t, e_, d = pl.Series(ts), pl.Series(end), nodes["dur_ns"]
     own = pl.select(
-        pl.when(maxref.is_not_null()).then((end - pl.max_horizontal(ts, maxref)).clip(0, end - ts)).otherwise(dur)
+        pl.when(m.is_not_null()).then((e_ - pl.max_horizontal(t, m)).clip(0, e_ - t)).otherwise(d)
     ).to_series()
-    # the edge that binds each node's start (or a sync's end): the latest ready, first by index;
-    # by one sort and a comparison of neighbours (a group_by of sorted lists took 170 MB per 1M
-    # edges). `_target` depends on (dst, to_end) only.
-    best = e.select("dst", "to_end", "edge", "_ready", "_target").sort(
-        "dst", "to_end", "_ready", "edge", descending=[False, False, True, False]
-    )
-    first = (pl.col("dst") != pl.col("dst").shift(1)) | (pl.col("to_end") != pl.col("to_end").shift(1))
-    best = best.filter(first.fill_null(True))
-    best = best.with_columns(_own_ready=(ts + own).gather(best["dst"]))
+    del m, t, e_, d
+    own_np = own.cast(pl.Int64).to_numpy().copy()
+    # the edge that binds each node's start (or a sync's end): the latest ready, first by index
+    # (one stable order by destination, to_end, ready descending, edge; a group_by of sorted
+    # lists took 170 MB per 1M edges). `target` depends on (dst, to_end) only.
+    edge = np.arange(len(src), dtype=np.int64)
+    order = np.lexsort((edge, -ready, te, dst))
+    del edge
+    od, ot = dst[order], te[order]
+    first = np.ones(len(order), dtype=np.bool_)
+    first[1:] = (od[1:] != od[:-1]) | (ot[1:] != ot[:-1])
+    best = order[first]
+    del order, od, ot, first
+    b_dst, b_te, b_ready, b_target = dst[best], te[best], ready[best], target[best]
+    del ready, target
+    own_ready = (ts + own_np)[b_dst]
     # the binding edge carries the rest; for a sync whose own time binds, the own time does
-    best = best.with_columns(_own_binds=pl.col("to_end") & (pl.col("_own_ready") >= pl.col("_ready"))).with_columns(
-        _rest=pl.when(pl.col("_own_binds")).then(pl.lit(0)).otherwise(pl.col("_target") - pl.col("_ready")).clip(0)
-    )
-    rest = pl.repeat(0, edges.height, dtype=pl.Int64, eager=True).scatter(best["edge"], best["_rest"])
-    fix = best.filter("_own_binds")
-    if fix.height:
-        own = own.scatter(fix["dst"], own.gather(fix["dst"]) + (fix["_target"] - fix["_own_ready"]).clip(0))
-    lag = e["_lag0"] + rest
-    out = e.select("src", "dst", "etype", "from_start", "to_end").with_columns(lag_ns=lag)
-    del e, best, rest, lag, fix, ends, maxref  # before the sort copies the edges
-    return nodes.with_columns(own_ns=own), out.sort("dst", "src")
+    own_binds = b_te & (own_ready >= b_ready)
+    rest = np.zeros(len(src), dtype=np.int64)
+    rest[best] = np.where(own_binds, 0, np.maximum(b_target - b_ready, 0))
+    if own_binds.any():
+        fix = b_dst[own_binds]
+        own_np[fix] = own_np[fix] + np.maximum(b_target[own_binds] - own_ready[own_binds], 0)
+        own = pl.Series(own_np, dtype=pl.Int64)
+    del b_dst, b_te, b_ready, b_target, own_ready, own_binds, own_np
+    lag = pl.Series("lag_ns", lag0 + rest, dtype=pl.Int64)
+    del lag0, rest
+    out = edges.select("src", "dst", "etype", "from_start", "to_end").with_columns(lag)
+    del lag
+    # by destination, then source: one stable order of the two int64 arrays, then a gather (the
+    # rows equal in both are the same edge, or copies of one, so their order changes nothing)
+    by_dst = pl.Series(np.lexsort((src, dst)))
+    return nodes.with_columns(own_ns=own.alias("own_ns")), out[by_dst]

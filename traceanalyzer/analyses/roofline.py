@@ -272,11 +272,13 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
     opts = Options.of(options).roofline
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
-    host = trace.gpu.filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY))
-    gpu = trace.gpu.join(host.select("gpu_id"), on="gpu_id", how="anti").select(
-        "gpu_id", "op_id", "kind", "name", "device", "dur_ns"
+    host_copy = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)
+    host = trace.gpu.select("gpu_id", "kind", "name", "dur_ns").filter(host_copy)
+    # the columns first: a join or a filter copies every column of the rows it keeps
+    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").join(
+        host.select("gpu_id"), on="gpu_id", how="anti"
     )
-    ops = trace.ops.filter(pl.col("kind") == "cpu_op").select("op_id", *KEYS)
+    ops = trace.ops.select("op_id", "kind", *KEYS).filter(pl.col("kind") == "cpu_op").drop("kind")
     work = work_table(ops)
     cand = ops.join(work, on=KEYS, how="inner", nulls_equal=True)
     modelled = cand.filter(pl.col("reason").is_null())

@@ -86,15 +86,13 @@ class Model:
     kernel_spacing_ns: int
     slow_launch_ns: int
     prepared: Prepared = field(init=False)
-    base: Schedule = field(init=False)
+    _base: Schedule | None = field(init=False, default=None)  # see `base`
+    _replayed: pl.DataFrame | None = field(init=False, default=None)  # the steps of `base`
 
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
         n = self.graph.nodes
-        dur = n["dur_ns"].cast(pl.Int64).to_numpy()
-        own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
-        self.base = replay(self.prepared, dur, own)
-        del dur, own
+        self._base = self._replay_capture()
         # The captured times live on in `prepared.ts` and the replay of the capture (`base`,
         # which reproduces them): the node table need not hold them too.
         n = n.drop("ts_ns", "end_ns")
@@ -108,6 +106,22 @@ class Model:
             .unique("node", keep="first")
             .sort("node")
         )
+
+    def _replay_capture(self) -> Schedule:
+        n = self.graph.nodes
+        dur = n["dur_ns"].cast(pl.Int64).to_numpy()
+        own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
+        return replay(self.prepared, dur, own)
+
+    @property
+    def base(self) -> Schedule:
+        """The replay of the capture with nothing changed (it reproduces the captured times).
+        `critical_path` lets it go once walked (four arrays of 8 bytes per node: 32 MB at 311
+        MB, held through every what-if, which reads only its step times, kept); asked for
+        again, it is replayed again (milliseconds with the native loop)."""
+        if self._base is None:
+            self._base = self._replay_capture()
+        return self._base
 
     def windows(self, sched: Schedule) -> pl.DataFrame:
         """step, start_ns, end_ns of each window in a schedule (see `analyses.windows`)."""
@@ -127,7 +141,10 @@ class Model:
         w = self.windows(self.base)
         if self.graph.nodes.is_empty():  # no timed event at all
             return summarise(walk(self.graph, self.prepared, self.base, w.clear(), []), w.clear())
-        return summarise(walk(self.graph, self.prepared, self.base, w, self._end_nodes(w, self.base)), w)
+        path = summarise(walk(self.graph, self.prepared, self.base, w, self._end_nodes(w, self.base)), w)
+        self._replayed = w.select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))  # what what-ifs read of it
+        self._base = None
+        return path
 
     def _end_nodes(self, w: pl.DataFrame, sched: Schedule) -> list[int]:
         """The node whose end is each window's end (the latest-ending node that ends it)."""
@@ -151,7 +168,9 @@ class Model:
         dur, own, lag, cut = self._apply(scenario)
         sched = replay(self.prepared, dur, own, lag, cut)
         captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
-        base = self.windows(self.base).select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))
+        if self._replayed is None:  # the capture's replay is the same for every scenario
+            self._replayed = self.windows(self.base).select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))
+        base = self._replayed
         new = self.windows(sched).select(predicted_ns=pl.col("end_ns") - pl.col("start_ns"))
         steps = (
             captured.with_row_index("_k")
@@ -173,7 +192,11 @@ class Model:
         dur = pl.col("dur_ns").cast(pl.Float64)
         own = pl.col("own_ns").fill_null(0).cast(pl.Float64)
         removed = [f"t_{layer}" for c in sc.without for layer in CPU_CAUSES.get(c, ())]
-        frame = n.select(_node_index(), "lane", "op_id", "runtime_id", "wait_ns", "dur_ns", "own_ns", *{*removed})
+        # the columns the scenario reads (no copy), and in one select the two integer columns it
+        # gives: no frame of float intermediates, no node column (a what-if at 311 MB held 90 MB)
+        unsync_cols = ["t_sync"] if sc.unsync else []
+        cols = dict.fromkeys(["lane", "op_id", "runtime_id", "wait_ns", "dur_ns", "own_ns", *removed, *unsync_cols])
+        frame = n.select(list(cols))
         exprs_dur, exprs_own = dur, own
         if removed:  # summed as floats: the layer times may be Int32, their sum need not fit
             gone = pl.sum_horizontal([pl.col(c).fill_null(0).cast(pl.Float64) for c in removed])
@@ -206,20 +229,18 @@ class Model:
         dropped = pl.lit(False)
         for name in sc.drop:
             dropped = dropped | pl.col("op_id").is_in(self._matching_ops(name, exact=True).implode())
-        frame = frame.with_columns(
-            _dur=pl.when(dropped).then(0.0).otherwise(exprs_dur),
-            _own=pl.when(dropped).then(0.0).otherwise(exprs_own),
-            _drop=dropped,
-        )
-        unsynced = cpu & pl.col("runtime_id").is_in(list(sc.unsync)) & (pl.col("t_sync") > 0)
+        dur_x = pl.when(dropped).then(0.0).otherwise(exprs_dur)
+        own_x = pl.when(dropped).then(0.0).otherwise(exprs_own)
         if sc.unsync:
-            frame = frame.with_columns(t_sync=n["t_sync"]).with_columns(
-                _dur=pl.when(unsynced).then((pl.col("_dur") - pl.col("t_sync")).clip(0)).otherwise(pl.col("_dur")),
-                _own=pl.when(unsynced).then(0.0).otherwise(pl.col("_own")),
-                _drop=pl.col("_drop") | unsynced,
-            )
-        dur_l = frame["_dur"].clip(0).round().cast(pl.Int64).to_numpy()
-        own_l = frame["_own"].clip(0).round().cast(pl.Int64).to_numpy()
+            unsynced = cpu & pl.col("runtime_id").is_in(list(sc.unsync)) & (pl.col("t_sync") > 0)
+            dur_x = pl.when(unsynced).then((dur_x - pl.col("t_sync")).clip(0)).otherwise(dur_x)
+            own_x = pl.when(unsynced).then(0.0).otherwise(own_x)
+            dropped = dropped | unsynced
+        # one select per column: in one, polars evaluates them at once, with all their float
+        # intermediates alive together (the peak of a whole summary at 311 MB)
+        dur_l, own_l = (frame.select(x.clip(0).round().cast(pl.Int64)).to_series().to_numpy() for x in (dur_x, own_x))
+        drop = frame.select(dropped).to_series() if sc.drop or sc.unsync else None
+        del frame
         lag = None
         gpu_edge = e["etype"].is_in(["stream", "event"])
         if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
@@ -234,7 +255,7 @@ class Model:
         if "sync" in sc.without:
             stop = sync_edges
         if sc.drop or sc.unsync:
-            dropped_nodes = frame.filter("_drop")["node"]
+            dropped_nodes = drop.arg_true().cast(pl.Int64)  # node v is row v
             stop = stop | (sync_edges & e["dst"].is_in(dropped_nodes.implode()))
         if stop.any():
             cut = stop.to_numpy()
