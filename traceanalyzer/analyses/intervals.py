@@ -57,42 +57,36 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     that one running maximum of the ends never reaches from one group into the next. A run
     starts where its group starts or where a start passes every earlier end; it ends at the
     running maximum on its last row. None (use the group-by) when that does not hold: null
-    times, an end before its start, or bands that would overflow int64."""
-    first = pl.int_range(pl.len()) == 0
-    for b in by:
-        first = first | pl.col(b).ne_missing(pl.col(b).shift(1))
-    t = s.select(
-        _n=pl.col("start_ns").null_count() + pl.col("end_ns").null_count(),
-        _neg=(pl.col("end_ns") < pl.col("start_ns")).sum(),
-        _lo=pl.col("start_ns").min(),
-        _hi=pl.col("end_ns").max(),
-        _groups=first.sum(),
-    ).row(0)
-    if t[0] or t[1]:
+    times, an end before its start, or bands that would overflow int64.
+
+    Written with Series operations, not a lazy query: each is one call into polars, where a
+    query pays its planning and engine start on every call (a DLRM rank merges a dozen frames
+    of a few thousand rows: the queries were most of the merge's time). Helper columns are let
+    go as soon as the next one is made (a 1 GB trace merges millions of rows)."""
+    start, end = s.get_column("start_ns"), s.get_column("end_ns")
+    if start.null_count() or end.null_count() or (end < start).any():
         return None
-    lo, hi, groups = int(t[2]), int(t[3]), int(t[4])
-    span = hi - lo + 1
+    lo, hi = start.min(), end.max()
+    first = None
+    for b in by:
+        col = s.get_column(b)
+        change = col.ne_missing(col.shift(1))
+        first = change if first is None else first | change
+    if first is None:
+        first = pl.zeros(s.height, pl.Boolean, eager=True)
+    first[0] = True
+    groups = int(first.sum())
+    span = int(hi) - int(lo) + 1
     if groups * span >= 1 << 62:
         return None
-    # One lazy query, so that the helper columns are let go inside it (a 1 GB trace merges
-    # millions of rows: each helper column is tens of MB).
-    band = (first.cum_sum().cast(pl.Int64) - 1) * span - lo
-    swept = (
-        s.lazy()
-        .with_columns(_first=first, _band=band)
-        .with_columns(_reach=(pl.col("end_ns") + pl.col("_band")).cum_max())
-        .with_columns(_new=pl.col("_first") | ((pl.col("start_ns") + pl.col("_band")) > pl.col("_reach").shift(1)))
-        .select(
-            *by,
-            "start_ns",
-            "_new",
-            _last=pl.col("_new").shift(-1, fill_value=True),
-            _end=pl.col("_reach") - pl.col("_band"),
-        )
-        .collect()
-    )
-    ends = swept.filter("_last").get_column("_end").alias("end_ns")
-    return swept.filter("_new").select(*by, "start_ns").hstack([ends])
+    band = (first.cast(pl.Int64).cum_sum() - 1) * span - int(lo)
+    reach = (end + band).cum_max()
+    new = first | ((start + band) > reach.shift(1))
+    del first
+    last = new.shift(-1, fill_value=True)
+    ends = (reach - band).filter(last).alias("end_ns")
+    del reach, band, last
+    return s.select(*by, "start_ns").filter(new).hstack([ends])
 
 
 @dataclass(frozen=True)
