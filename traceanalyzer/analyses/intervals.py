@@ -272,11 +272,13 @@ def overlap_join(
             .explode(other)
         )
 
-    # right starts in [left start, left end): right end > left start unless both are the same instant
-    starts_inside = ranges(lt, by, pl.col(ls), pl.col(le) - 1, rt, right_by, rs)
-    # left starts in (right start, right end)
-    opens_over = ranges(rt, right_by, pl.col(rs) + 1, pl.col(re_) - 1, lt, by, ls)
-    pairs = pl.concat([starts_inside.select(list(idx)).cast(idx), opens_over.select(list(idx)).cast(idx)])
+    pairs = _banded_pairs(lt, rt, by, right_by, left_span, right_span)
+    if pairs is None:
+        # right starts in [left start, left end): right end > left start unless both are the same instant
+        starts_inside = ranges(lt, by, pl.col(ls), pl.col(le) - 1, rt, right_by, rs)
+        # left starts in (right start, right end)
+        opens_over = ranges(rt, right_by, pl.col(rs) + 1, pl.col(re_) - 1, lt, by, ls)
+        pairs = pl.concat([starts_inside.select(list(idx)).cast(idx), opens_over.select(list(idx)).cast(idx)])
     out = pl.concat(
         [
             lt.drop("_li")[pairs["_li"]],
@@ -287,6 +289,70 @@ def overlap_join(
     out = out.filter(pl.col(re_) > pl.col(ls))
     helper = [c for c in ("_k0", "_k1") if c in out.columns]
     return out.drop(helper)
+
+
+def _banded_pairs(
+    lt: pl.DataFrame, rt: pl.DataFrame, by: list[str], right_by: list[str], left_span, right_span
+) -> pl.DataFrame | None:
+    """`overlap_join`'s candidate pairs (_li, _ri) with Series binary searches instead of as-of
+    joins: each key's times are shifted into a band of their own (key number x span, as
+    `_merge_sweep` does), so that both sides' starts are one sorted int64 axis each and a
+    range of rows is two `search_sorted`s. A DLRM rank's dozen joins of a few thousand rows
+    were ~20 queries each; this is one join (the right keys' numbers) and a few Series calls.
+    `lt` and `rt`: sorted by key, then start, without null keys or times, with their row
+    index first. None when the bands would overflow int64."""
+    (ls, le), (rs, re_) = left_span, right_span
+    if lt.is_empty() or rt.is_empty():
+        return pl.DataFrame(schema={"_li": pl.UInt32, "_ri": pl.UInt32})
+    lkeys = [lt.get_column(b) for b in by]
+    first = None
+    for col in lkeys:
+        change = col.ne_missing(col.shift(1))
+        first = change if first is None else first | change
+    first[0] = True
+    lk = first.cast(pl.Int64).cum_sum() - 1  # key numbers in sorted key order: lt's rows stay sorted
+    keys = lt.select(by).filter(first).with_row_index("_key")
+    rk = (
+        rt.select([pl.col(c).alias(b) for b, c in zip(by, right_by)])
+        .join(keys, on=by, how="left", maintain_order="left")
+        .get_column("_key")
+        .cast(pl.Int64)
+    )
+    cols = [lt.get_column(ls), lt.get_column(le), rt.get_column(rs), rt.get_column(re_)]
+    lo = min(int(c.min()) for c in cols) - 1
+    hi = max(int(c.max()) for c in cols) + 1
+    span = hi - lo + 1
+    if keys.height * span >= 1 << 62:
+        return None
+    l_s, l_e = cols[0] + (lk * span - lo), cols[1] + (lk * span - lo)
+    known = rk.is_not_null()  # a right key no left row has pairs with nothing
+    r_band = rk.filter(known) * span - lo
+    r_s, r_e = cols[2].filter(known) + r_band, cols[3].filter(known) + r_band
+    r_index = rt.get_column("_ri").filter(known)
+
+    def spans(lo_t: pl.Series, hi_t: pl.Series, axis: pl.Series) -> pl.DataFrame:
+        """_q (the query's row), _p (positions in `axis`, sorted) with lo_t <= axis[_p] <= hi_t."""
+        a = axis.search_sorted(lo_t, side="left").cast(pl.Int64)
+        b = axis.search_sorted(hi_t, side="right").cast(pl.Int64)
+        return (
+            pl.DataFrame({"_q": pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True), "_a": a, "_b": b})
+            .filter(pl.col("_a") < pl.col("_b"))
+            .select("_q", _p=pl.int_ranges("_a", "_b", dtype=pl.UInt32))
+            .explode("_p")
+        )
+
+    # right starts in [left start, left end): right end > left start unless both are the same instant
+    inside = spans(l_s, l_e - 1, r_s)
+    # left starts in (right start, right end)
+    over = spans(r_s + 1, r_e - 1, l_s)
+    return pl.DataFrame(
+        {
+            "_li": pl.concat([inside.get_column("_q"), over.get_column("_p")]),
+            "_ri": pl.concat([r_index.gather(inside.get_column("_p")), r_index.gather(over.get_column("_q"))]).cast(
+                pl.UInt32
+            ),
+        }
+    )
 
 
 def _near(
