@@ -334,12 +334,10 @@ def _banded_pairs(
         """_q (the query's row), _p (positions in `axis`, sorted) with lo_t <= axis[_p] <= hi_t."""
         a = axis.search_sorted(lo_t, side="left").cast(pl.Int64)
         b = axis.search_sorted(hi_t, side="right").cast(pl.Int64)
-        return (
-            pl.DataFrame({"_q": pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True), "_a": a, "_b": b})
-            .filter(pl.col("_a") < pl.col("_b"))
-            .select("_q", _p=pl.int_ranges("_a", "_b", dtype=pl.UInt32))
-            .explode("_p")
-        )
+        keep = a < b
+        q = pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True).filter(keep)
+        p = pl.int_ranges(a.filter(keep), b.filter(keep), dtype=pl.UInt32, eager=True)
+        return pl.DataFrame({"_q": q, "_p": p}).explode("_p")
 
     # right starts in [left start, left end): right end > left start unless both are the same instant
     inside = spans(l_s, l_e - 1, r_s)
