@@ -136,16 +136,11 @@ def cumulative_unions(layers: list[pl.DataFrame], by: list[str]) -> tuple[list[p
             .sort("_t")
         )
         union = union.merge_sorted(banded, "_t") if union.height else banded
-        union = (
-            union.lazy()
-            .with_columns(_reach=pl.col("_te").cum_max())
-            .with_columns(_new=(pl.col("_t") > pl.col("_reach").shift(1)).fill_null(True))
-            .select(
-                _t=pl.col("_t").filter("_new"),
-                _te=pl.col("_reach").filter(pl.col("_new").shift(-1, fill_value=True)),
-            )
-            .collect()
-        )
+        # the sweep of `_merge_sweep` on the banded axis, in Series operations (no query to plan)
+        t, reach = union.get_column("_t"), union.get_column("_te").cum_max()
+        new = (t > reach.shift(1)).fill_null(True)
+        union = pl.DataFrame({"_t": t.filter(new), "_te": reach.filter(new.shift(-1, fill_value=True))})
+        del t, reach, new
         out.append(_unband(union, keys, by, span, lo))
     return out, Bands(keys, span, lo)
 
@@ -153,23 +148,23 @@ def cumulative_unions(layers: list[pl.DataFrame], by: list[str]) -> tuple[list[p
 def _unband(union: pl.DataFrame, keys: pl.DataFrame, by: list[str], span: int, lo: int) -> pl.DataFrame:
     """A banded union (`_t`, `_te`: disjoint, sorted) back to a coverage index: by...,
     start_ns, end_ns, _before (the time covered before each interval in its group), _k (its
-    group's number)."""
-    k = pl.col("_t") // span  # _t is k x span + (start - lo), start - lo in [0, span)
-    return (
-        union.lazy()
-        .with_columns(_k=k.cast(pl.UInt32))
-        .with_columns(_off=pl.col("_k").cast(pl.Int64) * span - lo, _len=pl.col("_te") - pl.col("_t"))
-        .with_columns(_c=pl.col("_len").cum_sum() - pl.col("_len"))
-        .with_columns(_first=pl.col("_k").ne_missing(pl.col("_k").shift(1)))
-        .with_columns(_c0=pl.when("_first").then(pl.col("_c")).forward_fill())
-        .select(
-            *(pl.lit(keys.get_column(b)).gather("_k").alias(b) for b in by),  # keys' rows are their numbers
-            start_ns=pl.col("_t") - pl.col("_off"),
-            end_ns=pl.col("_te") - pl.col("_off"),
-            _before=pl.col("_c") - pl.col("_c0"),
-            _k="_k",
-        )
-        .collect()
+    group's number). Series operations: one call into polars each, no query to plan."""
+    t, te = union.get_column("_t"), union.get_column("_te")
+    k = t // span  # _t is k x span + (start - lo), start - lo in [0, span)
+    off = k * span - lo
+    length = te - t
+    c = length.cum_sum() - length
+    first = k.ne_missing(k.shift(1))
+    c0 = pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
+    kk = k.cast(pl.UInt32)
+    return pl.DataFrame(
+        [
+            *(keys.get_column(b).gather(kk) for b in by),  # keys' rows are their numbers
+            (t - off).alias("start_ns"),
+            (te - off).alias("end_ns"),
+            (c - c0).alias("_before"),
+            kk.alias("_k"),
+        ]
     )
 
 
