@@ -179,6 +179,16 @@ class Session:
 
         return collectives.exposed_segments(self.trace.gpu, self.collective_kernels)
 
+    def collectives_of(self, comm_args: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(collective kernels, exposed segments): the Session's, computed once, when `comm_args`
+        is None or its own; else those of the kernels with that metadata."""
+        if comm_args is None or comm_args is self.comm_args:
+            return self.collective_kernels, self.exposed_collectives
+        from traceanalyzer.analyses import collectives
+
+        coll = collectives.rank_collectives(self.trace.gpu, self.options.patterns.collective_pattern, comm_args)
+        return coll, collectives.exposed_segments(self.trace.gpu, coll)
+
     # -- analyses --------------------------------------------------------------------------
 
     @_result

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer.analyses import collectives, windows
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.health import SEVERITIES, worst_first
 from traceanalyzer.causes import CAUSES
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
@@ -154,13 +154,7 @@ def rank_result(
     # A rank with neither steps nor GPU work has nothing to align or compare.
     steps = windows.step_windows(trace)
     steps = steps if trace.steps.height or trace.gpu.height else steps.clear()
-    # The Session's collectives (computed once: its `communication` reads them too), unless a
-    # Session was handed in with other metadata than `comm_args`.
-    if comm_args is None or comm_args is ses.comm_args:
-        coll, exposed = ses.collective_kernels, ses.exposed_collectives
-    else:
-        coll = collectives.rank_collectives(trace.gpu, ses.options.patterns.collective_pattern, comm_args)
-        exposed = collectives.exposed_segments(trace.gpu, coll)
+    coll, exposed = ses.collectives_of(comm_args)  # computed once: `communication` reads them too
     origin = trace.meta.origin_ns
     idle_schema = {"start_ns": pl.Int64, "end_ns": pl.Int64} | dict.fromkeys(("cause", "op", "python_frame"), pl.String)
     idle = (
