@@ -240,15 +240,13 @@ def overlap_join(
     if not by:
         left, right = left.with_columns(_k0=pl.lit(0)), right.with_columns(_k1=pl.lit(0))
         by, right_by = ["_k0"], ["_k1"]
-    lt = left.drop_nulls([*by, ls, le]).sort([*by, ls]).with_row_index("_li")
-    right = right.drop_nulls([*right_by, rs, re_])
+    lt = _valid(left, [*by, ls, le]).sort([*by, ls]).with_row_index("_li")
+    right = _valid(right, [*right_by, rs, re_])
     if lt.height * 8 < right.height:
         right = _near(right, right_by, right_span, lt, by, left_span)
-    rt = (
-        right.sort([*right_by, rs])
-        .with_columns([pl.col(c).cast(lt.schema[b]) for b, c in zip(by, right_by)])
-        .with_row_index("_ri")
-    )
+    rt = right.sort([*right_by, rs])
+    cast = [pl.col(c).cast(lt.schema[b]) for b, c in zip(by, right_by) if rt.schema[c] != lt.schema[b]]
+    rt = (rt.with_columns(cast) if cast else rt).with_row_index("_ri")
     idx = {"_li": pl.UInt32, "_ri": pl.UInt32}
 
     def ranges(q: pl.DataFrame, qkeys: list[str], lo: pl.Expr, hi: pl.Expr, t: pl.DataFrame, tkeys: list[str], at: str):
@@ -284,6 +282,12 @@ def overlap_join(
     out = out.filter(pl.col(re_) > pl.col(ls))
     helper = [c for c in ("_k0", "_k1") if c in out.columns]
     return out.drop(helper)
+
+
+def _valid(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """`df` without the rows with a null in `cols` (no query when there is none: null counts are
+    known without a pass)."""
+    return df.drop_nulls(cols) if any(df.get_column(c).null_count() for c in cols) else df
 
 
 def _banded_pairs(
