@@ -102,8 +102,7 @@ def test_the_graph_on_the_thread_clock_is_the_graph_by_sorts_and_joins(SHARED_TR
     ses = Session(load(str(SHARED_TRACES / name)))
     fast = ses.dependency_model.graph
     monkeypatch.setattr(graph_nodes.ThreadClock, "of", classmethod(lambda cls, threads, times: None))
-    ses.release("dependency_model")
-    slow = ses.dependency_model.graph
+    slow = Session(ses.trace).dependency_model.graph  # a released result is never computed again
     assert fast.nodes.height > 1000
     for a, b in ((fast.nodes, slow.nodes), (fast.edges, slow.edges), (fast.steps, slow.steps)):
         assert a.equals(b)
