@@ -124,3 +124,37 @@ def test_an_event_larger_than_the_buffer_grows_it(tmp_path):
     with ByteSource(path) as src:
         list(EventSplitter(src, chunk_bytes=4096).chunks(decode))
     assert got == events
+
+
+def test_prefetch_read_gives_at_most_n_bytes(tmp_path):
+    data = _payload()
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    with ByteSource(path) as src, Prefetch(src, block=10000) as pre:
+        assert pre.read(100) == data[:100]  # not the rest of the 10,000-byte block
+        assert pre.read(20000) == data[100:10000]  # at most the rest of that block
+        out = bytearray(pre.read(7))
+        while piece := pre.read(4096):
+            out += piece
+        assert bytes(out) == data[10000:]
+
+
+@pytest.mark.parametrize("pad", [10, 64 * 1024 - 20, 300_000])
+def test_metadata_before_the_events_read_in_small_steps(tmp_path, pad):
+    # The header is read 64 KiB first, then doubling: metadata of any size before the key,
+    # the key itself across the first read's end (pad 64 KiB - 20), every event read once.
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i, "dur": 1} for i in range(3000)]
+    doc = {"schemaVersion": 1, "note": "n" * pad, "traceEvents": events, "traceName": "t"}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    got = []
+
+    def decode(chunk) -> bool:
+        got.extend(json.loads(bytes(chunk)))
+        return True
+
+    with ByteSource(path) as src, Prefetch(src, block=1 << 20) as pre:
+        splitter = EventSplitter(pre, chunk_bytes=1 << 20)
+        list(splitter.chunks(decode))
+    assert got == events
+    assert splitter.split.metadata == {"schemaVersion": 1, "note": "n" * pad, "traceName": "t"}

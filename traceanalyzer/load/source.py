@@ -326,11 +326,11 @@ class Prefetch:
         return k
 
     def read(self, n: int = READ_BLOCK) -> bytes:
-        """The rest of the block read ahead, as bytes (whatever n); b"" at the end."""
+        """At most n bytes of the block read ahead (fewer at its end), as bytes; b"" at the end."""
         block = self._next()
         if block is None:
             return b""
-        data = bytes(block.view[self._offset : block.n])
+        data = bytes(block.view[self._offset : min(block.n, self._offset + n)])
         self._consumed(len(data))
         return data
 
