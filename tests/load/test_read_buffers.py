@@ -158,3 +158,33 @@ def test_metadata_before_the_events_read_in_small_steps(tmp_path, pad):
         list(splitter.chunks(decode))
     assert got == events
     assert splitter.split.metadata == {"schemaVersion": 1, "note": "n" * pad, "traceName": "t"}
+
+
+def test_a_plain_file_is_read_without_a_thread_and_gzip_with_one(tmp_path, monkeypatch):
+    # A plain local file is read straight into the splitter's buffer (the kernel reads ahead);
+    # gzip is inflated on the Prefetch thread. Both give the same 20,000 kernels.
+    from traceanalyzer.load import native, tables
+
+    if not native.enabled():
+        pytest.skip("the reading thread runs beside the native decoder only")
+    data = _payload()
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data))
+    started = []
+    real = tables.Prefetch
+
+    def prefetch(source, block):
+        started.append(source.name)
+        return real(source, block)
+
+    monkeypatch.setattr(tables, "Prefetch", prefetch)
+    out = {}
+    for path in (plain, packed):
+        with ByteSource(path) as src:
+            assert src.regular
+            out[path.name] = tables.read_serial(src)[0]["gpu"]
+    assert started == [str(packed)]
+    assert out["t.json"].height == 20000 and out["t.json"].equals(out["t.json.gz"])
+    with open(plain, "rb") as fh, ByteSource(fh) as src:
+        assert not src.regular  # a file object given to us: read ahead on the thread
