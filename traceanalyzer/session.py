@@ -81,11 +81,16 @@ class Session:
     """The analyses of one trace under one set of options, each computed once, lazily.
 
     `store`: where results of an earlier run on the same trace and options are kept (the CLI's
-    single-file cache, `traceanalyzer.jobs.cache`); `save()` hands it every result computed."""
+    single-file cache, `traceanalyzer.jobs.cache`); `save()` hands it every result computed.
+    `comm_args`: the collectives' metadata read from the trace's raw JSON (`rank_io.comm_args`;
+    None: none known), which `collective_kernels` joins to the kernels."""
 
-    def __init__(self, trace: Trace, options: Any = None, store: Any = None) -> None:
+    def __init__(
+        self, trace: Trace, options: Any = None, store: Any = None, comm_args: pl.DataFrame | None = None
+    ) -> None:
         self.options = Options.of(options)
         self.store = store
+        self.comm_args = comm_args
         # Every analysis counts per step over the same steps: those the options ask for.
         self.trace, self.step_source = with_steps(trace, self.options)
         self.loaded = trace  # as read, its steps the ProfilerStep ranges
@@ -121,7 +126,9 @@ class Session:
     def _repr_html_(self) -> str:
         from traceanalyzer.reprs import html_table
 
-        done = [k for k in self.__dict__ if k not in ("trace", "options", "step_source", "loaded", "_released")]
+        done = [
+            k for k in self.__dict__ if k not in ("trace", "options", "step_source", "loaded", "_released", "comm_args")
+        ]
         return html_table("Session", [("trace", repr(self.trace)), ("computed", ", ".join(done) or "nothing yet")])
 
     @property
@@ -157,6 +164,31 @@ class Session:
         read. Needs GPU work."""
         return classify_gaps(self.trace, self.options, self.activity)
 
+    @cached_property  # building blocks of `communication` and a rank's result, not kept by the store
+    def collective_kernels(self) -> pl.DataFrame:
+        """The collective kernels in time order, with their metadata (`collectives.rank_collectives`)."""
+        from traceanalyzer.analyses import collectives
+
+        args = self.comm_args if self.comm_args is not None else pl.DataFrame(schema=collectives.COMM_ARGS_SCHEMA)
+        return collectives.rank_collectives(self.trace.gpu, self.options.patterns.collective_pattern, args)
+
+    @cached_property
+    def exposed_collectives(self) -> pl.DataFrame:
+        """cidx, start_ns, end_ns: the collective time no compute kernel hid (`collectives.exposed_segments`)."""
+        from traceanalyzer.analyses import collectives
+
+        return collectives.exposed_segments(self.trace.gpu, self.collective_kernels)
+
+    def collectives_of(self, comm_args: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(collective kernels, exposed segments): the Session's, computed once, when `comm_args`
+        is None or its own; else those of the kernels with that metadata."""
+        if comm_args is None or comm_args is self.comm_args:
+            return self.collective_kernels, self.exposed_collectives
+        from traceanalyzer.analyses import collectives
+
+        coll = collectives.rank_collectives(self.trace.gpu, self.options.patterns.collective_pattern, comm_args)
+        return coll, collectives.exposed_segments(self.trace.gpu, coll)
+
     # -- analyses --------------------------------------------------------------------------
 
     @_result
@@ -183,7 +215,12 @@ class Session:
         """Per step: collective kernel time and the part compute did not hide (`analyses.communication`)."""
         from traceanalyzer.analyses.communication import exposed_communication
 
-        return exposed_communication(self.trace, self.options.patterns.collective_pattern)
+        return exposed_communication(
+            self.trace,
+            self.options.patterns.collective_pattern,
+            coll=self.collective_kernels,
+            exposed=self.exposed_collectives,
+        )
 
     @_result
     def syncs(self) -> SyncsResult:

@@ -105,3 +105,31 @@ def test_exposed_segments_cut_around_compute_on_an_inline_frame():
     coll = pl.DataFrame({"cidx": [0, 1], "device": [0, 1], "ts_ns": [0, 50], "end_ns": [100, 70]})
     got = collectives.exposed_segments(gpu, coll)
     assert got.rows() == [(0, 0, 10), (0, 30, 90), (1, 50, 70)]
+
+
+def test_a_ranks_collectives_are_computed_once_and_match_the_raw_json(SHARED_TRACES):
+    """The Session's collectives feed both a rank's result and `communication` (one
+    computation, issue #22): a rank's exposed time per collective is the raw JSON's, the
+    per-step table adds up the same segments, and metadata other than the Session's gets its own."""
+    from traceanalyzer.analyses.communication import exposed_communication
+    from traceanalyzer.jobs import rank_io
+    from traceanalyzer.jobs.executors import _inflate
+    from traceanalyzer.jobs.multirank import rank_result
+    from traceanalyzer.session import Session
+
+    path = sorted((SHARED_TRACES / "dlrm_v100_8ranks").iterdir())[0]
+    comm, _ = rank_io.comm_args(_inflate(path.read_bytes(), str(path)))
+    ses = Session(load(str(path)), comm_args=comm)
+    r = rank_result(ses, comm_args=comm)
+    assert r.exposed is ses.exposed_collectives and r.collectives is ses.collective_kernels
+    per = r.collectives.select("cidx").join(
+        r.exposed.group_by("cidx").agg(us=(pl.col("end_ns") - pl.col("start_ns")).sum() / 1000.0), on="cidx", how="left"
+    )
+    want = _raw_exposed_us(path)
+    assert per["us"].fill_null(0.0).to_list() == pytest.approx(want, abs=0.01)
+    pattern = ses.options.patterns.collective_pattern
+    got = ses.communication.per_step_ns
+    assert got.height and got.equals(exposed_communication(ses.trace, pattern).per_step_ns)
+    other = pl.DataFrame(schema=collectives.COMM_ARGS_SCHEMA)
+    coll, exposed = ses.collectives_of(other)
+    assert coll is not ses.collective_kernels and exposed.equals(ses.exposed_collectives)

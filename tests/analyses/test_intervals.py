@@ -105,3 +105,32 @@ def test_merge_is_the_definition(seed):
         assert _merge_sweep(ordered, ["pid", "tid"]) is not None
     for by in (["pid", "tid"], ["pid"]):
         assert merge(df, by).rows() == _union_by_definition(df, by)
+
+
+def test_overlap_join_by_two_keys_with_null_and_unmatched_keys():
+    """Worked by hand: L0 (1,1) [0,10) meets R0 [5,20); R1 starts where L1 ends and R2 ends
+    where L0 starts (no overlap); L3 starts inside R3; a null key (L2, R4) and a key only the
+    right has (R5) match nothing."""
+    left = pl.DataFrame(
+        {"pid": [1, 1, None, 2], "tid": [1, 2, 1, 1], "a": [0, 0, 0, 5], "b": [10, 10, 10, 6], "lid": [0, 1, 2, 3]}
+    )
+    right = pl.DataFrame(
+        {
+            "_pid": [1, 1, 1, 2, None, 3],
+            "_tid": [1, 2, 1, 1, 1, 1],
+            "s": [5, 10, -5, 0, 0, 0],
+            "e": [20, 12, 0, 100, 10, 10],
+            "rid": [0, 1, 2, 3, 4, 5],
+        }
+    )
+    got = overlap_join(left, right, ["pid", "tid"], ("a", "b"), ("s", "e"), right_by=["_pid", "_tid"])
+    assert sorted(got.select("lid", "rid").rows()) == [(0, 0), (3, 3)]
+
+
+def test_overlap_join_when_the_key_bands_would_overflow_int64():
+    """Two keys whose times span 2^61 ns: the bands do not fit int64, the as-of path answers."""
+    far = 1 << 61
+    left = pl.DataFrame({"k": [1, 2], "a": [0, far], "b": [10, far + 10], "lid": [0, 1]})
+    right = pl.DataFrame({"_k": [2, 1], "s": [far + 5, 9], "e": [far + 6, 30], "rid": [0, 1]})
+    got = overlap_join(left, right, ["k"], ("a", "b"), ("s", "e"), right_by=["_k"])
+    assert sorted(got.select("lid", "rid").rows()) == [(0, 1), (1, 0)]

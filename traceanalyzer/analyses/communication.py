@@ -70,14 +70,20 @@ def _per_step(df: pl.DataFrame, steps: pl.DataFrame, out: str) -> pl.DataFrame:
     return m.group_by("_step").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias(out))
 
 
-def exposed_communication(trace: Trace, collective_pattern: str) -> CommunicationResult:
-    """Per step (one row per step with collective kernels): comm_ns, exposed_ns, overlap_share."""
-    coll = collectives.rank_collectives(
-        trace.gpu, collective_pattern, pl.DataFrame(schema=collectives.COMM_ARGS_SCHEMA)
-    )
+def exposed_communication(
+    trace: Trace, collective_pattern: str, coll: pl.DataFrame | None = None, exposed: pl.DataFrame | None = None
+) -> CommunicationResult:
+    """Per step (one row per step with collective kernels): comm_ns, exposed_ns, overlap_share.
+    `coll` and `exposed`: the trace's `collectives.rank_collectives` and `exposed_segments`
+    when already computed (the Session's), else computed here."""
+    if coll is None:
+        coll = collectives.rank_collectives(
+            trace.gpu, collective_pattern, pl.DataFrame(schema=collectives.COMM_ARGS_SCHEMA)
+        )
     if coll.is_empty():
         return CommunicationResult(pl.DataFrame(schema=SCHEMA), trace.meta.origin_ns)
-    exposed = collectives.exposed_segments(trace.gpu, coll)
+    if exposed is None:
+        exposed = collectives.exposed_segments(trace.gpu, coll)
     steps = windows.step_windows(trace).rename({"start_ns": "_a", "end_ns": "_b"})
     comm = _per_step(coll.select(start_ns="ts_ns", end_ns="end_ns"), steps, "comm_ns")
     hidden = _per_step(exposed.select("start_ns", "end_ns"), steps, "exposed_ns")

@@ -57,42 +57,36 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     that one running maximum of the ends never reaches from one group into the next. A run
     starts where its group starts or where a start passes every earlier end; it ends at the
     running maximum on its last row. None (use the group-by) when that does not hold: null
-    times, an end before its start, or bands that would overflow int64."""
-    first = pl.int_range(pl.len()) == 0
-    for b in by:
-        first = first | pl.col(b).ne_missing(pl.col(b).shift(1))
-    t = s.select(
-        _n=pl.col("start_ns").null_count() + pl.col("end_ns").null_count(),
-        _neg=(pl.col("end_ns") < pl.col("start_ns")).sum(),
-        _lo=pl.col("start_ns").min(),
-        _hi=pl.col("end_ns").max(),
-        _groups=first.sum(),
-    ).row(0)
-    if t[0] or t[1]:
+    times, an end before its start, or bands that would overflow int64.
+
+    Written with Series operations, not a lazy query: each is one call into polars, where a
+    query pays its planning and engine start on every call (a DLRM rank merges a dozen frames
+    of a few thousand rows: the queries were most of the merge's time). Helper columns are let
+    go as soon as the next one is made (a 1 GB trace merges millions of rows)."""
+    start, end = s.get_column("start_ns"), s.get_column("end_ns")
+    if start.null_count() or end.null_count() or (end < start).any():
         return None
-    lo, hi, groups = int(t[2]), int(t[3]), int(t[4])
-    span = hi - lo + 1
+    lo, hi = start.min(), end.max()
+    first = None
+    for b in by:
+        col = s.get_column(b)
+        change = col.ne_missing(col.shift(1))
+        first = change if first is None else first | change
+    if first is None:
+        first = pl.zeros(s.height, pl.Boolean, eager=True)
+    first[0] = True
+    groups = int(first.sum())
+    span = int(hi) - int(lo) + 1
     if groups * span >= 1 << 62:
         return None
-    # One lazy query, so that the helper columns are let go inside it (a 1 GB trace merges
-    # millions of rows: each helper column is tens of MB).
-    band = (first.cum_sum().cast(pl.Int64) - 1) * span - lo
-    swept = (
-        s.lazy()
-        .with_columns(_first=first, _band=band)
-        .with_columns(_reach=(pl.col("end_ns") + pl.col("_band")).cum_max())
-        .with_columns(_new=pl.col("_first") | ((pl.col("start_ns") + pl.col("_band")) > pl.col("_reach").shift(1)))
-        .select(
-            *by,
-            "start_ns",
-            "_new",
-            _last=pl.col("_new").shift(-1, fill_value=True),
-            _end=pl.col("_reach") - pl.col("_band"),
-        )
-        .collect()
-    )
-    ends = swept.filter("_last").get_column("_end").alias("end_ns")
-    return swept.filter("_new").select(*by, "start_ns").hstack([ends])
+    band = (first.cast(pl.Int64).cum_sum() - 1) * span - int(lo)
+    reach = (end + band).cum_max()
+    new = first | ((start + band) > reach.shift(1))
+    del first
+    last = new.shift(-1, fill_value=True)
+    ends = (reach - band).filter(last).alias("end_ns")
+    del reach, band, last
+    return s.select(*by, "start_ns").filter(new).hstack([ends])
 
 
 @dataclass(frozen=True)
@@ -142,16 +136,11 @@ def cumulative_unions(layers: list[pl.DataFrame], by: list[str]) -> tuple[list[p
             .sort("_t")
         )
         union = union.merge_sorted(banded, "_t") if union.height else banded
-        union = (
-            union.lazy()
-            .with_columns(_reach=pl.col("_te").cum_max())
-            .with_columns(_new=(pl.col("_t") > pl.col("_reach").shift(1)).fill_null(True))
-            .select(
-                _t=pl.col("_t").filter("_new"),
-                _te=pl.col("_reach").filter(pl.col("_new").shift(-1, fill_value=True)),
-            )
-            .collect()
-        )
+        # the sweep of `_merge_sweep` on the banded axis, in Series operations (no query to plan)
+        t, reach = union.get_column("_t"), union.get_column("_te").cum_max()
+        new = (t > reach.shift(1)).fill_null(True)
+        union = pl.DataFrame({"_t": t.filter(new), "_te": reach.filter(new.shift(-1, fill_value=True))})
+        del t, reach, new
         out.append(_unband(union, keys, by, span, lo))
     return out, Bands(keys, span, lo)
 
@@ -159,23 +148,23 @@ def cumulative_unions(layers: list[pl.DataFrame], by: list[str]) -> tuple[list[p
 def _unband(union: pl.DataFrame, keys: pl.DataFrame, by: list[str], span: int, lo: int) -> pl.DataFrame:
     """A banded union (`_t`, `_te`: disjoint, sorted) back to a coverage index: by...,
     start_ns, end_ns, _before (the time covered before each interval in its group), _k (its
-    group's number)."""
-    k = pl.col("_t") // span  # _t is k x span + (start - lo), start - lo in [0, span)
-    return (
-        union.lazy()
-        .with_columns(_k=k.cast(pl.UInt32))
-        .with_columns(_off=pl.col("_k").cast(pl.Int64) * span - lo, _len=pl.col("_te") - pl.col("_t"))
-        .with_columns(_c=pl.col("_len").cum_sum() - pl.col("_len"))
-        .with_columns(_first=pl.col("_k").ne_missing(pl.col("_k").shift(1)))
-        .with_columns(_c0=pl.when("_first").then(pl.col("_c")).forward_fill())
-        .select(
-            *(pl.lit(keys.get_column(b)).gather("_k").alias(b) for b in by),  # keys' rows are their numbers
-            start_ns=pl.col("_t") - pl.col("_off"),
-            end_ns=pl.col("_te") - pl.col("_off"),
-            _before=pl.col("_c") - pl.col("_c0"),
-            _k="_k",
-        )
-        .collect()
+    group's number). Series operations: one call into polars each, no query to plan."""
+    t, te = union.get_column("_t"), union.get_column("_te")
+    k = t // span  # _t is k x span + (start - lo), start - lo in [0, span)
+    off = k * span - lo
+    length = te - t
+    c = length.cum_sum() - length
+    first = k.ne_missing(k.shift(1))
+    c0 = pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
+    kk = k.cast(pl.UInt32)
+    return pl.DataFrame(
+        [
+            *(keys.get_column(b).gather(kk) for b in by),  # keys' rows are their numbers
+            (t - off).alias("start_ns"),
+            (te - off).alias("end_ns"),
+            (c - c0).alias("_before"),
+            kk.alias("_k"),
+        ]
     )
 
 
@@ -251,15 +240,13 @@ def overlap_join(
     if not by:
         left, right = left.with_columns(_k0=pl.lit(0)), right.with_columns(_k1=pl.lit(0))
         by, right_by = ["_k0"], ["_k1"]
-    lt = left.drop_nulls([*by, ls, le]).sort([*by, ls]).with_row_index("_li")
-    right = right.drop_nulls([*right_by, rs, re_])
+    lt = _valid(left, [*by, ls, le]).sort([*by, ls]).with_row_index("_li")
+    right = _valid(right, [*right_by, rs, re_])
     if lt.height * 8 < right.height:
         right = _near(right, right_by, right_span, lt, by, left_span)
-    rt = (
-        right.sort([*right_by, rs])
-        .with_columns([pl.col(c).cast(lt.schema[b]) for b, c in zip(by, right_by)])
-        .with_row_index("_ri")
-    )
+    rt = right.sort([*right_by, rs])
+    cast = [pl.col(c).cast(lt.schema[b]) for b, c in zip(by, right_by) if rt.schema[c] != lt.schema[b]]
+    rt = (rt.with_columns(cast) if cast else rt).with_row_index("_ri")
     idx = {"_li": pl.UInt32, "_ri": pl.UInt32}
 
     def ranges(q: pl.DataFrame, qkeys: list[str], lo: pl.Expr, hi: pl.Expr, t: pl.DataFrame, tkeys: list[str], at: str):
@@ -278,11 +265,13 @@ def overlap_join(
             .explode(other)
         )
 
-    # right starts in [left start, left end): right end > left start unless both are the same instant
-    starts_inside = ranges(lt, by, pl.col(ls), pl.col(le) - 1, rt, right_by, rs)
-    # left starts in (right start, right end)
-    opens_over = ranges(rt, right_by, pl.col(rs) + 1, pl.col(re_) - 1, lt, by, ls)
-    pairs = pl.concat([starts_inside.select(list(idx)).cast(idx), opens_over.select(list(idx)).cast(idx)])
+    pairs = _banded_pairs(lt, rt, by, right_by, left_span, right_span)
+    if pairs is None:
+        # right starts in [left start, left end): right end > left start unless both are the same instant
+        starts_inside = ranges(lt, by, pl.col(ls), pl.col(le) - 1, rt, right_by, rs)
+        # left starts in (right start, right end)
+        opens_over = ranges(rt, right_by, pl.col(rs) + 1, pl.col(re_) - 1, lt, by, ls)
+        pairs = pl.concat([starts_inside.select(list(idx)).cast(idx), opens_over.select(list(idx)).cast(idx)])
     out = pl.concat(
         [
             lt.drop("_li")[pairs["_li"]],
@@ -293,6 +282,74 @@ def overlap_join(
     out = out.filter(pl.col(re_) > pl.col(ls))
     helper = [c for c in ("_k0", "_k1") if c in out.columns]
     return out.drop(helper)
+
+
+def _valid(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """`df` without the rows with a null in `cols` (no query when there is none: null counts are
+    known without a pass)."""
+    return df.drop_nulls(cols) if any(df.get_column(c).null_count() for c in cols) else df
+
+
+def _banded_pairs(
+    lt: pl.DataFrame, rt: pl.DataFrame, by: list[str], right_by: list[str], left_span, right_span
+) -> pl.DataFrame | None:
+    """`overlap_join`'s candidate pairs (_li, _ri) with Series binary searches instead of as-of
+    joins: each key's times are shifted into a band of their own (key number x span, as
+    `_merge_sweep` does), so that both sides' starts are one sorted int64 axis each and a
+    range of rows is two `search_sorted`s. A DLRM rank's dozen joins of a few thousand rows
+    were ~20 queries each; this is one join (the right keys' numbers) and a few Series calls.
+    `lt` and `rt`: sorted by key, then start, without null keys or times, with their row
+    index first. None when the bands would overflow int64."""
+    (ls, le), (rs, re_) = left_span, right_span
+    if lt.is_empty() or rt.is_empty():
+        return pl.DataFrame(schema={"_li": pl.UInt32, "_ri": pl.UInt32})
+    lkeys = [lt.get_column(b) for b in by]
+    first = None
+    for col in lkeys:
+        change = col.ne_missing(col.shift(1))
+        first = change if first is None else first | change
+    first[0] = True
+    lk = first.cast(pl.Int64).cum_sum() - 1  # key numbers in sorted key order: lt's rows stay sorted
+    keys = lt.select(by).filter(first).with_row_index("_key")
+    rk = (
+        rt.select([pl.col(c).alias(b) for b, c in zip(by, right_by)])
+        .join(keys, on=by, how="left", maintain_order="left")
+        .get_column("_key")
+        .cast(pl.Int64)
+    )
+    cols = [lt.get_column(ls), lt.get_column(le), rt.get_column(rs), rt.get_column(re_)]
+    lo = min(int(c.min()) for c in cols) - 1
+    hi = max(int(c.max()) for c in cols) + 1
+    span = hi - lo + 1
+    if keys.height * span >= 1 << 62:
+        return None
+    l_s, l_e = cols[0] + (lk * span - lo), cols[1] + (lk * span - lo)
+    known = rk.is_not_null()  # a right key no left row has pairs with nothing
+    r_band = rk.filter(known) * span - lo
+    r_s, r_e = cols[2].filter(known) + r_band, cols[3].filter(known) + r_band
+    r_index = rt.get_column("_ri").filter(known)
+
+    def spans(lo_t: pl.Series, hi_t: pl.Series, axis: pl.Series) -> pl.DataFrame:
+        """_q (the query's row), _p (positions in `axis`, sorted) with lo_t <= axis[_p] <= hi_t."""
+        a = axis.search_sorted(lo_t, side="left").cast(pl.Int64)
+        b = axis.search_sorted(hi_t, side="right").cast(pl.Int64)
+        keep = a < b
+        q = pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True).filter(keep)
+        p = pl.int_ranges(a.filter(keep), b.filter(keep), dtype=pl.UInt32, eager=True)
+        return pl.DataFrame({"_q": q, "_p": p}).explode("_p")
+
+    # right starts in [left start, left end): right end > left start unless both are the same instant
+    inside = spans(l_s, l_e - 1, r_s)
+    # left starts in (right start, right end)
+    over = spans(r_s + 1, r_e - 1, l_s)
+    return pl.DataFrame(
+        {
+            "_li": pl.concat([inside.get_column("_q"), over.get_column("_p")]),
+            "_ri": pl.concat([r_index.gather(inside.get_column("_p")), r_index.gather(over.get_column("_q"))]).cast(
+                pl.UInt32
+            ),
+        }
+    )
 
 
 def _near(

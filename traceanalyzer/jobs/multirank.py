@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer.analyses import collectives, windows
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.health import SEVERITIES, worst_first
 from traceanalyzer.causes import CAUSES
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
@@ -143,7 +143,7 @@ def rank_result(
 ) -> RankResult:
     """One rank's contribution: a pure function of one trace (or of a Session over it), and of
     the collectives' metadata read from its raw JSON (`rank_io.comm_args`; None: none known)."""
-    ses = trace if isinstance(trace, Session) else Session(trace, options)
+    ses = trace if isinstance(trace, Session) else Session(trace, options, comm_args=comm_args)
     trace = ses.trace
     gaps = ses.gaps
     if trace.meta.rank is not None:
@@ -154,9 +154,7 @@ def rank_result(
     # A rank with neither steps nor GPU work has nothing to align or compare.
     steps = windows.step_windows(trace)
     steps = steps if trace.steps.height or trace.gpu.height else steps.clear()
-    if comm_args is None:
-        comm_args = pl.DataFrame(schema=collectives.COMM_ARGS_SCHEMA)
-    coll = collectives.rank_collectives(trace.gpu, ses.options.patterns.collective_pattern, comm_args)
+    coll, exposed = ses.collectives_of(comm_args)  # computed once: `communication` reads them too
     origin = trace.meta.origin_ns
     idle_schema = {"start_ns": pl.Int64, "end_ns": pl.Int64} | dict.fromkeys(("cause", "op", "python_frame"), pl.String)
     idle = (
@@ -194,7 +192,7 @@ def rank_result(
         gaps.has_gpu_work,
         steps,
         coll,
-        collectives.exposed_segments(trace.gpu, coll),
+        exposed,
         gaps.devices_ns if gaps.has_gpu_work else empty,
         gaps.idle_by_cause_ns if gaps.has_gpu_work else empty,
         _total_order(gaps.culprits_ns) if gaps.has_gpu_work else empty,

@@ -18,14 +18,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
-
-import msgspec
 
 from traceanalyzer.errors import NotATraceError, TraceReadError
-from traceanalyzer.load.repair import fix_utf8, repair_exact, repair_fast
+from traceanalyzer.load.repair import repair_exact, repair_fast
 from traceanalyzer.load.source import Block, ByteSource
+from traceanalyzer.load.split import Split, loads_object, tail_keys, tail_ok
 
 CHUNK_BYTES = 4 << 20  # larger chunks are no faster and hold more Python objects at once
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -45,30 +42,6 @@ _SLACK = 64 << 10  # room in the buffer past two chunks
 # try_decode was given, or None when the text was only incomplete (truncated at its end).
 TryDecode = Callable[[bytes], bool]
 ErrorPos = Callable[[], "int | None"]
-
-
-@dataclass
-class Split:
-    """What the splitter learned besides the events themselves."""
-
-    metadata: dict[str, Any] = field(default_factory=dict)
-    truncated: str | None = None  # where and why the events stopped early
-    truncated_at: int | None = None  # byte offset (decompressed) of the first unread byte
-    skipped_bytes: int = 0  # bytes after the last complete event that could not be read
-    repairs: Counter = field(default_factory=Counter)  # fix -> count (see repair.py)
-    damaged: list[tuple[int, int]] = field(default_factory=list)  # (offset, length) skipped mid-file
-
-
-def _loads_object(text: bytes) -> dict[str, Any] | None:
-    for attempt in (text, None):
-        if attempt is None:
-            attempt = repair_exact(fix_utf8(text), Counter())
-        try:
-            value = msgspec.json.decode(attempt)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            continue
-        return value if isinstance(value, dict) else None
-    return None
 
 
 class EventSplitter:
@@ -109,7 +82,7 @@ class EventSplitter:
                 head = buf[: m.start()].lstrip(_WS).rstrip()
                 if head.endswith(b","):
                     head = head[:-1]
-                meta = _loads_object(head + b"}") if head.startswith(b"{") else None
+                meta = loads_object(head + b"}") if head.startswith(b"{") else None
                 if meta is None:
                     raise NotATraceError(self.source.name, "the JSON before traceEvents is malformed")
                 self.split.metadata.update(meta)
@@ -125,7 +98,7 @@ class EventSplitter:
             raise TraceReadError(self.source.name, "file is empty" if not buf else "file holds only white space")
         if body[:1] not in (b"{", b"["):
             raise TraceReadError(self.source.name, "not JSON (does not start with '{' or '[')")
-        meta = _loads_object(body)
+        meta = loads_object(body)
         if meta is None:
             raise TraceReadError(self.source.name, "not valid JSON and has no traceEvents array")
         raise NotATraceError(self.source.name, "JSON without a traceEvents array: not a Chrome/Kineto trace")
@@ -392,7 +365,7 @@ class EventSplitter:
                     return
         # A damaged last event before a proper end of the array and document?
         for m in reversed(list(_ARRAY_END.finditer(buf))):
-            if self._tail_ok(buf[m.end() :]):
+            if tail_ok(buf[m.end() :]):
                 self.split.damaged.append((self._base, m.start() + 1))
                 self._tail(buf[m.end() :])
                 return
@@ -404,15 +377,6 @@ class EventSplitter:
         self.split.truncated_at = at
         self.split.skipped_bytes = len(rest.strip())
 
-    @staticmethod
-    def _tail_ok(rest: bytes) -> bool:
-        rest = rest.strip()
-        return rest == b"}" or (rest.startswith(b",") and _loads_object(b"{" + rest[1:]) is not None)
-
     def _tail(self, rest: bytes) -> None:
         """Top-level keys after the events array (traceName, baseTimeNanoseconds, ...)."""
-        rest = rest.strip()
-        if rest.startswith(b","):
-            meta = _loads_object(b"{" + rest[1:])
-            if meta is not None:
-                self.split.metadata.update(meta)
+        self.split.metadata.update(tail_keys(rest) or {})

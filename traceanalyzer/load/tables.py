@@ -15,12 +15,13 @@ import polars as pl
 
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.load import native
-from traceanalyzer.load.chunks import CHUNK_BYTES, EventSplitter, Split
+from traceanalyzer.load.chunks import CHUNK_BYTES, EventSplitter
 from traceanalyzer.load.decode import COLUMN_BUILDERS, DECODER, Event, bucket
 from traceanalyzer.load.normalize import BIG_IDS, FRAME_BUILDERS, STATS, STRING_IDS, empty_frame
 from traceanalyzer.load.repair import BARE, CONTROL
 from traceanalyzer.load.repair import fix_utf8 as _fix_utf8
 from traceanalyzer.load.source import ByteSource, Prefetch
+from traceanalyzer.load.split import Split
 from traceanalyzer.wording import plural
 
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
