@@ -84,6 +84,14 @@ def test_display_divides_exactly_in_long_tables():
     assert shown["start_us"].to_list() == [84616.006, 3.925, 0.001, None, 512.187]
 
 
+def test_display_divides_exactly_in_one_row_and_empty_tables():
+    # A one-row column is the case polars could take for a scalar (a product with 0.001 gives
+    # 84616.00600000001); an empty one stays empty and typed.
+    assert display_us(pl.DataFrame({"dur_ns": [84_616_006]}), origin_ns=0)["dur_us"].to_list() == [84616.006]
+    empty = display_us(pl.DataFrame({"dur_ns": []}, schema={"dur_ns": pl.Int64}), origin_ns=0)
+    assert empty.schema == pl.Schema({"dur_us": pl.Float64}) and empty.height == 0
+
+
 def test_a_span_keeps_its_digits():
     # mi250_rocm_minitoy's steady state is its second step, 49.073 µs: "0.0 ms" said nothing.
     assert span(49.073) == "49 µs" and span(9288.291) == "9.3 ms" and span(12_400_000.0) == "12.4 s"

@@ -108,6 +108,18 @@ def test_flags_that_do_more_than_print_are_never_replayed(cached, trace, tmp_pat
     assert not replay.replayable("gaps", [str(trace), "--plot=x.png"], ("--plot",))
 
 
+def test_no_cache_after_the_trace_hashes_no_file(trace, monkeypatch):
+    # `gaps t.json --no-cache` is never replayed: its trace is not fingerprinted first (the
+    # first and last MiB hashed) only to be dropped at the next token.
+    hashed = []
+    monkeypatch.setattr(replay.cache, "fingerprint", lambda p: hashed.append(p) or "x")
+    assert replay.command_key("gaps", [str(trace), "--no-cache"], {}) is None
+    assert replay.command_key("gaps", [str(trace), "--cache-dir=/tmp/c"], {}) is None
+    assert hashed == []
+    assert replay.command_key("gaps", [str(trace), "--format", "json"], {})[0] == str(trace)
+    assert hashed == [str(trace)]
+
+
 def test_a_failed_run_is_not_kept(cached, trace):
     r = CliRunner().invoke(cli, ["gaps", str(trace), "--record", "1"])  # no such flag
     assert r.exit_code == 2

@@ -124,3 +124,67 @@ def test_an_event_larger_than_the_buffer_grows_it(tmp_path):
     with ByteSource(path) as src:
         list(EventSplitter(src, chunk_bytes=4096).chunks(decode))
     assert got == events
+
+
+def test_prefetch_read_gives_at_most_n_bytes(tmp_path):
+    data = _payload()
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    with ByteSource(path) as src, Prefetch(src, block=10000) as pre:
+        assert pre.read(100) == data[:100]  # not the rest of the 10,000-byte block
+        assert pre.read(20000) == data[100:10000]  # at most the rest of that block
+        out = bytearray(pre.read(7))
+        while piece := pre.read(4096):
+            out += piece
+        assert bytes(out) == data[10000:]
+
+
+@pytest.mark.parametrize("pad", [10, 64 * 1024 - 20, 300_000])
+def test_metadata_before_the_events_read_in_small_steps(tmp_path, pad):
+    # The header is read 64 KiB first, then doubling: metadata of any size before the key,
+    # the key itself across the first read's end (pad 64 KiB - 20), every event read once.
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i, "dur": 1} for i in range(3000)]
+    doc = {"schemaVersion": 1, "note": "n" * pad, "traceEvents": events, "traceName": "t"}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    got = []
+
+    def decode(chunk) -> bool:
+        got.extend(json.loads(bytes(chunk)))
+        return True
+
+    with ByteSource(path) as src, Prefetch(src, block=1 << 20) as pre:
+        splitter = EventSplitter(pre, chunk_bytes=1 << 20)
+        list(splitter.chunks(decode))
+    assert got == events
+    assert splitter.split.metadata == {"schemaVersion": 1, "note": "n" * pad, "traceName": "t"}
+
+
+def test_a_plain_file_is_read_without_a_thread_and_gzip_with_one(tmp_path, monkeypatch):
+    # A plain local file is read straight into the splitter's buffer (the kernel reads ahead);
+    # gzip is inflated on the Prefetch thread. Both give the same 20,000 kernels.
+    from traceanalyzer.load import native, tables
+
+    if not native.enabled():
+        pytest.skip("the reading thread runs beside the native decoder only")
+    data = _payload()
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data))
+    started = []
+    real = tables.Prefetch
+
+    def prefetch(source, block):
+        started.append(source.name)
+        return real(source, block)
+
+    monkeypatch.setattr(tables, "Prefetch", prefetch)
+    out = {}
+    for path in (plain, packed):
+        with ByteSource(path) as src:
+            assert src.regular
+            out[path.name] = tables.read_serial(src)[0]["gpu"]
+    assert started == [str(packed)]
+    assert out["t.json"].height == 20000 and out["t.json"].equals(out["t.json.gz"])
+    with open(plain, "rb") as fh, ByteSource(fh) as src:
+        assert not src.regular  # a file object given to us: read ahead on the thread

@@ -104,8 +104,6 @@ def open_trace(path: str, options: Options, max_decompressed: int | None = None)
     """(trace, store): the Trace, from the cache when it holds this file (its tables read when
     an analysis first needs them), and the cache the Session keeps its results in (None when
     off or when `path` is not a regular file)."""
-    from traceanalyzer.jobs.executors import options_key
-
     PROGRESS.start()
     kwargs = {"max_decompressed": max_decompressed} if max_decompressed else {}
     root = cache_root(options)
@@ -113,7 +111,7 @@ def open_trace(path: str, options: Options, max_decompressed: int | None = None)
     if root is not None and os.path.isfile(path):
         try:
             store = cache.TraceCache(
-                root, path, load_key(max_decompressed), options_key(options), on_compute=PROGRESS.analysing
+                root, path, load_key(max_decompressed), cache.options_key(options), on_compute=PROGRESS.analysing
             )
         except OSError:
             store = None

@@ -49,10 +49,11 @@ def _display_key() -> tuple[Any, ...]:
 def command_key(name: str, args: list[str], group: dict[str, Any]) -> tuple[str, str] | None:
     """(trace, key) of a command line, or None when it is not to be replayed: no regular file
     among its tokens, or a token that makes it something else than a report on one trace."""
+    # Every token first: `gaps t.json --no-cache` fingerprints no file (2 MiB hashed, ~3 ms).
+    if any(tok in NEVER or tok.startswith(("--no-cache=", "--cache-dir=")) for tok in args):
+        return None
     files, trace, previous = [], None, ""
     for tok in args:
-        if tok in NEVER or tok.startswith(("--no-cache=", "--cache-dir=")):
-            return None
         if previous not in OUTPUT_FLAGS and not tok.startswith("-"):
             if os.path.isdir(tok):
                 return None  # a directory of ranks: its files can change under one name

@@ -24,7 +24,7 @@ The trace key is a fingerprint of the file's content (`fingerprint`: size, mtime
 its first and last MiB; hashing all of a 1-5 GB trace would cost seconds) with the tool version,
 the code (`code_fingerprint`: a checkout edited under one version never reads results of its
 former code) and the load options; the results key adds every option that changes a number
-(`executors.options_key`). A trace edited in place changes its size, mtime or ends.
+(`options_key`). A trace edited in place changes its size, mtime or ends.
 """
 
 from __future__ import annotations
@@ -33,15 +33,19 @@ import contextlib
 import functools
 import hashlib
 import io
+import json
 import os
 import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.version import __version__
+
+if TYPE_CHECKING:
+    from traceanalyzer.options import Options
 
 ENV_DISABLE = "TRACEANALYZER_NO_CACHE"  # "1": no cache (as --no-cache)
 DEFAULT_MAX_BYTES = 20 << 30  # --cache-max: the least recently used traces go beyond it
@@ -49,6 +53,15 @@ ENDS_BYTES = 1 << 20
 EXT = ".arrow"  # Arrow IPC, lz4
 MISSING = object()
 _FORMAT = 2  # bump when the layout or the pickled classes change incompatibly
+
+
+def options_key(options: Options) -> str:
+    """The options as the cache key sees them: every value that changes a number (here, not in
+    `executors`, so that opening one file does not import the directory mode's process pools)."""
+    from traceanalyzer.options import EXECUTION_FIELDS
+
+    th = {k: v for k, v in options.thresholds().items() if k not in EXECUTION_FIELDS}
+    return json.dumps(th, sort_keys=True, default=str)
 
 
 def default_root() -> Path:

@@ -18,7 +18,6 @@ then compares the results. Paths may be fsspec URLs (`memory://`, `file://`, `s3
 from __future__ import annotations
 
 import io
-import json
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -30,8 +29,9 @@ import polars as pl
 
 from traceanalyzer.errors import NotATraceError, TraceReadError, UsageError
 from traceanalyzer.jobs import rank_io
+from traceanalyzer.jobs.cache import options_key
 from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile, cross_rank, rank_from_name
-from traceanalyzer.options import EXECUTION_FIELDS, Options
+from traceanalyzer.options import Options
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 
@@ -53,12 +53,6 @@ def rank_files(path: str | os.PathLike[str]) -> list[str]:
         return (n is None, n or 0, os.path.basename(p))
 
     return sorted(files, key=key)
-
-
-def options_key(options: Options) -> str:
-    """The options as the cache key sees them: every value that changes a number."""
-    th = {k: v for k, v in options.thresholds().items() if k not in EXECUTION_FIELDS}
-    return json.dumps(th, sort_keys=True, default=str)
 
 
 def _inflate(data: bytes, name: str) -> bytes:

@@ -58,6 +58,7 @@ class ByteSource:
         # A path this source can be opened again from (None for a file object given to us).
         self.path: str | None = os.fsdecode(path) if self._owns else None
         self.serial_only = serial_only  # set on a re-read after the parallel path gave up
+        self.regular = False  # a local regular file (set by `_open`): read ahead by the kernel
         self._fh: BinaryIO = self._open(path) if self._owns else path  # type: ignore[assignment]
         self.total_size = self._size()
         self.raw_read = 0
@@ -96,6 +97,7 @@ class ByteSource:
             raise TraceReadError(str(path), f"is a directory ({len(names)} trace files in it): give one trace file")
         if not stat.S_ISREG(st.st_mode) and not stat.S_ISFIFO(st.st_mode) and not stat.S_ISCHR(st.st_mode):
             raise TraceReadError(str(path), "is not a regular file")
+        self.regular = stat.S_ISREG(st.st_mode)
         try:
             return open(path, "rb")
         except PermissionError:
@@ -157,7 +159,17 @@ class ByteSource:
             got += k
             if self.progress is not None:
                 self.progress(self.raw_read, self.total_size)
+        if self.regular and not self._eof:
+            self._read_ahead(len(out))
         return got
+
+    def _read_ahead(self, n: int) -> None:
+        """Ask the kernel to read the next n bytes of the file in the background (a no-op when
+        they are cached): the caller decodes what it has meanwhile, with no reading thread."""
+        try:
+            os.posix_fadvise(self._fh.fileno(), self.raw_read, n, os.POSIX_FADV_WILLNEED)
+        except (AttributeError, OSError, ValueError):  # not Linux, or not a file descriptor
+            self.regular = False
 
     def _next_raw(self) -> memoryview | None:
         """The next compressed block, read into the reused `_raw` buffer; None at the end."""
@@ -326,11 +338,11 @@ class Prefetch:
         return k
 
     def read(self, n: int = READ_BLOCK) -> bytes:
-        """The rest of the block read ahead, as bytes (whatever n); b"" at the end."""
+        """At most n bytes of the block read ahead (fewer at its end), as bytes; b"" at the end."""
         block = self._next()
         if block is None:
             return b""
-        data = bytes(block.view[self._offset : block.n])
+        data = bytes(block.view[self._offset : min(block.n, self._offset + n)])
         self._consumed(len(data))
         return data
 
