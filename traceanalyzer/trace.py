@@ -234,6 +234,8 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         frame = pl.element().str.strip_chars()
         user_frames = frame.filter(~frame.str.contains(LIBRARY_FRAME_PATTERN) & (frame != ""))
         first_user = pl.col("call_stack").str.split(";").list.eval(user_frames).list.first()
+        if ops["call_stack"].null_count() == ops.height:  # no stack at all: a column never written
+            first_user = pl.repeat(None, ops.height, dtype=pl.String)
         ops = ops.with_columns(python_frame=first_user)
     return ops.drop(*DROPPED["op"])  # in op_id order: `nest` and the as-of joins keep the rows' order
 
