@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -188,8 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# polars' allocator (jemalloc) reads its settings once, when polars loads. One arena instead of
+# one per 4 CPUs per thread group: freed blocks are reused by the next table, not kept dirty in
+# another arena (peak RSS of `gaps`: -35 MB at 1 GB, -40 MB at 311 MB, same CPU). Set by the
+# command only, never by the library (a notebook's process is the user's), and a value the user
+# set wins (docs/performance.md).
+ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
+ALLOCATOR_CONF = "narenas:1"
+
+
 def run() -> None:
     """The console script's entry point."""
+    os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)  # before anything imports polars
     sys.exit(main())
 
 
