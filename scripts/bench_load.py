@@ -291,9 +291,9 @@ def stages(path: Path) -> list[tuple[str, float, float]]:
     source_mod.ByteSource.read = timed(source_mod.ByteSource.read, "read + inflate")
 
     from traceanalyzer.analyses.gaps import analyse_gaps
+    from traceanalyzer.load.build import build_trace
     from traceanalyzer.load.sanitize import sanitize
     from traceanalyzer.options import GapOptions
-    from traceanalyzer.trace import build_trace
 
     c0, w0 = time.process_time(), time.perf_counter()
     with source_mod.ByteSource(path) as src:

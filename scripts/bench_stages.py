@@ -32,8 +32,8 @@ def main(path: Path) -> None:
     if not os.environ["TRACEANALYZER_WORKERS"]:
         del os.environ["TRACEANALYZER_WORKERS"]
     from traceanalyzer.load import native, source, tables
+    from traceanalyzer.load.build import build_trace
     from traceanalyzer.load.sanitize import sanitize
-    from traceanalyzer.trace import build_trace
 
     acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     reader_cpu = [0.0]

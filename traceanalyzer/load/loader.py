@@ -10,10 +10,10 @@ import polars as pl
 
 from traceanalyzer.errors import TraceReadError
 from traceanalyzer.load import parallel
+from traceanalyzer.load.build import build_trace
 from traceanalyzer.load.sanitize import sanitize
 from traceanalyzer.load.source import DEFAULT_MAX_DECOMPRESSED, ByteSource, ProgressFn
 from traceanalyzer.load.tables import RawTables, read_serial
-from traceanalyzer.trace import build_trace
 
 __all__ = ["RawTables", "load", "read_tables"]
 

@@ -12,7 +12,7 @@ is fixed the one documented way and counted in a warning (docs/readme/damaged.md
   `crossing_cpu_events` (`analyses.health`) counts them, with the one interval sweep;
 - events of categories the tool does not know are ignored, counted by category.
 
-Negative durations and events without a readable `ts` are counted by `trace.build_trace`.
+Negative durations and events without a readable `ts` are counted by `build.build_trace`.
 Zero durations are normal in Kineto traces (short events rounded to whole microseconds) and are
 kept without a warning.
 """

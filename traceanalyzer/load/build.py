@@ -1,0 +1,224 @@
+"""`build_trace`: the `Trace` from the loader's raw tables: events without a usable time dropped,
+ops nested on their threads, runtime calls and GPU work linked to the op around them, the launch
+of each GPU activity, steps and the trace's metadata (the data model itself is `trace.py`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.links import GROUP, innermost_containing, nest
+from traceanalyzer.patterns import LIBRARY_FRAME as LIBRARY_FRAME_PATTERN
+from traceanalyzer.patterns import PROFILER_STEP as STEP_NAME
+from traceanalyzer.trace import DROPPED, GPU_KINDS, OP_KINDS, RUNTIME_APIS, Device, Trace, TraceMeta, extend_steps
+
+
+def _label(cond: pl.Expr, enum: pl.Enum) -> pl.Expr:
+    """The enum's second value where `cond` holds, else its first (null counts as false)."""
+    first, second = enum.categories.to_list()
+    return pl.when(cond).then(pl.lit(second, dtype=enum)).otherwise(pl.lit(first, dtype=enum))
+
+
+# The launch columns of a GPU activity <- the columns of its runtime call.
+_LAUNCH = {"runtime_id": "runtime_id", "op_id": "op_id", "launch_ts_ns": "ts_ns", "launch_end_ns": "end_ns"}
+_LAUNCH |= {"launch_api": "name", "launch_pid": "pid", "launch_tid": "tid"}
+
+
+def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
+    """Drop events without a usable ts; clamp missing or negative dur to zero."""
+    # Counted with a select: `df.filter(...).height` would copy every column of those rows.
+    bad_ts, neg, no_dur = df.select(
+        bad_ts=pl.col("ts_ns").is_null().sum(),
+        neg=(pl.col("dur_ns") < 0).fill_null(False).sum(),
+        no_dur=pl.col("dur_ns").null_count(),
+    ).row(0)
+    if bad_ts:
+        warnings.append(f"{bad_ts:,} {what} events without a readable ts were ignored")
+    if neg:
+        warnings.append(f"{neg:,} {what} events with a negative dur were given zero duration")
+    if bad_ts:  # filtering copies every column: only where there is something to drop
+        df = df.filter(pl.col("ts_ns").is_not_null())
+    if neg or no_dur:  # a new column only where a value changes
+        df = df.with_columns(dur_ns=pl.col("dur_ns").fill_null(0).clip(0))
+    return df.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
+
+
+def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
+    props = metadata.get("deviceProperties") or metadata.get("computeProperties") or []
+    out = []
+    for i, p in enumerate(props if isinstance(props, list) else []):
+        if not isinstance(p, dict):
+            continue
+        # computeProperties (old traces) says major/minor and multiProcessorCount.
+        major, minor = p.get("computeMajor", p.get("major")), p.get("computeMinor", p.get("minor"))
+        sm = p.get("numSms", p.get("multiProcessorCount"))
+        mem = p.get("totalGlobalMem")
+        out.append(
+            Device(
+                id=p["id"] if isinstance(p.get("id"), int) else i,
+                name=str(p.get("name", "unknown")),
+                total_memory_bytes=mem if isinstance(mem, int) else None,
+                sm_count=sm if isinstance(sm, int) else None,
+                compute_capability=f"{major}.{minor}" if major is not None else None,
+            )
+        )
+    return tuple(out)
+
+
+def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    py = (
+        _timed(py.drop(*DROPPED["python"]), warnings, "python_function")
+        .with_row_index("frame_id")
+        .with_columns(
+            pl.col("frame_id").cast(pl.Int64),
+            is_user=~pl.col("name").fill_null("<").str.contains(LIBRARY_FRAME_PATTERN),
+        )
+    )
+    return nest(py, "frame_id")
+
+
+def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    ops = _timed(ops, warnings, "CPU op")
+    ops = (
+        ops.with_columns(kind=_label(pl.col("cat") == "user_annotation", OP_KINDS))
+        .with_row_index("op_id")
+        .with_columns(pl.col("op_id").cast(pl.Int64))
+    )
+    # op_id is the row number; `nest` sorts copies of the key columns only and puts depth and
+    # parent_id alongside, in the table's own order.
+    ops = nest(ops, "op_id")
+    if python.height:
+        # frame_id is the row number of `python` (built so, and `nest` keeps the order): the
+        # frame names are gathered by it, without a join.
+        user = python.select(*GROUP, "ts_ns", "end_ns", "frame_id", "is_user").filter(pl.col("is_user"))
+        user = nest(user.drop("is_user"), "frame_id")
+        ops = innermost_containing(ops, user, "frame_id", "_frame", point_end="ts_ns")
+        del user
+        ops = ops.with_columns(python["name"].gather(ops["_frame"]).alias("python_frame")).drop("_frame")
+    else:
+        # 2021 traces: the stack is an arg, innermost frame first.
+        frame = pl.element().str.strip_chars()
+        user_frames = frame.filter(~frame.str.contains(LIBRARY_FRAME_PATTERN) & (frame != ""))
+        first_user = pl.col("call_stack").str.split(";").list.eval(user_frames).list.first()
+        if ops["call_stack"].null_count() == ops.height:  # no stack at all: a column never written
+            first_user = pl.repeat(None, ops.height, dtype=pl.String)
+        ops = ops.with_columns(python_frame=first_user)
+    return ops.drop(*DROPPED["op"])  # in op_id order: `nest` and the as-of joins keep the rows' order
+
+
+def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    rt = (
+        _timed(rt, warnings, "runtime")
+        .with_row_index("runtime_id")
+        .with_columns(
+            pl.col("runtime_id").cast(pl.Int64),
+            api=_label(pl.col("cat") == "cuda_driver", RUNTIME_APIS),
+        )
+    )
+    return innermost_containing(rt.drop(*DROPPED["runtime"]), ops, "op_id", "op_id")  # in runtime_id order
+
+
+def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    gpu = (
+        _timed(gpu, warnings, "GPU")
+        .with_row_index("gpu_id")
+        .with_columns(
+            pl.col("gpu_id").cast(pl.Int64),
+            kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"),
+            device=pl.coalesce("device", "pid"),
+            stream=pl.coalesce("stream", "tid"),
+        )
+        .drop(*DROPPED["gpu"])
+    )
+    # The launching call of each activity: the first runtime call of its correlation, found on
+    # the narrow keys (the row of that call), and its columns gathered by row. Filtering or
+    # joining the whole runtime table copied every one of its columns (+26 MB at 311 MB).
+    first = (
+        rt.select("correlation", _row=pl.int_range(pl.len(), dtype=pl.UInt32))
+        .filter(pl.col("correlation").is_not_null() & (pl.col("correlation") != 0))
+        .unique("correlation", keep="first")
+    )
+    row = gpu.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_row"]
+    del first
+    return gpu.with_columns(rt[col].gather(row).alias(out) for out, col in _LAUNCH.items())
+
+
+def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """The ProfilerStep ranges, extended to the GPU side (see `extend_steps`)."""
+    ranges = ops.filter(pl.col("name").str.contains(STEP_NAME)).select(
+        step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
+        name="name",
+        pid="pid",
+        tid="tid",
+        cpu_start_ns="ts_ns",
+        cpu_end_ns="end_ns",
+        op_id="op_id",
+    )
+    return extend_steps(ranges, gpu)
+
+
+def build_trace(
+    path: str,
+    tables: dict[str, pl.DataFrame],
+    metadata: dict[str, Any],
+    counts: Counter,
+    warnings: list[str],
+) -> Trace:
+    # Takes the tables over: each is dropped from `tables` as it is read, so that the input is
+    # freed once its replacement is built (a 1 GB trace's tables are hundreds of MB).
+    """The Trace from the loader's raw tables: links, steps and metadata."""
+    warnings = list(warnings)
+    python = _python_frames(tables.pop("python"), warnings)
+    raw_ops = tables.pop("op")
+    stack_arg = bool(raw_ops["call_stack"].is_not_null().any())
+    ops = _ops(raw_ops, python, warnings)
+    del raw_ops
+    runtime = _runtime(tables.pop("runtime"), ops, warnings)
+    gpu = _gpu(tables.pop("gpu"), runtime, warnings)
+    syncs = _timed(tables.pop("sync"), warnings, "cuda_sync")
+    annotations = _timed(tables.pop("gpu_annotation"), warnings, "gpu_user_annotation")
+    memory = tables.pop("memory").filter(pl.col("ts_ns").is_not_null())
+    flows = tables.pop("flow")
+    meta_ev = tables.pop("meta")
+    thread_names = (
+        meta_ev.filter(pl.col("name") == "thread_name")
+        .select("pid", "tid", pl.col("value").alias("thread_name"))
+        .unique(["pid", "tid"], keep="last", maintain_order=True)  # same order on every run
+    )
+    steps = _steps(ops, runtime, gpu)
+
+    starts = [t["ts_ns"].min() for t in (ops, runtime, gpu, syncs, python) if t.height]
+    ends = [t["end_ns"].max() for t in (ops, runtime, gpu, syncs, python) if t.height]
+    origin = min(starts) if starts else 0
+    end = max(ends) if ends else origin
+    dist = metadata.get("distributedInfo") if isinstance(metadata.get("distributedInfo"), dict) else {}
+    meta = TraceMeta(
+        path=path,
+        schema_version=metadata.get("schemaVersion"),
+        rank=dist.get("rank") if isinstance(dist.get("rank"), int) else None,
+        world_size=dist.get("world_size") if isinstance(dist.get("world_size"), int) else None,
+        backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
+        origin_ns=origin,
+        end_ns=end,
+        devices=_devices(metadata),
+        with_stack=python.height > 0 or stack_arg,
+        profile_memory=memory.height > 0,
+        raw=metadata,
+    )
+    return Trace(
+        meta=meta,
+        ops=ops,
+        python=python,
+        runtime=runtime,
+        gpu=gpu,
+        sync_markers=syncs,
+        gpu_annotations=annotations,
+        memory=memory,
+        flows=flows,
+        thread_names=thread_names,
+        steps=steps,
+        event_counts=dict(counts),
+        warnings=tuple(warnings),
+    )
