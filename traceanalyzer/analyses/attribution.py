@@ -46,13 +46,19 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     else:
         names = ops.select(pl.col("op_id").alias("ancestor_id"), "name").filter(not_step)
         anc = anc.join(names, on="ancestor_id", how="inner")
+    # the namespaced test on the long table, one string op, not a `list.eval` (a query of its
+    # own per call: most of op_context's time on a small rank)
     chains = (
         anc.sort(["op_id", "level"], descending=[False, True])
         .group_by("op_id", maintain_order=True)
-        .agg(chain=pl.col("name"), ids=pl.col("ancestor_id"))
+        .agg(
+            chain=pl.col("name"),
+            ids=pl.col("ancestor_id"),
+            _ns=pl.col("name").fill_null("").str.contains(NAMESPACED_OP),
+        )
     )
     chain = pl.col("chain")
-    namespaced = chain.list.eval(pl.element().fill_null("").str.contains(NAMESPACED_OP))
+    namespaced = pl.col("_ns")
     op_pos = pl.when(namespaced.list.any()).then(namespaced.list.arg_max()).otherwise(chain.list.len() - 1)
     out = chains.with_columns(_pos=op_pos).with_columns(
         op=chain.list.get(pl.col("_pos")),
