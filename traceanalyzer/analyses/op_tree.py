@@ -8,7 +8,6 @@ question about time spent in an op itself, not in the ops nested in it, from `se
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 # Deeper than any real trace nests (recursion in Python frames stays far below this).
@@ -93,6 +92,8 @@ NUMPY_WALK_OPS = 1 << 20
 
 def _ancestors_numpy(parent: pl.Series, ids: pl.Series) -> pl.DataFrame:
     """`_ancestors_by_row` on numpy arrays: a null parent is -1."""
+    import numpy as np  # here: a directory's driver imports this module, never walks (~10 MB)
+
     up_of = parent.fill_null(-1).to_numpy()
     cur = ids.cast(pl.Int64).to_numpy()
     cur = cur[(cur >= 0) & (cur < len(up_of))]
