@@ -21,8 +21,14 @@ CONTEXT_SCHEMA = {
 }
 
 
+# Up to this many ops, a trace's context is made once for every op and each call filters it: a
+# small rank's analyses ask six times (copies, syncs, kernels, roofline, culprits twice), ~1.5 ms
+# each in ~15 polars queries, where the whole table of a DLRM rank's 1,673 ops costs ~2 ms once.
+WHOLE_CONTEXT_OPS = 1 << 16
+
+
 def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
-    """One row per distinct op id of `op_ids` found in the trace: CONTEXT_SCHEMA.
+    """One row per distinct op id of `op_ids` found in the trace: CONTEXT_SCHEMA, by op id.
 
     - op: the outermost namespaced op of the chain (`aten::item` rather than its inner
       `aten::_local_scalar_dense`, `aten::to` rather than `aten::copy_`), else the innermost op;
@@ -33,6 +39,18 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     - op_chain: names from the outermost to the innermost op, joined by " > ";
     - python_frame: the user-code line around the innermost op, if the trace has stacks.
     """
+    ops = trace.ops
+    memo = getattr(trace, "__dict__", None)  # a frozen Trace forbids setattr, not its __dict__
+    if memo is None or not 0 < ops.height <= WHOLE_CONTEXT_OPS or not is_row_number(ops["op_id"]):
+        return _op_context(trace, op_ids)
+    whole = memo.get("_op_context")
+    if whole is None:
+        whole = memo["_op_context"] = _op_context(trace, ops["op_id"])
+    return whole.filter(pl.col("op_id").is_in(op_ids.cast(pl.Int64).drop_nulls().implode()))
+
+
+def _op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
+    """`op_context` computed for `op_ids`."""
     ops = trace.ops
     anc = ancestors(ops, op_ids)
     if anc.is_empty():
@@ -46,13 +64,19 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     else:
         names = ops.select(pl.col("op_id").alias("ancestor_id"), "name").filter(not_step)
         anc = anc.join(names, on="ancestor_id", how="inner")
+    # the namespaced test on the long table, one string op, not a `list.eval` (a query of its
+    # own per call: most of op_context's time on a small rank)
     chains = (
         anc.sort(["op_id", "level"], descending=[False, True])
         .group_by("op_id", maintain_order=True)
-        .agg(chain=pl.col("name"), ids=pl.col("ancestor_id"))
+        .agg(
+            chain=pl.col("name"),
+            ids=pl.col("ancestor_id"),
+            _ns=pl.col("name").fill_null("").str.contains(NAMESPACED_OP),
+        )
     )
     chain = pl.col("chain")
-    namespaced = chain.list.eval(pl.element().fill_null("").str.contains(NAMESPACED_OP))
+    namespaced = pl.col("_ns")
     op_pos = pl.when(namespaced.list.any()).then(namespaced.list.arg_max()).otherwise(chain.list.len() - 1)
     out = chains.with_columns(_pos=op_pos).with_columns(
         op=chain.list.get(pl.col("_pos")),

@@ -9,6 +9,7 @@ gets a reason instead of numbers: nothing is guessed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 import polars as pl
 
@@ -74,14 +75,21 @@ def model_call(name: str, dims: str | None, types: str | None, concrete: str | N
     return fn(Args.parse(dims, types, concrete))
 
 
+# The model is a pure function of the argument texts, and the ranks of one job (the files one
+# worker analyses in turn) share their shapes: a DLRM rank's 187 combinations cost ~5 ms of its
+# ~120 ms CPU each time. Bounded: a few thousand combinations a trace, each a few hundred bytes.
+_model_memo = lru_cache(maxsize=1 << 14)(model_call)
+
+
 def work_table(ops: pl.DataFrame) -> pl.DataFrame:
     """WORK_SCHEMA: one row per distinct KEYS combination of `ops` whose name the model knows;
     `reason` is null where the model gave numbers. The Python model runs once per combination
-    (shapes repeat: tens of thousands of calls share a few hundred)."""
+    (shapes repeat: tens of thousands of calls share a few hundred), and remembers the last
+    16k combinations' work across traces (`_model_memo`)."""
     distinct = ops.filter(pl.col("name").is_in(MODELLED_NAMES)).select(KEYS).unique()
     rows = []
     for name, dims, types, concrete in distinct.iter_rows():
-        w = model_call(name, dims, types, concrete)
+        w = _model_memo(name, dims, types, concrete)
         if isinstance(w, Work):
             rows.append((name, dims, types, concrete, w.family, w.flops, w.bytes, w.dtype, w.note, None))
         else:

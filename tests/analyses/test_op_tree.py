@@ -1,0 +1,44 @@
+"""The walk up `parent_id`: numpy (small traces) and polars (large) give the same rows."""
+
+import polars as pl
+import pytest
+
+from traceanalyzer.analyses import op_tree
+
+
+def _ops(parents):
+    return pl.DataFrame(
+        {"op_id": list(range(len(parents))), "parent_id": parents}, schema_overrides={"parent_id": pl.Int64}
+    )
+
+
+# 0 <- 1 <- 2 <- 3, 0 <- 4, 5 alone: op 3 is 3 deep, worked out by hand
+PARENTS = [None, 0, 1, 2, 0, None]
+WANT = {
+    (3, 3, 0), (3, 2, 1), (3, 1, 2), (3, 0, 3),
+    (4, 4, 0), (4, 0, 1),
+    (5, 5, 0),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("numpy_below", [0, 1 << 20])
+def test_ancestors_by_hand(monkeypatch, numpy_below):
+    monkeypatch.setattr(op_tree, "NUMPY_WALK_OPS", numpy_below)
+    got = op_tree.ancestors(_ops(PARENTS), pl.Series([3, 4, 5, 4, None]))
+    assert got.schema == pl.Schema(op_tree.ANCESTOR_SCHEMA)
+    assert set(got.iter_rows()) == WANT
+    assert got["level"].to_list() == sorted(got["level"].to_list())  # level by level
+
+
+def test_numpy_walk_same_rows_in_same_order(monkeypatch):
+    import random
+
+    rnd = random.Random(7)
+    parents = [None] + [rnd.randrange(i) if rnd.random() < 0.9 else None for i in range(1, 3000)]
+    ids = pl.Series(rnd.sample(range(3000), 800) + [4000, -1])  # out of range ids have no row
+    monkeypatch.setattr(op_tree, "NUMPY_WALK_OPS", 1 << 20)
+    small = op_tree.ancestors(_ops(parents), ids)
+    monkeypatch.setattr(op_tree, "NUMPY_WALK_OPS", 0)
+    large = op_tree.ancestors(_ops(parents), ids)
+    assert small.equals(large)
+    assert small.height > 800
