@@ -7,6 +7,7 @@ trace start, and outputs show microseconds relative to it (`units`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +132,16 @@ class Trace:
     def gpu_cut_off(self) -> bool:
         """No GPU activity was read from a file cut short: not a CPU-only trace, an unknown one."""
         return not self.has_gpu_work and self.cut_short is not None
+
+    def derived(self, key: str, build: Callable[[], Any]) -> Any:
+        """A value computed from this trace's own tables, once per Trace (`build()` on the first
+        ask): the tables never change, so it never goes stale, and `dataclasses.replace` makes a
+        Trace without it. For what several analyses read in part (a small trace's op context),
+        where the Session cannot hand it down without every analysis taking it as an argument."""
+        memo = self.__dict__.setdefault("_derived", {})  # frozen forbids setattr, not the dict
+        if key not in memo:
+            memo[key] = build()
+        return memo[key]
 
     def _summary(self) -> list[tuple[str, str]]:
         m = self.meta

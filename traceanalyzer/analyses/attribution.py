@@ -40,12 +40,9 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     - python_frame: the user-code line around the innermost op, if the trace has stacks.
     """
     ops = trace.ops
-    memo = getattr(trace, "__dict__", None)  # a frozen Trace forbids setattr, not its __dict__
-    if memo is None or not 0 < ops.height <= WHOLE_CONTEXT_OPS or not is_row_number(ops["op_id"]):
+    if not 0 < ops.height <= WHOLE_CONTEXT_OPS or not is_row_number(ops["op_id"]):
         return _op_context(trace, op_ids)
-    whole = memo.get("_op_context")
-    if whole is None:
-        whole = memo["_op_context"] = _op_context(trace, ops["op_id"])
+    whole = trace.derived("op_context", lambda: _op_context(trace, ops["op_id"]))
     return whole.filter(pl.col("op_id").is_in(op_ids.cast(pl.Int64).drop_nulls().implode()))
 
 

@@ -85,7 +85,7 @@ def _ancestors_by_row(parent: pl.Series, ids: pl.Series) -> pl.DataFrame:
 
 
 # A level of the walk in polars is five calls of ~10-20 µs each (a DLRM rank nests 14 deep, and its
-# analyses walk 8 times: ~570 calls, 10 % of the rank); in numpy a level is ~2 µs. Above this many
+# analyses walk several times: ~6 % of the rank); in numpy a level is ~2 µs. Above this many
 # ops the polars walk keeps its multithreaded gathers (and numpy's copy of `parent` stays small).
 NUMPY_WALK_OPS = 1 << 20
 
