@@ -360,3 +360,37 @@ def test_b200_largest_launch_gap_is_python_in_compiled_regions(real):
     g = gaps.filter((pl.col("duration_us") - 872.573).abs() < 0.01).row(0, named=True)
     assert g["cause"] == "cpu_bound" and g["op"] is None and g["python_frame"].startswith("vllm/")
     assert gaps.filter(pl.col("cause") == "launch_latency")["duration_us"].max() < 872
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 1 << 18])
+def test_the_runtime_call_named_is_the_longest_in_any_chunk(tmp_path, monkeypatch, chunk):
+    # Gap [100, 1320], launch returns at 1315: calls overlapping it 300 µs (110-410), 600 µs
+    # (420-1020) and 250 µs (1030-1280); the other calls' columns are gathered `chunk` rows at
+    # a time, and the longest of each chunk's longest is the 600 µs call whatever the chunking.
+    from traceanalyzer.analyses import gap_causes
+
+    monkeypatch.setattr(gap_causes, "OTHER_CALLS_CHUNK", chunk)
+    b = TraceBuilder()
+    b.kernel("k1", ts=0, dur=100, launch_ts=-10)
+    b.runtime("cudaGetDevice", 110, 300)
+    b.runtime("cudaStreamCreateWithFlags", 420, 600)
+    b.runtime("cudaEventCreate", 1030, 250)
+    b.kernel("k2", ts=1320, dur=10, launch_ts=1310, launch_dur=5)
+    g = _gap(_session(b, tmp_path), 110)
+    assert g["cause"] == "runtime_call" and g["call_api"] == "cudaStreamCreateWithFlags" and g["call_us"] == 600
+
+
+@pytest.mark.parametrize("chunk", [1, 1 << 18])
+def test_equal_runtime_calls_name_the_first_in_any_chunk(tmp_path, monkeypatch, chunk):
+    # Two calls overlapping the gap [100, 1320] 500 µs each (110-610, 620-1120): the tie goes to
+    # the lower runtime id, the earlier call, in one pass or chunk by chunk.
+    from traceanalyzer.analyses import gap_causes
+
+    monkeypatch.setattr(gap_causes, "OTHER_CALLS_CHUNK", chunk)
+    b = TraceBuilder()
+    b.kernel("k1", ts=0, dur=100, launch_ts=-10)
+    b.runtime("cudaEventCreate", 110, 500)
+    b.runtime("cudaStreamCreateWithFlags", 620, 500)
+    b.kernel("k2", ts=1320, dur=10, launch_ts=1310, launch_dur=5)
+    g = _gap(_session(b, tmp_path), 110)
+    assert g["cause"] == "runtime_call" and g["call_api"] == "cudaEventCreate" and g["call_us"] == 500

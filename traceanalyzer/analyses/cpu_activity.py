@@ -130,6 +130,20 @@ def launch_calls(trace: Trace, runtime: pl.DataFrame | None = None) -> pl.DataFr
     return (trace.runtime if runtime is None else runtime).filter(is_launch(trace))
 
 
+def _launching_ops(trace: Trace, launch_op_ids: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """The ops issuing launches (those around a launch call, but a compiled-code wrapper only
+    when the call is its own) and the compiled-code wrappers above a launch: op_ids each. The
+    names are tested once per distinct ancestor, not once per (op, ancestor) pair."""
+    up = ancestors(trace.ops, launch_op_ids.drop_nulls().unique())
+    own = up.filter(pl.col("level") == 0).get_column("ancestor_id")
+    above = up.get_column("ancestor_id").unique()
+    del up
+    names = rows_at(trace.ops, "op_id", above, _name="name").get_column("_name")
+    wrapper = names.fill_null("").str.contains(COMPILED_WRAPPER)
+    del names
+    return pl.concat([own, above.filter(~wrapper)]).unique(), above.filter(wrapper)
+
+
 @dataclass(frozen=True)
 class CpuActivity:
     """Per-thread coverage indexes: `blocked` (in synchronising calls) and, for the exclusive
@@ -160,59 +174,45 @@ class CpuActivity:
         other_ids = other.select("runtime_id")
         del kind, blocks, launches_
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
-        # Narrow columns first: these tables are the biggest of a trace.
-        real_ops = trace.ops.select(*THREAD, "op_id", "ts_ns", "end_ns", "kind", "name").filter(
-            (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)
-        )
+        # Masks over the whole op table, then one filter of six columns per layer: a filtered
+        # copy carrying the names (to test them) cost 30 MB at 1 GB, never read after.
+        ops = trace.ops.select(*THREAD, "ts_ns", "end_ns")
+        real = trace.ops.select((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
+        real = real.to_series().fill_null(False)
         # An op that launches GPU work (itself or through the ops inside it: aten::linear over
         # aten::addmm, an autograd node over its aten ops) is issuing launches: its CPU time is
         # launch overhead. A compiled-code wrapper (`Torch-Compiled Region`, `TorchDynamo Cache
         # Lookup`, AOT wrappers: patterns.COMPILED_WRAPPER) is not: the Python it runs between
         # launches is CPU-bound work, as the ops that launch nothing are.
-        up = ancestors(trace.ops, launches.get_column("op_id").drop_nulls().unique())
-        up = up.hstack(rows_at(trace.ops, "op_id", up["ancestor_id"], _name="name"))
-        is_launch_op = (pl.col("level") == 0) | ~pl.col("_name").fill_null("").str.contains(COMPILED_WRAPPER)
-        launching = up.filter(is_launch_op)["ancestor_id"].unique()
+        launching, wrappers = _launching_ops(trace, launches.get_column("op_id"))
+        # Each op's part marked once (two lookups), then split by the marks.
+        op_ids = trace.ops.get_column("op_id")
+        is_launching = real & op_ids.is_in(launching.implode())
         # Such a wrapper holds the Python frames that run the compiled code (dynamo, AOT, the
         # Inductor `call`): its time outside the launches is Python's, so it joins that layer.
-        wrappers = up.filter(~is_launch_op)["ancestor_id"].unique()
-        # Each op's part marked once (two lookups), then split by the marks.
-        real_ops = real_ops.with_columns(
-            _launching=pl.col("op_id").is_in(launching.implode()), _wrapper=pl.col("op_id").is_in(wrappers.implode())
-        )
-        is_launching = pl.col("_launching")
-        launch_side = pl.concat(
-            [
-                launches.select(*THREAD, "ts_ns", "end_ns"),
-                real_ops.filter(is_launching).select(*THREAD, "ts_ns", "end_ns"),
-            ]
-        )
-        is_wrapper = pl.col("_wrapper") & ~is_launching
         # A compiled wrapper's own time is Python (the generated code), not an op's.
-        python = pl.concat(
-            [
-                trace.python.select(*THREAD, "ts_ns", "end_ns"),
-                real_ops.filter(is_wrapper).select(*THREAD, "ts_ns", "end_ns"),
-            ]
-        )
+        is_wrapper = real & op_ids.is_in(wrappers.implode()) & ~is_launching
+        launch_side = pl.concat([launches.select(*THREAD, "ts_ns", "end_ns"), ops.filter(is_launching)])
+        python = pl.concat([trace.python.select(*THREAD, "ts_ns", "end_ns"), ops.filter(is_wrapper)])
+        cpu_ops = ops.filter(real & ~is_launching & ~is_wrapper)
+        del real, is_launching, is_wrapper, launching, wrappers
         # One interval set per layer, by name (causes.LAYERS says the order they win in).
         sets = {
             "data_loading": data,
             "sync": blocking,
             "runtime_call": other,
             "launch": launch_side,
-            "cpu_op": real_ops.filter(~is_launching & ~is_wrapper),
+            "cpu_op": cpu_ops,
             "python": python,
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
-        del real_ops, launches, launch_side, python, up  # each layer is let go once merged in
+        del launches, launch_side, python, cpu_ops  # each layer is let go once merged in
         # The union of layers 0..k for each k (`intervals.cumulative_unions`: one sort per layer).
         schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
         layers = [
             sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema) for name in LAYERS
         ]
-        cumulative, bands = cumulative_unions(layers, THREAD)
-        del layers
+        cumulative, bands = cumulative_unions(layers, THREAD)  # consumes `layers`
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
             cumulative=tuple(cumulative),

@@ -282,6 +282,50 @@ def largest_overlap(
     )
 
 
+# How many of the other runtime calls are gathered at once to find the runtime_call gaps' calls.
+OTHER_CALLS_CHUNK = 1 << 18
+
+
+def _longest_other_call(trace: Trace, rc: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
+    """`largest_overlap` of the runtime_call gaps `rc` with the runtime calls `ids` (those that
+    neither launch nor synchronise: most of a trace's calls), on the gap's thread, the calls'
+    columns gathered a chunk at a time: the longest of each chunk's longest is the longest,
+    ties to the lowest id as in one pass. Gathered whole, with `overlap_join`'s helpers over
+    them, they were the largest transient of `classify_gaps` (~120 MB at 1 GB)."""
+    cols = {c: c for c in ("runtime_id", *THREAD, "ts_ns", "end_ns")}
+    if rc.is_empty():
+        ids = ids.clear()
+    parts = [
+        largest_overlap(
+            rc,
+            rows_at(trace.runtime, "runtime_id", ids.slice(i, OTHER_CALLS_CHUNK), **cols),
+            "runtime_id",
+            "rt_call",
+            True,
+        )
+        for i in range(0, max(ids.len(), 1), OTHER_CALLS_CHUNK)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return (
+        pl.concat(parts)
+        .sort(["rt_call_overlap_ns", "rt_call"], descending=[True, False], nulls_last=True)
+        .unique("gap_id", keep="first")
+    )
+
+
+def _init_key(trace: Trace, pieces: pl.DataFrame) -> pl.Series:
+    """init_key: the name start-up tells one-time calls from churn by (a runtime_call gap's
+    call, a slow_launch gap's next activity), null elsewhere. Made on those few rows and put in
+    place: a when/then over every piece wrote a new column of names (+37 MB at 1 GB)."""
+    cause = pieces.get_column("cause")
+    rows = cause.is_in(["runtime_call", "slow_launch"]).arg_true()
+    few = pieces.select("cause", "next_name", "rt_call")[rows]
+    names = rows_at(trace.runtime, "runtime_id", few["rt_call"], _rt_name="name").get_column("_rt_name")
+    key = few.select(pl.when(pl.col("cause") == "runtime_call").then(names).otherwise("next_name")).to_series()
+    return pl.repeat(None, pieces.height, dtype=pl.String, eager=True).scatter(rows, key).alias("init_key")
+
+
 @dataclass(frozen=True)
 class ClassifiedGaps:
     """Every idle piece (a gap clipped to one window) with its cause, before naming culprits.
@@ -306,13 +350,16 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     wins = windows.device_windows(trace)
     per_window = gpu_time.busy_by_window(busy, wins)
     idle = gpu_time.idle_intervals(busy, wins)
-    pieces = gpu_time.clip_to_windows(idle, wins).filter(pl.col("end_ns") > pl.col("start_ns"))
+    # Sorted while narrow, before the next activity's dozen columns join (in order): a sort
+    # copies every column it carries (-30 MB at 1 GB, 276 k pieces).
     pieces = (
-        _next_activity(trace, pieces)
+        gpu_time.clip_to_windows(idle, wins)
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
         .join(_prev_activity(trace), on=["device", "prev_end_ns"], how="left")
         .sort("device", "start_ns")
         .with_row_index("gap_id")
     )
+    pieces = _next_activity(trace, pieces)
     # The thread whose timeline explains the gap: the one that launched the work ending it,
     # else the step's own thread.
     threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
@@ -326,21 +373,9 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     # culprit `gaps` names, and the key by which start-up tells one-time calls from churn. The
     # other calls' columns are gathered only when such gaps exist.
     rc = pieces.filter(pl.col("cause") == "runtime_call")
-    other = act.runtime_other.clear() if rc.is_empty() else act.runtime_other
-    cols = {c: c for c in ("runtime_id", *THREAD, "ts_ns", "end_ns")}
-    other = rows_at(trace.runtime, "runtime_id", other["runtime_id"], **cols)
-    rt_call = largest_overlap(rc, other, "runtime_id", "rt_call", True)
+    rt_call = _longest_other_call(trace, rc, act.runtime_other.get_column("runtime_id"))
     pieces = pieces.join(rt_call, on="gap_id", how="left", maintain_order="left")
-    pieces = (
-        pieces.hstack(rows_at(trace.runtime, "runtime_id", pieces["rt_call"], _rt_name="name"))
-        .with_columns(
-            init_key=pl.when(pl.col("cause") == "runtime_call")
-            .then(pl.col("_rt_name"))
-            .when(pl.col("cause") == "slow_launch")
-            .then(pl.col("next_name"))
-        )
-        .drop("_rt_name")
-    )
+    pieces = pieces.hstack([_init_key(trace, pieces)])
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
     boundaries = (
         wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None

@@ -51,6 +51,17 @@ def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
+def key_starts(df: pl.DataFrame, by: list[str]) -> pl.Series:
+    """Per row of a non-empty `df`: whether its `by` keys differ from the row before's (True on
+    the first row): where each group starts when `df` is sorted by `by`."""
+    first = pl.zeros(df.height, pl.Boolean, eager=True)
+    for b in by:
+        col = df.get_column(b)
+        first = first | col.ne_missing(col.shift(1))
+    first[0] = True
+    return first
+
+
 def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     """`merge_sorted` as one sweep over the whole frame, without a window per group or a
     group-by: each group's times are shifted into a band of their own (group number x span), so
@@ -67,14 +78,7 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     if start.null_count() or end.null_count() or (end < start).any():
         return None
     lo, hi = start.min(), end.max()
-    first = None
-    for b in by:
-        col = s.get_column(b)
-        change = col.ne_missing(col.shift(1))
-        first = change if first is None else first | change
-    if first is None:
-        first = pl.zeros(s.height, pl.Boolean, eager=True)
-    first[0] = True
+    first = key_starts(s, by)
     groups = int(first.sum())
     span = int(hi) - int(lo) + 1
     if groups * span >= 1 << 62:
@@ -111,30 +115,37 @@ def cumulative_unions(layers: list[pl.DataFrame], by: list[str]) -> tuple[list[p
     layer sorted alone: one sort per layer, never of the union so far. A layer that adds
     nothing shares the previous index. Falls back to sorting and merging the union, layer by
     layer, when the bands do not hold (null times, an end before its start, int64 overflow):
-    then the Bands are None."""
-    stats = pl.concat([f.select(*by, "start_ns", "end_ns") for f in layers]).select(
-        _n=pl.col("start_ns").null_count() + pl.col("end_ns").null_count(),
-        _neg=(pl.col("end_ns") < pl.col("start_ns")).sum(),
-        _lo=pl.col("start_ns").min(),
-        _hi=pl.col("end_ns").max(),
-    )
-    n_null, neg, lo, hi = stats.row(0)
-    keys = pl.concat([f.select(by).unique() for f in layers]).unique().sort(by).with_row_index("_k")
+    then the Bands are None. Consumes `layers` (each is emptied once banded)."""
+    # per layer (Series calls), never a concatenated copy of them all
+    n_null = sum(f.get_column("start_ns").null_count() + f.get_column("end_ns").null_count() for f in layers)
+    neg = sum(int((f.get_column("end_ns") < f.get_column("start_ns")).sum()) for f in layers)
+    lo = min((v for f in layers if (v := f.get_column("start_ns").min()) is not None), default=None)
+    hi = max((v for f in layers if (v := f.get_column("end_ns").max()) is not None), default=None)
+    # every key is on a row whose keys differ from the row before's: `unique` hashes those few
+    # rows (events come in runs of one thread), not millions (~75 MB at 1 GB)
+    firsts = [key_starts(f, by) if f.height else None for f in layers]  # one bit a row
+    heads = [layers[0].select(by).clear(), *(f.select(by).filter(m) for f, m in zip(layers, firsts) if m is not None)]
+    keys = pl.concat(heads).unique().sort(by).with_row_index("_k")
     span = (hi - lo + 1) if lo is not None else 1
     if n_null or neg or lo is None or keys.height * span >= 1 << 62:
         return _cumulative_unions_by_sort(layers, by), None
-    band = pl.col("_k").cast(pl.Int64) * span - lo
     union = pl.DataFrame(schema={"_t": pl.Int64, "_te": pl.Int64})
     out: list[pl.DataFrame] = []
-    for layer in layers:
+    for i, layer in enumerate(layers):
+        layers[i] = layer.clear()  # consumed: each layer is let go once banded (~70 MB at 1 GB)
         if layer.is_empty():
-            out.append(out[-1] if out else coverage_index(layers[0].select(*by, "start_ns", "end_ns"), by, True))
+            out.append(out[-1] if out else coverage_index(layer.select(*by, "start_ns", "end_ns"), by, True))
             continue
-        banded = (
-            layer.join(keys, on=by, how="left", nulls_equal=True)
-            .select(_t=pl.col("start_ns") + band, _te=pl.col("end_ns") + band)
-            .sort("_t")
-        )
+        # each row's group number: that of its run's first row (a join of the few heads, then a
+        # gather), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
+        first, firsts[i] = firsts[i], None
+        run = first.cast(pl.UInt32).cum_sum() - 1
+        head = layer.select(by).filter(first).join(keys, on=by, how="left", nulls_equal=True, maintain_order="left")
+        band = head.get_column("_k").cast(pl.Int64).gather(run) * span - lo
+        del first, run, head
+        banded = pl.DataFrame({"_t": layer.get_column("start_ns") + band, "_te": layer.get_column("end_ns") + band})
+        del layer, band
+        banded = banded.sort("_t")
         union = union.merge_sorted(banded, "_t") if union.height else banded
         # the sweep of `_merge_sweep` on the banded axis, in Series operations (no query to plan)
         t, reach = union.get_column("_t"), union.get_column("_te").cum_max()
@@ -151,20 +162,14 @@ def _unband(union: pl.DataFrame, keys: pl.DataFrame, by: list[str], span: int, l
     group's number). Series operations: one call into polars each, no query to plan."""
     t, te = union.get_column("_t"), union.get_column("_te")
     k = t // span  # _t is k x span + (start - lo), start - lo in [0, span)
-    off = k * span - lo
-    length = te - t
-    c = length.cum_sum() - length
-    first = k.ne_missing(k.shift(1))
-    c0 = pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
-    kk = k.cast(pl.UInt32)
+    kk, first, off = k.cast(pl.UInt32), k.ne_missing(k.shift(1)), k * span - lo
+    del k  # each helper let go once used: the unions of a 1 GB trace are millions of rows
+    c = (te - t).cum_sum() - (te - t)
+    before = c - pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
+    del c, first
+    cols = [keys.get_column(b).gather(kk) for b in by]  # keys' rows are their numbers
     return pl.DataFrame(
-        [
-            *(keys.get_column(b).gather(kk) for b in by),  # keys' rows are their numbers
-            (t - off).alias("start_ns"),
-            (te - off).alias("end_ns"),
-            (c - c0).alias("_before"),
-            kk.alias("_k"),
-        ]
+        [*cols, (t - off).alias("start_ns"), (te - off).alias("end_ns"), before.alias("_before"), kk.alias("_k")]
     )
 
 
@@ -303,12 +308,7 @@ def _banded_pairs(
     (ls, le), (rs, re_) = left_span, right_span
     if lt.is_empty() or rt.is_empty():
         return pl.DataFrame(schema={"_li": pl.UInt32, "_ri": pl.UInt32})
-    lkeys = [lt.get_column(b) for b in by]
-    first = None
-    for col in lkeys:
-        change = col.ne_missing(col.shift(1))
-        first = change if first is None else first | change
-    first[0] = True
+    first = key_starts(lt, by)
     lk = first.cast(pl.Int64).cum_sum() - 1  # key numbers in sorted key order: lt's rows stay sorted
     keys = lt.select(by).filter(first).with_row_index("_key")
     rk = (
