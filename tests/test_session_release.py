@@ -34,6 +34,39 @@ def test_a_released_result_is_not_computed_twice(SHARED_TRACES):
         s.release("no_such_result")
 
 
+def test_a_released_result_is_still_handed_to_the_store(SHARED_TRACES):
+    """The gaps command lets `activity` and `classified` go before its report: the next command
+    must still find them in the cache, so `release` puts them in the store first (once)."""
+
+    class Store:  # the store's interface (`jobs.cache`), keeping nothing
+        MISSING = object()
+        loaded: frozenset = frozenset()
+
+        def __init__(self) -> None:
+            self.put_names: list[str] = []
+
+        def get(self, name):
+            return self.MISSING
+
+        def computing(self, name) -> None:
+            pass
+
+        def share(self, **objects) -> None:
+            pass
+
+        def put(self, name, value) -> None:
+            assert value is not None
+            self.put_names.append(name)
+
+    store = Store()
+    s = ta.Session(ta.load(SHARED_TRACES / "a100_simple_add_syncs.json.gz"), store=store)
+    _ = s.gaps
+    s.release("activity", "classified", "dependency_model")  # the model is no result: never stored
+    assert sorted(store.put_names) == ["activity", "classified"]
+    s.save()  # at the command's end: what is left, not the released ones again
+    assert store.put_names.count("activity") == 1 and "gaps" in store.put_names
+
+
 def test_the_pieces_keep_what_their_readers_read(ses):
     p = ses.classified.pieces
     assert tuple(p.columns) == PIECE_COLUMNS

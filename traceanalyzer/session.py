@@ -296,13 +296,16 @@ class Session:
         from them is computed: their memory serves what comes next. Each is computed once: asked
         for again after its release, it raises (`ReleasedError`) rather than silently building it
         a second time, so a command that releases too early fails its tests instead of doubling
-        its time."""
+        its time. A result is handed to the store (if any) as it goes, so the cache still has it."""
         unknown = set(names) - {*self.results(), "dependency_model"}
         if unknown:
             raise ValueError(f"not a result of the Session: {sorted(unknown)}")
         released = self.__dict__.setdefault("_released", set())
+        results = self.results()
         for name in names:
-            self.__dict__.pop(name, None)
+            value = self.__dict__.pop(name, None)
+            if value is not None and self.store is not None and name in results:
+                self.store.put(name, value)  # still kept for the next command, as `save` would
             released.add(name)
 
     def _not_released(self, name: str) -> None:
