@@ -1,5 +1,6 @@
 """The walk up `parent_id`: numpy (small traces) and polars (large) give the same rows."""
 
+import numpy  # noqa: F401 - the numpy walk runs where numpy is already loaded
 import polars as pl
 import pytest
 

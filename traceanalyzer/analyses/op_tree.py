@@ -8,6 +8,8 @@ question about time spent in an op itself, not in the ops nested in it, from `se
 
 from __future__ import annotations
 
+import sys
+
 import polars as pl
 
 # Deeper than any real trace nests (recursion in Python frames stays far below this).
@@ -58,8 +60,10 @@ def _ancestors_by_row(parent: pl.Series, ids: pl.Series) -> pl.DataFrame:
     Each level is a gather and two filters of Series, one call into polars each: a frame
     operation per step planned a query of its own (three a level, 320 a DLRM rank, most of the
     walk's time). The frame is built once at the end. Below `NUMPY_WALK_OPS` ops the walk runs
-    in numpy (`_ancestors_numpy`: the same rows in the same order)."""
-    if parent.len() <= NUMPY_WALK_OPS:
+    in numpy (`_ancestors_numpy`: the same rows in the same order) when something has imported
+    numpy already: its import (~0.1 CPU-s) costs more than the walk saves on one trace (a fifth
+    of `gaps` on 10 MB, which imports no numpy otherwise)."""
+    if parent.len() <= NUMPY_WALK_OPS and "numpy" in sys.modules:
         return _ancestors_numpy(parent, ids)
     ids = ids.filter((ids >= 0) & (ids < parent.len()))
     ops, up = [ids], [ids]
