@@ -8,7 +8,6 @@ import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import click
 from click.testing import CliRunner
@@ -46,54 +45,56 @@ def test_unknown_command_is_a_usage_error():
         assert "Did you mean 'gaps'?" in result.output
 
 
-def test_help_imports_no_command_analysis_or_polars():
+def _modules_after(call: str, which: str, *argv: str) -> subprocess.CompletedProcess:
+    """Run `call` (a use of the CLI's `main`, SystemExit caught) in a fresh interpreter, then print
+    on stderr the sorted modules `which` (an expression of `m`, a module's name) selects."""
     code = (
-        "import sys; from traceanalyzer.cli.main import main; main(['--help']); "
-        "print(sorted(m for m in sys.modules if m.startswith(('polars', 'numpy', 'traceanalyzer.cli.commands.', "
-        "'traceanalyzer.analyses', 'traceanalyzer.session', 'rich', 'markdown_it', 'matplotlib'))), file=sys.stderr)"
+        "import sys; from traceanalyzer.cli.main import main\n"
+        f"try:\n    {call}\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in sys.modules if {which}), file=sys.stderr)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+
+
+def test_help_imports_no_command_analysis_or_polars():
+    out = _modules_after(
+        "main(['--help'])",
+        "m.startswith(('polars', 'numpy', 'traceanalyzer.cli.commands.', 'traceanalyzer.analyses', "
+        "'traceanalyzer.session', 'rich', 'markdown_it', 'matplotlib'))",
+    )
     assert "Commands:" in out.stdout and out.stderr.strip() == "[]"
 
 
 def test_a_command_loads_only_its_own_module():
-    code = (
-        "import sys; from traceanalyzer.cli.main import main; main(['gaps', '--help']); "
-        "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('traceanalyzer.cli.commands.')), "
-        "file=sys.stderr)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = _modules_after("main(['gaps', '--help'])", "m.startswith('traceanalyzer.cli.commands.')")
     assert out.stdout.startswith("Usage: traceanalyzer gaps")
-    assert out.stderr.strip() == "['gaps']"
+    assert out.stderr.strip() == "['traceanalyzer.cli.commands.gaps']"
 
 
 def test_gaps_help_imports_no_polars_analysis_or_rule():
     """`gaps --help` reads the options and renderers' registries only (`--fail-on RULE`: the rule
     ids are read when one is given); what builds the report loads when the command runs."""
-    code = (
-        "import sys; from traceanalyzer.cli.main import main; main(['gaps', '--help']); "
-        "print(sorted(m for m in sys.modules if m.startswith(('polars', 'numpy', 'rich', 'msgspec', "
-        "'traceanalyzer.analyses', 'traceanalyzer.session', 'traceanalyzer.findings', 'traceanalyzer.render.'))), "
-        "file=sys.stderr)"
+    out = _modules_after(
+        "main(['gaps', '--help'])",
+        "m.startswith(('polars', 'numpy', 'rich', 'msgspec', 'traceanalyzer.analyses', 'traceanalyzer.session', "
+        "'traceanalyzer.findings', 'traceanalyzer.render.'))",
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "--fail-on RULE" in out.stdout and ".json (JSON, every field)" in out.stdout
     assert out.stderr.strip() == "[]"
     bad = CliRunner().invoke(cli, ["gaps", "t.json", "--fail-on", "nosuch"])
     assert bad.exit_code == 2 and "'sync_stalls'" in bad.output  # the ids, from the registry
 
 
-def test_gaps_on_a_gpu_trace_does_not_import_numpy(tmp_path):
+def test_gaps_on_a_gpu_trace_does_not_import_numpy(SHARED_TRACES, tmp_path):
     """numpy costs ~0.1 CPU-s of start-up, a fifth of `gaps` on a 10 MB trace: the gaps path (the
     loader, the analyses, µs for display, JSON) runs on polars alone."""
-    trace = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "a100_simple_add_syncs.json.gz"
+    trace = SHARED_TRACES / "a100_simple_add_syncs.json.gz"
     out = tmp_path / "gaps.json"
-    code = (
-        "import sys; from traceanalyzer.cli.main import main\n"
-        "try:\n    main(['gaps', sys.argv[1], '--no-cache', '--format', 'json', '-o', sys.argv[2]])\n"
-        "except SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'multiprocessing')), file=sys.stderr)"
+    run = _modules_after(
+        "main(['gaps', sys.argv[1], '--no-cache', '--format', 'json', '-o', sys.argv[2]])",
+        "m.split('.')[0] in ('numpy', 'multiprocessing')",
+        str(trace),
+        str(out),
     )
-    run = subprocess.run([sys.executable, "-c", code, str(trace), str(out)], capture_output=True, text=True, check=True)
     assert json.loads(out.read_text())["summary"]["gap_count"] > 0
     assert run.stderr.strip().splitlines()[-1] == "[]"
