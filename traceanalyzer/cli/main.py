@@ -198,9 +198,35 @@ ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 ALLOCATOR_CONF = "narenas:1"
 
 
+# A directory of ranks is analysed one rank per process (`jobs.executors`), this one included: the
+# ranks are the parallelism, and polars sizes its thread pool when it loads, so this process runs
+# polars on one thread as its workers do (a second thread spins between a small rank's ~1,500
+# queries: 8 DLRM ranks, 2026-12-01, see docs/performance.md). A value the user set wins, and
+# `--jobs 1` (this process alone) keeps polars' threads for itself.
+RANK_DIR_COMMANDS = ("gaps", "summary", "report")
+PATH_VALUED = ("-o", "--output", "--cache-dir")  # options whose value is a folder, not the trace
+
+
+def names_rank_dir(argv: list[str]) -> bool:
+    """Whether a command line runs a command of RANK_DIR_COMMANDS on a directory."""
+    words = [t for t in argv if not t.startswith("-")]
+    command = next((t for t in words if t in COMMANDS), None)
+    if command not in RANK_DIR_COMMANDS:
+        return False
+    after = argv[argv.index(command) + 1 :]
+    if any(a == "--jobs=1" or (a == "--jobs" and b == "1") for a, b in zip(after, [*after[1:], ""], strict=True)):
+        return False
+    return any(
+        not tok.startswith("-") and prev not in PATH_VALUED and os.path.isdir(tok)
+        for prev, tok in zip(["", *after], after, strict=False)
+    )
+
+
 def run() -> None:
     """The console script's entry point."""
     os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)  # before anything imports polars
+    if names_rank_dir(sys.argv[1:]):
+        os.environ.setdefault("POLARS_MAX_THREADS", "1")
     sys.exit(main())
 
 

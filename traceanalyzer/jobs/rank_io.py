@@ -49,6 +49,10 @@ class _Doc(msgspec.Struct, forbid_unknown_fields=False):
     traceEvents: list[_Event] = []  # noqa: N815 (the format's key)
 
 
+# Every row of `comm_args` carries this key (Kineto writes it as is, never with escaped letters).
+COLL_KEY = b'"Collective name"'
+
+
 def _int(v: Any) -> int | None:
     try:
         return int(v) if v is not None and v != "" else None
@@ -60,6 +64,8 @@ def comm_args(data: bytes) -> tuple[pl.DataFrame, str | None]:
     """Collective metadata of a trace's JSON bytes: one row per `record_param_comms` op or
     kernel carrying a `Collective name`; and why there are none when the JSON cannot be read
     (a damaged file: the loader salvages its events, the metadata is then taken as absent)."""
+    if COLL_KEY not in data:  # no event names a collective: nothing to decode (~2.3 ms a DLRM rank)
+        return pl.DataFrame(schema=COMM_ARGS_SCHEMA), None
     try:
         doc = msgspec.json.decode(data, type=_Doc)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
