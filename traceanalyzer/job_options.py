@@ -44,6 +44,12 @@ class RankOptions:
         "directory mode: worker processes for the per-rank files (0: one per CPU, at most one per file)",
         flag="--jobs",
     )
+    worker_min_mb: float = opt(
+        16.0,
+        "directory mode, local executor without --jobs: one more process per this many MB of trace JSON in the "
+        "directory, up to one per CPU (a worker costs ~0.3 CPU-s to start; 8 small ranks run in one process); "
+        "0: one per CPU",
+    )
     rank_executor: str = opt(
         "local",
         "directory mode: run the per-rank files in a local process pool, or on Dask distributed (the dask extra)",
@@ -62,4 +68,4 @@ class RankOptions:
     )
 
 
-EXECUTION_FIELDS = ("rank_jobs", "rank_executor", "dask_address", "rank_cache")
+EXECUTION_FIELDS = ("rank_jobs", "worker_min_mb", "rank_executor", "dask_address", "rank_cache")

@@ -200,32 +200,59 @@ ALLOCATOR_CONF = "narenas:1"
 
 # A directory of ranks is analysed one rank per process (`jobs.executors`), this one included: the
 # ranks are the parallelism, and polars sizes its thread pool when it loads, so this process runs
-# polars on one thread as its workers do (a second thread spins between a small rank's ~1,500
-# queries: 8 DLRM ranks, 2026-12-01, see docs/performance.md). A value the user set wins, and
-# `--jobs 1` (this process alone) keeps polars' threads for itself.
+# polars on one thread as its workers do, and so it does alone with small ranks (a second thread
+# spins between a small rank's ~1,500 queries: 8 DLRM ranks, 2026-12-01, docs/performance.md).
+# `jobs.plan` decides, from the files' sizes and --jobs / --worker-min-mb; a value the user set wins.
 RANK_DIR_COMMANDS = ("gaps", "summary", "report")
 PATH_VALUED = ("-o", "--output", "--cache-dir")  # options whose value is a folder, not the trace
 
 
-def names_rank_dir(argv: list[str]) -> bool:
-    """Whether a command line runs a command of RANK_DIR_COMMANDS on a directory."""
+def _value(args: list[str], flag: str) -> str | None:
+    """The value given to `flag` (`--jobs 2` or `--jobs=2`), the last one, or None."""
+    found = None
+    for a, b in zip(args, [*args[1:], ""], strict=True):
+        if a == flag:
+            found = b
+        elif a.startswith(flag + "="):
+            found = a[len(flag) + 1 :]
+    return found
+
+
+def rank_dir_polars_threads(argv: list[str]) -> str | None:
+    """`"1"` when a command line runs a command of RANK_DIR_COMMANDS on a local directory whose
+    ranks this process should analyse on one polars thread (`jobs.plan.one_polars_thread`); else None."""
     words = [t for t in argv if not t.startswith("-")]
     command = next((t for t in words if t in COMMANDS), None)
     if command not in RANK_DIR_COMMANDS:
-        return False
+        return None
     after = argv[argv.index(command) + 1 :]
-    if any(a == "--jobs=1" or (a == "--jobs" and b == "1") for a, b in zip(after, [*after[1:], ""], strict=True)):
-        return False
-    return any(
-        not tok.startswith("-") and prev not in PATH_VALUED and os.path.isdir(tok)
-        for prev, tok in zip(["", *after], after, strict=False)
+    folder = next(
+        (
+            t
+            for p, t in zip(["", *after], after, strict=False)
+            if not t.startswith("-") and p not in PATH_VALUED and os.path.isdir(t)
+        ),
+        None,
     )
+    if folder is None:
+        return None
+    from traceanalyzer.jobs import plan
+
+    files = plan.local_files(folder)
+    if not files:
+        return None
+    try:
+        jobs = int(_value(after, "--jobs") or 0)
+        min_mb = float(_value(after, "--worker-min-mb") or plan.DEFAULT_WORKER_MIN_MB)
+    except ValueError:
+        return None  # click says what is wrong with it
+    return "1" if plan.one_polars_thread(files, jobs, plan.min_bytes(min_mb)) else None
 
 
 def run() -> None:
     """The console script's entry point."""
     os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)  # before anything imports polars
-    if names_rank_dir(sys.argv[1:]):
+    if rank_dir_polars_threads(sys.argv[1:]):
         os.environ.setdefault("POLARS_MAX_THREADS", "1")
     sys.exit(main())
 

@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.errors import NotATraceError, TraceReadError, UsageError
-from traceanalyzer.jobs import rank_io
+from traceanalyzer.jobs import plan, rank_io
 from traceanalyzer.jobs.cache import options_key
 from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile, cross_rank, rank_from_name
 from traceanalyzer.options import Options
@@ -144,17 +144,13 @@ def _init_worker() -> None:
     os.environ["TRACEANALYZER_WORKERS"] = "1"
 
 
-def _local_jobs(paths: list[str], jobs: int | None) -> int:
-    from traceanalyzer.load.parallel import cpu_count
-
+def _local_jobs(paths: list[str], jobs: int | None, min_bytes: int = 0) -> int:
     if any(str(p).startswith("memory://") for p in paths):
         return 1  # fsspec's memory filesystem lives in this process: a worker would find it empty
-    if jobs:
-        return max(1, min(jobs, len(paths)))
-    # A pool even for small files: with the lazy start-up a worker costs ~0.25 s, and one process
-    # runs polars' small queries one rank at a time (2026-12-01, 2 CPUs: 8 DLRM ranks, 0.43 MB,
-    # 3.6 s serial, 1.7 s with two workers; 2 of them 1.1 s and 1.0 s; 4 mi300x ranks 2.5 s, 1.5 s).
-    return max(1, min(cpu_count(), len(paths)))
+    # One process per CPU and per file (`--jobs`: that many), and with `min_bytes` (--worker-min-mb)
+    # one per that much JSON: a worker's start-up costs more than the few small ranks it would take
+    # (`jobs.plan`; 8 DLRM ranks 1.7 CPU-s with a worker, 1.4 without).
+    return plan.processes(paths, jobs or 0, min_bytes)
 
 
 def _dask_client(address: str):
@@ -179,9 +175,11 @@ def run_ranks(
     jobs: int | None = None,
     executor: str = "local",
     address: str = "",
+    min_bytes: int = 0,
 ) -> list[Any]:
     """`[fn(path, *args) for path in paths]` on the executor, results in input order. `fn` must
-    be a module-level function (it is pickled by name)."""
+    be a module-level function (it is pickled by name). `min_bytes`: on the local executor
+    without `jobs`, one process per that much JSON at most (`jobs.plan.processes`)."""
     paths = [str(p) for p in paths]
     if executor == "dask":
         client = _dask_client(address)
@@ -195,7 +193,7 @@ def run_ranks(
             client.close()
             if cluster is not None and not address.startswith(("tcp://", "tls://")):
                 cluster.close()
-    jobs = _local_jobs(paths, jobs)
+    jobs = _local_jobs(paths, jobs, min_bytes)
     if jobs == 1:
         return [fn(p, *args) for p in paths]
     return _local_map(fn, paths, args, jobs)
@@ -244,6 +242,7 @@ def analyse_dir(
         jobs=jobs or r.rank_jobs,
         executor=r.rank_executor,
         address=r.dask_address,
+        min_bytes=plan.min_bytes(r.worker_min_mb),
     )
     results = [x for x in out if isinstance(x, RankResult)]
     skipped = [x for x in out if isinstance(x, SkippedFile)]
