@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -97,3 +99,22 @@ def test_the_command_runs_polars_on_one_thread_for_a_rank_directory(tmp_path):
 
     assert seen("summary", str(d)) == "1 False\n"  # set before polars loads
     assert seen("summary", str(d / "rank0.json")) == "None False\n"  # one trace: polars' own pool
+
+
+def test_a_small_directory_summary_imports_neither_numpy_nor_multiprocessing(SHARED_TRACES, tmp_path):
+    """numpy (the critical path's) and a worker pool cost ~0.1 CPU-s each for two small ranks
+    that run in this process alone."""
+    d = tmp_path / "job"
+    d.mkdir()
+    for f in sorted((SHARED_TRACES / "dlrm_v100_8ranks").iterdir())[:2]:
+        shutil.copy(f, d / f.name)
+    out = tmp_path / "s.json"
+    code = (
+        "import importlib, sys; m = importlib.import_module('traceanalyzer.cli.main'); sys.argv = ['traceanalyzer', "
+        "'summary', sys.argv[1], '--format', 'json', '-o', sys.argv[2]]\n"
+        "try:\n    m.run()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('numpy', 'multiprocessing')), file=sys.stderr)"
+    )
+    run = subprocess.run([sys.executable, "-c", code, str(d), str(out)], capture_output=True, text=True, check=True)
+    assert run.stderr.strip().splitlines()[-1] == "[]"
+    assert json.loads(out.read_text())["ranks_held"] == 2

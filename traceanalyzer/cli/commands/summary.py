@@ -21,14 +21,10 @@ from traceanalyzer.cli.commands.common import (
     open_session,
     with_health,
 )
-from traceanalyzer.cli.commands.path import headline as path_headline
-from traceanalyzer.cli.commands.path import shares
-from traceanalyzer.cli.commands.stages import average_table, stages_payload
 from traceanalyzer.cli.options import build_options, fail_on_option, option_flags, output_options
 from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.findings import Finding
 from traceanalyzer.patterns import PROFILER_STEP
-from traceanalyzer.render.roofline_plot import roofline_headline, roofline_table
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 from traceanalyzer.wording import plural, span
@@ -138,6 +134,13 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
 
 def summary_report(ses: Session, top: int, th: dict) -> Report:
     """The `summary` Report of one trace."""
+    # Here, not at the top: `summary DIR` never reads them, and the critical path's modules load
+    # numpy (~0.1 CPU-s of a directory summary's start-up).
+    from traceanalyzer.cli.commands.path import headline as path_headline
+    from traceanalyzer.cli.commands.path import shares
+    from traceanalyzer.cli.commands.stages import average_table, stages_payload
+    from traceanalyzer.render.roofline_plot import roofline_headline, roofline_table
+
     rows = top if top and top < SCREEN_ROWS else SCREEN_ROWS
     # Memory, in order (measured at 311 MB): first what keeps a small result after a large
     # transient (the stage breakdown's op chains, the roofline's shapes, the kernel and op
