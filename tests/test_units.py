@@ -92,6 +92,15 @@ def test_display_divides_exactly_in_one_row_and_empty_tables():
     assert empty.schema == pl.Schema({"dur_us": pl.Float64}) and empty.height == 0
 
 
+def test_display_keeps_a_column_named_like_its_divisor():
+    # display_us divides by a helper column of 1000.0 placed beside the frame's own: a frame that
+    # already holds a column of that name keeps it, and the helper is never in the result.
+    df = pl.DataFrame({"__thousand": ["mine"], "start_ns": [1_500], "x": [7]})
+    shown = display_us(df, origin_ns=500)
+    assert shown.columns == ["__thousand", "start_us", "x"]
+    assert shown.row(0) == ("mine", 1.0, 7)
+
+
 def test_a_span_keeps_its_digits():
     # mi250_rocm_minitoy's steady state is its second step, 49.073 µs: "0.0 ms" said nothing.
     assert span(49.073) == "49 µs" and span(9288.291) == "9.3 ms" and span(12_400_000.0) == "12.4 s"
