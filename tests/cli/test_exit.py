@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces"
 
 # A fresh interpreter: prints a buffered line, registers an atexit handler, then ends through `end`;
 # an object whose `__del__` writes only runs in the teardown, so it tells which exit was taken.
@@ -76,3 +79,32 @@ def test_a_reader_that_went_away_is_no_error():
         proc.stdout.close()  # the reader is gone before the process writes
         err = proc.stderr.read()
         assert (proc.wait(), err) == (0, b"")
+
+
+def test_the_collector_is_paused_for_the_imports_only(tmp_path):
+    """`cli.startup`: the entry point runs the imports without the cyclic collector, and collects
+    again (what the imports made frozen) once the command's modules are in; a process that does
+    not go through the entry point keeps its collector untouched."""
+    trace = next((SAMPLE).glob("*.json.gz"))
+    code = (
+        "import atexit, gc, sys\nimport importlib\nmain = importlib.import_module('traceanalyzer.cli.main')\n"
+        "atexit.register(lambda: print(gc.isenabled(), gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['traceanalyzer', *sys.argv[1:]]\nmain.run()\n"
+    )
+    for argv, seen in (
+        (["gaps", str(trace), "--no-cache", "-o", str(tmp_path / "g.json")], "True True"),
+        (["--version"], "False False"),  # nothing imported: the process ends before any collection matters
+    ):
+        out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+        assert out.stdout.splitlines()[-1] == seen, argv
+    lib = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import gc; import traceanalyzer.cli.commands.common; print(gc.isenabled(), gc.get_freeze_count())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert lib.stdout.split() == ["True", "0"]

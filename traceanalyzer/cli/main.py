@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from traceanalyzer.cli import replay
+from traceanalyzer.cli import replay, startup
 from traceanalyzer.cli.commands import COMMANDS, REPLAYABLE
 from traceanalyzer.errors import RegressionDetected, TraceAnalyzerError
 from traceanalyzer.version import __version__
@@ -201,6 +201,7 @@ ALLOCATOR_CONF = "narenas:1"
 def run() -> None:
     """The console script's entry point."""
     os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)  # before anything imports polars
+    startup.begin()  # no collection during the imports (`cli.startup`)
     end(main())
 
 
