@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from traceanalyzer.cli import replay, startup
+from traceanalyzer.cli import startup
 from traceanalyzer.cli.commands import COMMANDS, REPLAYABLE
 from traceanalyzer.errors import RegressionDetected, TraceAnalyzerError
 from traceanalyzer.version import __version__
@@ -68,11 +68,14 @@ class LazyGroup(click.Group):
         """Run the command; a recorded run that ended well is kept for its next replay."""
         try:
             result = super().invoke(ctx)
-            if replay.RECORDING is not None:
+            replay = _replay_module()
+            if replay is not None and replay.RECORDING is not None:
                 replay.RECORDING.store()
             return result
         finally:
-            replay.RECORDING = None
+            replay = _replay_module()
+            if replay is not None:
+                replay.RECORDING = None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The Commands section of `--help`, as click writes it, from the summaries alone."""
@@ -89,9 +92,16 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+def _replay_module():
+    """`cli.replay` when a command loaded it (a run that may be recorded), else None."""
+    return sys.modules.get("traceanalyzer.cli.replay")
+
+
 def _replay_or_record(ctx: click.Context, name: str, args: list[str]) -> click.Command | None:
     """The replay of this command line when the output cache holds it; else None, with the
-    run recorded when it may be kept (the cache on, a report on one trace file)."""
+    run recorded when it may be kept (the cache on, a report on one trace file). The output cache's
+    modules (hashing, pickling, the cache) load here, not for `--help` or `--version`."""
+    from traceanalyzer.cli import replay
     from traceanalyzer.jobs import cache
 
     replay.RECORDING = None
