@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from traceanalyzer.cli.main import FULL_EXIT_ENV
+
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces"
 
 # A fresh interpreter: prints a buffered line, registers an atexit handler, then ends through `end`;
@@ -35,7 +37,7 @@ end(int(sys.argv[2]))
 def _run(mode: str, status: int, **env: str) -> subprocess.CompletedProcess:
     import os
 
-    environment = {k: v for k, v in os.environ.items() if k != "TRACEANALYZER_FULL_EXIT"} | env
+    environment = {k: v for k, v in os.environ.items() if k != FULL_EXIT_ENV} | env
     return subprocess.run(
         [sys.executable, "-c", CODE, mode, str(status)], capture_output=True, text=True, env=environment
     )
@@ -56,7 +58,7 @@ def test_a_working_thread_is_waited_for_by_a_normal_exit():
 
 
 def test_the_full_exit_on_request():
-    out = _run("plain", 1, TRACEANALYZER_FULL_EXIT="1")
+    out = _run("plain", 1, **{FULL_EXIT_ENV: "1"})
     assert out.returncode == 1
     assert out.stdout.splitlines() == ["buffered output", "atexit ran"]
     assert "teardown ran" in out.stderr
@@ -68,7 +70,7 @@ def test_a_reader_that_went_away_is_no_error():
     when a thread makes it the normal exit."""
     import os
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "TRACEANALYZER_FULL_EXIT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", FULL_EXIT_ENV)}
     for thread in ("", "threading.Thread(target=time.sleep, args=(0.1,)).start()\n"):
         code = (
             "import sys, threading, time\nfrom traceanalyzer.cli.main import end\n"

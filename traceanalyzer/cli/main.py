@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -222,31 +223,39 @@ def end(status: int) -> None:
     a tenth of the run; more at 1 GB), work the OS does at once. Safe when only daemon threads are
     left (the cache writer is joined before the command ends), with the output flushed and the
     atexit handlers run (coverage, multiprocessing, `weakref.finalize`, temporary folders); not under
-    a profiler or tracer (cProfile writes its stats after the entry point returns) nor `python -i`."""
+    a profiler or tracer (cProfile writes its stats after the entry point returns), nor `python -i`,
+    nor with `TRACEANALYZER_FULL_EXIT=1`: then the normal exit, which waits for the threads."""
+    import atexit
     import threading
 
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:  # a reader that went away (`| head`): as `main`, not an error, nor a second try
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except ValueError:  # closed
-        pass
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    _flush()
     quiet = sys.getprofile() is None and sys.gettrace() is None and not sys.flags.inspect
     alone = all(t.daemon or t is threading.main_thread() for t in threading.enumerate())
-    run_exitfuncs = getattr(__import__("atexit"), "_run_exitfuncs", None)  # CPython's; else the normal exit
-    if not (quiet and alone and run_exitfuncs is not None and os.environ.get("TRACEANALYZER_FULL_EXIT") != "1"):
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's; elsewhere the normal exit
+    if not (quiet and alone and run_exitfuncs is not None and os.environ.get(FULL_EXIT_ENV) != "1"):
         sys.exit(status)
     run_exitfuncs()
+    _flush()
+    os._exit(status)
+
+
+FULL_EXIT_ENV = "TRACEANALYZER_FULL_EXIT"
+
+
+def _flush() -> None:
+    """Flush stdout and stderr. A reader gone from stdout (`| head`) is no error, as in `main`: the
+    rest goes to /dev/null, so no later flush fails again (`Exception ignored`, exit 120)."""
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except BrokenPipeError:
+            if stream is sys.stdout:
+                with contextlib.suppress(OSError, ValueError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except (OSError, ValueError):  # closed, or not a real file
             pass
-    os._exit(status)
 
 
 if __name__ == "__main__":  # pragma: no cover
