@@ -6,7 +6,6 @@ A result class takes `Compact` as a base and `repr=False` in its `@dataclass`.""
 from __future__ import annotations
 
 import dataclasses
-import html
 from typing import Any
 
 TEXT = 60  # characters of a text field shown
@@ -35,6 +34,8 @@ def fields(obj: Any) -> list[tuple[str, str]]:
 
 def html_table(title: str, rows: list[tuple[str, str]]) -> str:
     """A small HTML table: the title, then one row per field."""
+    import html  # a notebook's display only: not on a command's start-up
+
     body = "".join(
         f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows
     )

@@ -28,7 +28,7 @@ from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.health import HealthCheck, analyse_health
 from traceanalyzer.analyses.scenario import Scenario
 from traceanalyzer.analyses.step_detection import with_steps
-from traceanalyzer.analyses.steps import StepsResult, analyse_steps
+from traceanalyzer.analyses.steps import Caveat, StepsResult, analyse_steps, step_caveats
 from traceanalyzer.analyses.verdict import Verdict, compiled_model, verdict
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.options import Options
@@ -200,7 +200,15 @@ class Session:
     @_result
     def health(self) -> list[HealthCheck]:
         """The trace-health checks that fire, errors first (see `analyses.health`)."""
-        return analyse_health(self.trace, self.options, self.steps)
+        return analyse_health(self.trace, self.options, self.step_caveats)
+
+    @cached_property  # a part of `steps`, not kept by the store
+    def step_caveats(self) -> tuple[Caveat, ...]:
+        """The steps' capture caveats: those of `steps` when computed (or read from the store), else
+        the same ones from the steps' durations alone (`gaps` prints no step's GPU busy time)."""
+        if "steps" in self.__dict__:
+            return self.steps.caveats
+        return step_caveats(self.trace, self.options)
 
     @_result
     def verdict(self) -> Verdict:

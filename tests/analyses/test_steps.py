@@ -7,7 +7,7 @@ import pytest
 
 from tests.synthetic import TraceBuilder
 from traceanalyzer import load
-from traceanalyzer.analyses.steps import analyse_steps
+from traceanalyzer.analyses.steps import analyse_steps, step_caveats
 from traceanalyzer.options import StepOptions
 
 
@@ -37,6 +37,8 @@ def test_durations_busy_outliers_and_warmup(tmp_path):
     assert r.median_us == 100
     kinds = [c.kind for c in r.caveats]
     assert kinds == ["warm_up"]  # 300 > 1.5 × median(100, 100, 120)
+    assert r.caveats[0].evidence == {"steps": [1], "duration_us": [300.0], "median_others_us": 100.0}
+    assert step_caveats(load(b.write(tmp_path))) == r.caveats  # the same, without GPU busy time
 
 
 def test_too_few_steps_no_steps_and_loading_outside(tmp_path):
@@ -49,6 +51,7 @@ def test_too_few_steps_no_steps_and_loading_outside(tmp_path):
     # These synthetic traces hold CPU ops only, which is itself a caveat.
     assert set(kinds) == {"no_gpu_activity", "too_few_steps", "data_loading_outside_steps"}
     assert kinds["data_loading_outside_steps"].evidence == {"ranges": 1, "duration_us": 40.0}
+    assert step_caveats(load(b.write(tmp_path)), StepOptions(min_steps=3)) == r.caveats
 
     empty = TraceBuilder()
     empty.op("aten::mm", 0, 10)
@@ -67,3 +70,30 @@ def test_resnet_step_average_and_kernel_utilisation(SHARED_TRACES):
     kernel_us = (t["kernel_share"] * t["duration_us"]).sum()
     assert kernel_us / t["duration_us"].sum() == pytest.approx(0.5551, abs=5e-5)
     assert not t["outlier"].any() and r.caveats == ()
+
+
+def test_health_reads_the_caveats_without_gpu_busy_per_step(SHARED_TRACES, monkeypatch):
+    """`gaps` prints health (few_steps, warm_up come from the steps' caveats) but no step's GPU busy
+    time: the Session reads the caveats from the durations alone, the same as `steps.caveats`."""
+    import importlib
+
+    from traceanalyzer.session import Session
+
+    steps_module = importlib.import_module("traceanalyzer.analyses.steps")
+    for name in ("v100_resnet50_dataloader_workers0.pt.trace.json.gz", "a100_multistream_syncs.json.gz"):
+        trace = load(SHARED_TRACES / name)
+        full = Session(trace)
+        expected = full.steps.caveats
+        assert full.step_caveats is expected  # computed: its own
+        busy = steps_module._busy_per_step
+
+        def forbidden(*args):
+            raise AssertionError("GPU busy per step computed")
+
+        with monkeypatch.context() as m:
+            m.setattr(steps_module, "_busy_per_step", forbidden)
+            light = Session(trace)
+            checks = light.health
+            assert light.step_caveats == expected and "steps" not in light.__dict__
+        assert steps_module._busy_per_step is busy
+        assert [h.check for h in checks] == [h.check for h in full.health]

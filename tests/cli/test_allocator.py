@@ -14,20 +14,22 @@ from traceanalyzer.cli.main import ALLOCATOR_CONF, ALLOCATOR_ENV
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces"
 
 # Runs the console entry point on `--version`, then reports whether polars had been imported when
-# `run` began and what the variable is once the command has run.
+# `run` began and what the variable is once the command has run: from an atexit handler, since `run`
+# ends the process (`cli.main.end`: the handlers run, the teardown does not).
 ENTRY = """
-import os, sys
+import atexit, os, sys
 import importlib
 m = importlib.import_module("traceanalyzer.cli.main")
 before = "polars" in sys.modules
+
+@atexit.register
+def report():
+    print(before, os.environ.get("{env}", "<unset>"))
+    import polars  # polars puts its own decay settings first and appends ours, which jemalloc reads last
+    print(os.environ["{env}"].split(",")[-1])
+
 sys.argv = ["traceanalyzer", "--version"]
-try:
-    m.run()
-except SystemExit:
-    pass
-print(before, os.environ.get("{env}", "<unset>"))
-import polars  # polars puts its own decay settings first and appends ours, which jemalloc reads last
-print(os.environ["{env}"].split(",")[-1])
+m.run()
 """
 
 

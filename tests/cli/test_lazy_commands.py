@@ -57,12 +57,16 @@ def _modules_after(call: str, which: str, *argv: str) -> subprocess.CompletedPro
 
 
 def test_help_imports_no_command_analysis_or_polars():
-    out = _modules_after(
-        "main(['--help'])",
-        "m.startswith(('polars', 'numpy', 'traceanalyzer.cli.commands.', 'traceanalyzer.analyses', "
-        "'traceanalyzer.session', 'rich', 'markdown_it', 'matplotlib'))",
-    )
-    assert "Commands:" in out.stdout and out.stderr.strip() == "[]"
+    """Nor the output cache (`cli.replay`, `jobs`: hashing, pickling, temporary files), which only a
+    command that may replay or record loads."""
+    for argv in ("['--help']", "['--version']"):
+        out = _modules_after(
+            f"main({argv})",
+            "m.startswith(('polars', 'numpy', 'traceanalyzer.cli.commands.', 'traceanalyzer.analyses', "
+            "'traceanalyzer.session', 'traceanalyzer.cli.replay', 'traceanalyzer.jobs', 'rich', 'markdown_it', "
+            "'matplotlib', 'msgspec', 'pickle', 'tempfile'))",
+        )
+        assert out.stdout.startswith(("Usage:", "traceanalyzer, version")) and out.stderr.strip() == "[]", argv
 
 
 def test_a_command_loads_only_its_own_module():
@@ -98,3 +102,22 @@ def test_gaps_on_a_gpu_trace_does_not_import_numpy(SHARED_TRACES, tmp_path):
     )
     assert json.loads(out.read_text())["summary"]["gap_count"] > 0
     assert run.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_one_trace_file_loads_no_directory_mode(SHARED_TRACES, tmp_path):
+    """`gaps`, `summary` on one file: the directory mode (its command module, the process pools, the
+    cross-rank analyses, the per-rank file reader) is imported only for a directory; nor does `gaps`
+    load the notebook's HTML display."""
+    trace = SHARED_TRACES / "a100_simple_add_syncs.json.gz"
+    for command, extra in (("gaps", ", 'html'"), ("summary", "")):
+        out = tmp_path / f"{command}.json"
+        run = _modules_after(
+            f"main([{command!r}, sys.argv[1], '--no-cache', '--format', 'json', '-o', sys.argv[2]])",
+            "m.startswith(('traceanalyzer.cli.commands.directory', 'traceanalyzer.jobs.executors', "
+            "'traceanalyzer.jobs.multirank', 'traceanalyzer.jobs.rank_io', 'traceanalyzer.jobs.stragglers', "
+            f"'multiprocessing', 'concurrent.futures.process'{extra}))",
+            str(trace),
+            str(out),
+        )
+        assert json.loads(out.read_text())["command"] == command
+        assert run.stderr.strip().splitlines()[-1] == "[]", command

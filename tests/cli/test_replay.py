@@ -52,7 +52,7 @@ def _forbid(monkeypatch) -> None:
         raise AssertionError("computed again")
 
     monkeypatch.setattr(importlib.import_module("traceanalyzer.load"), "load", boom)
-    for name in ("classify_gaps", "analyse_gaps", "analyse_health", "analyse_steps"):
+    for name in ("classify_gaps", "analyse_gaps", "analyse_health", "analyse_steps", "step_caveats"):
         monkeypatch.setattr(traceanalyzer.session, name, boom)
 
 

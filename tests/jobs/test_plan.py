@@ -110,10 +110,12 @@ def test_a_small_directory_summary_imports_neither_numpy_nor_multiprocessing(SHA
         shutil.copy(f, d / f.name)
     out = tmp_path / "s.json"
     code = (
-        "import importlib, sys; m = importlib.import_module('traceanalyzer.cli.main'); sys.argv = ['traceanalyzer', "
+        "import atexit, importlib, sys; m = importlib.import_module('traceanalyzer.cli.main'); sys.argv = ['traceanalyzer', "
         "'summary', sys.argv[1], '--format', 'json', '-o', sys.argv[2]]\n"
-        "try:\n    m.run()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('numpy', 'multiprocessing')), file=sys.stderr)"
+        # run() ends the process (cli.main.end), running the atexit handlers first
+        "atexit.register(lambda: print(sorted(n for n in sys.modules if n.split('.')[0] in ('numpy', 'multiprocessing')), "
+        "file=sys.stderr, flush=True))\n"
+        "m.run()\n"
     )
     run = subprocess.run([sys.executable, "-c", code, str(d), str(out)], capture_output=True, text=True, check=True)
     assert run.stderr.strip().splitlines()[-1] == "[]"

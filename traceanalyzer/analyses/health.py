@@ -33,12 +33,13 @@ are the trace's integer ns shown in µs by `units.duration_us`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
 
 from traceanalyzer.analyses.intervals import reach
-from traceanalyzer.analyses.steps import StepsResult
+from traceanalyzer.analyses.steps import Caveat
 from traceanalyzer.options import HealthOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, LAUNCH_API
 from traceanalyzer.trace import Trace
@@ -297,9 +298,9 @@ def _crossing(trace: Trace) -> HealthCheck | None:
     )
 
 
-def _from_steps(steps: StepsResult) -> list[HealthCheck]:
+def _from_steps(caveats: Sequence[Caveat]) -> list[HealthCheck]:
     out = []
-    for c in steps.caveats:
+    for c in caveats:
         if c.kind == "too_few_steps":
             out.append(HealthCheck("few_steps", "info", c.message, c.evidence, ("steps",)))
         elif c.kind in ("first_step_warmup", "warm_up"):
@@ -308,9 +309,10 @@ def _from_steps(steps: StepsResult) -> list[HealthCheck]:
 
 
 def analyse_health(
-    trace: Trace, options: Options | HealthOptions | None = None, steps: StepsResult | None = None
+    trace: Trace, options: Options | HealthOptions | None = None, caveats: Sequence[Caveat] = ()
 ) -> list[HealthCheck]:
-    """Every health check that fires, errors first; `steps` adds few_steps and warm_up."""
+    """Every health check that fires, errors first; the steps' `caveats` (`StepsResult.caveats`,
+    or `steps.step_caveats`) add few_steps and warm_up."""
     o = Options.of(options).health
     found = [
         _missing_gpu_events(trace, o),
@@ -322,7 +324,7 @@ def analyse_health(
         _truncated(trace),
         _crossing(trace),
     ]
-    out = [h for h in found if h is not None] + (_from_steps(steps) if steps is not None else [])
+    out = [h for h in found if h is not None] + _from_steps(caveats)
     return sorted(out, key=lambda h: SEVERITIES.index(h.severity))
 
 

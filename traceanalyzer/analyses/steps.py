@@ -112,8 +112,9 @@ def _warmup(durations: pl.Series, factor: float) -> pl.Series:
     return pl.Series("warmup", flags, dtype=pl.Boolean)
 
 
-def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
-    """One row per analysis window: the ProfilerSteps, or the trace as one step (step null)."""
+def _durations(trace: Trace, opts: StepOptions) -> pl.DataFrame:
+    """One row per analysis window (the ProfilerSteps, or the trace as one step: step null): step,
+    name, start_ns, kind, duration_ns, cpu_duration_ns, outlier, warmup; no GPU time."""
     steps = windows.step_windows(trace)
     if trace.steps.height:
         cpu = trace.steps.select("step", "name", cpu_ns=pl.col("cpu_end_ns") - pl.col("cpu_start_ns"))
@@ -128,6 +129,14 @@ def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
         duration_ns=pl.col("end_ns") - pl.col("start_ns"),
         cpu_duration_ns=pl.col("cpu_ns"),
     )
+    median = t["duration_ns"].median()
+    t = t.with_columns(outlier=pl.col("duration_ns") > opts.outlier_factor * median)
+    return t.with_columns(warmup=_warmup(t["duration_ns"], opts.outlier_factor))
+
+
+def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
+    """`_durations` and the GPU busy time of each step (`STEP_COLUMNS`)."""
+    t = _durations(trace, opts)
     if trace.has_gpu_work:
         work = _busy_per_step(trace, ["kernel", "memcpy", "memset"])
         kern = _busy_per_step(trace, ["kernel"]).select("step", kernel_ns="busy_ns")
@@ -141,13 +150,7 @@ def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
         t = t.with_columns(
             gpu_busy_ns=pl.lit(0, pl.Int64), busy_share=pl.lit(None, pl.Float64), kernel_share=pl.lit(None, pl.Float64)
         )
-    median = t["duration_ns"].median()
-    t = t.with_columns(outlier=pl.col("duration_ns") > opts.outlier_factor * median)
-    return (
-        t.with_columns(warmup=_warmup(t["duration_ns"], opts.outlier_factor))
-        .select(list(STEP_COLUMNS))
-        .cast(STEP_COLUMNS)
-    )
+    return t.select(list(STEP_COLUMNS)).cast(STEP_COLUMNS)
 
 
 def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern: str) -> list[Caveat]:
@@ -221,6 +224,13 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern:
                 )
             )
     return out
+
+
+def step_caveats(trace: Trace, options: Options | StepOptions | None = None) -> tuple[Caveat, ...]:
+    """The capture caveats of `analyse_steps` (the same ones: they read the steps' durations only),
+    without the GPU busy time of each step, for what needs the caveats alone (the health checks)."""
+    bundle = Options.of(options)
+    return tuple(_caveats(trace, _durations(trace, bundle.steps), bundle.steps, bundle.patterns.data_loading_pattern))
 
 
 def analyse_steps(trace: Trace, options: Options | StepOptions | None = None, source: str = "profiler") -> StepsResult:

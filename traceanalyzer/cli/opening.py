@@ -74,6 +74,19 @@ def stop_progress() -> None:
     PROGRESS.stop()
 
 
+def is_directory(path: str) -> bool:
+    """Whether `path` names a directory (of per-rank files: a local path or an fsspec URL, as
+    `jobs.executors.is_rank_dir` reads it) rather than one trace. The directory mode's modules
+    (process pools, the cross-rank analyses: ~0.01 CPU-s) are imported only when it does."""
+    from traceanalyzer.load.urls import is_url
+
+    if is_url(path):
+        from traceanalyzer.jobs.executors import is_rank_dir
+
+        return is_rank_dir(path)
+    return os.path.isdir(path)
+
+
 def cache_root(options: Options) -> str | None:
     """Where this command line caches single files, or None when the cache is off."""
     ctx = click.get_current_context(silent=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import polars as pl
 
-from traceanalyzer.cli import opening, replay
+from traceanalyzer.cli import opening, replay, startup
 from traceanalyzer.cli.options import resolve_format
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import Options
@@ -232,3 +232,8 @@ def note_report(command: str, result: Any, th: dict, warnings: Any, rows: str) -
         headline=result.note,
         warnings=warnings,
     )
+
+
+# Every working command imports this module, and with it polars, the Session and the renderers'
+# registry: the start-up's imports are done (`cli.startup`).
+startup.done()

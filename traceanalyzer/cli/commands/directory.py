@@ -10,8 +10,8 @@ warning is in the JSON `warnings`, in the per-rank table, and on stderr.
 
 For another command to accept a directory:
 
-    from traceanalyzer.cli.commands import directory as rank_dir
-    if rank_dir.is_rank_dir(path):
+    if opening.is_directory(path):  # light: this module (process pools, ...) is imported only then
+        from traceanalyzer.cli.commands import directory as rank_dir
         rep = rank_dir.dir_report("summary", path, options, top, GROUPS)
         emit(rep, fmt, output); rank_dir.check_fail_on(rep, fail_on)
         return

@@ -151,11 +151,11 @@ def command(
 ) -> None:
     """Every GPU idle gap, what the CPU was doing, and which op and Python line caused it."""
     from traceanalyzer.cli.commands.common import emit, open_session, record_report
-    from traceanalyzer.jobs.rank_io import is_dir as is_rank_dir
+    from traceanalyzer.cli.opening import is_directory
 
     plot_fmt = picture_format(plot) if plot else None  # a wrong extension fails before the work
     options = build_options(kwargs, *GROUPS)
-    if is_rank_dir(str(trace)):  # a directory of per-rank files: the cross-rank report
+    if is_directory(str(trace)):  # a directory of per-rank files: the cross-rank report
         from traceanalyzer.cli.commands import directory as rank_dir
 
         rep = rank_dir.dir_report("gaps", trace, options, top, GROUPS, fail_on=fail_on)

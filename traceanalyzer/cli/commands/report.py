@@ -62,11 +62,13 @@ def command(
     **kwargs,
 ) -> None:
     """Write report.md (+ pictures, + --html) for an incident ticket."""
-    from traceanalyzer.cli.commands import directory as rank_dir  # a directory of per-rank files: the cross-rank report
     from traceanalyzer.cli.incident import build_report
+    from traceanalyzer.cli.opening import is_directory
 
     options = build_options(kwargs, *GROUPS)
-    if rank_dir.is_rank_dir(trace):
+    if is_directory(trace):  # a directory of per-rank files: the cross-rank report
+        from traceanalyzer.cli.commands import directory as rank_dir
+
         rank_dir.write_dir_report(trace, directory, options, top, GROUPS, fail_on, html_too)  # any rank, or the job
         return
     ses = open_session(trace, options)

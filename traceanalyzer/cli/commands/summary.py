@@ -12,7 +12,7 @@ import click
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.cli.commands import directory as rank_dir
+from traceanalyzer.cli import opening
 from traceanalyzer.cli.commands.common import (
     emit,
     findings_payload,
@@ -243,7 +243,9 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
 def command(trace: str, fail_on: tuple[str, ...], fmt: str | None, top: int, output: str | None, **kwargs) -> None:
     """One screen: devices, steps, GPU busy, stages, idle causes, syncs, top ops and kernels, findings."""
     options = build_options(kwargs, *GROUPS)
-    if rank_dir.is_rank_dir(trace):
+    if opening.is_directory(trace):  # a directory of per-rank files: the cross-rank report
+        from traceanalyzer.cli.commands import directory as rank_dir
+
         rep = rank_dir.dir_report("summary", trace, options, top, GROUPS, fail_on=fail_on)
         emit(rep, fmt, output)
         rank_dir.check_fail_on(rep, fail_on)  # any rank, or the job
