@@ -283,7 +283,7 @@ def largest_overlap(
 
 
 # How many of the other runtime calls are gathered at once to find the runtime_call gaps' calls.
-OTHER_CALLS_CHUNK = 1 << 18
+OTHER_CALLS_CHUNK = 1 << 16
 
 
 def _longest_other_call(trace: Trace, rc: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
