@@ -163,6 +163,10 @@ def command(
         rank_dir.check_fail_on(rep, fail_on)  # any rank, or the job
         return
     ses = open_session(trace, options)
+    # The report always reads the health checks and (for the verdict) the communication table:
+    # built first, while the Trace alone is held, their transients (1 GB: +84 MB, +60 MB) never
+    # sit on top of the gaps' memory; their results are a few rows.
+    _ = ses.health, ses.communication
     lean = not plot and not fail_on  # nothing below reads the CPU layers or the classified pieces
     if lean and ses.trace.has_gpu_work and not ses.kept("gaps"):
         # The classification first: the CPU layer unions serve it alone (the culprits are named
