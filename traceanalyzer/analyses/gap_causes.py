@@ -95,10 +95,73 @@ PIECE_COLUMNS = (
 )
 
 
+def _edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """prev_gpu_id, next_gpu_id of the pieces (device, prev_end_ns, next_start_ns): the activity
+    on the device that ended last at the gap's start (the latest to start among those ending
+    then), and the one launched first among those starting at its end (ties: the lower gpu_id).
+
+    Each device's times are shifted into a band of their own (as `intervals._merge_sweep`
+    does), so that both lookups are on one int64 key: the activities' keys sorted with their
+    tie-breaks (an arg sort, then gathers), the first or last of each key kept, and a join of
+    that key alone. Joins of (device, time) pairs hashed row-encoded keys of every activity
+    and every piece, and copied the pieces (~80 MB at 1 GB). Falls back to them when the bands
+    would overflow int64."""
+    gpu = trace.gpu.select("gpu_id", "device", "ts_ns", "end_ns", "launch_ts_ns").filter(pl.col("device").is_not_null())
+    times = [gpu.get_column(c) for c in ("ts_ns", "end_ns")]
+    times += [pieces.get_column(c) for c in ("prev_end_ns", "next_start_ns")]
+    lo = min((v for c in times if (v := c.min()) is not None), default=None)
+    hi = max((v for c in times if (v := c.max()) is not None), default=None)
+    dev = gpu.get_column("device")
+    d_lo, d_hi = dev.min(), dev.max()
+    if lo is None or d_lo is None or (int(d_hi) - int(d_lo) + 1) * (int(hi) - int(lo) + 1) >= 1 << 62:
+        return _edge_activities_by_join(gpu, pieces)
+    span = int(hi) - int(lo) + 1
+
+    def key(t: str) -> pl.Expr:
+        return (pl.col("device").cast(pl.Int64) - int(d_lo)) * span + pl.col(t) - int(lo)
+
+    def table(t: str, ties: str, last: bool, nulls_last: bool) -> pl.DataFrame:
+        k = gpu.select(key(t)).to_series().alias("_key")
+        order = pl.DataFrame([k, gpu.get_column(ties), gpu.get_column("gpu_id")]).select(
+            pl.arg_sort_by(["_key", ties, "gpu_id"], nulls_last=nulls_last)
+        )
+        k, ids = k.gather(order.to_series()), gpu.get_column("gpu_id").gather(order.to_series())
+        del order
+        keep = k.ne_missing(k.shift(-1 if last else 1)) & k.is_not_null()
+        return pl.DataFrame([k.filter(keep), ids.filter(keep).alias("_id")])
+
+    def look(t: str, found: pl.DataFrame) -> pl.Series:
+        k = pieces.select(key(t).alias("_key"))
+        return k.join(found, on="_key", how="left", maintain_order="left").get_column("_id")
+
+    # as `sort(end_ns, ts_ns)` then the last of each (device, end_ns); `sort(ts_ns,
+    # launch_ts_ns, nulls_last)` then the first of each (device, ts_ns): stable sorts
+    prev = look("prev_end_ns", table("end_ns", "ts_ns", last=True, nulls_last=False))
+    nxt = look("next_start_ns", table("ts_ns", "launch_ts_ns", last=False, nulls_last=True))
+    return prev.alias("prev_gpu_id"), nxt.alias("next_gpu_id")
+
+
+def _edge_activities_by_join(gpu: pl.DataFrame, pieces: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """`_edge_activities` by joins on (device, time)."""
+    prev = (
+        gpu.sort("end_ns", "ts_ns", "gpu_id", maintain_order=True)
+        .unique(["device", "end_ns"], keep="last")
+        .select("device", prev_end_ns=pl.col("end_ns"), prev_gpu_id=pl.col("gpu_id"))
+    )
+    nxt = (
+        gpu.sort("ts_ns", "launch_ts_ns", "gpu_id", nulls_last=True, maintain_order=True)
+        .unique(["device", "ts_ns"], keep="first")
+        .select("device", next_start_ns="ts_ns", next_gpu_id="gpu_id")
+    )
+    keys = pieces.select("device", "prev_end_ns", "next_start_ns")
+    p = keys.join(prev, on=["device", "prev_end_ns"], how="left", maintain_order="left").get_column("prev_gpu_id")
+    n = keys.join(nxt, on=["device", "next_start_ns"], how="left", maintain_order="left").get_column("next_gpu_id")
+    return p, n
+
+
 def _next_activity(trace: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
-    """The pieces (device, next_start_ns) with the activity a gap ending there waited for: the
-    one launched first among those starting at that instant (its gpu_id found on four narrow
-    columns, then its other columns gathered by row).
+    """The pieces (device, next_gpu_id: see `_edge_activities`) with the columns of the activity
+    a gap ending there waited for, gathered by row.
 
     Work whose launch is not in the trace but whose correlation id is below every traced
     runtime call's was queued before profiling began: it counts as queued before the gap."""
@@ -111,14 +174,6 @@ def _next_activity(trace: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
         if first_corr is not None
         else pl.lit(False)
     )
-    first = (
-        trace.gpu.select("gpu_id", "device", "ts_ns", "launch_ts_ns")
-        .filter(pl.col("device").is_not_null())
-        .sort("ts_ns", "launch_ts_ns", nulls_last=True)
-        .unique(["device", "ts_ns"], keep="first")
-        .select("device", next_start_ns="ts_ns", next_gpu_id="gpu_id")
-    )
-    pieces = pieces.join(first, on=["device", "next_start_ns"], how="left", maintain_order="left")
     cols = rows_at(
         trace.gpu,
         "gpu_id",
@@ -136,16 +191,6 @@ def _next_activity(trace: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
     )
     found = pl.col("next_gpu_id").is_not_null()
     return pieces.hstack(cols).with_columns(launched_before_trace=pl.when(found).then(before)).drop("_correlation")
-
-
-def _prev_activity(trace: Trace) -> pl.DataFrame:
-    return (
-        trace.gpu.select("gpu_id", "device", "ts_ns", "end_ns")
-        .filter(pl.col("device").is_not_null())
-        .sort("end_ns", "ts_ns")
-        .unique(["device", "end_ns"], keep="last")
-        .select("device", prev_end_ns=pl.col("end_ns"), prev_gpu_id=pl.col("gpu_id"))
-    )
 
 
 def _layer_time(layers: tuple[str, ...]) -> pl.Expr:
@@ -354,23 +399,35 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     wins = windows.device_windows(trace)
     per_window = gpu_time.busy_by_window(busy, wins)
     idle = gpu_time.idle_intervals(busy, wins)
-    # Sorted while narrow, before the next activity's dozen columns join (in order): a sort
-    # copies every column it carries (-30 MB at 1 GB, 276 k pieces).
+    # Sorted while narrow (the window's bounds left behind), before the next activity's dozen
+    # columns are put beside it: a sort copies every column it carries. Each helper column goes
+    # once read: the pieces are the widest frame here (1 GB: 276 k rows, ~2 MB a column).
     pieces = (
         gpu_time.clip_to_windows(idle, wins)
         .filter(pl.col("end_ns") > pl.col("start_ns"))
-        .join(_prev_activity(trace), on=["device", "prev_end_ns"], how="left")
+        .select("device", "step", "start_ns", "end_ns", "prev_end_ns", "next_start_ns")
         .sort("device", "start_ns")
         .with_row_index("gap_id")
     )
+    del idle
+    prev_id, next_id = _edge_activities(trace, pieces)
+    pieces = pieces.drop("prev_end_ns").hstack([prev_id, next_id])
+    del prev_id, next_id
     pieces = _next_activity(trace, pieces)
     # The thread whose timeline explains the gap: the one that launched the work ending it,
-    # else the step's own thread.
+    # else the step's own thread (its columns joined to the step column alone).
     threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
-    pieces = pieces.join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
-    pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
+    step = pieces.select("step").join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
+    pieces = pieces.with_columns(
+        pid=pl.coalesce(pl.col("launch_pid"), step.get_column("step_pid")),
+        tid=pl.coalesce(pl.col("launch_tid"), step.get_column("step_tid")),
+    ).drop("launch_pid")
+    del step
     act = activity or CpuActivity.of(trace, opts.patterns.data_loading_pattern)
-    pieces = _classify(pieces, act, opts.gaps, trace.ops).drop("_op_ts_ns", "_op_end_ns")  # in gap_id order
+    pieces = _classify(pieces, act, opts.gaps, trace.ops)  # in gap_id order
+    # What the classification's steps left (layer times, helper columns) goes now, not at the
+    # end: what is kept and the next activity's name (the start-up's key) go on (1 GB: ~20 MB).
+    pieces = pieces.select(*(c for c in PIECE_COLUMNS if c in pieces.columns), "next_name")
     sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
     pieces = pieces.join(sync_call, on="gap_id", how="left", maintain_order="left")
     # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
@@ -379,7 +436,7 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     rc = pieces.filter(pl.col("cause") == "runtime_call")
     rt_call = _longest_other_call(trace, rc, act.runtime_other.get_column("runtime_id"))
     pieces = pieces.join(rt_call, on="gap_id", how="left", maintain_order="left")
-    pieces = pieces.hstack([_init_key(trace, pieces)])
+    pieces = pieces.hstack([_init_key(trace, pieces)]).drop("next_name")
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
     boundaries = (
         wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None
