@@ -20,6 +20,15 @@ def test_banded_coverage_is_the_keyed_one(SHARED_TRACES):
     banded = covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs, act.bands)
     keyed = covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs)
     assert banded.equals(keyed)
+    # the blocked time, put on the same bands for the instant each gap begins
+    from traceanalyzer.analyses.gap_causes import _on_bands
+
+    q1 = pieces.select(*THREAD, "start_ns", _gs1=pl.col("start_ns") + 1)
+    on_bands = _on_bands(act)
+    assert "_k" in on_bands.columns
+    at = covered_many(q1, [on_bands], THREAD, "start_ns", "_gs1", ["_b"], act.bands)
+    assert at.equals(covered_many(q1, [act.blocked], THREAD, "start_ns", "_gs1", ["_b"]))
+    assert int((at["_b"] > 0).sum()) > 0  # some gaps begin inside a sync (a100_multistream_syncs)
     assert banded.height == pieces.height and int(banded[outs[-1]].sum()) > 0
     # a gap's layers cover no more than its CPU interval
     assert (banded[outs[-1]] <= (pieces["cpu_b"] - pieces["cpu_a"])).all()
