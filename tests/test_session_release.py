@@ -94,3 +94,35 @@ def test_every_gap_keeps_the_rows_of_its_neighbours(ses):
     names = gpu["name"]
     ids = listed.drop_nulls(["next_gpu_id"])
     assert ids["next_activity"].to_list() == names.gather(ids["next_gpu_id"]).to_list()
+
+
+def test_kept_says_what_is_at_hand_without_computing_it(SHARED_TRACES):
+    """`Session.kept`: a result computed, or held by the store (read from it then), is at hand;
+    one neither computed nor stored is not, and asking computes nothing."""
+
+    class Store:
+        MISSING = object()
+
+        def __init__(self, held: dict) -> None:
+            self.held = held
+
+        def get(self, name):
+            return self.held.get(name, self.MISSING)
+
+        def computing(self, name) -> None:
+            raise AssertionError(f"{name} computed")
+
+        def share(self, **objects) -> None:
+            pass
+
+    trace = ta.load(SHARED_TRACES / "a100_simple_add_syncs.json.gz")
+    marker = object()
+    s = ta.Session(trace, store=Store({"gaps": marker}))
+    assert s.kept("gaps") and s.gaps is marker  # read from the store, not computed
+    assert not s.kept("classified") and "classified" not in s.computed()
+    plain = ta.Session(trace)
+    assert not plain.kept("gaps")
+    _ = plain.gaps
+    assert plain.kept("gaps")
+    plain.release("gaps")
+    assert not plain.kept("gaps")

@@ -299,6 +299,21 @@ class Session:
         graph = build_graph(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
         return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
 
+    def kept(self, name: str) -> bool:
+        """Whether the result `name` is at hand without computing it: computed already, or held
+        by the store (then read from it now). A command that frees building blocks early asks
+        this first, so that it never builds a block a cached result does not need."""
+        if name in self.__dict__:
+            return True
+        store = self.store
+        if store is None or name in self.__dict__.get("_released", ()):
+            return False
+        value = store.get(name)
+        if value is store.MISSING:
+            return False
+        self.__dict__[name] = value
+        return True
+
     def release(self, *names: str) -> None:
         """Let building blocks go (`dependency_model`, `activity`, `classified`) once what is read
         from them is computed: their memory serves what comes next. Each is computed once: asked

@@ -247,3 +247,17 @@ def test_idle_by_cause_is_the_exact_nanosecond_sum_every_run(SHARED_TRACES):
     for _ in range(3):
         again = analyse_gaps(trace)
         assert again.idle_by_cause.equals(first.idle_by_cause) and again.culprits.equals(first.culprits)
+
+
+def test_what_is_found_per_gap_goes_beside_the_pieces_by_gap_id():
+    """`gap_culprits._by_gap`: rows found for some gaps (any order) become full columns in gap_id
+    order, null for the gaps with none: what a left join on gap_id gave, without copying the pieces."""
+    from traceanalyzer.analyses.gap_culprits import _by_gap
+
+    found = pl.DataFrame(
+        {"gap_id": pl.Series([3, 0], dtype=pl.UInt32), "op": ["b", "a"], "n": [30, 0]},
+    )
+    out = _by_gap(5, found)
+    assert out.columns == ["op", "n"]
+    assert out.rows() == [("a", 0), (None, None), (None, None), ("b", 30), (None, None)]
+    assert _by_gap(2, found.clear()).rows() == [(None, None), (None, None)]

@@ -1,5 +1,5 @@
-"""The command, and only the command, tunes polars' allocator: `_RJEM_MALLOC_CONF=narenas:1` is
-set by the console entry point before polars is imported (jemalloc reads it once, when polars
+"""The command, and only the command, tunes polars' allocator: `_RJEM_MALLOC_CONF=narenas:1,
+muzzy_decay_ms:0` is set by the console entry point before polars is imported (jemalloc reads it once, when polars
 loads), a value the user set is kept, and the library leaves a notebook's environment alone."""
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def _python(code: str, **env: str) -> list[str]:
 
 
 def test_the_command_sets_one_arena_before_polars_loads():
-    assert ALLOCATOR_CONF == "narenas:1"
-    assert _python(ENTRY.format(env=ALLOCATOR_ENV)) == ["False narenas:1", "narenas:1"]
+    assert ALLOCATOR_CONF == "narenas:1,muzzy_decay_ms:0"
+    # jemalloc reads the last value of each setting: ours, after polars' own muzzy_decay_ms:1000
+    assert _python(ENTRY.format(env=ALLOCATOR_ENV)) == [f"False {ALLOCATOR_CONF}", "muzzy_decay_ms:0"]
 
 
 def test_a_value_the_user_set_wins():

@@ -33,3 +33,16 @@ def test_a_long_table_is_the_same_text_slice_by_slice(monkeypatch):
     rows = msgspec.json.decode(sliced)["gaps"]
     assert len(rows) == n and rows[1002]["i"] == 1002 and rows[7]["name"] is None
     assert rows[500]["x"] is None and rows[3]["x"] == 1.0 and rows[4]["dims"] == [4, 5]
+
+
+def test_the_file_is_the_text(tmp_path, monkeypatch):
+    """`-o FILE.json` writes the bytes the document is made of: the text `render` returns, to the
+    byte, a long table included."""
+    monkeypatch.setattr(json_format, "ROWS_AT_ONCE", 7)
+    df = pl.DataFrame({"i": list(range(50)), "name": ["µs" if i % 3 else None for i in range(50)]})
+    report = _report(df)
+    path = tmp_path / "out.json"
+    assert json_format.RENDERER.write(report, str(path)) == [str(path)]
+    text = json_format.render(report)
+    assert path.read_bytes() == text.encode() and text.endswith("}\n")
+    assert msgspec.json.decode(path.read_bytes())["gaps"][49] == {"i": 49, "name": "µs"}

@@ -4,11 +4,13 @@ thread is the main one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import Bands, coverage_index, cumulative_unions, merge, run_id
+from traceanalyzer.analyses.intervals import coverage_index, merge, run_id
+from traceanalyzer.analyses.layer_coverage import Bands, cumulative_unions
 from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
@@ -168,13 +170,15 @@ class CpuActivity:
         blocks, launches_ = kind.get_column("_blocks"), kind.get_column("_launches")
         blocking = trace.runtime.filter(blocks)
         # Narrow columns: most runtime rows are launches, and the wide table is among the largest.
-        rt = trace.runtime.select("runtime_id", "op_id", *THREAD, "ts_ns", "end_ns")
-        launches = rt.filter(launches_ & ~blocks)
-        other = rt.filter(~launches_ & ~blocks).drop("op_id")
-        other_ids = other.select("runtime_id")
+        # Each layer but the two kept is a mask and a function that builds it (`build`): the
+        # unions build one at a time and let it go once merged in; built all at once, every
+        # later layer sat beside the one being sorted (1 GB: ~30 MB).
+        rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns")
+        is_launch_call, is_other = launches_ & ~blocks, ~launches_ & ~blocks
+        other_ids = trace.runtime.select("runtime_id").filter(is_other)
         del kind, blocks, launches_
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
-        # Masks over the whole op table, then one filter of six columns per layer: a filtered
+        # Masks over the whole op table, then one filter of four columns per layer: a filtered
         # copy carrying the names (to test them) cost 30 MB at 1 GB, never read after.
         ops = trace.ops.select(*THREAD, "ts_ns", "end_ns")
         real = trace.ops.select((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
@@ -184,7 +188,7 @@ class CpuActivity:
         # launch overhead. A compiled-code wrapper (`Torch-Compiled Region`, `TorchDynamo Cache
         # Lookup`, AOT wrappers: patterns.COMPILED_WRAPPER) is not: the Python it runs between
         # launches is CPU-bound work, as the ops that launch nothing are.
-        launching, wrappers = _launching_ops(trace, launches.get_column("op_id"))
+        launching, wrappers = _launching_ops(trace, trace.runtime.get_column("op_id").filter(is_launch_call))
         # Each op's part marked once (two lookups), then split by the marks.
         op_ids = trace.ops.get_column("op_id")
         is_launching = real & op_ids.is_in(launching.implode())
@@ -192,27 +196,26 @@ class CpuActivity:
         # Inductor `call`): its time outside the launches is Python's, so it joins that layer.
         # A compiled wrapper's own time is Python (the generated code), not an op's.
         is_wrapper = real & op_ids.is_in(wrappers.implode()) & ~is_launching
-        launch_side = pl.concat([launches.select(*THREAD, "ts_ns", "end_ns"), ops.filter(is_launching)])
-        python = pl.concat([trace.python.select(*THREAD, "ts_ns", "end_ns"), ops.filter(is_wrapper)])
-        cpu_ops = ops.filter(real & ~is_launching & ~is_wrapper)
-        del real, is_launching, is_wrapper, launching, wrappers
+        is_cpu_op = real & ~is_launching & ~is_wrapper
+        del real, launching, wrappers
+        python = trace.python.select(*THREAD, "ts_ns", "end_ns")
         # One interval set per layer, by name (causes.LAYERS says the order they win in).
         sets = {
-            "data_loading": data,
-            "sync": blocking,
-            "runtime_call": other,
-            "launch": launch_side,
-            "cpu_op": cpu_ops,
-            "python": python,
+            "data_loading": lambda: data,
+            "sync": lambda: blocking,
+            "runtime_call": lambda: rt.filter(is_other),
+            "launch": lambda: pl.concat([rt.filter(is_launch_call), ops.filter(is_launching)]),
+            "cpu_op": lambda: ops.filter(is_cpu_op),
+            "python": lambda: pl.concat([python, ops.filter(is_wrapper)]),
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
-        del launches, launch_side, python, cpu_ops  # each layer is let go once merged in
-        # The union of layers 0..k for each k (`intervals.cumulative_unions`: one sort per layer).
+        # The union of layers 0..k for each k (`layer_coverage.cumulative_unions`: one sort per layer).
         schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
-        layers = [
-            sets.pop(name).select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema) for name in LAYERS
-        ]
-        cumulative, bands = cumulative_unions(layers, THREAD)  # consumes `layers`
+
+        def build(name: str) -> Callable[[], pl.DataFrame]:
+            return lambda: sets[name]().select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema)
+
+        cumulative, bands = cumulative_unions([build(name) for name in LAYERS], THREAD)  # masks left: bits
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
             cumulative=tuple(cumulative),

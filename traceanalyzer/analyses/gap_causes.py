@@ -37,6 +37,7 @@ import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, rows_at, step_threads
+from traceanalyzer.analyses.gap_edges import edge_activities, next_activity
 from traceanalyzer.analyses.intervals import overlap_join
 from traceanalyzer.analyses.layer_coverage import covered_many
 from traceanalyzer.analyses.startup import find_startup
@@ -95,59 +96,6 @@ PIECE_COLUMNS = (
 )
 
 
-def _next_activity(trace: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
-    """The pieces (device, next_start_ns) with the activity a gap ending there waited for: the
-    one launched first among those starting at that instant (its gpu_id found on four narrow
-    columns, then its other columns gathered by row).
-
-    Work whose launch is not in the trace but whose correlation id is below every traced
-    runtime call's was queued before profiling began: it counts as queued before the gap."""
-    first_corr = trace.runtime["correlation"].drop_nulls().min() if trace.runtime.height else None
-    before = (
-        pl.col("launch_ts_ns").is_null()
-        & pl.col("_correlation").is_not_null()
-        & (pl.col("_correlation") > 0)  # id 0 is "no correlation" (AMD), not an early launch
-        & (pl.col("_correlation") < first_corr)
-        if first_corr is not None
-        else pl.lit(False)
-    )
-    first = (
-        trace.gpu.select("gpu_id", "device", "ts_ns", "launch_ts_ns")
-        .filter(pl.col("device").is_not_null())
-        .sort("ts_ns", "launch_ts_ns", nulls_last=True)
-        .unique(["device", "ts_ns"], keep="first")
-        .select("device", next_start_ns="ts_ns", next_gpu_id="gpu_id")
-    )
-    pieces = pieces.join(first, on=["device", "next_start_ns"], how="left", maintain_order="left")
-    cols = rows_at(
-        trace.gpu,
-        "gpu_id",
-        pieces["next_gpu_id"],
-        next_name="name",
-        next_stream="stream",
-        _correlation="correlation",
-        launch_api="launch_api",
-        launch_ts_ns="launch_ts_ns",
-        launch_end_ns="launch_end_ns",
-        launch_pid="launch_pid",
-        launch_tid="launch_tid",
-        launch_op_id="op_id",
-        launch_runtime_id="runtime_id",
-    )
-    found = pl.col("next_gpu_id").is_not_null()
-    return pieces.hstack(cols).with_columns(launched_before_trace=pl.when(found).then(before)).drop("_correlation")
-
-
-def _prev_activity(trace: Trace) -> pl.DataFrame:
-    return (
-        trace.gpu.select("gpu_id", "device", "ts_ns", "end_ns")
-        .filter(pl.col("device").is_not_null())
-        .sort("end_ns", "ts_ns")
-        .unique(["device", "end_ns"], keep="last")
-        .select("device", prev_end_ns=pl.col("end_ns"), prev_gpu_id=pl.col("gpu_id"))
-    )
-
-
 def _layer_time(layers: tuple[str, ...]) -> pl.Expr:
     first, *rest = (pl.col(f"t_{layer}") for layer in layers)
     return sum(rest, first)
@@ -156,6 +104,16 @@ def _layer_time(layers: tuple[str, ...]) -> pl.Expr:
 def _cause(name: str) -> pl.Expr:
     """A cause as a code of CAUSE_DTYPE: the classifier's branches pick codes, not strings."""
     return pl.lit(name, dtype=CAUSE_DTYPE)
+
+
+def _on_bands(act: CpuActivity) -> pl.DataFrame:
+    """The blocked time's index with its threads' band numbers (`_k`: the sync layer's threads
+    are among the bands'), so that it is measured on one int64 axis like the layer unions: the
+    keyed measure sorted the gaps twice more (1 GB: +33 MB). As it is when a thread has none."""
+    if act.bands is None or act.blocked.is_empty():
+        return act.blocked
+    banded = act.blocked.join(act.bands.keys, on=THREAD, how="left", maintain_order="left")
+    return act.blocked if banded.get_column("_k").null_count() else banded
 
 
 def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataFrame) -> pl.DataFrame:
@@ -177,7 +135,7 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     # The covered times on narrow columns, put alongside in the gaps' order: each `covered`
     # sorts its frame twice, and the gaps carry ~40 columns.
     q = gaps.select(*THREAD, "start_ns", "cpu_a", "cpu_b", _gs1=start + 1)
-    at_start = covered_many(q, [act.blocked], THREAD, "start_ns", "_gs1", ["_blocked_at_start"])
+    at_start = covered_many(q, [_on_bands(act)], THREAD, "start_ns", "_gs1", ["_blocked_at_start"], act.bands)
     u = [f"_u{k}" for k in range(len(act.cumulative))]
     gaps = gaps.hstack([*at_start, *covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", u, act.bands)])
     # A launch that blocks (a pageable cudaMemcpyAsync staging its data) is time blocked, not a
@@ -283,7 +241,7 @@ def largest_overlap(
 
 
 # How many of the other runtime calls are gathered at once to find the runtime_call gaps' calls.
-OTHER_CALLS_CHUNK = 1 << 18
+OTHER_CALLS_CHUNK = 1 << 16
 
 
 def _longest_other_call(trace: Trace, rc: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
@@ -335,7 +293,11 @@ class ClassifiedGaps:
         pl.DataFrame
     )  # PIECE_COLUMNS: gap_id, device, step, start_ns, end_ns, cause, phase, pid, tid, sync_call, ...
     per_window: pl.DataFrame  # device, step, start_ns, end_ns, window_ns, busy_ns
-    activity: CpuActivity
+    # What the culprits are named from (`gap_culprits`): the blocking calls and the data-loading
+    # ranges of the CpuActivity, not the whole of it. Its layer unions serve the classification
+    # only, so they can go before the gaps are named (1 GB: ~70 MB).
+    blocking: pl.DataFrame
+    data_ranges: pl.DataFrame
     startup_end_ns: int | None = None  # where the start-up set aside ends (see analyses.startup)
     startup_window_ns: int = 0  # window time inside the start-up, summed over devices
     startup_busy_ns: int = 0  # GPU busy time inside it
@@ -350,23 +312,35 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     wins = windows.device_windows(trace)
     per_window = gpu_time.busy_by_window(busy, wins)
     idle = gpu_time.idle_intervals(busy, wins)
-    # Sorted while narrow, before the next activity's dozen columns join (in order): a sort
-    # copies every column it carries (-30 MB at 1 GB, 276 k pieces).
+    # Sorted while narrow (the window's bounds left behind), before the next activity's dozen
+    # columns are put beside it: a sort copies every column it carries. Each helper column goes
+    # once read: the pieces are the widest frame here (1 GB: 276 k rows, ~2 MB a column).
     pieces = (
         gpu_time.clip_to_windows(idle, wins)
         .filter(pl.col("end_ns") > pl.col("start_ns"))
-        .join(_prev_activity(trace), on=["device", "prev_end_ns"], how="left")
+        .select("device", "step", "start_ns", "end_ns", "prev_end_ns", "next_start_ns")
         .sort("device", "start_ns")
         .with_row_index("gap_id")
     )
-    pieces = _next_activity(trace, pieces)
+    del idle
+    prev_id, next_id = edge_activities(trace, pieces)
+    pieces = pieces.drop("prev_end_ns").hstack([prev_id, next_id])
+    del prev_id, next_id
+    pieces = next_activity(trace, pieces)
     # The thread whose timeline explains the gap: the one that launched the work ending it,
-    # else the step's own thread.
+    # else the step's own thread (its columns joined to the step column alone).
     threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
-    pieces = pieces.join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
-    pieces = pieces.with_columns(pid=pl.coalesce("launch_pid", "step_pid"), tid=pl.coalesce("launch_tid", "step_tid"))
+    step = pieces.select("step").join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
+    pieces = pieces.with_columns(
+        pid=pl.coalesce(pl.col("launch_pid"), step.get_column("step_pid")),
+        tid=pl.coalesce(pl.col("launch_tid"), step.get_column("step_tid")),
+    ).drop("launch_pid")
+    del step
     act = activity or CpuActivity.of(trace, opts.patterns.data_loading_pattern)
-    pieces = _classify(pieces, act, opts.gaps, trace.ops).drop("_op_ts_ns", "_op_end_ns")  # in gap_id order
+    pieces = _classify(pieces, act, opts.gaps, trace.ops)  # in gap_id order
+    # What the classification's steps left (layer times, helper columns) goes now, not at the
+    # end: what is kept and the next activity's name (the start-up's key) go on (1 GB: ~20 MB).
+    pieces = pieces.select(*(c for c in PIECE_COLUMNS if c in pieces.columns), "next_name")
     sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
     pieces = pieces.join(sync_call, on="gap_id", how="left", maintain_order="left")
     # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
@@ -375,7 +349,7 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     rc = pieces.filter(pl.col("cause") == "runtime_call")
     rt_call = _longest_other_call(trace, rc, act.runtime_other.get_column("runtime_id"))
     pieces = pieces.join(rt_call, on="gap_id", how="left", maintain_order="left")
-    pieces = pieces.hstack([_init_key(trace, pieces)])
+    pieces = pieces.hstack([_init_key(trace, pieces)]).drop("next_name")
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
     boundaries = (
         wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None
@@ -386,4 +360,6 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
         phase = pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup", dtype=PHASE_DTYPE)).otherwise(phase)
     # Only what the readers read is kept (PIECE_COLUMNS): the rest were steps of the classification.
     pieces = pieces.with_columns(phase=phase).select(PIECE_COLUMNS)
-    return ClassifiedGaps(pieces, per_window, act, startup.end_ns, startup.window_ns, startup.busy_ns)
+    return ClassifiedGaps(
+        pieces, per_window, act.blocking, act.data_ranges, startup.end_ns, startup.window_ns, startup.busy_ns
+    )

@@ -50,6 +50,17 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     return j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
 
 
+def _by_gap(n: int, found: pl.DataFrame) -> pl.DataFrame:
+    """The columns of `found` (gap_id, then one row per gap found, in any order) as full
+    columns of the `n` pieces, in gap_id order, null where a gap has no row: a gather by row
+    number, as the pieces' gap_id is their row. A left join on gap_id instead copied every
+    column of the pieces, once per join (~25 columns, 276 k rows at 1 GB)."""
+    at = pl.repeat(None, n, dtype=pl.UInt32, eager=True).scatter(
+        found.get_column("gap_id"), pl.int_range(0, found.height, dtype=pl.UInt32, eager=True)
+    )
+    return found.drop("gap_id").select(pl.all().gather(at))
+
+
 def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
     """`rows_at` of the runtime calls."""
     return rows_at(trace.runtime, "runtime_id", ids, **cols)
@@ -81,24 +92,32 @@ def _waited_on(gaps: pl.DataFrame) -> pl.Expr:
     )
 
 
-def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
-    """Latest `Stream Wait Event` marker on the next activity's stream before it started."""
+def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.Series:
+    """stream_wait per gap (in the gaps' order): the stream of the latest `Stream Wait Event`
+    marker on the next activity's stream before it started, found on five narrow columns (the
+    as-of join sorts what it carries)."""
     marks = trace.sync_markers.filter(pl.col("name").str.contains("Wait")).select(
         "device", "stream", "wait_on_stream", pl.col("ts_ns").alias("_mts")
     )
     if marks.is_empty() or gaps.is_empty():
-        return gaps.with_columns(stream_wait=pl.lit(None, pl.Int64))
-    j = gaps.sort("end_ns").join_asof(
-        marks.sort("_mts").rename({"stream": "next_stream"}),
-        left_on="end_ns",
-        right_on="_mts",
-        by=["device", "next_stream"],
-        strategy="backward",
-        check_sortedness=False,
+        return pl.repeat(None, gaps.height, dtype=pl.Int64, eager=True).alias("stream_wait")
+    j = (
+        gaps.select("gap_id", "device", "next_stream", "end_ns", "launch_ts_ns")
+        .sort("end_ns")
+        .join_asof(
+            marks.sort("_mts").rename({"stream": "next_stream"}),
+            left_on="end_ns",
+            right_on="_mts",
+            by=["device", "next_stream"],
+            strategy="backward",
+            check_sortedness=False,
+        )
     )
-    return j.with_columns(
-        stream_wait=pl.when(pl.col("_mts") >= pl.col("launch_ts_ns").fill_null(0)).then(pl.col("wait_on_stream"))
-    ).drop("_mts", "wait_on_stream")
+    found = j.select(
+        "gap_id",
+        stream_wait=pl.when(pl.col("_mts") >= pl.col("launch_ts_ns").fill_null(0)).then(pl.col("wait_on_stream")),
+    )
+    return _by_gap(gaps.height, found).to_series()
 
 
 def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -107,35 +126,36 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     need = gaps.filter(pl.col("python_frame").is_null() & pl.col("pid").is_not_null()).select(
         "gap_id", "pid", "tid", ts_ns=((pl.col("cpu_a") + pl.col("cpu_b")) // 2)
     )
-    found = python_line_at(trace, need, "gap_id")
-    return (
-        gaps.join(found.rename({"python_frame": "_line"}), on="gap_id", how="left")
-        .with_columns(python_frame=pl.coalesce("python_frame", "_line"))
-        .drop("_line")
-    )
+    found = python_line_at(trace, need, "gap_id").rename({"python_frame": "_line"})
+    line = _by_gap(gaps.height, found).to_series()
+    return gaps.with_columns(python_frame=pl.coalesce(pl.col("python_frame"), line))
 
 
 def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     """The classified pieces (`gap_causes.PIECE_COLUMNS`) with, per gap: op, range, op_chain, python_frame (the culprit's
     context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
-    act = classified.activity
-    # Only the columns read here and by `analyse_gaps`: every join below copies the whole frame,
-    # and the classified pieces carry ~45 columns (a 1 GB trace has ~300 k gaps).
-    pieces = _stream_waits(trace, classified.pieces)
+    # What is found per gap is put beside the pieces by gap_id, their row number (`_by_gap`):
+    # no join copies the pieces' ~25 columns (a 1 GB trace has ~300 k gaps).
+    pieces = classified.pieces
+    n = pieces.height
+    ids = pieces.get_column("gap_id")
+    if n and not (ids[0] == 0 and ids[n - 1] == n - 1 and ids.is_sorted()):  # classify_gaps numbers its rows
+        raise ValueError("the classified pieces are not in gap_id order (gap_causes.classify_gaps)")
+    pieces = pieces.with_columns(_stream_waits(trace, pieces))
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
     data_range = largest_overlap(
-        pieces.filter(pl.col("cause") == "data_loading"), act.data_ranges, "op_id", "data_op", True
+        pieces.filter(pl.col("cause") == "data_loading"), classified.data_ranges, "op_id", "data_op", True
     )
     busiest = _most_self_time_op(trace, pieces)
-    pieces = pieces.join(data_range, on="gap_id", how="left").join(busiest, on="gap_id", how="left")
+    pieces = pieces.hstack([*_by_gap(n, data_range.select("gap_id", "data_op")), *_by_gap(n, busiest)])
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_op_id="op_id", sync_api="name"))
     # The runtime call a runtime_call gap sat in (the longest on the thread in the interval).
     # (found by gap_causes, which keys start-up on it)
     rt_call = pieces.select("gap_id", "rt_call", "rt_call_overlap_ns").filter(pl.col("rt_call").is_not_null())
     pieces = pieces.drop("rt_call", "rt_call_overlap_ns")
     rt_call = rt_call.hstack(_runtime_at(trace, rt_call["rt_call"], rt_op_id="op_id", rt_api="name", rt_ns="dur_ns"))
-    pieces = pieces.join(rt_call, on="gap_id", how="left")
+    pieces = pieces.hstack(_by_gap(n, rt_call.drop("rt_call", "rt_call_overlap_ns")))
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_ns="dur_ns"))
     cause = pl.col("cause")
     python_only = pl.col("t_python") > pl.col("t_cpu_op")
@@ -171,11 +191,17 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         .then(pl.col("rt_ns")),
     )
     pieces = pieces.with_columns(culprit_op_id=culprit_op)
+    # The culprit's context and the nn.Module it ran in (traces captured with_modules): joined
+    # to the culprit column alone, then put beside the pieces (in their order).
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})
-    pieces = pieces.join(ctx, on="culprit_op_id", how="left")
-    # The nn.Module the culprit op ran in (traces captured with_modules).
     modules = op_modules(trace).select(culprit_op_id="op_id", module="module_path")
-    pieces = pieces.join(modules, on="culprit_op_id", how="left")
+    named = (
+        pieces.select("culprit_op_id")
+        .join(ctx, on="culprit_op_id", how="left", maintain_order="left")
+        .join(modules, on="culprit_op_id", how="left", maintain_order="left")
+    )
+    pieces = pieces.hstack(named.drop("culprit_op_id"))
+    del named
     pieces = _python_line_fallback(trace, pieces)
     # Any other thread of the process sitting in a blocking call during the gap.
     # The launching thread is left out (its state is the cause); with no known launch, none is.
@@ -186,7 +212,7 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         cpu_a=pl.col("start_ns"),
         cpu_b=pl.col("end_ns"),
     )
-    other = largest_overlap(span, act.blocking, "runtime_id", "blocked_call", False)
+    other = largest_overlap(span, classified.blocking, "runtime_id", "blocked_call", False)
     blocked = other.hstack(
         rows_at(
             trace.runtime, "runtime_id", other["blocked_call"], tid="tid", api="name", op_id="op_id", dur_ns="dur_ns"
@@ -206,10 +232,11 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
             call_ns=pl.col("dur_ns"),
         ),
     )
-    pieces = pieces.join(blocked, on="gap_id", how="left").sort("gap_id")
+    pieces = pieces.hstack(_by_gap(n, blocked))
     # What the GPU waited on, told for the gaps of those causes only (the text is built per row),
     # from the next activity's name (a collective's peers), read and not kept.
-    asked = pieces.filter(pl.col("cause").is_in(WAITED_ON))
+    read = ["gap_id", "cause", "next_gpu_id", "launched_before_trace", "launch_api", "stream_wait", "start_ns"]
+    asked = pieces.select(*read, "launch_ts_ns").filter(pl.col("cause").is_in(WAITED_ON))
     named = asked.hstack(rows_at(trace.gpu, "gpu_id", asked["next_gpu_id"], next_name="name"))
     told = named.select("gap_id", waited_on=_waited_on(named))
-    return pieces.join(told, on="gap_id", how="left", maintain_order="left")
+    return pieces.hstack(_by_gap(n, told))

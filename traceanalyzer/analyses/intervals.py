@@ -3,8 +3,6 @@ intervals inside query windows, both without Python loops over events."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 
@@ -91,96 +89,6 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     ends = (reach - band).filter(last).alias("end_ns")
     del reach, band, last
     return s.select(*by, "start_ns").filter(new).hstack([ends])
-
-
-@dataclass(frozen=True)
-class Bands:
-    """How `cumulative_unions` numbered its groups: `keys` (by..., `_k`: the number, in the
-    groups' sort order) and each group's band [k x span, (k + 1) x span) for the times
-    [lo, lo + span). Its coverage indexes carry `_k`, so that `covered_many` measures them on
-    one int64 axis, without an as-of join by keys."""
-
-    keys: pl.DataFrame
-    span: int
-    lo: int
-
-
-def cumulative_unions(layers: list[pl.DataFrame], by: list[str]) -> tuple[list[pl.DataFrame], Bands | None]:
-    """The coverage indexes (`coverage_index`) of the unions of layers[0..k] for every k, per
-    group `by` (each layer: by..., start_ns, end_ns).
-
-    Each group's times are shifted into a band of their own (group number x span, as
-    `_merge_sweep` does), so that the sorts are of one int64 column rather than of the keys and
-    the start, and each union is the previous one merged (`merge_sorted`, linear) with one
-    layer sorted alone: one sort per layer, never of the union so far. A layer that adds
-    nothing shares the previous index. Falls back to sorting and merging the union, layer by
-    layer, when the bands do not hold (null times, an end before its start, int64 overflow):
-    then the Bands are None. Consumes `layers` (each is emptied once banded)."""
-    # per layer (Series calls), never a concatenated copy of them all
-    n_null = sum(f.get_column("start_ns").null_count() + f.get_column("end_ns").null_count() for f in layers)
-    neg = sum(int((f.get_column("end_ns") < f.get_column("start_ns")).sum()) for f in layers)
-    lo = min((v for f in layers if (v := f.get_column("start_ns").min()) is not None), default=None)
-    hi = max((v for f in layers if (v := f.get_column("end_ns").max()) is not None), default=None)
-    # every key is on a row whose keys differ from the row before's: `unique` hashes those few
-    # rows (events come in runs of one thread), not millions (~75 MB at 1 GB)
-    firsts = [key_starts(f, by) if f.height else None for f in layers]  # one bit a row
-    heads = [layers[0].select(by).clear(), *(f.select(by).filter(m) for f, m in zip(layers, firsts) if m is not None)]
-    keys = pl.concat(heads).unique().sort(by).with_row_index("_k")
-    span = (hi - lo + 1) if lo is not None else 1
-    if n_null or neg or lo is None or keys.height * span >= 1 << 62:
-        return _cumulative_unions_by_sort(layers, by), None
-    union = pl.DataFrame(schema={"_t": pl.Int64, "_te": pl.Int64})
-    out: list[pl.DataFrame] = []
-    for i, layer in enumerate(layers):
-        layers[i] = layer.clear()  # consumed: each layer is let go once banded (~70 MB at 1 GB)
-        if layer.is_empty():
-            out.append(out[-1] if out else coverage_index(layer.select(*by, "start_ns", "end_ns"), by, True))
-            continue
-        # each row's group number: that of its run's first row (a join of the few heads, then a
-        # gather), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
-        first, firsts[i] = firsts[i], None
-        run = first.cast(pl.UInt32).cum_sum() - 1
-        head = layer.select(by).filter(first).join(keys, on=by, how="left", nulls_equal=True, maintain_order="left")
-        band = head.get_column("_k").cast(pl.Int64).gather(run) * span - lo
-        del first, run, head
-        banded = pl.DataFrame({"_t": layer.get_column("start_ns") + band, "_te": layer.get_column("end_ns") + band})
-        del layer, band
-        banded = banded.sort("_t")
-        union = union.merge_sorted(banded, "_t") if union.height else banded
-        # the sweep of `_merge_sweep` on the banded axis, in Series operations (no query to plan)
-        t, reach = union.get_column("_t"), union.get_column("_te").cum_max()
-        new = (t > reach.shift(1)).fill_null(True)
-        union = pl.DataFrame({"_t": t.filter(new), "_te": reach.filter(new.shift(-1, fill_value=True))})
-        del t, reach, new
-        out.append(_unband(union, keys, by, span, lo))
-    return out, Bands(keys, span, lo)
-
-
-def _unband(union: pl.DataFrame, keys: pl.DataFrame, by: list[str], span: int, lo: int) -> pl.DataFrame:
-    """A banded union (`_t`, `_te`: disjoint, sorted) back to a coverage index: by...,
-    start_ns, end_ns, _before (the time covered before each interval in its group), _k (its
-    group's number). Series operations: one call into polars each, no query to plan."""
-    t, te = union.get_column("_t"), union.get_column("_te")
-    k = t // span  # _t is k x span + (start - lo), start - lo in [0, span)
-    kk, first, off = k.cast(pl.UInt32), k.ne_missing(k.shift(1)), k * span - lo
-    del k  # each helper let go once used: the unions of a 1 GB trace are millions of rows
-    c = (te - t).cum_sum() - (te - t)
-    before = c - pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
-    del c, first
-    cols = [keys.get_column(b).gather(kk) for b in by]  # keys' rows are their numbers
-    return pl.DataFrame(
-        [*cols, (t - off).alias("start_ns"), (te - off).alias("end_ns"), before.alias("_before"), kk.alias("_k")]
-    )
-
-
-def _cumulative_unions_by_sort(layers: list[pl.DataFrame], by: list[str]) -> list[pl.DataFrame]:
-    """`cumulative_unions` by sorting the union so far with each layer and sweeping it."""
-    union = layers[0].select(*by, "start_ns", "end_ns").clear()
-    out = []
-    for layer in layers:
-        union = merge_sorted(pl.concat([union, layer.select(union.columns)]).sort([*by, "start_ns"]), by)
-        out.append(coverage_index(union, by, presorted=True))
-    return out
 
 
 def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = False) -> pl.DataFrame:

@@ -1,13 +1,118 @@
-"""The time each CPU layer union (`cpu_activity.CpuActivity.cumulative`) covers inside the CPU
-interval of each gap: several coverage indexes measured over the same query rows at once, on the
-bands of `intervals.cumulative_unions` (one int64 axis) when they have them, so that the as-of
-joins are on one column rather than by thread keys."""
+"""The CPU layer unions (`cpu_activity.CpuActivity.cumulative`) and the time each covers inside
+the CPU interval of each gap: the unions of the layers 0..k built on one banded int64 axis
+(`cumulative_unions`), and several coverage indexes measured over the same query rows at once,
+on those bands when they have them (`covered_many`), so that the as-of joins are on one column
+rather than by thread keys."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import polars as pl
 
-from traceanalyzer.analyses.intervals import Bands, _covered_until
+from traceanalyzer.analyses.intervals import _covered_until, coverage_index, key_starts, merge_sorted
+
+
+@dataclass(frozen=True)
+class Bands:
+    """How `cumulative_unions` numbered its groups: `keys` (by..., `_k`: the number, in the
+    groups' sort order) and each group's band [k x span, (k + 1) x span) for the times
+    [lo, lo + span). Its coverage indexes carry `_k`, so that `covered_many` measures them on
+    one int64 axis, without an as-of join by keys."""
+
+    keys: pl.DataFrame
+    span: int
+    lo: int
+
+
+def cumulative_unions(
+    layers: list[pl.DataFrame | Callable[[], pl.DataFrame]], by: list[str]
+) -> tuple[list[pl.DataFrame], Bands | None]:
+    """The coverage indexes (`coverage_index`) of the unions of layers[0..k] for every k, per
+    group `by` (each layer: by..., start_ns, end_ns; or a function that builds it, called once
+    to measure it and once to merge it, so that no two such layers are held at once).
+
+    Each group's times are shifted into a band of their own (group number x span, as
+    `_merge_sweep` does), so that the sorts are of one int64 column rather than of the keys and
+    the start, and each union is the previous one merged (`merge_sorted`, linear) with one
+    layer sorted alone: one sort per layer, never of the union so far. A layer that adds
+    nothing shares the previous index. Falls back to sorting and merging the union, layer by
+    layer, when the bands do not hold (null times, an end before its start, int64 overflow):
+    then the Bands are None. Consumes `layers` (each is emptied once banded)."""
+    n_null = neg = 0
+    lo = hi = None
+    firsts: list[pl.Series | None] = []
+    heads: list[pl.DataFrame] = []
+    for f in map(_built, layers):  # per layer (Series calls), never a concatenated copy of them all
+        s, e = f.get_column("start_ns"), f.get_column("end_ns")
+        n_null, neg = n_null + s.null_count() + e.null_count(), neg + int((e < s).sum())
+        lo = min((v for v in (lo, s.min()) if v is not None), default=None)
+        hi = max((v for v in (hi, e.max()) if v is not None), default=None)
+        # every key is on a row whose keys differ from the row before's: `unique` hashes those
+        # few rows (events come in runs of one thread), not millions (~75 MB at 1 GB)
+        firsts.append(key_starts(f, by) if f.height else None)  # one bit a row
+        heads.append(f.select(by).filter(firsts[-1]) if f.height else f.select(by).clear())
+    keys = pl.concat(heads).unique().sort(by).with_row_index("_k")
+    span = (hi - lo + 1) if lo is not None else 1
+    if n_null or neg or lo is None or keys.height * span >= 1 << 62:
+        return _cumulative_unions_by_sort([_built(f) for f in layers], by), None
+    union = pl.DataFrame(schema={"_t": pl.Int64, "_te": pl.Int64})
+    out: list[pl.DataFrame] = []
+    for i, layer in enumerate(map(_built, layers)):
+        layers[i] = layer.clear()  # consumed: each layer is let go once banded (~70 MB at 1 GB)
+        if layer.is_empty():
+            out.append(out[-1] if out else coverage_index(layer.select(*by, "start_ns", "end_ns"), by, True))
+            continue
+        # each row's group number: that of its run's first row (a join of the few heads, then a
+        # gather), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
+        first, firsts[i] = firsts[i], None
+        run = first.cast(pl.UInt32).cum_sum() - 1
+        head = layer.select(by).filter(first).join(keys, on=by, how="left", nulls_equal=True, maintain_order="left")
+        band = head.get_column("_k").cast(pl.Int64).gather(run) * span - lo
+        del first, run, head
+        banded = pl.DataFrame({"_t": layer.get_column("start_ns") + band, "_te": layer.get_column("end_ns") + band})
+        del layer, band
+        banded = banded.sort("_t")
+        union = union.merge_sorted(banded, "_t") if union.height else banded
+        # the sweep of `_merge_sweep` on the banded axis, in Series operations (no query to plan)
+        t, reach = union.get_column("_t"), union.get_column("_te").cum_max()
+        new = (t > reach.shift(1)).fill_null(True)
+        union = pl.DataFrame({"_t": t.filter(new), "_te": reach.filter(new.shift(-1, fill_value=True))})
+        del t, reach, new
+        out.append(_unband(union, keys, by, span, lo))
+    return out, Bands(keys, span, lo)
+
+
+def _built(layer: pl.DataFrame | Callable[[], pl.DataFrame]) -> pl.DataFrame:
+    return layer() if callable(layer) else layer  # a layer given as a function: built now
+
+
+def _unband(union: pl.DataFrame, keys: pl.DataFrame, by: list[str], span: int, lo: int) -> pl.DataFrame:
+    """A banded union (`_t`, `_te`: disjoint, sorted) back to a coverage index: by...,
+    start_ns, end_ns, _before (the time covered before each interval in its group), _k (its
+    group's number). Series operations: one call into polars each, no query to plan."""
+    t, te = union.get_column("_t"), union.get_column("_te")
+    k = t // span  # _t is k x span + (start - lo), start - lo in [0, span)
+    kk, first, off = k.cast(pl.UInt32), k.ne_missing(k.shift(1)), k * span - lo
+    del k  # each helper let go once used: the unions of a 1 GB trace are millions of rows
+    c = (te - t).cum_sum() - (te - t)
+    before = c - pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
+    del c, first
+    cols = [keys.get_column(b).gather(kk) for b in by]  # keys' rows are their numbers
+    return pl.DataFrame(
+        [*cols, (t - off).alias("start_ns"), (te - off).alias("end_ns"), before.alias("_before"), kk.alias("_k")]
+    )
+
+
+def _cumulative_unions_by_sort(layers: list[pl.DataFrame], by: list[str]) -> list[pl.DataFrame]:
+    """`cumulative_unions` by sorting the union so far with each layer and sweeping it."""
+    union = layers[0].select(*by, "start_ns", "end_ns").clear()
+    out = []
+    for layer in layers:
+        union = merge_sorted(pl.concat([union, layer.select(union.columns)]).sort([*by, "start_ns"]), by)
+        out.append(coverage_index(union, by, presorted=True))
+    return out
 
 
 def covered_many(
@@ -54,38 +159,50 @@ def _covered_banded(
 ) -> pl.DataFrame:
     """`covered_many` on the bands' axis. A time outside [lo, lo + span) is clipped into it (no
     interval lies outside, so the covered time until it is the same); a row whose group has no
-    band, or whose as-of match lies in an earlier band, has nothing covered."""
+    band, or whose as-of match lies in an earlier band, has nothing covered.
+
+    Series all through, one index at a time: both ends of q are sorted once (their rows, band
+    numbers and times), each index is banded once for both, and each as-of match is put back
+    into q's order by its row (a scatter) and subtracted at once. Holding every layer's
+    coverage at both ends, and the as-of joins' copies of q, was ~70 MB at 1 GB (276 k gaps)."""
     span, lo = bands.span, bands.lo
     hi = lo + span - 1
-    qk = q.select(*by, a, b).join(bands.keys, on=by, how="left", maintain_order="left").with_row_index("_r")
-    until: dict[str, list[pl.Series]] = {}
+    n = q.height
+    k = q.select(by).join(bands.keys, on=by, how="left", maintain_order="left").get_column("_k")
+    ends = []
     for side in (a, b):
-        qs = (
-            qk.filter(pl.col("_k").is_not_null() & pl.col(side).is_not_null())
-            .select("_r", "_k", _at=pl.col(side).clip(lo, hi))
-            .with_columns(_tq=pl.col("_k").cast(pl.Int64) * span + pl.col("_at") - lo)
-            .sort("_tq")
-        )
-        done: dict[int, pl.Series] = {}
-        cols = []
-        for index, out in zip(indexes, outs):
-            if index.is_empty():
-                cols.append(pl.lit(0, pl.Int64).alias(out))
-                continue
-            if id(index) not in done:
-                ix = index.select(
-                    _tb=pl.col("_k").cast(pl.Int64) * span + pl.col("start_ns") - lo,
-                    _s="start_ns",
-                    _e="end_ns",
-                    _before="_before",
-                )
+        at = q.get_column(side)
+        valid = k.is_not_null() & at.is_not_null()
+        rows, kk, t = valid.arg_true(), k.filter(valid).cast(pl.Int64), at.filter(valid).clip(lo, hi)
+        del valid
+        order = (kk * span + t).arg_sort()
+        kk, t = kk.gather(order), t.gather(order)
+        ends.append((rows.gather(order), pl.DataFrame({"_tq": kk * span + t - lo, "_k": kk, "_at": t})))
+        del rows, kk, t, order
+    del k
+    own = pl.col("_tb").is_not_null() & (pl.col("_tb") >= pl.col("_k") * span)
+    until = pl.when(own).then(pl.col("_before") + pl.min_horizontal("_at", "_e") - pl.col("_s")).otherwise(0)
+    done: dict[int, pl.Series] = {}  # an index shared by two layers is measured once
+    cols = []
+    for index, out in zip(indexes, outs):
+        if index.is_empty():
+            cols.append(pl.zeros(n, pl.Int64, eager=True).alias(out))
+            continue
+        if id(index) not in done:
+            ix = index.select(
+                _tb=pl.col("_k").cast(pl.Int64) * span + pl.col("start_ns") - lo,
+                _s="start_ns",
+                _e="end_ns",
+                _before="_before",
+            )
+            covered_until = []
+            for rows, qs in ends:
                 j = qs.join_asof(ix, left_on="_tq", right_on="_tb", strategy="backward", check_sortedness=False)
-                own = pl.col("_tb").is_not_null() & (pl.col("_tb") >= pl.col("_k").cast(pl.Int64) * span)
-                done[id(index)] = j.select(
-                    pl.when(own).then(pl.col("_before") + pl.min_horizontal("_at", "_e") - pl.col("_s")).otherwise(0)
-                ).to_series()
-            cols.append(done[id(index)].alias(out))
-        found = qs.select("_r").with_columns(cols)
-        back = qk.select("_r").join(found, on="_r", how="left", maintain_order="left")
-        until[side] = [back.get_column(o).fill_null(0) for o in outs]
-    return pl.DataFrame([(ub - ua).clip(0).alias(o) for o, ua, ub in zip(outs, until[a], until[b])])
+                # scatter fills a new column in place: q's rows, 0 where an end has no band
+                covered_until.append(pl.zeros(n, pl.Int64, eager=True).scatter(rows, j.select(until).to_series()))
+                del j
+            del ix
+            done[id(index)] = (covered_until[1] - covered_until[0]).clip(0)
+            del covered_until
+        cols.append(done[id(index)].alias(out))
+    return pl.DataFrame(cols)

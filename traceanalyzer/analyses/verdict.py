@@ -24,6 +24,7 @@ from traceanalyzer.analyses.gaps import GapsResult
 from traceanalyzer.causes import BY_ID, NOT_A_HEADLINE, hint
 from traceanalyzer.patterns import COMPILED_FRAME, COMPILED_OP, TRITON_KERNEL
 from traceanalyzer.trace import Trace
+from traceanalyzer.units import display_us
 
 BUSY_ENOUGH = 0.9
 __all__ = ["BUSY_ENOUGH", "NOT_A_HEADLINE", "Verdict", "advice_for", "compiled_model", "verdict"]
@@ -97,8 +98,7 @@ def _top(df: pl.DataFrame, by: str, *keys: str) -> dict | None:
     )
 
 
-def _detail(cause: str, gaps: pl.DataFrame, steps: int) -> str | None:
-    g = gaps.filter(pl.col("cause") == cause)
+def _detail(cause: str, g: pl.DataFrame, steps: int) -> str | None:
     per = "per step" if steps > 1 else "in all"
     how = BY_ID[cause].detail if cause in BY_ID else "culprit"
     if how == "waited_on":
@@ -145,7 +145,6 @@ def verdict(
     from `communication`)."""
     if not gaps.has_gpu_work:
         return Verdict(None, 0.0, 0.0, None, None, gaps.note or "no GPU work", None, 0.0, 0.0)
-    steady = gaps.all_gaps.filter(pl.col("phase") == "steady")
     by = gaps.steady_idle_by_cause.filter(~pl.col("cause").is_in(NOT_A_HEADLINE))
     busy = gaps.steady_busy_share
     idle = gaps.steady_idle_us()
@@ -176,11 +175,18 @@ def verdict(
         cause,
         top["idle_us"] / idle,
         advice_for(cause, busy, with_stack, compiled),
-        _detail(cause, steady, steps),
+        _detail(cause, _steady_gaps_of(gaps, cause), steps),
         gaps.startup_window_us,
         gaps.startup_idle_us,
         *_comm(gaps, exposed_comm_us),
     )
+
+
+def _steady_gaps_of(gaps: GapsResult, cause: str) -> pl.DataFrame:
+    """The steady-state gaps of one cause in µs: picked from the ns table first, so that only
+    they are converted (the display view of every gap was ~18 MB at 1 GB, and kept)."""
+    picked = gaps.all_gaps_ns.filter((pl.col("phase") == "steady") & (pl.col("cause") == cause))
+    return display_us(picked, gaps.origin_ns)
 
 
 def _comm(gaps: GapsResult, exposed_us: float) -> tuple[float, float, bool]:

@@ -202,11 +202,13 @@ def main(argv: list[str] | None = None) -> int:
 
 # polars' allocator (jemalloc) reads its settings once, when polars loads. One arena instead of
 # one per 4 CPUs per thread group: freed blocks are reused by the next table, not kept dirty in
-# another arena (peak RSS of `gaps`: -35 MB at 1 GB, -40 MB at 311 MB, same CPU). Set by the
-# command only, never by the library (a notebook's process is the user's), and a value the user
-# set wins (docs/performance.md).
+# another arena (peak RSS of `gaps`: -35 MB at 1 GB, -40 MB at 311 MB, same CPU). Pages freed
+# and not reused are given back when their dirty time (polars' 500 ms) is up, not marked "free
+# later" for another second (muzzy pages stay in RSS until the kernel needs them): `gaps` -12 to
+# -20 MB at 311 MB-1 GB, the same system time. Set by the command only, never by the library (a
+# notebook's process is the user's), and a value the user set wins (docs/performance.md).
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
-ALLOCATOR_CONF = "narenas:1"
+ALLOCATOR_CONF = "narenas:1,muzzy_decay_ms:0"
 
 
 # A directory of ranks is analysed one rank per process (`jobs.executors`), this one included: the

@@ -1,0 +1,58 @@
+"""The layer unions and their coverage (`layer_coverage`): the banded measure of every layer is
+the keyed one, and layers given as functions are built one at a time, twice each, to the same
+indexes as the frames themselves."""
+
+from __future__ import annotations
+
+import polars as pl
+
+import traceanalyzer as ta
+from traceanalyzer.analyses.cpu_activity import THREAD
+from traceanalyzer.analyses.layer_coverage import covered_many, cumulative_unions
+
+
+def test_banded_coverage_is_the_keyed_one(SHARED_TRACES):
+    ses = ta.Session.open(SHARED_TRACES / "a100_multistream_syncs.json.gz")
+    act, pieces = ses.activity, ses.classified.pieces
+    assert act.bands is not None
+    q = pieces.select(*THREAD, "cpu_a", "cpu_b")
+    outs = [f"_u{k}" for k in range(len(act.cumulative))]
+    banded = covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs, act.bands)
+    keyed = covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs)
+    assert banded.equals(keyed)
+    # the blocked time, put on the same bands for the instant each gap begins
+    from traceanalyzer.analyses.gap_causes import _on_bands
+
+    q1 = pieces.select(*THREAD, "start_ns", _gs1=pl.col("start_ns") + 1)
+    on_bands = _on_bands(act)
+    assert "_k" in on_bands.columns
+    at = covered_many(q1, [on_bands], THREAD, "start_ns", "_gs1", ["_b"], act.bands)
+    assert at.equals(covered_many(q1, [act.blocked], THREAD, "start_ns", "_gs1", ["_b"]))
+    assert int((at["_b"] > 0).sum()) > 0  # some gaps begin inside a sync (a100_multistream_syncs)
+    assert banded.height == pieces.height and int(banded[outs[-1]].sum()) > 0
+    # a gap's layers cover no more than its CPU interval
+    assert (banded[outs[-1]] <= (pieces["cpu_b"] - pieces["cpu_a"])).all()
+
+
+def test_layers_given_as_functions_are_built_one_at_a_time():
+    # thread (1, 1): [0, 10) then [5, 20) -> union [0, 20); thread (1, 2): [3, 4)
+    frames = [
+        pl.DataFrame({"pid": [1, 1], "tid": [1, 2], "start_ns": [0, 3], "end_ns": [10, 4]}),
+        pl.DataFrame({"pid": [1], "tid": [1], "start_ns": [5], "end_ns": [20]}),
+    ]
+    calls = []
+
+    def lazily(i):
+        def build():
+            calls.append(i)
+            return frames[i]
+
+        return build
+
+    eager, eager_bands = cumulative_unions(list(frames), ["pid", "tid"])
+    lazy, lazy_bands = cumulative_unions([lazily(0), lazily(1)], ["pid", "tid"])
+    assert calls == [0, 1, 0, 1]  # measured in turn, then merged in turn
+    assert all(a.equals(b) for a, b in zip(eager, lazy))
+    assert eager_bands.keys.equals(lazy_bands.keys) and (eager_bands.span, eager_bands.lo) == (lazy_bands.span, 0)
+    last = lazy[-1].select("pid", "tid", "start_ns", "end_ns", "_before").rows()
+    assert last == [(1, 1, 0, 20, 0), (1, 2, 3, 4, 0)]
