@@ -309,10 +309,9 @@ class Session:
         if store is None or name in self.__dict__.get("_released", ()):
             return False
         value = store.get(name)
-        if value is store.MISSING:
-            return False
-        self.__dict__[name] = value
-        return True
+        if value is not store.MISSING:
+            self.__dict__[name] = value
+        return value is not store.MISSING
 
     def release(self, *names: str) -> None:
         """Let building blocks go (`dependency_model`, `activity`, `classified`) once what is read
