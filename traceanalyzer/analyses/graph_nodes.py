@@ -19,7 +19,7 @@ import polars as pl
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
 from traceanalyzer.analyses.graph_table import narrow
 from traceanalyzer.analyses.intervals import covered
-from traceanalyzer.links import innermost_containing
+from traceanalyzer.links import CLIMB_LEVELS, innermost_containing
 from traceanalyzer.trace import Trace
 
 # Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
@@ -95,6 +95,70 @@ class ThreadClock:
             return np.where(found, before[p] + np.minimum(t, end[p]) - start[p], 0)
 
         return at
+
+    def innermost(self, slices: pl.DataFrame, intervals: pl.DataFrame, id_col: str) -> pl.Series:
+        """`links.innermost_containing` for the graph's slices (`_th`, ts_ns, end_ns, in key
+        order): per slice the id of the innermost interval (ts_ns, end_ns, `id_col`, parent_id,
+        pid, tid, `depth` if known) containing it, named `id_col`. The same rule: the latest
+        interval starting at or before the slice's start (of those starting together, the
+        shortest, then the deepest, then the largest id), climbing to its parent while it
+        ended before the slice did; but on the clock's keys, on int64 arrays: the slices are
+        searched where they are (no sort of a million slices and back, no as-of join by
+        thread), the intervals sorted once."""
+        n = slices.height
+        cand = np.full(n, -1, dtype=np.int64)
+        deep = ["depth"] if "depth" in intervals.columns else []
+        iv = intervals.select("ts_ns", "end_ns", id_col, *deep).with_columns(_th=self.number(intervals))
+        iv = iv.filter(pl.col("_th").is_not_null() & pl.col(id_col).is_not_null())
+        if iv.height and n:
+            key = self.key(iv["_th"], iv["ts_ns"]).to_numpy()
+            end = iv["end_ns"].cast(pl.Int64).to_numpy()
+            ids = iv[id_col].cast(pl.Int64).to_numpy()
+            # a null depth sorts first, as polars sorts nulls (depths are >= 0)
+            depth = iv["depth"].cast(pl.Int64).fill_null(-1).to_numpy() if deep else np.zeros_like(ids)
+            order = np.lexsort((ids, depth, -end, key))
+            key, ids = key[order], ids[order]
+            del order, end, depth
+            skey = self.key(slices["_th"].cast(pl.Int64), slices["ts_ns"].cast(pl.Int64)).to_numpy()
+            pos = np.searchsorted(key, skey, side="right") - 1
+            del skey
+            p = np.maximum(pos, 0)
+            # the candidate must be on the slice's own thread (keys of one thread share a band)
+            same = (pos >= 0) & (key[p] // self.span == slices["_th"].cast(pl.Int64).to_numpy())
+            cand = np.where(same, ids[p], -1)
+            del key, ids, pos, p, same
+        del iv
+        out = _climb(cand, slices["end_ns"].cast(pl.Int64).to_numpy(), intervals.drop_nulls(id_col), id_col)
+        return pl.Series(id_col, out, dtype=pl.Int64).cast(intervals.schema[id_col])
+
+
+def _climb(cand: np.ndarray, point_end: np.ndarray, iv: pl.DataFrame, id_col: str) -> pl.Series:
+    """From each candidate id (-1: none), up the parents until one ends at or after the
+    point's end (`links.innermost_containing`'s climb: at most its number of levels; an id not
+    among the intervals ends the climb with none), by binary search in the sorted ids."""
+    ids = iv[id_col].cast(pl.Int64).to_numpy()
+    order = None if iv[id_col].is_sorted() else np.argsort(ids, kind="stable")
+    if order is not None:
+        ids = ids[order]
+    end = iv["end_ns"].cast(pl.Int64).to_numpy()
+    parent = iv["parent_id"].cast(pl.Int64).fill_null(-1).to_numpy()
+    if order is not None:
+        end, parent = end[order], parent[order]
+    rownum = len(ids) > 0 and ids[0] == 0 and ids[-1] == len(ids) - 1  # sorted and unique: 0..n-1
+    out = np.full(len(cand), -1, dtype=np.int64)
+    rows = np.flatnonzero(cand >= 0)
+    c = cand[rows]
+    for _ in range(CLIMB_LEVELS):
+        if not len(rows) or not len(ids):
+            break
+        # ids that are row numbers (op_id, runtime_id) are their own positions: no search
+        p = np.clip(c, 0, len(ids) - 1) if rownum else np.minimum(np.searchsorted(ids, c, side="left"), len(ids) - 1)
+        found = ids[p] == c
+        ok = found & (end[p] >= point_end[rows])
+        out[rows[ok]] = c[ok]
+        more = found & ~ok & (parent[p] >= 0)
+        rows, c = rows[more], parent[p][more]
+    return pl.Series(out).set(pl.Series(out < 0), None)
 
 
 def graph_threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
@@ -187,8 +251,12 @@ def cpu_nodes(
     rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id", "name").with_columns(
         parent_id=pl.lit(None, pl.Int64)
     )
-    s = innermost_containing(s, rt, "runtime_id", "runtime_id")
-    s = innermost_containing(s, trace.ops, "op_id", "op_id")
+    if clock is None:
+        s = innermost_containing(s, rt, "runtime_id", "runtime_id")
+        s = innermost_containing(s, trace.ops, "op_id", "op_id")
+    else:
+        s = s.with_columns(clock.innermost(s, rt, "runtime_id"), clock.innermost(s, trace.ops, "op_id"))
+    del rt
     s = s.with_columns(_layer_times(s, act, clock))
     layers = [
         (pl.col(f"_u{k}") - (pl.col(f"_u{k - 1}") if k else 0)).clip(0).alias(f"t_{n}") for k, n in enumerate(LAYERS)
