@@ -38,7 +38,7 @@ import polars as pl
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import distinct_chains
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge
+from traceanalyzer.analyses.intervals import covered, cumulative_unions
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import Options, PatternOptions, StageOptions
@@ -140,27 +140,29 @@ def _iv(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _covered(union: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
-    """step, ns: time of the disjoint `union` inside each window (prefix sums and two
-    join_asofs, `intervals.covered`: no join of the union with the windows)."""
-    if union.is_empty():
+def _covered(index: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
+    """step, ns: time of a disjoint union (its coverage index over `_g`) inside each window
+    (prefix sums and two join_asofs, `intervals.covered`: no join of the union with the windows)."""
+    if index.is_empty():
         return wins.select("step", ns=pl.lit(0, pl.Int64))
-    index = coverage_index(union.select("start_ns", "end_ns", _g=pl.lit(0)), ["_g"])
-    q = wins.select("step", "start_ns", "end_ns", _g=pl.lit(0)).with_row_index("_w")
+    q = wins.select("step", "start_ns", "end_ns", _g=pl.lit(0, pl.Int32)).with_row_index("_w")
     per = covered(q, index, ["_g"], "start_ns", "end_ns", "ns").sort("_w")
     return per.select("step", pl.col("ns").cast(pl.Int64))
 
 
 def priority_breakdown(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFrame, remainder: str) -> pl.DataFrame:
     """Give each moment of each window to the first layer (in list order) covering it; several
-    layers may share a stage name. Returns step, stage, ns (remainder = uncovered time)."""
-    union = pl.DataFrame(schema=_IV)
+    layers may share a stage name. Returns step, stage, ns (remainder = uncovered time).
+
+    The unions of the first k layers come from `intervals.cumulative_unions`: each layer sorted
+    alone and merged into the union so far (linear), not the union re-sorted with every layer."""
+    frames = [iv.select(list(_IV)).cast(_IV).with_columns(_g=pl.lit(0, pl.Int32)) for _, iv in layers]
+    indexes = cumulative_unions(frames, ["_g"])[0] if frames else []
+    del frames
     prev = wins.select("step", prev=pl.lit(0, pl.Int64))
     rows = []
-    for stage, iv in layers:
-        both = pl.concat([union, iv.select(list(_IV)).cast(_IV)]).with_columns(_g=pl.lit(0))
-        union = merge(both, ["_g"], start="start_ns", end="end_ns").drop("_g")
-        cov = _covered(union, wins)
+    for (stage, _), index in zip(layers, indexes, strict=True):
+        cov = _covered(index, wins)
         step_cov = cov.join(prev, on="step", nulls_equal=True)
         rows.append(step_cov.select("step", stage=pl.lit(stage), ns=pl.col("ns") - pl.col("prev")))
         prev = cov.select("step", prev="ns")
