@@ -7,7 +7,8 @@
 //! the caller then reads the chunk with the Python loader, which salvages and words the warnings.
 //!
 //! Also the replay loop of the what-if model (`replay`, see replay.rs): a dependency chain is
-//! sequential, so it is the one loop over nodes that polars cannot express.
+//! sequential, so it is the one loop over nodes that polars cannot express; and the critical
+//! path's walk back along that chain (`walk`, see walk.rs), sequential for the same reason.
 
 mod alloc;
 mod arrow;
@@ -17,6 +18,7 @@ mod events;
 mod replay;
 mod scan;
 mod state;
+mod walk;
 
 use events::{decode_piece, Piece};
 use pyo3::prelude::*;
@@ -104,7 +106,7 @@ fn decode_chunk(py: Python<'_>, data: &Bound<'_, PyAny>, threads: usize) -> PyRe
     Ok(decoded.map(|pieces| Decoded { pieces }))
 }
 
-/// The native decoder and replay loop.
+/// The native decoder, replay loop and critical-path walk.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_chunk, m)?)?;
@@ -112,6 +114,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Decoded>()?;
     m.add_class::<arrow::ArrowColumn>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(walk::walk, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

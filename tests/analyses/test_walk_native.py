@@ -1,0 +1,105 @@
+"""The native walk of the critical path (`_native.walk`) against the Python one
+(`critical_path._walk_py`): every segment equal on shared traces and on every synthetic case of
+test_whatif (whose paths are worked out by hand there), and the native side refusing arrays that
+do not describe one graph."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.analyses import test_whatif
+from traceanalyzer.analyses import critical_path as cp
+from traceanalyzer.load import load
+from traceanalyzer.load import native as ln
+from traceanalyzer.session import Session
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+SHARED = [
+    "v100_resnet50_dataloader_workers0.pt.trace.json.gz",
+    "a100_multistream_syncs.json.gz",
+    "gb10_vllm_cudagraphs.pt.trace.json.gz",
+    "h100_owlv2_inference.json.gz",
+    "mi300x_ddp_resnet_4ranks/rank0_trace_0_20_0.json.gz",
+    "dlrm_v100_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
+]
+native = pytest.mark.skipif(not ln.available(), reason="traceanalyzer._native not built")
+
+
+def _walks(ses: Session):
+    """The segments of the Session's capture walked natively and in Python."""
+    m = ses.dependency_model
+    base = m.base
+    w = m.windows(base)
+    ends = m._end_nodes(w, base)
+    fast = cp.walk(m.graph, m.prepared, base, w, ends, use_native=True)
+    slow = cp.walk(m.graph, m.prepared, base, w, ends, use_native=False)
+    return fast, slow
+
+
+@native
+@pytest.mark.parametrize("name", SHARED, ids=lambda p: Path(p).name[:30])
+def test_native_walk_is_the_python_walk_on_shared_traces(name: str):
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    fast, slow = _walks(Session(load(str(path))))
+    assert fast.height > 10
+    assert fast.equals(slow)
+    assert (fast["end_ns"] > fast["start_ns"]).all()
+
+
+@native
+def test_native_walk_on_every_synthetic_case(tmp_path, monkeypatch):
+    """Each hand-worked case of test_whatif, with its walk run by both and compared."""
+    walked = []
+    plain = cp.walk
+
+    def checked(graph, p, sched, windows, end_nodes, use_native=None):
+        fast = plain(graph, p, sched, windows, end_nodes, use_native=True)
+        slow = plain(graph, p, sched, windows, end_nodes, use_native=False)
+        assert fast.equals(slow)
+        walked.append(fast.height)
+        return fast
+
+    monkeypatch.setattr("traceanalyzer.analyses.whatif.walk", checked)
+    cases = [f for n, f in inspect.getmembers(test_whatif, inspect.isfunction) if n.startswith("test_")]
+    for case in cases:
+        if "tmp_path" in inspect.signature(case).parameters and len(inspect.signature(case).parameters) == 1:
+            case(tmp_path)
+    assert len(walked) >= 5 and sum(walked) > 0
+
+
+@native
+def test_native_walk_checks_its_arrays():
+    fn = ln.walk_loop(force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    u8 = lambda *v: np.array(v, dtype=np.uint8)  # noqa: E731
+    # two nodes, one edge 0 -> 1; one window [0, 10) ending at node 1
+    ok = [i(0), i(10), i(1), u8(0, 0), i(0, 0), u8(0), i(0, 5), i(5, 10), i(-1, 0), i(-1, -1), i(0), u8(0), i(0, 0, 0)]
+    w, kind, named, lane, a, b = (np.frombuffer(x, dtype=np.int64).tolist() for x in fn(*ok))
+    # walking back from node 1's end: node 1 [5, 10), its binding edge to node 0, node 0 [0, 5)
+    assert (w, kind, named, lane, a, b) == ([0, 0], [-1, -1], [1, 0], [1, 0], [5, 0], [10, 5])
+    bad_node = list(ok)
+    bad_node[2] = i(2)
+    with pytest.raises(ValueError, match="not a node"):
+        fn(*bad_node)
+    bad_edge = list(ok)
+    bad_edge[8] = i(-1, 1)
+    with pytest.raises(ValueError, match="not an edge"):
+        fn(*bad_edge)
+    short = list(ok)
+    short[4] = i(0)
+    with pytest.raises(ValueError, match="one value per node"):
+        fn(*short)
+
+
+def test_switch(monkeypatch):
+    """TRACEANALYZER_NATIVE=0 turns the walk off with the decoder."""
+    monkeypatch.setenv(ln.ENV, "0")
+    assert ln.walk_loop() is None
+    monkeypatch.setenv(ln.ENV, "1")
+    assert (ln.walk_loop() is not None) == ln.available()
