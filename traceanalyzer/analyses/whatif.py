@@ -155,17 +155,30 @@ class Model:
         return path
 
     def _end_nodes(self, w: pl.DataFrame, sched: Schedule) -> list[int]:
-        """The node whose end is each window's end (the latest-ending node that ends it)."""
-        end = pl.DataFrame(
-            {"node": np.arange(len(sched.end_ns), dtype=np.int64), "end_ns": sched.end_ns, "start_ns": sched.start_ns}
-        )
-        ends = end.sort("end_ns", "start_ns", "node", descending=[False, True, False]).unique("end_ns", keep="first")
-        j = (
-            w.with_row_index("_w")
-            .sort("end_ns")
-            .join_asof(ends.select("end_ns", "node").sort("end_ns"), on="end_ns", strategy="backward")
-        )
-        return j.sort("_w")["node"].fill_null(-1).to_list()
+        """The node whose end is each window's end: of the nodes ending last at or before it, the
+        latest to start, then the lowest (-1: none). On the schedule's arrays: each node counted
+        into the first window end at or after its own, the latest end per window by a running
+        maximum, then the few nodes ending at those instants (no sort of a million nodes)."""
+        e, s = sched.end_ns, sched.start_ns
+        wend = w["end_ns"]
+        out = [-1] * w.height
+        known = wend.drop_nulls().unique().sort().to_numpy()
+        if not len(e) or not len(known):
+            return out
+        bucket = np.searchsorted(known, e, side="left")  # the first window end at or after each node's end
+        inside = bucket < len(known)
+        latest = np.full(len(known), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(latest, bucket[inside], e[inside])
+        latest = np.maximum.accumulate(latest)  # the latest node end at or before each window end
+        del bucket, inside
+        found = latest > np.iinfo(np.int64).min
+        cand = np.flatnonzero(np.isin(e, latest[found]))
+        pick = cand[np.lexsort((cand, -s[cand], e[cand]))]  # per end instant: latest start, then lowest node
+        first = np.ones(len(pick), dtype=np.bool_)
+        first[1:] = e[pick][1:] != e[pick][:-1]
+        node_at = dict(zip(e[pick][first].tolist(), pick[first].tolist(), strict=True))
+        by_end = {int(k): node_at[int(v)] for k, v, f in zip(known, latest, found, strict=True) if f}
+        return [by_end.get(x, -1) if x is not None else -1 for x in wend.to_list()]
 
     def what_if(self, scenario: Scenario) -> WhatIf:
         """Replay `scenario` and compare its median step with the capture's."""
