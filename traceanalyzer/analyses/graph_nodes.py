@@ -223,13 +223,17 @@ def _layer_times(s: pl.DataFrame, act: CpuActivity, clock: ThreadClock | None) -
         th, a, b = (s[c].cast(pl.Int64).to_numpy() for c in ("_th", "ts_ns", "end_ns"))
         first = np.ones(len(th), dtype=np.bool_)
         first[1:] = th[1:] != th[:-1]
+        done: dict[int, np.ndarray] = {}  # a layer that adds nothing shares the previous union's index
         for k, index in enumerate(act.cumulative):
-            until = clock.until(index)
-            to_end = until(th, b)
-            to_start = np.empty_like(to_end)
-            to_start[1:] = to_end[:-1]
-            to_start[first] = until(th[first], a[first])
-            out.append(pl.Series(f"_u{k}", np.maximum(to_end - to_start, 0), dtype=pl.Int64))
+            if id(index) not in done:
+                until = clock.until(index)
+                to_end = until(th, b)
+                to_start = np.empty_like(to_end)
+                to_start[1:] = to_end[:-1]
+                to_start[first] = until(th[first], a[first])
+                done = {id(index): np.maximum(to_end - to_start, 0)}
+                del to_end, to_start
+            out.append(pl.Series(f"_u{k}", done[id(index)], dtype=pl.Int64))
         return out
     # `covered` sorts what it is given (twice per layer): a narrow copy, scattered back into the
     # slices' order
