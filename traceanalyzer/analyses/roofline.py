@@ -298,12 +298,11 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
     # equally frequent ones) by counting (device, op) pairs, not a `mode` per group.
     names = owned["name"].drop_nulls().unique()
     is_kernel = pl.col("kind") == "kernel"
-    flag = lambda pattern: (
-        is_kernel
-        & pl.col("name").replace_strict(  # noqa: E731
-            names, names.str.contains(pattern), default=None, return_dtype=pl.Boolean
-        )
-    )
+
+    def flag(pattern: str) -> pl.Expr:
+        matched = names.str.contains(pattern)
+        return is_kernel & pl.col("name").replace_strict(names, matched, default=None, return_dtype=pl.Boolean)
+
     per_op = (
         owned.select("ancestor_id", "dur_ns", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
         .group_by("ancestor_id")
