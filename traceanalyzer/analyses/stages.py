@@ -40,6 +40,7 @@ from traceanalyzer.analyses.attribution import distinct_chains
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import covered, cumulative_unions
 from traceanalyzer.analyses.modules import op_modules
+from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import Options, PatternOptions, StageOptions
 from traceanalyzer.patterns import D2H_COPY, H2D_COPY, MODEL_CPU, PROFILER_STEP, TB_DATALOADER
@@ -214,9 +215,19 @@ def _labelled(
     labels = _chain_labels(trace, [cpu_label, gpu_label])
     empty = pl.DataFrame({"op_chain": [""]}).select(cpu_label, gpu_label).row(0)
 
+    n_ops = trace.ops.height
+    by_row = is_row_number(trace.ops["op_id"])  # every Trace: an op's label is row op_id of a column
+
     def labelled(df: pl.DataFrame, which: str, fallback: str) -> pl.DataFrame:
-        got = df.join(labels.select("op_id", which), on="op_id", how="left", maintain_order="left")
-        return got.with_columns(label=pl.col(which).fill_null(fallback)).drop(which)
+        if not by_row:
+            got = df.join(labels.select("op_id", which), on="op_id", how="left", maintain_order="left")
+            return got.with_columns(label=pl.col(which).fill_null(fallback)).drop(which)
+        # a gather by op id rather than a join of every call and activity (0.05 s at 311 MB)
+        column = pl.Series(which, [], dtype=labels.schema[which]).extend_constant(None, n_ops)
+        column = column.scatter(labels["op_id"], labels[which]) if labels.height else column
+        at = df["op_id"].cast(pl.Int64)
+        at = pl.select(pl.when((at >= 0) & (at < n_ops)).then(at)).to_series()  # no such op: no label
+        return df.with_columns(label=column.gather(at).fill_null(fallback))
 
     ops = trace.ops.select("op_id", "ts_ns", "end_ns", "name").filter(~pl.col("name").str.contains(PROFILER_STEP))
     ops = ops.drop("name")
