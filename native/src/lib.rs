@@ -8,7 +8,9 @@
 //!
 //! Also the replay loop of the what-if model (`replay`, see replay.rs): a dependency chain is
 //! sequential, so it is the one loop over nodes that polars cannot express; and the critical
-//! path's walk back along that chain (`walk`, see walk.rs), sequential for the same reason.
+//! path's walk back along that chain (`walk`, see walk.rs), sequential for the same reason; and
+//! the innermost interval around each slice of the dependency graph (`innermost`, walk.rs: a
+//! merge of two sorted key arrays, then a climb up the parents).
 
 mod alloc;
 mod arrow;
@@ -115,6 +117,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrow::ArrowColumn>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
     m.add_function(wrap_pyfunction!(walk::walk, m)?)?;
+    m.add_function(wrap_pyfunction!(walk::innermost, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

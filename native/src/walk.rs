@@ -7,6 +7,9 @@
 //! the GIL released and cannot index out of bounds. The segments come back as six int64 arrays
 //! (native-endian bytes): window, kind code (-1: the node's own kind), the node it is named after
 //! (-1: none), the lane's node, start, end; appended walking back, so reversed per window.
+//!
+//! Also `innermost`: the innermost call or op around each slice of the graph (see
+//! `traceanalyzer.analyses.graph_nodes.ThreadClock.innermost`), a merge of two sorted key arrays.
 
 use crate::buffer::View;
 use pyo3::exceptions::PyValueError;
@@ -211,4 +214,98 @@ pub fn walk<'py>(
     }
     let out = py.allow_threads(|| run(&g));
     Ok([&out.w, &out.kind, &out.named, &out.lane, &out.a, &out.b].iter().map(|v| as_bytes(py, v)).collect())
+}
+
+/// Per point (sorted keys `skey`, ends `send`), the innermost interval containing it, as
+/// `links.innermost_containing` and `ThreadClock.innermost` find it: the last interval (sorted
+/// keys `ikey` with their ids `icand`, innermost last among equal keys) starting at or before the
+/// point on its thread (`key / span` is the thread), then up its parents (`ids` sorted, with
+/// `end` and `parent`, -1: none) while it ended before the point, at most `levels` times; -1:
+/// none. One pass over both sorted key arrays (a merge, not a binary search per point).
+#[pyfunction]
+#[pyo3(signature = (skey, send, ikey, icand, span, ids, end, parent, levels, out))]
+#[allow(clippy::too_many_arguments)]
+pub fn innermost(
+    py: Python<'_>,
+    skey: &Bound<'_, PyAny>,
+    send: &Bound<'_, PyAny>,
+    ikey: &Bound<'_, PyAny>,
+    icand: &Bound<'_, PyAny>,
+    span: i64,
+    ids: &Bound<'_, PyAny>,
+    end: &Bound<'_, PyAny>,
+    parent: &Bound<'_, PyAny>,
+    levels: usize,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let views = [skey, send, ikey, icand, ids, end, parent].iter().map(|o| View::new(o)).collect::<PyResult<Vec<View>>>()?;
+    let names = ["skey", "send", "ikey", "icand", "ids", "end", "parent"];
+    let mut v: Vec<&[i64]> = Vec::with_capacity(views.len());
+    for (view, name) in views.iter().zip(names) {
+        v.push(i64s(view.bytes(), name)?);
+    }
+    let (skey, send, ikey, icand, ids, end, parent) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+    let mut out_view = View::writable(out)?;
+    if views.iter().any(|b| !disjoint(out_view.bytes(), b.bytes())) {
+        return Err(err("out shares memory with an input"));
+    }
+    let out = i64s_mut(out_view.bytes_mut(), "out")?;
+    if send.len() != skey.len() || out.len() != skey.len() || icand.len() != ikey.len() {
+        return Err(err("skey, send and out need one value per point, icand one per interval key"));
+    }
+    if end.len() != ids.len() || parent.len() != ids.len() || span <= 0 {
+        return Err(err("ids, end and parent need one value per interval, span > 0"));
+    }
+    let sorted = |a: &[i64]| a.windows(2).all(|w| w[0] <= w[1]);
+    if !sorted(skey) || !sorted(ikey) || !ids.windows(2).all(|w| w[0] < w[1]) {
+        return Err(err("skey and ikey must be sorted, ids sorted and distinct"));
+    }
+    py.allow_threads(|| {
+        // ids 0..m-1 are their own positions: no search
+        let rownum = ids.first().is_none_or(|&f| f == 0) && ids.last().is_none_or(|&l| l == ids.len() as i64 - 1);
+        let find = |c: i64| -> Option<usize> {
+            if rownum {
+                (c >= 0 && (c as usize) < ids.len()).then_some(c as usize)
+            } else {
+                ids.binary_search(&c).ok()
+            }
+        };
+        let mut j = 0usize;
+        for i in 0..skey.len() {
+            while j < ikey.len() && ikey[j] <= skey[i] {
+                j += 1;
+            }
+            out[i] = -1;
+            if j == 0 || ikey[j - 1].div_euclid(span) != skey[i].div_euclid(span) {
+                continue; // nothing starts before the point on its thread
+            }
+            let mut c = icand[j - 1];
+            for _ in 0..levels {
+                let Some(p) = find(c) else { break };
+                if end[p] >= send[i] {
+                    out[i] = c;
+                    break;
+                }
+                c = parent[p];
+                if c < 0 {
+                    break;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+fn i64s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i64]> {
+    // SAFETY: as in `i64s`; the view is writable and no other slice of it is alive.
+    let (pre, mid, post) = unsafe { b.align_to_mut::<i64>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(err(&format!("{what}: not an aligned int64 array")));
+    }
+    Ok(mid)
+}
+
+fn disjoint(a: &[u8], b: &[u8]) -> bool {
+    let (a0, b0) = (a.as_ptr() as usize, b.as_ptr() as usize);
+    a.is_empty() || b.is_empty() || a0 + a.len() <= b0 || b0 + b.len() <= a0
 }

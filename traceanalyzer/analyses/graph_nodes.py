@@ -20,6 +20,7 @@ from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, lau
 from traceanalyzer.analyses.graph_table import narrow
 from traceanalyzer.analyses.intervals import covered
 from traceanalyzer.links import CLIMB_LEVELS, innermost_containing
+from traceanalyzer.load import native
 from traceanalyzer.trace import Trace
 
 # Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
@@ -106,44 +107,53 @@ class ThreadClock:
         searched where they are (no sort of a million slices and back, no as-of join by
         thread), the intervals sorted once."""
         n = slices.height
-        cand = np.full(n, -1, dtype=np.int64)
         deep = ["depth"] if "depth" in intervals.columns else []
         iv = intervals.select("ts_ns", "end_ns", id_col, *deep).with_columns(_th=self.number(intervals))
         iv = iv.filter(pl.col("_th").is_not_null() & pl.col(id_col).is_not_null())
-        if iv.height and n:
-            key = self.key(iv["_th"], iv["ts_ns"]).to_numpy()
-            end = iv["end_ns"].cast(pl.Int64).to_numpy()
-            ids = iv[id_col].cast(pl.Int64).to_numpy()
-            # a null depth sorts first, as polars sorts nulls (depths are >= 0)
-            depth = iv["depth"].cast(pl.Int64).fill_null(-1).to_numpy() if deep else np.zeros_like(ids)
-            order = np.lexsort((ids, depth, -end, key))
-            key, ids = key[order], ids[order]
-            del order, end, depth
-            skey = self.key(slices["_th"].cast(pl.Int64), slices["ts_ns"].cast(pl.Int64)).to_numpy()
-            pos = np.searchsorted(key, skey, side="right") - 1
-            del skey
-            p = np.maximum(pos, 0)
-            # the candidate must be on the slice's own thread (keys of one thread share a band)
-            same = (pos >= 0) & (key[p] // self.span == slices["_th"].cast(pl.Int64).to_numpy())
-            cand = np.where(same, ids[p], -1)
-            del key, ids, pos, p, same
-        del iv
-        out = _climb(cand, slices["end_ns"].cast(pl.Int64).to_numpy(), intervals.drop_nulls(id_col), id_col)
-        return pl.Series(id_col, out, dtype=pl.Int64).cast(intervals.schema[id_col])
+        key = self.key(iv["_th"], iv["ts_ns"]).to_numpy()
+        ids = iv[id_col].cast(pl.Int64).to_numpy()
+        # a null depth sorts first, as polars sorts nulls (depths are >= 0)
+        depth = iv["depth"].cast(pl.Int64).fill_null(-1).to_numpy() if deep else np.zeros_like(ids)
+        order = np.lexsort((ids, depth, -iv["end_ns"].cast(pl.Int64).to_numpy(), key))
+        key, cand_ids = np.ascontiguousarray(key[order]), np.ascontiguousarray(ids[order])
+        del iv, ids, depth, order
+        skey = np.ascontiguousarray(self.key(slices["_th"].cast(pl.Int64), slices["ts_ns"].cast(pl.Int64)).to_numpy())
+        point_end = np.ascontiguousarray(slices["end_ns"].cast(pl.Int64).to_numpy())
+        by_id = _by_id(intervals.drop_nulls(id_col), id_col)
+        fn = native.innermost_loop()
+        if fn is not None and n:
+            # one merge of the two sorted key arrays and the climb, natively (0.2 s -> ms at 311 MB)
+            out = np.empty(n, dtype=np.int64)
+            fn(skey, point_end, key, cand_ids, self.span, *by_id, CLIMB_LEVELS, out)
+        else:
+            cand = np.full(n, -1, dtype=np.int64)
+            if len(key) and n:
+                pos = np.searchsorted(key, skey, side="right") - 1
+                p = np.maximum(pos, 0)
+                # the candidate must be on the slice's own thread (keys of one thread share a band)
+                same = (pos >= 0) & (key[p] // self.span == skey // self.span)
+                cand = np.where(same, cand_ids[p], -1)
+                del pos, p, same
+            out = _climb(cand, point_end, *by_id)
+        found = pl.Series(out)
+        return found.set(found < 0, None).alias(id_col).cast(intervals.schema[id_col])
 
 
-def _climb(cand: np.ndarray, point_end: np.ndarray, iv: pl.DataFrame, id_col: str) -> pl.Series:
-    """From each candidate id (-1: none), up the parents until one ends at or after the
-    point's end (`links.innermost_containing`'s climb: at most its number of levels; an id not
-    among the intervals ends the climb with none), by binary search in the sorted ids."""
+def _by_id(iv: pl.DataFrame, id_col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals' ids in order (distinct), with their end and parent (-1: none)."""
     ids = iv[id_col].cast(pl.Int64).to_numpy()
-    order = None if iv[id_col].is_sorted() else np.argsort(ids, kind="stable")
-    if order is not None:
-        ids = ids[order]
     end = iv["end_ns"].cast(pl.Int64).to_numpy()
     parent = iv["parent_id"].cast(pl.Int64).fill_null(-1).to_numpy()
-    if order is not None:
-        end, parent = end[order], parent[order]
+    if not iv[id_col].is_sorted():
+        order = np.argsort(ids, kind="stable")
+        ids, end, parent = ids[order], end[order], parent[order]
+    return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (ids, end, parent))
+
+
+def _climb(cand: np.ndarray, point_end: np.ndarray, ids: np.ndarray, end: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """From each candidate id (-1: none), up the parents until one ends at or after the
+    point's end (`links.innermost_containing`'s climb: at most its number of levels; an id not
+    among the intervals ends the climb with none), by binary search in the sorted ids; -1: none."""
     rownum = len(ids) > 0 and ids[0] == 0 and ids[-1] == len(ids) - 1  # sorted and unique: 0..n-1
     out = np.full(len(cand), -1, dtype=np.int64)
     rows = np.flatnonzero(cand >= 0)
@@ -158,7 +168,7 @@ def _climb(cand: np.ndarray, point_end: np.ndarray, iv: pl.DataFrame, id_col: st
         out[rows[ok]] = c[ok]
         more = found & ~ok & (parent[p] >= 0)
         rows, c = rows[more], parent[p][more]
-    return pl.Series(out).set(pl.Series(out < 0), None)
+    return out
 
 
 def graph_threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:

@@ -1,7 +1,9 @@
-"""The native walk of the critical path (`_native.walk`) against the Python one
-(`critical_path._walk_py`): every segment equal on shared traces and on every synthetic case of
-test_whatif (whose paths are worked out by hand there), and the native side refusing arrays that
-do not describe one graph."""
+"""The dependency graph's native kernels against their Python references: the critical path's
+walk (`_native.walk` / `critical_path._walk_py`: every segment equal on shared traces and on
+every synthetic case of test_whatif, whose paths are worked out by hand there) and the slices'
+innermost call and op (`_native.innermost` / numpy in `ThreadClock.innermost`, and both against
+`links.innermost_containing`), on hand-worked arrays and shared traces; and the native side
+refusing arrays that do not describe one graph."""
 
 from __future__ import annotations
 
@@ -9,10 +11,14 @@ import inspect
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from tests.analyses import test_whatif
 from traceanalyzer.analyses import critical_path as cp
+from traceanalyzer.analyses import graph_nodes as gn
+from traceanalyzer.analyses.cpu_activity import THREAD
+from traceanalyzer.links import innermost_containing
 from traceanalyzer.load import load
 from traceanalyzer.load import native as ln
 from traceanalyzer.session import Session
@@ -103,3 +109,56 @@ def test_switch(monkeypatch):
     assert ln.walk_loop() is None
     monkeypatch.setenv(ln.ENV, "1")
     assert (ln.walk_loop() is not None) == ln.available()
+
+
+@native
+def test_native_innermost_by_hand():
+    """Two threads on a clock of span 100 (key = thread x 100 + t). Thread 0: op 0 [0, 50),
+    op 1 [10, 20) inside it; thread 1: op 2 [5, 30). Slices (thread, [t, end)):
+    (0, [0, 10)) in op 0; (0, [10, 20)) in op 1; (0, [20, 50)): op 1 starts last before it but
+    ended at 20, its parent op 0 holds it; (1, [0, 5)): nothing starts before it on thread 1
+    (op 1's key 10 is thread 0's); (1, [5, 30)) in op 2; (1, [30, 40)): op 2 ended, no parent."""
+    fn = ln.innermost_loop(force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    skey, send = i(0, 10, 20, 100, 105, 130), i(10, 20, 50, 5, 30, 40)
+    ikey, icand = i(0, 10, 105), i(0, 1, 2)
+    ids, end, parent = i(0, 1, 2), i(50, 20, 30), i(-1, 0, -1)
+    out = np.empty(6, dtype=np.int64)
+    fn(skey, send, ikey, icand, 100, ids, end, parent, 256, out)
+    assert out.tolist() == [0, 1, 0, -1, 2, -1]
+    # ids that are not row numbers are found by binary search: the same answer under other ids
+    fn(skey, send, ikey, i(10, 11, 30), 100, i(10, 11, 30), end, i(-1, 10, -1), 256, out)
+    assert out.tolist() == [10, 11, 10, -1, 30, -1]
+    # no climb allowed: the slice that needs its parent gets none
+    fn(skey, send, ikey, icand, 100, ids, end, parent, 1, out)
+    assert out.tolist() == [0, 1, -1, -1, 2, -1]
+    with pytest.raises(ValueError, match="must be sorted"):
+        fn(i(10, 0, 20, 100, 105, 130), send, ikey, icand, 100, ids, end, parent, 256, out)
+    with pytest.raises(ValueError, match="one value per point"):
+        fn(skey, send[:5], ikey, icand, 100, ids, end, parent, 256, out)
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(skey, send, ikey, icand, 100, ids, end, parent, 256, skey)
+
+
+@native
+@pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
+def test_innermost_native_numpy_and_links_agree(name: str, monkeypatch):
+    """Each slice's runtime call and op: natively, in numpy, and by `links.innermost_containing`."""
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    ses = Session(load(str(path)))
+    trace, act = ses.trace, ses.activity
+    threads = gn.graph_threads(trace, act.blocking)
+    times = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
+    clock = gn.ThreadClock.of(threads, [*times, *(i.select("start_ns", "end_ns") for i in act.cumulative)])
+    s = gn.slices(trace, threads, clock)
+    rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id").with_columns(parent_id=pl.lit(None, pl.Int64))
+    for iv, col in ((rt, "runtime_id"), (trace.ops, "op_id")):
+        fast = clock.innermost(s, iv, col)
+        monkeypatch.setenv(ln.ENV, "0")
+        slow = clock.innermost(s, iv, col)
+        monkeypatch.delenv(ln.ENV)
+        ref = innermost_containing(s, iv, col, col)[col]
+        assert fast.drop_nulls().len() > 100
+        assert fast.equals(slow) and fast.equals(ref)
