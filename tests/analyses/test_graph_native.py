@@ -18,6 +18,7 @@ from tests.analyses import test_whatif
 from traceanalyzer.analyses import critical_path as cp
 from traceanalyzer.analyses import graph_nodes as gn
 from traceanalyzer.analyses.cpu_activity import THREAD
+from traceanalyzer.analyses.replay import native_kernel
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.load import load
 from traceanalyzer.load import native as ln
@@ -81,7 +82,7 @@ def test_native_walk_on_every_synthetic_case(tmp_path, monkeypatch):
 
 @native
 def test_native_walk_checks_its_arrays():
-    fn = ln.walk_loop(force=True)
+    fn = native_kernel("walk", force=True)
     i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
     u8 = lambda *v: np.array(v, dtype=np.uint8)  # noqa: E731
     # two nodes, one edge 0 -> 1; one window [0, 10) ending at node 1
@@ -106,9 +107,9 @@ def test_native_walk_checks_its_arrays():
 def test_switch(monkeypatch):
     """TRACEANALYZER_NATIVE=0 turns the walk off with the decoder."""
     monkeypatch.setenv(ln.ENV, "0")
-    assert ln.walk_loop() is None
+    assert native_kernel("walk") is None
     monkeypatch.setenv(ln.ENV, "1")
-    assert (ln.walk_loop() is not None) == ln.available()
+    assert (native_kernel("walk") is not None) == ln.available()
 
 
 @native
@@ -118,7 +119,7 @@ def test_native_innermost_by_hand():
     (0, [0, 10)) in op 0; (0, [10, 20)) in op 1; (0, [20, 50)): op 1 starts last before it but
     ended at 20, its parent op 0 holds it; (1, [0, 5)): nothing starts before it on thread 1
     (op 1's key 10 is thread 0's); (1, [5, 30)) in op 2; (1, [30, 40)): op 2 ended, no parent."""
-    fn = ln.innermost_loop(force=True)
+    fn = native_kernel("innermost", force=True)
     i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
     skey, send = i(0, 10, 20, 100, 105, 130), i(10, 20, 50, 5, 30, 40)
     ikey, icand = i(0, 10, 105), i(0, 1, 2)

@@ -20,8 +20,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
-from traceanalyzer.analyses.replay import Prepared, Schedule, no_gc
-from traceanalyzer.load import native
+from traceanalyzer.analyses.replay import Prepared, Schedule, native_kernel, no_gc
 
 SEGMENT_SCHEMA = {
     "step": pl.Int64,
@@ -88,7 +87,7 @@ def walk(
         wait_code = etype.replace_strict(code, default=0, return_dtype=pl.Int8).to_numpy()
     del etype
     bounds = windows.select(pl.col("start_ns", "end_ns").cast(pl.Int64))
-    fn = native.walk_loop() if use_native is None else (native.walk_loop(force=True) if use_native else None)
+    fn = native_kernel("walk") if use_native is None else (native_kernel("walk", force=True) if use_native else None)
     if use_native and fn is None:
         raise RuntimeError("the native walk is not built (pip install -e .)")
     if fn is not None and bounds.null_count().sum_horizontal().item() == 0:

@@ -21,6 +21,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -82,6 +83,17 @@ class Prepared:
     def is_sync(self, v: int) -> bool:
         """Node v's end is set by `to_end` edges."""
         return self.end_off.item(v + 1) > self.end_off.item(v)
+
+
+def native_kernel(name: str, force: bool = False) -> Any:
+    """`traceanalyzer._native.<name>`, one of the dependency model's native loops (`replay`,
+    `walk`, `innermost`), or None: not built (or built before it had that one), or turned off
+    with the decoder by TRACEANALYZER_NATIVE=0 (`force`: regardless of the switch)."""
+    if not native.available() or not (force or native.enabled()):
+        return None
+    import traceanalyzer._native as ext
+
+    return getattr(ext, name, None)
 
 
 def _i64(s: pl.Series) -> np.ndarray:

@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import THREAD
+from traceanalyzer.analyses.replay import native_kernel
 from traceanalyzer.links import CLIMB_LEVELS
-from traceanalyzer.load import native
 
 KEY_LIMIT = 1 << 62  # thread number x span must stay below it (room for the differences)
 
@@ -106,7 +106,7 @@ class ThreadClock:
         skey = np.ascontiguousarray(self.key(slices["_th"].cast(pl.Int64), slices["ts_ns"].cast(pl.Int64)).to_numpy())
         point_end = np.ascontiguousarray(slices["end_ns"].cast(pl.Int64).to_numpy())
         by_id = _by_id(intervals.drop_nulls(id_col), id_col)
-        fn = native.innermost_loop()
+        fn = native_kernel("innermost")
         if fn is not None and n:
             # one merge of the two sorted key arrays and the climb, natively (0.2 s -> ms at 311 MB)
             out = np.empty(n, dtype=np.int64)

@@ -64,22 +64,6 @@ def replay_loop(force: bool = False) -> Any:
     return getattr(_native, "replay", None)
 
 
-def walk_loop(force: bool = False) -> Any:
-    """The native walk of the critical path (`_native.walk`, see `analyses.critical_path`), or
-    None, as `replay_loop`."""
-    if _native is None or not (force or enabled()):
-        return None
-    return getattr(_native, "walk", None)
-
-
-def innermost_loop(force: bool = False) -> Any:
-    """The native innermost-interval merge of the dependency graph's slices (`_native.innermost`,
-    see `analyses.graph_nodes.ThreadClock.innermost`), or None, as `replay_loop`."""
-    if _native is None or not (force or enabled()):
-        return None
-    return getattr(_native, "innermost", None)
-
-
 def threads() -> int:
     """Decoding threads: the CPUs this process may use (`TRACEANALYZER_WORKERS` overrides)."""
     env = os.environ.get("TRACEANALYZER_WORKERS")
