@@ -10,7 +10,8 @@
 //! sequential, so it is the one loop over nodes that polars cannot express; and the critical
 //! path's walk back along that chain (`walk`, see walk.rs), sequential for the same reason; and
 //! the innermost interval around each slice of the dependency graph (`innermost`, walk.rs: a
-//! merge of two sorted key arrays, then a climb up the parents).
+//! merge of two sorted key arrays, then a climb up the parents), and the time a layer covers up to
+//! each slice boundary (`covered_until`, walk.rs: the same merge).
 
 mod alloc;
 mod arrow;
@@ -118,6 +119,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
     m.add_function(wrap_pyfunction!(walk::walk, m)?)?;
     m.add_function(wrap_pyfunction!(walk::innermost, m)?)?;
+    m.add_function(wrap_pyfunction!(walk::covered_until, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -9,7 +9,9 @@
 //! (-1: none), the lane's node, start, end; appended walking back, so reversed per window.
 //!
 //! Also `innermost`: the innermost call or op around each slice of the graph (see
-//! `traceanalyzer.analyses.graph_nodes.ThreadClock.innermost`), a merge of two sorted key arrays.
+//! `traceanalyzer.analyses.thread_clock.ThreadClock.innermost`), and `covered_until`: the time a
+//! layer covers up to each slice boundary (`ThreadClock.until`); each a merge of two sorted key
+//! arrays.
 
 use crate::buffer::View;
 use pyo3::exceptions::PyValueError;
@@ -308,4 +310,63 @@ fn i64s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i64]> {
 fn disjoint(a: &[u8], b: &[u8]) -> bool {
     let (a0, b0) = (a.as_ptr() as usize, b.as_ptr() as usize);
     a.is_empty() || b.is_empty() || a0 + a.len() <= b0 || b0 + b.len() <= a0
+}
+
+/// Per query (sorted keys `q` on the graph's clock, `t` its instant), the time a coverage index
+/// covers up to it, as `ThreadClock.until` counts it: the last interval starting at or before
+/// the query (sorted start keys `ikey`) on its thread (`ith`, the query's is `q / span`) gives
+/// `before + min(t, end) - start`, else 0. One merge of the two sorted key arrays.
+#[pyfunction]
+#[pyo3(signature = (q, t, ikey, ith, istart, iend, ibefore, span, out))]
+#[allow(clippy::too_many_arguments)]
+pub fn covered_until(
+    py: Python<'_>,
+    q: &Bound<'_, PyAny>,
+    t: &Bound<'_, PyAny>,
+    ikey: &Bound<'_, PyAny>,
+    ith: &Bound<'_, PyAny>,
+    istart: &Bound<'_, PyAny>,
+    iend: &Bound<'_, PyAny>,
+    ibefore: &Bound<'_, PyAny>,
+    span: i64,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let views = [q, t, ikey, ith, istart, iend, ibefore].iter().map(|o| View::new(o)).collect::<PyResult<Vec<View>>>()?;
+    let names = ["q", "t", "ikey", "ith", "istart", "iend", "ibefore"];
+    let mut v: Vec<&[i64]> = Vec::with_capacity(views.len());
+    for (view, name) in views.iter().zip(names) {
+        v.push(i64s(view.bytes(), name)?);
+    }
+    let (q, t, ikey, ith, istart, iend, ibefore) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+    let mut out_view = View::writable(out)?;
+    if views.iter().any(|b| !disjoint(out_view.bytes(), b.bytes())) {
+        return Err(err("out shares memory with an input"));
+    }
+    let out = i64s_mut(out_view.bytes_mut(), "out")?;
+    if t.len() != q.len() || out.len() != q.len() {
+        return Err(err("q, t and out need one value per query"));
+    }
+    let m = ikey.len();
+    if ith.len() != m || istart.len() != m || iend.len() != m || ibefore.len() != m || span <= 0 {
+        return Err(err("ikey, ith, istart, iend and ibefore need one value per interval, span > 0"));
+    }
+    let sorted = |a: &[i64]| a.windows(2).all(|w| w[0] <= w[1]);
+    if !sorted(q) || !sorted(ikey) {
+        return Err(err("q and ikey must be sorted"));
+    }
+    py.allow_threads(|| {
+        let mut j = 0usize;
+        for i in 0..q.len() {
+            while j < m && ikey[j] <= q[i] {
+                j += 1;
+            }
+            out[i] = if j > 0 && ith[j - 1] == q[i].div_euclid(span) {
+                let p = j - 1;
+                ibefore[p].wrapping_add(t[i].min(iend[p])).wrapping_sub(istart[p])
+            } else {
+                0
+            };
+        }
+    });
+    Ok(())
 }

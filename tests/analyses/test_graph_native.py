@@ -2,8 +2,9 @@
 walk (`_native.walk` / `critical_path._walk_py`: every segment equal on shared traces and on
 every synthetic case of test_whatif, whose paths are worked out by hand there) and the slices'
 innermost call and op (`_native.innermost` / numpy in `ThreadClock.innermost`, and both against
-`links.innermost_containing`), on hand-worked arrays and shared traces; and the native side
-refusing arrays that do not describe one graph."""
+`links.innermost_containing`) and the time each layer covers up to each slice boundary
+(`_native.covered_until` / numpy in `ThreadClock.until`), on hand-worked arrays and shared
+traces; and the native side refusing arrays that do not describe one graph."""
 
 from __future__ import annotations
 
@@ -163,3 +164,43 @@ def test_innermost_native_numpy_and_links_agree(name: str, monkeypatch):
         ref = innermost_containing(s, iv, col, col)[col]
         assert fast.drop_nulls().len() > 100
         assert fast.equals(slow) and fast.equals(ref)
+
+
+@native
+def test_native_covered_until_by_hand():
+    """Span 100 (key = thread x 100 + t). A coverage index: thread 0 covers [10, 20) and
+    [30, 50) (before: 0 and 10), thread 1 covers [0, 40) (before 0). Up to thread 0's t = 5:
+    nothing starts before, 0; t = 15: 0 + 15 - 10 = 5; t = 25: [10, 20) ended, 10; t = 60: 10 +
+    50 - 30 = 30; thread 1's t = 0: 0 + 0 - 0 = 0; t = 70: 0 + 40 - 0 = 40; thread 2's t = 10:
+    the last start before it is thread 1's, so none: 0."""
+    fn = native_kernel("covered_until", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    q, t = i(5, 15, 25, 60, 100, 170, 210), i(5, 15, 25, 60, 0, 70, 10)
+    ikey, ith, start, end, before = i(10, 30, 100), i(0, 0, 1), i(10, 30, 0), i(20, 50, 40), i(0, 10, 0)
+    out = np.empty(7, dtype=np.int64)
+    fn(q, t, ikey, ith, start, end, before, 100, out)
+    assert out.tolist() == [0, 5, 10, 30, 0, 40, 0]
+    with pytest.raises(ValueError, match="must be sorted"):
+        fn(q[::-1].copy(), t, ikey, ith, start, end, before, 100, out)
+    with pytest.raises(ValueError, match="one value per interval"):
+        fn(q, t, ikey, ith[:2], start, end, before, 100, out)
+
+
+@native
+@pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
+def test_layer_times_native_and_numpy_agree(name: str, monkeypatch):
+    """Each slice's time in each cumulative layer union, natively and in numpy."""
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    ses = Session(load(str(path)))
+    trace, act = ses.trace, ses.activity
+    threads = gn.graph_threads(trace, act.blocking)
+    times = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
+    clock = gn.ThreadClock.of(threads, [*times, *(i.select("start_ns", "end_ns") for i in act.cumulative)])
+    s = gn.slices(trace, threads, clock)
+    fast = gn._layer_times(s, act, clock)
+    monkeypatch.setenv(ln.ENV, "0")
+    slow = gn._layer_times(s, act, clock)
+    assert len(fast) == len(slow) and sum(int(u.sum()) for u in fast) > 0
+    assert all(a.equals(b) for a, b in zip(fast, slow, strict=True))

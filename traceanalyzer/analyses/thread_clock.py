@@ -70,13 +70,23 @@ class ThreadClock:
         if not ikey.is_sorted():
             order = ikey.arg_sort()
             ix, ikey = ix[order], ikey.gather(order)
-        keys = ikey.to_numpy()
-        th_i, start, end, before = (ix[c].cast(pl.Int64).to_numpy() for c in ("_th", "start_ns", "end_ns", "_before"))
+        keys = np.ascontiguousarray(ikey.to_numpy(), dtype=np.int64)
+        th_i, start, end, before = (
+            np.ascontiguousarray(ix[c].cast(pl.Int64).to_numpy(), dtype=np.int64)
+            for c in ("_th", "start_ns", "end_ns", "_before")
+        )
+        fn = native_kernel("covered_until")
 
         def at(th: np.ndarray, t: np.ndarray) -> np.ndarray:
             if not len(keys):
                 return np.zeros(len(t), dtype=np.int64)
-            pos = np.searchsorted(keys, th * self.span + (t - self.lo), side="right") - 1
+            q = np.ascontiguousarray(th * self.span + (t - self.lo), dtype=np.int64)
+            if fn is not None and (len(q) < 2 or bool((q[1:] >= q[:-1]).all())):
+                # sorted queries (a thread's slice boundaries): one merge, natively
+                out = np.empty(len(q), dtype=np.int64)
+                fn(q, np.ascontiguousarray(t, dtype=np.int64), keys, th_i, start, end, before, self.span, out)
+                return out
+            pos = np.searchsorted(keys, q, side="right") - 1
             p = np.maximum(pos, 0)
             found = (pos >= 0) & (th_i[p] == th)
             return np.where(found, before[p] + np.minimum(t, end[p]) - start[p], 0)
