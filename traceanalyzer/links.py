@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 GROUP = ["pid", "tid"]
-_MAX_CLIMB = 256
+CLIMB_LEVELS = 256  # the deepest nesting climbed (`innermost_containing`)
 
 
 def _run_ends(keys: list[str]) -> pl.Expr:
@@ -178,7 +178,7 @@ def innermost_containing(
     del pts, iv
     point_ends = points[point_end]
     done = []
-    for _ in range(_MAX_CLIMB):
+    for _ in range(CLIMB_LEVELS):
         pos = ids.search_sorted(cand["_cand"], side="left").clip(upper_bound=max(ids.len() - 1, 0))
         hit, cend, cparent = ids.gather(pos), ends.gather(pos), parents.gather(pos)
         # an id not among the intervals (a dangling parent) drops out, as the join used to do

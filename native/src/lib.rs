@@ -7,7 +7,11 @@
 //! the caller then reads the chunk with the Python loader, which salvages and words the warnings.
 //!
 //! Also the replay loop of the what-if model (`replay`, see replay.rs): a dependency chain is
-//! sequential, so it is the one loop over nodes that polars cannot express.
+//! sequential, so it is the one loop over nodes that polars cannot express; and the critical
+//! path's walk back along that chain (`walk`, see walk.rs), sequential for the same reason; and
+//! the innermost interval around each slice of the dependency graph (`innermost`, walk.rs: a
+//! merge of two sorted key arrays, then a climb up the parents), and the time a layer covers up to
+//! each slice boundary (`covered_until`, walk.rs: the same merge).
 
 mod alloc;
 mod arrow;
@@ -17,6 +21,7 @@ mod events;
 mod replay;
 mod scan;
 mod state;
+mod walk;
 
 use events::{decode_piece, Piece};
 use pyo3::prelude::*;
@@ -104,7 +109,7 @@ fn decode_chunk(py: Python<'_>, data: &Bound<'_, PyAny>, threads: usize) -> PyRe
     Ok(decoded.map(|pieces| Decoded { pieces }))
 }
 
-/// The native decoder and replay loop.
+/// The native decoder, replay loop and critical-path walk.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_chunk, m)?)?;
@@ -112,6 +117,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Decoded>()?;
     m.add_class::<arrow::ArrowColumn>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(walk::walk, m)?)?;
+    m.add_function(wrap_pyfunction!(walk::innermost, m)?)?;
+    m.add_function(wrap_pyfunction!(walk::covered_until, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

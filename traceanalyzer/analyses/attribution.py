@@ -111,11 +111,13 @@ def distinct_chains(trace: Trace, op_ids: pl.Series) -> tuple[pl.DataFrame, pl.D
     else:
         codes = ops.select(pl.col("op_id").alias("ancestor_id"), _code=code).filter(not_step)
         anc = anc.join(codes, on="ancestor_id", how="inner")
-    per_op = (
-        anc.sort(["op_id", "level"], descending=[False, True])
-        .group_by("op_id", maintain_order=True)
-        .agg(_codes=pl.col("_code"))
-    )
+    # outermost first: by op, then level descending, sorted as one int64 key (a sort on the two
+    # columns row-encodes them: 0.1 s for the 1M ancestors of a 311 MB trace's ops)
+    top = int(anc["level"].max() or 0) + 1
+    key = pl.col("op_id").cast(pl.Int64) * top + (top - 1 - pl.col("level").cast(pl.Int64))
+    # (the key orders op_id too: flagged, the group_by takes its sorted path)
+    anc = anc.sort(key).with_columns(pl.col("op_id").set_sorted())
+    per_op = anc.group_by("op_id", maintain_order=True).agg(_codes=pl.col("_code"))
     del anc
     classes = per_op.group_by("_codes", maintain_order=True).agg(_rep=pl.col("op_id").first()).with_row_index("chain")
     per_op = per_op.join(classes.select("_codes", "chain"), on="_codes", how="left", maintain_order="left")

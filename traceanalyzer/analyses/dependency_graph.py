@@ -41,9 +41,10 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, main_thread
-from traceanalyzer.analyses.graph_nodes import ThreadClock, cpu_nodes, gpu_nodes, graph_threads, slice_finder
+from traceanalyzer.analyses.graph_nodes import CPU_KINDS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
 from traceanalyzer.analyses.graph_table import DependencyGraph, narrow, one_chunk
 from traceanalyzer.analyses.replay import calibrate
+from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace
 
@@ -60,7 +61,6 @@ EDGE_SCHEMA = {
 NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
 NARROW += ["dur_ns", "wait_ns"]
 LANES = pl.Enum(["cpu", "gpu"])
-CPU_KINDS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op", "python", "untraced", "thread_wait")
 
 
 def _pairs(
@@ -111,6 +111,7 @@ def build_graph(
         _next=pl.col("node").shift(-1).over("device", "stream")
     )
     edges.append(_pairs(gs, "node", "_next", "stream"))
+    del gs  # a sorted copy of the GPU nodes: each table left here lives on through the calibration
     launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select(
         "node", "device", "stream", "launch_ts_ns", "launch_pid", "launch_tid", "gpu_id"
     )
@@ -142,6 +143,7 @@ def build_graph(
             check_sortedness=False,
         )
         edges.append(_pairs(after, "_src", "_dst", "event"))
+        del w, before, after, by_launch
     # syncs: the slice that ends the blocking call returns after the GPU work it waited for
     bl = (
         blocking.filter(pl.col("end_ns") > pl.col("ts_ns"))
@@ -189,6 +191,7 @@ def build_graph(
                 pl.col("_send") <= pl.col("end_ns")
             )
             edges.append(_pairs(waited_on, col, "_slice", "sync", to_end=True))
+        del own, prior, own_dev, dev, ended, waited, done, part, waited_on
     # fork / join with the other launching threads
     if forks.height:
         # the columns first: an eager filter copies every column of the rows it keeps
@@ -221,6 +224,7 @@ def build_graph(
         f = f.join(mcpu.select(gap_b="ts_ns", _jdst="node"), on="gap_b", how="left")
         edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
+        del other, mcpu, f  # the main thread's slices: 23 MB at 311 MB, held through the calibration
     # a blocking call's own copy can also be the work it waited for: only sync edges repeat
     e = pl.concat(edges).filter(pl.col("src") != pl.col("dst"))
     del edges  # the parts, a copy of every edge, would live on through the calibration

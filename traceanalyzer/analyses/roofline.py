@@ -293,11 +293,30 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
     anc = ancestors(trace.ops, gpu["op_id"].drop_nulls().unique())
     owner = anc.join(reported.select(ancestor_id="op_id"), on="ancestor_id", how="semi").select("op_id", "ancestor_id")
     owned = gpu.join(owner, on="op_id", how="inner")
-    per_op = owned.group_by("ancestor_id").agg(
-        gpu_ns=pl.col("dur_ns").sum(),
-        device=pl.col("device").drop_nulls().mode().min(),
-        tensor_cores=((pl.col("kind") == "kernel") & pl.col("name").str.contains(TENSOR_CORE_KERNEL)).any(),
-        fewer_flops=((pl.col("kind") == "kernel") & pl.col("name").str.contains(FEWER_FLOPS_KERNEL)).any(),
+    # The kernels' patterns matched once per distinct name (a trace of 300 MB has ~100 among
+    # 90k activities), then `any` per op; each op's device is the most frequent (the lowest of
+    # equally frequent ones) by counting (device, op) pairs, not a `mode` per group.
+    names = owned["name"].drop_nulls().unique()
+    is_kernel = pl.col("kind") == "kernel"
+
+    def flag(pattern: str) -> pl.Expr:
+        matched = names.str.contains(pattern)
+        return is_kernel & pl.col("name").replace_strict(names, matched, default=None, return_dtype=pl.Boolean)
+
+    per_op = (
+        owned.select("ancestor_id", "dur_ns", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
+        .group_by("ancestor_id")
+        .agg(gpu_ns=pl.col("dur_ns").sum(), tensor_cores=pl.col("_tc").any(), fewer_flops=pl.col("_ff").any())
+    )
+    on_device = (
+        owned.filter(pl.col("device").is_not_null())
+        .group_by("ancestor_id", "device")
+        .agg(_n=pl.len())
+        .group_by("ancestor_id")
+        .agg(pl.col("device").sort_by("_n", "device", descending=[True, False]).first())
+    )
+    per_op = per_op.join(on_device, on="ancestor_id", how="left").select(
+        "ancestor_id", "gpu_ns", "device", "tensor_cores", "fewer_flops"
     )
     rows = (
         reported.join(per_op, left_on="op_id", right_on="ancestor_id", how="inner")

@@ -1,0 +1,206 @@
+"""The dependency graph's native kernels against their Python references: the critical path's
+walk (`_native.walk` / `critical_path._walk_py`: every segment equal on shared traces and on
+every synthetic case of test_whatif, whose paths are worked out by hand there) and the slices'
+innermost call and op (`_native.innermost` / numpy in `ThreadClock.innermost`, and both against
+`links.innermost_containing`) and the time each layer covers up to each slice boundary
+(`_native.covered_until` / numpy in `ThreadClock.until`), on hand-worked arrays and shared
+traces; and the native side refusing arrays that do not describe one graph."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from tests.analyses import test_whatif
+from traceanalyzer.analyses import critical_path as cp
+from traceanalyzer.analyses import graph_nodes as gn
+from traceanalyzer.analyses.cpu_activity import THREAD
+from traceanalyzer.analyses.replay import native_kernel
+from traceanalyzer.links import innermost_containing
+from traceanalyzer.load import load
+from traceanalyzer.load import native as ln
+from traceanalyzer.session import Session
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+SHARED = [
+    "v100_resnet50_dataloader_workers0.pt.trace.json.gz",
+    "a100_multistream_syncs.json.gz",
+    "gb10_vllm_cudagraphs.pt.trace.json.gz",
+    "h100_owlv2_inference.json.gz",
+    "mi300x_ddp_resnet_4ranks/rank0_trace_0_20_0.json.gz",
+    "dlrm_v100_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
+]
+native = pytest.mark.skipif(not ln.available(), reason="traceanalyzer._native not built")
+
+
+def _walks(ses: Session):
+    """The segments of the Session's capture walked natively and in Python."""
+    m = ses.dependency_model
+    base = m.base
+    w = m.windows(base)
+    ends = m._end_nodes(w, base)
+    fast = cp.walk(m.graph, m.prepared, base, w, ends, use_native=True)
+    slow = cp.walk(m.graph, m.prepared, base, w, ends, use_native=False)
+    return fast, slow
+
+
+@native
+@pytest.mark.parametrize("name", SHARED, ids=lambda p: Path(p).name[:30])
+def test_native_walk_is_the_python_walk_on_shared_traces(name: str):
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    fast, slow = _walks(Session(load(str(path))))
+    assert fast.height > 10
+    assert fast.equals(slow)
+    assert (fast["end_ns"] > fast["start_ns"]).all()
+
+
+@native
+def test_native_walk_on_every_synthetic_case(tmp_path, monkeypatch):
+    """Each hand-worked case of test_whatif, with its walk run by both and compared."""
+    walked = []
+    plain = cp.walk
+
+    def checked(graph, p, sched, windows, end_nodes, use_native=None):
+        fast = plain(graph, p, sched, windows, end_nodes, use_native=True)
+        slow = plain(graph, p, sched, windows, end_nodes, use_native=False)
+        assert fast.equals(slow)
+        walked.append(fast.height)
+        return fast
+
+    monkeypatch.setattr("traceanalyzer.analyses.whatif.walk", checked)
+    cases = [f for n, f in inspect.getmembers(test_whatif, inspect.isfunction) if n.startswith("test_")]
+    for case in cases:
+        if "tmp_path" in inspect.signature(case).parameters and len(inspect.signature(case).parameters) == 1:
+            case(tmp_path)
+    assert len(walked) >= 5 and sum(walked) > 0
+
+
+@native
+def test_native_walk_checks_its_arrays():
+    fn = native_kernel("walk", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    u8 = lambda *v: np.array(v, dtype=np.uint8)  # noqa: E731
+    # two nodes, one edge 0 -> 1; one window [0, 10) ending at node 1
+    ok = [i(0), i(10), i(1), u8(0, 0), i(0, 0), u8(0), i(0, 5), i(5, 10), i(-1, 0), i(-1, -1), i(0), u8(0), i(0, 0, 0)]
+    w, kind, named, lane, a, b = (np.frombuffer(x, dtype=np.int64).tolist() for x in fn(*ok))
+    # walking back from node 1's end: node 1 [5, 10), its binding edge to node 0, node 0 [0, 5)
+    assert (w, kind, named, lane, a, b) == ([0, 0], [-1, -1], [1, 0], [1, 0], [5, 0], [10, 5])
+    bad_node = list(ok)
+    bad_node[2] = i(2)
+    with pytest.raises(ValueError, match="not a node"):
+        fn(*bad_node)
+    bad_edge = list(ok)
+    bad_edge[8] = i(-1, 1)
+    with pytest.raises(ValueError, match="not an edge"):
+        fn(*bad_edge)
+    short = list(ok)
+    short[4] = i(0)
+    with pytest.raises(ValueError, match="one value per node"):
+        fn(*short)
+
+
+def test_switch(monkeypatch):
+    """TRACEANALYZER_NATIVE=0 turns the walk off with the decoder."""
+    monkeypatch.setenv(ln.ENV, "0")
+    assert native_kernel("walk") is None
+    monkeypatch.setenv(ln.ENV, "1")
+    assert (native_kernel("walk") is not None) == ln.available()
+
+
+@native
+def test_native_innermost_by_hand():
+    """Two threads on a clock of span 100 (key = thread x 100 + t). Thread 0: op 0 [0, 50),
+    op 1 [10, 20) inside it; thread 1: op 2 [5, 30). Slices (thread, [t, end)):
+    (0, [0, 10)) in op 0; (0, [10, 20)) in op 1; (0, [20, 50)): op 1 starts last before it but
+    ended at 20, its parent op 0 holds it; (1, [0, 5)): nothing starts before it on thread 1
+    (op 1's key 10 is thread 0's); (1, [5, 30)) in op 2; (1, [30, 40)): op 2 ended, no parent."""
+    fn = native_kernel("innermost", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    skey, send = i(0, 10, 20, 100, 105, 130), i(10, 20, 50, 5, 30, 40)
+    ikey, icand = i(0, 10, 105), i(0, 1, 2)
+    ids, end, parent = i(0, 1, 2), i(50, 20, 30), i(-1, 0, -1)
+    out = np.empty(6, dtype=np.int64)
+    fn(skey, send, ikey, icand, 100, ids, end, parent, 256, out)
+    assert out.tolist() == [0, 1, 0, -1, 2, -1]
+    # ids that are not row numbers are found by binary search: the same answer under other ids
+    fn(skey, send, ikey, i(10, 11, 30), 100, i(10, 11, 30), end, i(-1, 10, -1), 256, out)
+    assert out.tolist() == [10, 11, 10, -1, 30, -1]
+    # no climb allowed: the slice that needs its parent gets none
+    fn(skey, send, ikey, icand, 100, ids, end, parent, 1, out)
+    assert out.tolist() == [0, 1, -1, -1, 2, -1]
+    with pytest.raises(ValueError, match="must be sorted"):
+        fn(i(10, 0, 20, 100, 105, 130), send, ikey, icand, 100, ids, end, parent, 256, out)
+    with pytest.raises(ValueError, match="one value per point"):
+        fn(skey, send[:5], ikey, icand, 100, ids, end, parent, 256, out)
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(skey, send, ikey, icand, 100, ids, end, parent, 256, skey)
+
+
+@native
+@pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
+def test_innermost_native_numpy_and_links_agree(name: str, monkeypatch):
+    """Each slice's runtime call and op: natively, in numpy, and by `links.innermost_containing`."""
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    ses = Session(load(str(path)))
+    trace, act = ses.trace, ses.activity
+    threads = gn.graph_threads(trace, act.blocking)
+    times = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
+    clock = gn.ThreadClock.of(threads, [*times, *(i.select("start_ns", "end_ns") for i in act.cumulative)])
+    s = gn.slices(trace, threads, clock)
+    rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id").with_columns(parent_id=pl.lit(None, pl.Int64))
+    for iv, col in ((rt, "runtime_id"), (trace.ops, "op_id")):
+        fast = clock.innermost(s, iv, col)
+        monkeypatch.setenv(ln.ENV, "0")
+        slow = clock.innermost(s, iv, col)
+        monkeypatch.delenv(ln.ENV)
+        ref = innermost_containing(s, iv, col, col)[col]
+        assert fast.drop_nulls().len() > 100
+        assert fast.equals(slow) and fast.equals(ref)
+
+
+@native
+def test_native_covered_until_by_hand():
+    """Span 100 (key = thread x 100 + t). A coverage index: thread 0 covers [10, 20) and
+    [30, 50) (before: 0 and 10), thread 1 covers [0, 40) (before 0). Up to thread 0's t = 5:
+    nothing starts before, 0; t = 15: 0 + 15 - 10 = 5; t = 25: [10, 20) ended, 10; t = 60: 10 +
+    50 - 30 = 30; thread 1's t = 0: 0 + 0 - 0 = 0; t = 70: 0 + 40 - 0 = 40; thread 2's t = 10:
+    the last start before it is thread 1's, so none: 0."""
+    fn = native_kernel("covered_until", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    q, t = i(5, 15, 25, 60, 100, 170, 210), i(5, 15, 25, 60, 0, 70, 10)
+    ikey, ith, start, end, before = i(10, 30, 100), i(0, 0, 1), i(10, 30, 0), i(20, 50, 40), i(0, 10, 0)
+    out = np.empty(7, dtype=np.int64)
+    fn(q, t, ikey, ith, start, end, before, 100, out)
+    assert out.tolist() == [0, 5, 10, 30, 0, 40, 0]
+    with pytest.raises(ValueError, match="must be sorted"):
+        fn(q[::-1].copy(), t, ikey, ith, start, end, before, 100, out)
+    with pytest.raises(ValueError, match="one value per interval"):
+        fn(q, t, ikey, ith[:2], start, end, before, 100, out)
+
+
+@native
+@pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
+def test_layer_times_native_and_numpy_agree(name: str, monkeypatch):
+    """Each slice's time in each cumulative layer union, natively and in numpy."""
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    ses = Session(load(str(path)))
+    trace, act = ses.trace, ses.activity
+    threads = gn.graph_threads(trace, act.blocking)
+    times = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
+    clock = gn.ThreadClock.of(threads, [*times, *(i.select("start_ns", "end_ns") for i in act.cumulative)])
+    s = gn.slices(trace, threads, clock)
+    fast = gn._layer_times(s, act, clock)
+    monkeypatch.setenv(ln.ENV, "0")
+    slow = gn._layer_times(s, act, clock)
+    assert len(fast) == len(slow) and sum(int(u.sum()) for u in fast) > 0
+    assert all(a.equals(b) for a, b in zip(fast, slow, strict=True))
