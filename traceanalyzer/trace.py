@@ -55,13 +55,22 @@ def one_valued(df: pl.DataFrame) -> pl.DataFrame:
     ints = [c for c, dtype in df.schema.items() if dtype.is_integer()]
     if not df.height or not ints:
         return df
-    stats = df.select(
+    # First the columns whose first and last rows agree, without nulls (no pass over the rows):
+    # times and ids drop out here, and only the few left are scanned for their min and max.
+    ends = df.select(
         *(pl.col(c).null_count().alias(f"n{i}") for i, c in enumerate(ints)),
-        *(pl.col(c).min().alias(f"lo{i}") for i, c in enumerate(ints)),
-        *(pl.col(c).max().alias(f"hi{i}") for i, c in enumerate(ints)),
+        *(pl.col(c).first().alias(f"a{i}") for i, c in enumerate(ints)),
+        *(pl.col(c).last().alias(f"z{i}") for i, c in enumerate(ints)),
     ).row(0)
     k = len(ints)
-    same = [(c, stats[k + i]) for i, c in enumerate(ints) if stats[i] == 0 and stats[k + i] == stats[2 * k + i]]
+    maybe = [c for i, c in enumerate(ints) if ends[i] == 0 and ends[k + i] == ends[2 * k + i]]
+    if not maybe:
+        return df
+    lo_hi = df.select(
+        *(pl.col(c).min().alias(f"lo{c}") for c in maybe), *(pl.col(c).max().alias(f"hi{c}") for c in maybe)
+    )
+    stats = lo_hi.row(0)
+    same = [(c, stats[i]) for i, c in enumerate(maybe) if stats[i] == stats[len(maybe) + i]]
     if not same:
         return df
     return df.with_columns(pl.lit(v, dtype=df.schema[c]).alias(c) for c, v in same)
