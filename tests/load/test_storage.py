@@ -83,6 +83,11 @@ def test_gpu_device_and_stream_fall_back_to_pid_and_tid(tmp_path):
     trace = load(_write(tmp_path, [_kernel(30), second]))
     gpu = trace.gpu.sort("ts_ns")
     assert gpu["device"].to_list() == [0, 3] and gpu["stream"].to_list() == [7, 9]
+    # a device arg beside no pid at all is kept (the pid stays unknown)
+    no_pid = _kernel(30, device=4)
+    del no_pid["pid"]
+    trace = load(_write(tmp_path, [no_pid, _kernel(40, device=4, pid=4, corr=2)], "p.json"))
+    assert trace.gpu.sort("ts_ns").select("device", "pid").rows() == [(4, None), (4, 4)]
     # a device arg that differs from the pid is kept
     trace = load(_write(tmp_path, [_kernel(30, device=1), _kernel(40, pid=1, device=1)], "d.json"))
     assert trace.gpu.sort("ts_ns")["device"].to_list() == [1, 1]

@@ -142,7 +142,8 @@ def _or(df: pl.DataFrame, col: str, fallback: str) -> pl.Series:
     """`col`, else `fallback` where it is null. Kineto writes a GPU activity's device and
     stream both as args and as its pid and tid: where they agree in every row, the column is
     `fallback` itself (one buffer for both; 2.4 MB each at 1 GB)."""
-    if df.select((pl.col(col).is_null() | (pl.col(col) == pl.col(fallback))).all()).item():
+    # eq_missing: a value beside a null fallback differs (`==` would give null, which `all` skips)
+    if df.select((pl.col(col).is_null() | pl.col(col).eq_missing(pl.col(fallback))).all()).item():
         return df[fallback].alias(col)
     return df.select(pl.coalesce(col, fallback)).to_series()
 
