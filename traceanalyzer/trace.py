@@ -36,10 +36,12 @@ GPU_ACTIVITY_KINDS = pl.Enum(["kernel", "memcpy", "memset"])  # gpu.kind: 16 -> 
 # Decoded fields no module reads, dropped once what they say is kept elsewhere: `cat` (`kind` /
 # `api`), the 2021 `Call stack` (-> `python_frame`, `TraceMeta.with_stack`), the ops' autograd
 # `Sequence number` / `Fwd thread id` (`flows` link forward to backward), runtime `cbid`, the
-# copies' written bandwidth (`analyses.copies` takes bytes / duration). ~16 MB of a 311 MB trace.
+# copies' written bandwidth (`analyses.copies` takes bytes / duration), the Python frames' own
+# `Python id` / `Python parent id` (their nesting is `depth` / `parent_id`, from the times, as for
+# ops: 16 bytes a frame, and with_stack traces hold several frames per op). ~16 MB of a 311 MB trace.
 DROPPED = {
     "op": ("cat", "call_stack", "sequence_number", "fwd_thread_id"),
-    "python": ("cat",),
+    "python": ("cat", "python_id", "python_parent_id"),
     "runtime": ("cat", "cbid"),
     "gpu": ("cat", "bandwidth_gbps"),
 }
@@ -114,7 +116,7 @@ class Trace:
       text; the scalar arguments record_shapes recorded, "" for tensors), python_frame (user
       code line).
     - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, dur_ns, end_ns,
-      depth, parent_id, python_id, python_parent_id, is_user.
+      depth, parent_id, is_user.
     - `runtime`: CUDA/HIP runtime and driver calls: runtime_id, api (`RUNTIME_APIS`:
       runtime|driver), name, pid, tid, ts_ns, dur_ns, end_ns, correlation, external_id, op_id
       (the innermost op around the call).
