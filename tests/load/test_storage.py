@@ -117,3 +117,18 @@ def test_depth_is_int16(tmp_path):
     assert trace.ops.schema["depth"] == pl.Int16
     assert trace.ops.sort("ts_ns")["depth"].to_list() == [0, 1, 2]
     assert trace.ops.sort("ts_ns")["parent_id"].to_list()[1:] == [0, 1]
+
+
+def test_the_gaps_analyses_keep_one_valued_columns_held_once(SHARED_TRACES):
+    # a100_multistream_syncs: one process (its ops and runtime calls on one pid) and one GPU. A
+    # reader that takes such a column as the table's Series (`trace.gpu["device"]`) would store
+    # it in full in the Trace for the rest of the run: the gaps, the verdict and the health
+    # checks read them through expressions.
+    from traceanalyzer.session import Session
+
+    ses = Session.open(SHARED_TRACES / "a100_multistream_syncs.json.gz")
+    trace = ses.trace
+    held = {("ops", "pid"), ("runtime", "pid"), ("gpu", "pid"), ("gpu", "device")}
+    assert all(getattr(trace, t).select(c).estimated_size() < 16 for t, c in held)
+    ses.gaps, ses.verdict, ses.health  # noqa: B018 - computed for their side effects on the Trace
+    assert {(t, c) for t, c in held if getattr(trace, t).select(c).estimated_size() < 16} == held
