@@ -132,7 +132,9 @@ class Trace:
     - `steps`: step, name, pid, tid, cpu_start_ns, cpu_end_ns, start_ns, end_ns (GPU-extended).
 
     Row order: ops, python, runtime and gpu are in their id order (the id is the row number).
-    Storage (same values, fewer bytes): `depth` is Int16 where it fits, an integer column with
+    Storage (same values, fewer bytes): the row ids (op_id, frame_id, runtime_id, gpu_id) and
+    the links to them (parent_id, op_id, runtime_id of the other tables, steps.op_id) are Int32;
+    `depth` is Int16 where it fits, an integer column with
     one value in every row is held once (`one_valued`), and gpu device / stream that equal pid /
     tid in every row share their buffer.
     """
