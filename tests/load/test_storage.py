@@ -119,6 +119,16 @@ def test_depth_is_int16(tmp_path):
     assert trace.ops.sort("ts_ns")["parent_id"].to_list()[1:] == [0, 1]
 
 
+def test_row_ids_and_their_links_are_int32(tmp_path):
+    # op 0 [0, 100) holds the launch [15, 16) of kernel k30 (correlation 1)
+    trace = load(_write(tmp_path, [_op(0, 100), _op(10, 20), _launch(15, 1), _kernel(30, corr=1)]))
+    for table, cols in {"ops": ["op_id", "parent_id"], "runtime": ["runtime_id", "op_id"]}.items():
+        assert all(getattr(trace, table).schema[c] == pl.Int32 for c in cols)
+    assert all(trace.gpu.schema[c] == pl.Int32 for c in ("gpu_id", "runtime_id", "op_id"))
+    assert trace.runtime.select("runtime_id", "op_id").rows() == [(0, 1)]  # inside op 1 [10, 30)
+    assert trace.gpu.select("runtime_id", "op_id").rows() == [(0, 1)]
+
+
 def test_the_gaps_analyses_keep_one_valued_columns_held_once(SHARED_TRACES):
     # a100_multistream_syncs: one process (its ops and runtime calls on one pid) and one GPU. A
     # reader that takes such a column as the table's Series (`trace.gpu["device"]`) would store
