@@ -209,3 +209,14 @@ def test_threads_differing_only_in_pid_stay_apart_with_a_wide_tid_range():
     assert out.select("depth", "parent_id").rows() == [(0, None)] * 3
     pts = pl.DataFrame({"pid": [2, 1], "tid": [5, 5], "ts_ns": [12, 12], "end_ns": [13, 13]})
     assert innermost_containing(pts, out, "id", "inside")["inside"].to_list() == [1, 0]
+
+
+@pytest.mark.parametrize("shift", [0, 2**61])
+def test_nest_whatever_the_span_of_ends(shift):
+    # The ends are sorted by (thread, end) as one packed int64 key where (threads x span) fits
+    # in 2^62, else by the two columns: thread 2's times moved 2^61 later take the second way
+    # (3 threads x a 2^61 span), and nesting is the same either way.
+    rows, truth = _random_tree(random.Random(7))
+    moved = [(i, p, t, ts + shift * (t == 2), end + shift * (t == 2)) + tuple(rest) for i, p, t, ts, end, *rest in rows]
+    got = nest(_frame(moved), "id").select("id", "depth", "parent_id").iter_rows()
+    assert {i: (d, p) for i, d, p in got} == truth

@@ -61,6 +61,25 @@ def _thread_key(frames: list[pl.DataFrame], group: list[str]) -> list[pl.Expr]:
     return [((pl.col(group[0]) - lo_a) * span + (pl.col(group[1]) - lo_b)).alias("_t")]
 
 
+def _ends_by_thread(ordered: pl.DataFrame) -> pl.DataFrame:
+    """`_g` (UInt32) and `end_ns` of `ordered`, sorted by both. Where they pack into one int64
+    (`_g * span + end - min`, no null end: every trace's), one sort of that key, both columns
+    read back from it: a two-column sort row-encodes its keys and gathers (1 GB: 0.13 -> 0.05
+    CPU-s for the ops)."""
+    lo, hi, g_max, nulls = ordered.select(
+        lo=pl.col("end_ns").min(), hi=pl.col("end_ns").max(), g=pl.col("_g").max(), n=pl.col("end_ns").null_count()
+    ).row(0)
+    span = hi - lo + 1 if lo is not None else 0
+    if nulls or not span or (g_max + 1) * span >= 1 << 62:
+        return ordered.select("_g", "end_ns").sort("_g", "end_ns", multithreaded=False)
+    key = (
+        ordered.select(pl.col("_g").cast(pl.Int64) * span + (pl.col("end_ns") - lo))
+        .to_series()
+        .sort(multithreaded=False)
+    )
+    return pl.DataFrame([(key // span).cast(pl.UInt32).alias("_g"), (key % span + lo).alias("end_ns")])
+
+
 def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFrame:
     """Add `depth` (0 = top level) and `parent_id` (id of the innermost enclosing interval on
     the same group, null at top level). `df` needs `ts_ns`, `end_ns`, `id_col` and `group`; its
@@ -93,8 +112,7 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
     # several intervals ending at one instant: keep the count after all of them (the last row
     # of each run of equal (thread, end) once sorted so)
     ends = (
-        ordered.select("_g", "end_ns")
-        .sort("_g", "end_ns", multithreaded=False)
+        _ends_by_thread(ordered)
         .with_columns(_ended=_rank_in_run(_run_starts(["_g"]), base=1))
         .filter(_run_ends(["_g", "end_ns"]))
     )

@@ -26,21 +26,56 @@ GPU_KINDS = {
 
 # The closed sets of `ops.kind` and `runtime.api`, as enums: one byte a row where a string
 # column takes 16 (a view): ops.kind 15 -> 1 MB at 1 GB. Every reader compares them with a plain
-# string (`pl.col("kind") == "cpu_op"`), which an enum column answers alike, or reads strings.
+# string (`pl.col("kind") == "cpu_op"`), which an enum column answers alike, or reads strings;
+# one that mixes in a value outside the set casts to String first.
 OP_KINDS = pl.Enum(["cpu_op", "user_annotation"])
 RUNTIME_APIS = pl.Enum(["runtime", "driver"])
+GPU_ACTIVITY_KINDS = pl.Enum(["kernel", "memcpy", "memset"])  # gpu.kind: 16 -> 1 byte a row (4.5 MB at 1 GB)
 
 
 # Decoded fields no module reads, dropped once what they say is kept elsewhere: `cat` (`kind` /
 # `api`), the 2021 `Call stack` (-> `python_frame`, `TraceMeta.with_stack`), the ops' autograd
 # `Sequence number` / `Fwd thread id` (`flows` link forward to backward), runtime `cbid`, the
-# copies' written bandwidth (`analyses.copies` takes bytes / duration). ~16 MB of a 311 MB trace.
+# copies' written bandwidth (`analyses.copies` takes bytes / duration), the Python frames' own
+# `Python id` / `Python parent id` (their nesting is `depth` / `parent_id`, from the times, as for
+# ops: 16 bytes a frame, and with_stack traces hold several frames per op). ~16 MB of a 311 MB trace.
 DROPPED = {
     "op": ("cat", "call_stack", "sequence_number", "fwd_thread_id"),
-    "python": ("cat",),
+    "python": ("cat", "python_id", "python_parent_id"),
     "runtime": ("cat", "cbid"),
     "gpu": ("cat", "bandwidth_gbps"),
 }
+
+
+def one_valued(df: pl.DataFrame) -> pl.DataFrame:
+    """The table with every integer column that holds one value in all its rows (no null) kept
+    as that value once: a polars scalar column, 0 bytes a row in place of 8 (ops.pid,
+    runtime.pid, gpu.pid and gpu.device of a one-process, one-GPU trace: 24 MB at 1 GB). The
+    values read the same everywhere; filters, sorts and joins keep it a scalar, and a reader
+    that takes the column as a Series (`df["pid"]`) gets a transient copy, never kept in the
+    table. The Trace's tables are stored so (`build_trace`, and the cache when it reads one back)."""
+    ints = [c for c, dtype in df.schema.items() if dtype.is_integer()]
+    if not df.height or not ints:
+        return df
+    # First the columns whose first and last rows agree, without nulls (no pass over the rows):
+    # times and ids drop out here, and only the few left are scanned for their min and max.
+    ends = df.select(
+        *(pl.col(c).null_count().alias(f"n{i}") for i, c in enumerate(ints)),
+        *(pl.col(c).first().alias(f"a{i}") for i, c in enumerate(ints)),
+        *(pl.col(c).last().alias(f"z{i}") for i, c in enumerate(ints)),
+    ).row(0)
+    k = len(ints)
+    maybe = [c for i, c in enumerate(ints) if ends[i] == 0 and ends[k + i] == ends[2 * k + i]]
+    if not maybe:
+        return df
+    lo_hi = df.select(
+        *(pl.col(c).min().alias(f"lo{c}") for c in maybe), *(pl.col(c).max().alias(f"hi{c}") for c in maybe)
+    )
+    stats = lo_hi.row(0)
+    same = [(c, stats[i]) for i, c in enumerate(maybe) if stats[i] == stats[len(maybe) + i]]
+    if not same:
+        return df
+    return df.with_columns(pl.lit(v, dtype=df.schema[c]).alias(c) for c, v in same)
 
 
 @dataclass(frozen=True)
@@ -81,14 +116,15 @@ class Trace:
       text; the scalar arguments record_shapes recorded, "" for tensors), python_frame (user
       code line).
     - `python`: Python frames (with_stack): frame_id, name, pid, tid, ts_ns, dur_ns, end_ns,
-      depth, parent_id, python_id, python_parent_id, is_user.
+      depth, parent_id, is_user.
     - `runtime`: CUDA/HIP runtime and driver calls: runtime_id, api (`RUNTIME_APIS`:
       runtime|driver), name, pid, tid, ts_ns, dur_ns, end_ns, correlation, external_id, op_id
       (the innermost op around the call).
-    - `gpu`: GPU activities: gpu_id, kind (kernel|memcpy|memset), name, pid, tid, device,
-      stream, ts_ns, dur_ns, end_ns, correlation, external_id, bytes, grid and block (lists of
-      int), graph_id, and from the launching runtime call (the first of its correlation):
-      runtime_id, op_id, launch_ts_ns, launch_end_ns, launch_api, launch_pid, launch_tid.
+    - `gpu`: GPU activities: gpu_id, kind (`GPU_ACTIVITY_KINDS`: kernel|memcpy|memset), name,
+      pid, tid, device, stream, ts_ns, dur_ns, end_ns, correlation, external_id, bytes, grid and
+      block (lists of Int32; Int64 where a value does not fit), graph_id, and from the launching
+      runtime call (the first of its correlation): runtime_id, op_id, launch_ts_ns,
+      launch_end_ns, launch_api, launch_pid, launch_tid.
     - `sync_markers`: `cuda_sync` events (Stream/Event/Context Sync, Stream Wait Event): not work.
     - `gpu_annotations`, `memory` ([memory] allocator events), `flows` (forward -> backward
       arrows, cat fwdbwd; launch -> kernel arrows are only counted in `event_counts`: the
@@ -96,6 +132,11 @@ class Trace:
     - `steps`: step, name, pid, tid, cpu_start_ns, cpu_end_ns, start_ns, end_ns (GPU-extended).
 
     Row order: ops, python, runtime and gpu are in their id order (the id is the row number).
+    Storage (same values, fewer bytes): the row ids (op_id, frame_id, runtime_id, gpu_id) and
+    the links to them (parent_id, op_id, runtime_id of the other tables, steps.op_id) are Int32;
+    `depth` is Int16 where it fits, an integer column with
+    one value in every row is held once (`one_valued`), and gpu device / stream that equal pid /
+    tid in every row share their buffer.
     """
 
     meta: TraceMeta

@@ -242,7 +242,7 @@ def gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
     fastest = pl.col("dur_ns").min().over("name", "input_dims")
     return g.with_columns(
         lane=pl.lit("gpu"),
-        kind=pl.when(pl.col("_coll")).then(pl.lit("collective")).otherwise(pl.col("kind")),
+        kind=pl.when(pl.col("_coll")).then(pl.lit("collective")).otherwise(pl.col("kind").cast(pl.String)),
         wait_ns=pl.when(pl.col("_coll")).then(pl.col("dur_ns") - fastest).otherwise(0),
     ).drop("_coll", "input_dims", "name")
 

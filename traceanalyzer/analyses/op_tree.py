@@ -38,8 +38,11 @@ def ancestors(ops: pl.DataFrame, op_ids: pl.Series) -> pl.DataFrame:
     if is_row_number(ops["op_id"]):
         return _ancestors_by_row(ops["parent_id"].cast(pl.Int64), distinct)
     ids = distinct.to_frame()
-    parent_of = ops.select(pl.col("op_id").alias("ancestor_id"), pl.col("parent_id").alias("_up"))
-    known = ids.join(ops.select("op_id"), on="op_id", how="semi")
+    # Int64 throughout (ANCESTOR_SCHEMA), whatever the ids' width in `ops` (the Trace's: Int32)
+    parent_of = ops.select(pl.col("op_id", "parent_id").cast(pl.Int64)).rename(
+        {"op_id": "ancestor_id", "parent_id": "_up"}
+    )
+    known = ids.join(ops.select(pl.col("op_id").cast(pl.Int64)), on="op_id", how="semi")
     cur = known.select("op_id", ancestor_id=pl.col("op_id"), level=pl.lit(0, pl.Int32))
     out = [cur]
     for _ in range(MAX_DEPTH):

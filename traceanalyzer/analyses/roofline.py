@@ -114,7 +114,7 @@ def device_peaks(trace: Trace, opts: RooflineOptions) -> pl.DataFrame:
     """DEVICE_SCHEMA: every device the trace lists or runs work on, with its peaks (the table's,
     or the flags') and where they come from."""
     listed = {d.id: d for d in trace.meta.devices}
-    used = trace.gpu["device"].drop_nulls().unique().sort().to_list() if trace.gpu.height else []
+    used = trace.gpu.select(pl.col("device").drop_nulls().unique().sort()).to_series().to_list()
     rows = []
     for dev in sorted(set(listed) | set(used)):
         d = listed.get(dev)

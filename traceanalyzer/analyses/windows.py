@@ -55,7 +55,8 @@ def step_count(trace: Trace) -> int:
 
 def devices(trace: Trace) -> list[int]:
     """The devices that did GPU work, in order."""
-    return sorted(trace.gpu["device"].drop_nulls().unique().to_list())
+    # through a select: `gpu["device"]` would keep a one-valued column in full (`one_valued`)
+    return sorted(trace.gpu.select(pl.col("device").drop_nulls().unique()).to_series().to_list())
 
 
 def device_windows(trace: Trace) -> pl.DataFrame:

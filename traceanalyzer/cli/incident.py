@@ -119,7 +119,7 @@ def _roofline(ses: Session, top: int) -> list[Block]:
 def _summary(ses: Session) -> list[Block]:
     trace = ses.trace
     m = trace.meta
-    used = trace.gpu["device"].n_unique() if trace.gpu.height else 0
+    used = trace.gpu.select(pl.col("device").n_unique()).item() if trace.gpu.height else 0
     items: list = [("Trace: ", Code(os.path.basename(trace.path)))]
     if m.devices or used:
         names = sorted({d.name for d in m.devices})

@@ -234,7 +234,7 @@ def _cached_trace_class() -> type:
     """`CachedTrace`, made on first use (it subclasses `Trace`, which needs polars)."""
     import polars as pl
 
-    from traceanalyzer.trace import Trace
+    from traceanalyzer.trace import Trace, one_valued
 
     class CachedTrace(Trace):
         """A Trace from the cache whose tables are read from their Arrow files when first
@@ -247,7 +247,8 @@ def _cached_trace_class() -> type:
             if name not in d.get("_heights", ()):
                 raise AttributeError(name)
             try:
-                d[name] = pl.read_ipc(d["_folder"] / f"{name}{EXT}")
+                # stored as `build_trace` stores it: an Arrow file holds a one-valued column in full
+                d[name] = one_valued(pl.read_ipc(d["_folder"] / f"{name}{EXT}"))
             except Exception:  # noqa: BLE001 - a damaged or vanished entry: decode the file after all
                 if d.get("_fallback") is None:
                     raise

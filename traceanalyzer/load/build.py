@@ -12,7 +12,18 @@ import polars as pl
 from traceanalyzer.links import GROUP, innermost_containing, nest
 from traceanalyzer.patterns import LIBRARY_FRAME as LIBRARY_FRAME_PATTERN
 from traceanalyzer.patterns import PROFILER_STEP as STEP_NAME
-from traceanalyzer.trace import DROPPED, GPU_KINDS, OP_KINDS, RUNTIME_APIS, Device, Trace, TraceMeta, extend_steps
+from traceanalyzer.trace import (
+    DROPPED,
+    GPU_ACTIVITY_KINDS,
+    GPU_KINDS,
+    OP_KINDS,
+    RUNTIME_APIS,
+    Device,
+    Trace,
+    TraceMeta,
+    extend_steps,
+    one_valued,
+)
 
 
 def _label(cond: pl.Expr, enum: pl.Enum) -> pl.Expr:
@@ -20,6 +31,11 @@ def _label(cond: pl.Expr, enum: pl.Enum) -> pl.Expr:
     first, second = enum.categories.to_list()
     return pl.when(cond).then(pl.lit(second, dtype=enum)).otherwise(pl.lit(first, dtype=enum))
 
+
+# The row ids (op_id, frame_id, runtime_id, gpu_id and the links to them: parent_id, op_id,
+# runtime_id): Int32, 4 bytes a row less than Int64 (22 MB at 1 GB); a trace has far fewer
+# than 2^31 events of a kind. Readers that mix them with Int64 ids cast (`op_tree.ancestors`).
+ROW_ID = pl.Int32
 
 # The launch columns of a GPU activity <- the columns of its runtime call.
 _LAUNCH = {"runtime_id": "runtime_id", "op_id": "op_id", "launch_ts_ns": "ts_ns", "launch_end_ns": "end_ns"}
@@ -67,16 +83,23 @@ def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
     return tuple(out)
 
 
+def _narrow_depth(df: pl.DataFrame) -> pl.DataFrame:
+    """`depth` as Int16 where it fits (nesting deeper than 32,767 is not a real stack): 2 bytes a
+    row less (2 MB for the ops of a 1 GB trace). It is read only to order intervals."""
+    top = df["depth"].max() if df.height else 0
+    return df.with_columns(pl.col("depth").cast(pl.Int16)) if top is None or top < 1 << 15 else df
+
+
 def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     py = (
         _timed(py.drop(*DROPPED["python"]), warnings, "python_function")
         .with_row_index("frame_id")
         .with_columns(
-            pl.col("frame_id").cast(pl.Int64),
+            pl.col("frame_id").cast(ROW_ID),
             is_user=~pl.col("name").fill_null("<").str.contains(LIBRARY_FRAME_PATTERN),
         )
     )
-    return nest(py, "frame_id")
+    return _narrow_depth(nest(py, "frame_id"))
 
 
 def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -84,11 +107,11 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
     ops = (
         ops.with_columns(kind=_label(pl.col("cat") == "user_annotation", OP_KINDS))
         .with_row_index("op_id")
-        .with_columns(pl.col("op_id").cast(pl.Int64))
+        .with_columns(pl.col("op_id").cast(ROW_ID))
     )
     # op_id is the row number; `nest` sorts copies of the key columns only and puts depth and
     # parent_id alongside, in the table's own order.
-    ops = nest(ops, "op_id")
+    ops = _narrow_depth(nest(ops, "op_id"))
     if python.height:
         # frame_id is the row number of `python` (built so, and `nest` keeps the order): the
         # frame names are gathered by it, without a join.
@@ -113,33 +136,63 @@ def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.Dat
         _timed(rt, warnings, "runtime")
         .with_row_index("runtime_id")
         .with_columns(
-            pl.col("runtime_id").cast(pl.Int64),
+            pl.col("runtime_id").cast(ROW_ID),
             api=_label(pl.col("cat") == "cuda_driver", RUNTIME_APIS),
         )
     )
     return innermost_containing(rt.drop(*DROPPED["runtime"]), ops, "op_id", "op_id")  # in runtime_id order
 
 
+def _or(df: pl.DataFrame, col: str, fallback: str) -> pl.Series:
+    """`col`, else `fallback` where it is null. Kineto writes a GPU activity's device and
+    stream both as args and as its pid and tid: where they agree in every row, the column is
+    `fallback` itself (one buffer for both; 2.4 MB each at 1 GB)."""
+    # eq_missing: a value beside a null fallback differs (`==` would give null, which `all` skips)
+    if df.select((pl.col(col).is_null() | pl.col(col).eq_missing(pl.col(fallback))).all()).item():
+        return df[fallback].alias(col)
+    return df.select(pl.coalesce(col, fallback)).to_series()
+
+
+def _shapes(gpu: pl.DataFrame) -> list[pl.Series]:
+    """grid and block as lists of Int32 where every value fits (CUDA's limits: 2^31 - 1 blocks,
+    1,024 threads; 20 bytes a row in place of 32: 6 MB at 1 GB), else as read (Int64)."""
+    lists = [c for c in ("grid", "block") if gpu.schema.get(c) == pl.List(pl.Int64)]
+    if not gpu.height or not lists:
+        return []
+    stats = gpu.select(
+        *(pl.col(c).list.min().min().alias(f"lo{c}") for c in lists),
+        *(pl.col(c).list.max().max().alias(f"hi{c}") for c in lists),
+    ).row(0, named=True)
+    low, high = -(1 << 31), (1 << 31) - 1
+    fits = [c for c in lists if stats[f"lo{c}"] is None or (stats[f"lo{c}"] >= low and stats[f"hi{c}"] <= high)]
+    return [gpu[c].cast(pl.List(pl.Int32)) for c in fits]
+
+
 def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    gpu = _timed(gpu, warnings, "GPU")
     gpu = (
-        _timed(gpu, warnings, "GPU")
-        .with_row_index("gpu_id")
+        gpu.with_row_index("gpu_id")
         .with_columns(
-            pl.col("gpu_id").cast(pl.Int64),
-            kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"),
-            device=pl.coalesce("device", "pid"),
-            stream=pl.coalesce("stream", "tid"),
+            pl.col("gpu_id").cast(ROW_ID),
+            _or(gpu, "device", "pid"),
+            _or(gpu, "stream", "tid"),
+            *_shapes(gpu),
+            kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel", return_dtype=GPU_ACTIVITY_KINDS),
         )
         .drop(*DROPPED["gpu"])
     )
     # The launching call of each activity: the first runtime call of its correlation, found on
     # the narrow keys (the row of that call), and its columns gathered by row. Filtering or
     # joining the whole runtime table copied every one of its columns (+26 MB at 311 MB).
+    # Only the calls whose correlation some activity has are kept before the `unique` (most
+    # runtime calls launch nothing): at 1 GB 0.34 -> 0.08 CPU-s and +106 -> +28 MB at its peak.
+    launched = gpu.get_column("correlation").drop_nulls().implode()
     first = (
         rt.select("correlation", _row=pl.int_range(pl.len(), dtype=pl.UInt32))
-        .filter(pl.col("correlation").is_not_null() & (pl.col("correlation") != 0))
+        .filter(pl.col("correlation").is_in(launched) & (pl.col("correlation") != 0))
         .unique("correlation", keep="first")
     )
+    del launched
     row = gpu.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_row"]
     del first
     return gpu.with_columns(rt[col].gather(row).alias(out) for out, col in _LAUNCH.items())
@@ -209,14 +262,14 @@ def build_trace(
     )
     return Trace(
         meta=meta,
-        ops=ops,
-        python=python,
-        runtime=runtime,
-        gpu=gpu,
-        sync_markers=syncs,
-        gpu_annotations=annotations,
-        memory=memory,
-        flows=flows,
+        ops=one_valued(ops),
+        python=one_valued(python),
+        runtime=one_valued(runtime),
+        gpu=one_valued(gpu),
+        sync_markers=one_valued(syncs),
+        gpu_annotations=one_valued(annotations),
+        memory=one_valued(memory),
+        flows=one_valued(flows),
         thread_names=thread_names,
         steps=steps,
         event_counts=dict(counts),
