@@ -40,8 +40,7 @@ def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     fast = _merge_sweep(s, by)
     if fast is not None:
         return fast
-    # Runs are contiguous in the sorted rows, so the groups in order of appearance are sorted too:
-    # no sort after the group-by.
+    # runs are contiguous in the sorted rows, so the groups come out sorted: no sort after the group-by
     return (
         s.select(*by, "start_ns", "end_ns")
         .with_columns(_grp=run_id("start_ns", "end_ns", by))
@@ -53,13 +52,13 @@ def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 def key_starts(df: pl.DataFrame, by: list[str]) -> pl.Series:
     """Per row of a non-empty `df`: whether its `by` keys differ from the row before's (True on
-    the first row): where each group starts when `df` is sorted by `by`."""
-    first = pl.zeros(df.height, pl.Boolean, eager=True)
-    for b in by:
-        col = df.get_column(b)
-        first = first | col.ne_missing(col.shift(1))
-    first[0] = True
-    return first
+    the first row): where each group starts when `df` is sorted by `by`. Slices compared, as
+    `ne_missing` where nulls are: `shift` is a polars query (~25 µs), a slice and `!=` are not."""
+    n, rest = df.height, pl.Series("first", [False]).new_from_index(0, df.height - 1)
+    for col in (df.get_column(b) for b in by):
+        after, before = col.slice(1), col.slice(0, n - 1)
+        rest = rest | (after.ne_missing(before) if col.null_count() else after != before)
+    return pl.Series("first", [True]).append(rest)
 
 
 def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
@@ -70,10 +69,9 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     running maximum on its last row. None (use the group-by) when that does not hold: null
     times, an end before its start, or bands that would overflow int64.
 
-    Written with Series operations, not a lazy query: each is one call into polars, where a
-    query pays its planning and engine start on every call (a DLRM rank merges a dozen frames
-    of a few thousand rows: the queries were most of the merge's time). Helper columns are let
-    go as soon as the next one is made (a 1 GB trace merges millions of rows)."""
+    Series operations, not a lazy query (a DLRM rank merges a dozen frames of a few hundred
+    rows: planning was most of it), and of those the ones polars does not run as a query of its
+    own (~25 µs: `shift`, `cum_*`), where it can; helper columns let go once used (1 GB traces)."""
     start, end = s.get_column("start_ns"), s.get_column("end_ns")
     if start.null_count() or end.null_count() or (end < start).any():
         return None
@@ -85,12 +83,13 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
         return None
     band = (first.cast(pl.Int64).cum_sum() - 1) * span - int(lo)
     reach = (end + band).cum_max()
-    new = first | ((start + band) > reach.shift(1))
+    n = s.height  # each row against the running maximum one row up: slices, not `shift` (a query)
+    new = first | pl.Series([True]).append((start.slice(1) + band.slice(1)) > reach.slice(0, n - 1))
     del first
-    last = new.shift(-1, fill_value=True)
+    last = new.slice(1).append(pl.Series([True]))
     ends = (reach - band).filter(last).alias("end_ns")
     del reach, band, last
-    return s.select(*by, "start_ns").filter(new).hstack([ends])
+    return pl.DataFrame([*(s.get_column(b).filter(new) for b in by), start.filter(new), ends])
 
 
 @dataclass(frozen=True)
@@ -310,7 +309,7 @@ def _banded_pairs(
         return pl.DataFrame(schema={"_li": pl.UInt32, "_ri": pl.UInt32})
     first = key_starts(lt, by)
     lk = first.cast(pl.Int64).cum_sum() - 1  # key numbers in sorted key order: lt's rows stay sorted
-    keys = lt.select(by).filter(first).with_row_index("_key")
+    keys = pl.DataFrame([lt.get_column(b).filter(first) for b in by]).with_row_index("_key")
     rk = (
         rt.select([pl.col(c).alias(b) for b, c in zip(by, right_by)])
         .join(keys, on=by, how="left", maintain_order="left")
@@ -334,9 +333,11 @@ def _banded_pairs(
         a = axis.search_sorted(lo_t, side="left").cast(pl.Int64)
         b = axis.search_sorted(hi_t, side="right").cast(pl.Int64)
         keep = a < b
-        q = pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True).filter(keep)
-        p = pl.int_ranges(a.filter(keep), b.filter(keep), dtype=pl.UInt32, eager=True)
-        return pl.DataFrame({"_q": q, "_p": p}).explode("_p")
+        q, a, b = pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True).filter(keep), a.filter(keep), b.filter(keep)
+        if q.len() == 1 or not (b - a > 1).any():  # one window, or one row each: no list to explode (2 queries)
+            p = pl.int_range(a[0], b[0], dtype=pl.UInt32, eager=True) if q.len() == 1 else a.cast(pl.UInt32)
+            return pl.DataFrame({"_q": q.new_from_index(0, p.len()) if q.len() == 1 else q, "_p": p})
+        return pl.DataFrame({"_q": q, "_p": pl.int_ranges(a, b, dtype=pl.UInt32, eager=True)}).explode("_p")
 
     # right starts in [left start, left end): right end > left start unless both are the same instant
     inside = spans(l_s, l_e - 1, r_s)
