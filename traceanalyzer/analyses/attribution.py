@@ -43,7 +43,12 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     if not 0 < ops.height <= WHOLE_CONTEXT_OPS or not is_row_number(ops["op_id"]):
         return _op_context(trace, op_ids)
     whole = trace.derived("op_context", lambda: _op_context(trace, ops["op_id"]))
-    return whole.filter(pl.col("op_id").is_in(op_ids.cast(pl.Int64).drop_nulls().implode()))
+    # the rows asked for by a mask over the ops (op_id is the row): scatter and index are no
+    # polars query, `is_in` of an imploded list is three (~25 µs each)
+    ids = op_ids.cast(pl.Int64)
+    ids = ids.filter((ids >= 0) & (ids < ops.height)).cast(pl.UInt32)
+    asked = pl.Series([False]).new_from_index(0, ops.height).scatter(ids, True)
+    return whole.filter(asked[whole.get_column("op_id").cast(pl.UInt32)])
 
 
 def _op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
