@@ -28,7 +28,8 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end
     """Union of possibly overlapping intervals per group -> disjoint (by..., start_ns, end_ns)."""
     if df.is_empty():
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    s = df.select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
+    cols = [*(df.get_column(b) for b in by), df.get_column(start).alias("start_ns"), df.get_column(end).alias("end_ns")]
+    s = pl.DataFrame(cols).sort([*by, "start_ns"])  # a frame of Series: no select query
     return merge_sorted(s, by)
 
 
@@ -276,16 +277,10 @@ def overlap_join(
         # left starts in (right start, right end)
         opens_over = ranges(rt, right_by, pl.col(rs) + 1, pl.col(re_) - 1, lt, by, ls)
         pairs = pl.concat([starts_inside.select(list(idx)).cast(idx), opens_over.select(list(idx)).cast(idx)])
-    out = pl.concat(
-        [
-            lt.drop("_li")[pairs["_li"]],
-            rt.drop("_ri")[pairs["_ri"]],
-        ],
-        how="horizontal",
-    )
-    out = out.filter(pl.col(re_) > pl.col(ls))
-    helper = [c for c in ("_k0", "_k1") if c in out.columns]
-    return out.drop(helper)
+    # rows gathered by UInt32 positions and the helpers left out as Series: the filter is the one query
+    gathered = [*lt[pairs["_li"]].get_columns(), *rt[pairs["_ri"]].get_columns()]
+    out = pl.DataFrame([c for c in gathered if c.name not in ("_li", "_ri", "_k0", "_k1")])
+    return out.filter(pl.col(re_) > pl.col(ls))
 
 
 def _valid(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -311,7 +306,7 @@ def _banded_pairs(
     lk = first.cast(pl.Int64).cum_sum() - 1  # key numbers in sorted key order: lt's rows stay sorted
     keys = pl.DataFrame([lt.get_column(b).filter(first) for b in by]).with_row_index("_key")
     rk = (
-        rt.select([pl.col(c).alias(b) for b, c in zip(by, right_by)])
+        pl.DataFrame([rt.get_column(c).alias(b) for b, c in zip(by, right_by)])
         .join(keys, on=by, how="left", maintain_order="left")
         .get_column("_key")
         .cast(pl.Int64)
@@ -346,9 +341,7 @@ def _banded_pairs(
     return pl.DataFrame(
         {
             "_li": pl.concat([inside.get_column("_q"), over.get_column("_p")]),
-            "_ri": pl.concat([r_index.gather(inside.get_column("_p")), r_index.gather(over.get_column("_q"))]).cast(
-                pl.UInt32
-            ),
+            "_ri": pl.concat([r_index[inside.get_column("_p")], r_index[over.get_column("_q")]]).cast(pl.UInt32),
         }
     )
 
