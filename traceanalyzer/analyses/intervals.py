@@ -325,8 +325,9 @@ def _banded_pairs(
 
     def spans(lo_t: pl.Series, hi_t: pl.Series, axis: pl.Series) -> pl.DataFrame:
         """_q (the query's row), _p (positions in `axis`, sorted) with lo_t <= axis[_p] <= hi_t."""
-        a = axis.search_sorted(lo_t, side="left").cast(pl.Int64)
-        b = axis.search_sorted(hi_t, side="right").cast(pl.Int64)
+        # one search for both ends (a query each): on integers, "<= hi" is "< hi + 1"
+        both = axis.search_sorted(pl.concat([lo_t, hi_t + 1]), side="left").cast(pl.Int64)
+        a, b = both.slice(0, lo_t.len()), both.slice(lo_t.len())
         keep = a < b
         q, a, b = pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True).filter(keep), a.filter(keep), b.filter(keep)
         if q.len() == 1 or not (b - a > 1).any():  # one window, or one row each: no list to explode (2 queries)
