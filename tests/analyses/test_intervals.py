@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceanalyzer.analyses.intervals import _merge_sweep, merge, overlap_join
+from traceanalyzer.analyses.intervals import _merge_sweep, key_starts, merge, overlap_join
 
 
 def _frames(seed: int, few: bool = False):
@@ -134,3 +134,13 @@ def test_overlap_join_when_the_key_bands_would_overflow_int64():
     right = pl.DataFrame({"_k": [2, 1], "s": [far + 5, 9], "e": [far + 6, 30], "rid": [0, 1]})
     got = overlap_join(left, right, ["k"], ("a", "b"), ("s", "e"), right_by=["_k"])
     assert sorted(got.select("lid", "rid").rows()) == [(0, 1), (1, 0)]
+
+
+def test_key_starts_hand_worked():
+    """A group starts on the first row and wherever a key differs from the row before; two
+    nulls are equal keys (sorted frames hold their null keys together)."""
+    df = pl.DataFrame({"pid": [1, 1, None, None, 2], "tid": [1, 2, 2, 2, 2]})
+    assert key_starts(df, ["pid", "tid"]).to_list() == [True, True, True, False, True]
+    assert key_starts(df, ["tid"]).to_list() == [True, True, False, False, False]
+    assert key_starts(df, []).to_list() == [True, False, False, False, False]
+    assert key_starts(df.head(1), ["pid"]).to_list() == [True]

@@ -43,7 +43,12 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     if not 0 < ops.height <= WHOLE_CONTEXT_OPS or not is_row_number(ops["op_id"]):
         return _op_context(trace, op_ids)
     whole = trace.derived("op_context", lambda: _op_context(trace, ops["op_id"]))
-    return whole.filter(pl.col("op_id").is_in(op_ids.cast(pl.Int64).drop_nulls().implode()))
+    # the rows asked for by a mask over the ops (op_id is the row): scatter and index are no
+    # polars query, `is_in` of an imploded list is three (~25 µs each)
+    ids = op_ids.cast(pl.Int64)
+    ids = ids.filter((ids >= 0) & (ids < ops.height)).cast(pl.UInt32)
+    asked = pl.Series([False]).new_from_index(0, ops.height).scatter(ids, True)
+    return whole.filter(asked[whole.get_column("op_id").cast(pl.UInt32)])
 
 
 def _op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
@@ -52,25 +57,21 @@ def _op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     anc = ancestors(ops, op_ids)
     if anc.is_empty():
         return pl.DataFrame(schema=CONTEXT_SCHEMA)
-    # A step is where the call happened, not what made it: a call made directly in the loop
-    # belongs to no op (its site is then its API and Python line), not to ProfilerStep#N.
-    not_step = ~ops["name"].fill_null("").str.contains(PROFILER_STEP)
-    if is_row_number(ops["op_id"]):  # every Trace: gather by row, no join
-        anc = anc.filter(not_step.gather(anc["ancestor_id"]))
-        anc = anc.with_columns(name=ops["name"].gather(anc["ancestor_id"]))
+    not_step, namespaced_op = _name_marks(trace)
+    if is_row_number(ops["op_id"]):  # every Trace: gather by row (UInt32 indexing: no query), no join
+        at = anc["ancestor_id"].cast(pl.UInt32)
+        keep = not_step[at]
+        at = at.filter(keep)
+        anc = anc.filter(keep).hstack([ops["name"][at].alias("name"), namespaced_op[at].alias("_ns")])
     else:
-        names = ops.select(pl.col("op_id").alias("ancestor_id"), "name").filter(not_step)
+        names = ops.select(pl.col("op_id").alias("ancestor_id"), "name", _ns=namespaced_op).filter(not_step)
         anc = anc.join(names, on="ancestor_id", how="inner")
-    # the namespaced test on the long table, one string op, not a `list.eval` (a query of its
-    # own per call: most of op_context's time on a small rank)
+    # the namespaced test per op, one string op, not a `list.eval` (a query of its own per call:
+    # most of op_context's time on a small rank)
     chains = (
         anc.sort(["op_id", "level"], descending=[False, True])
         .group_by("op_id", maintain_order=True)
-        .agg(
-            chain=pl.col("name"),
-            ids=pl.col("ancestor_id"),
-            _ns=pl.col("name").fill_null("").str.contains(NAMESPACED_OP),
-        )
+        .agg(chain=pl.col("name"), ids=pl.col("ancestor_id"), _ns=pl.col("_ns"))
     )
     chain = pl.col("chain")
     namespaced = pl.col("_ns")
@@ -82,10 +83,24 @@ def _op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
         op_chain=chain.list.join(" > "),
     )
     if is_row_number(ops["op_id"]):
-        out = out.with_columns(python_frame=ops["python_frame"].gather(out["op_id"]))
+        out = out.hstack([ops["python_frame"][out["op_id"].cast(pl.UInt32)]])
     else:
         out = out.join(ops.select("op_id", "python_frame"), on="op_id", how="left")
     return out.select(list(CONTEXT_SCHEMA)).cast(CONTEXT_SCHEMA)
+
+
+def _name_marks(trace: Trace) -> tuple[pl.Series, pl.Series]:
+    """Per op (by row): not a ProfilerStep range, and a namespaced op (`aten::...`). Once per
+    Trace: each `op_context` of a large trace tested every name again.
+
+    A step is where the call happened, not what made it: a call made directly in the loop
+    belongs to no op (its site is then its API and Python line), not to ProfilerStep#N."""
+
+    def marks() -> tuple[pl.Series, pl.Series]:
+        names = trace.ops["name"].fill_null("")
+        return ~names.str.contains(PROFILER_STEP), names.str.contains(NAMESPACED_OP)
+
+    return trace.derived("op_name_marks", marks)
 
 
 def distinct_chains(trace: Trace, op_ids: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -103,7 +118,7 @@ def distinct_chains(trace: Trace, op_ids: pl.Series) -> tuple[pl.DataFrame, pl.D
     )
     if anc.is_empty():
         return none
-    not_step = ~ops["name"].fill_null("").str.contains(PROFILER_STEP)
+    not_step = _name_marks(trace)[0]
     code = ops["name"].cast(pl.Categorical).to_physical()  # equal names, equal codes
     if is_row_number(ops["op_id"]):
         anc = anc.filter(not_step.gather(anc["ancestor_id"]))

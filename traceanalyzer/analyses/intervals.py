@@ -26,7 +26,8 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end
     """Union of possibly overlapping intervals per group -> disjoint (by..., start_ns, end_ns)."""
     if df.is_empty():
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    s = df.select(*by, pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")).sort([*by, "start_ns"])
+    cols = [*(df.get_column(b) for b in by), df.get_column(start).alias("start_ns"), df.get_column(end).alias("end_ns")]
+    s = pl.DataFrame(cols).sort([*by, "start_ns"])  # a frame of Series: no select query
     return merge_sorted(s, by)
 
 
@@ -38,8 +39,7 @@ def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     fast = _merge_sweep(s, by)
     if fast is not None:
         return fast
-    # Runs are contiguous in the sorted rows, so the groups in order of appearance are sorted too:
-    # no sort after the group-by.
+    # runs are contiguous in the sorted rows, so the groups come out sorted: no sort after the group-by
     return (
         s.select(*by, "start_ns", "end_ns")
         .with_columns(_grp=run_id("start_ns", "end_ns", by))
@@ -51,13 +51,13 @@ def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 def key_starts(df: pl.DataFrame, by: list[str]) -> pl.Series:
     """Per row of a non-empty `df`: whether its `by` keys differ from the row before's (True on
-    the first row): where each group starts when `df` is sorted by `by`."""
-    first = pl.zeros(df.height, pl.Boolean, eager=True)
-    for b in by:
-        col = df.get_column(b)
-        first = first | col.ne_missing(col.shift(1))
-    first[0] = True
-    return first
+    the first row): where each group starts when `df` is sorted by `by`. Slices compared, as
+    `ne_missing` where nulls are: `shift` is a polars query (~25 µs), a slice and `!=` are not."""
+    n, rest = df.height, pl.Series("first", [False]).new_from_index(0, df.height - 1)
+    for col in (df.get_column(b) for b in by):
+        after, before = col.slice(1), col.slice(0, n - 1)
+        rest = rest | (after.ne_missing(before) if col.null_count() else after != before)
+    return pl.Series("first", [True]).append(rest)
 
 
 def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
@@ -68,10 +68,9 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     running maximum on its last row. None (use the group-by) when that does not hold: null
     times, an end before its start, or bands that would overflow int64.
 
-    Written with Series operations, not a lazy query: each is one call into polars, where a
-    query pays its planning and engine start on every call (a DLRM rank merges a dozen frames
-    of a few thousand rows: the queries were most of the merge's time). Helper columns are let
-    go as soon as the next one is made (a 1 GB trace merges millions of rows)."""
+    Series operations, not a lazy query (a DLRM rank merges a dozen frames of a few hundred
+    rows: planning was most of it), and of those the ones polars does not run as a query of its
+    own (~25 µs: `shift`, `cum_*`), where it can; helper columns let go once used (1 GB traces)."""
     start, end = s.get_column("start_ns"), s.get_column("end_ns")
     if start.null_count() or end.null_count() or (end < start).any():
         return None
@@ -83,12 +82,13 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
         return None
     band = (first.cast(pl.Int64).cum_sum() - 1) * span - int(lo)
     reach = (end + band).cum_max()
-    new = first | ((start + band) > reach.shift(1))
+    n = s.height  # each row against the running maximum one row up: slices, not `shift` (a query)
+    new = first | pl.Series([True]).append((start.slice(1) + band.slice(1)) > reach.slice(0, n - 1))
     del first
-    last = new.shift(-1, fill_value=True)
+    last = new.slice(1).append(pl.Series([True]))
     ends = (reach - band).filter(last).alias("end_ns")
     del reach, band, last
-    return s.select(*by, "start_ns").filter(new).hstack([ends])
+    return pl.DataFrame([*(s.get_column(b).filter(new) for b in by), start.filter(new), ends])
 
 
 def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = False) -> pl.DataFrame:
@@ -185,16 +185,10 @@ def overlap_join(
         # left starts in (right start, right end)
         opens_over = ranges(rt, right_by, pl.col(rs) + 1, pl.col(re_) - 1, lt, by, ls)
         pairs = pl.concat([starts_inside.select(list(idx)).cast(idx), opens_over.select(list(idx)).cast(idx)])
-    out = pl.concat(
-        [
-            lt.drop("_li")[pairs["_li"]],
-            rt.drop("_ri")[pairs["_ri"]],
-        ],
-        how="horizontal",
-    )
-    out = out.filter(pl.col(re_) > pl.col(ls))
-    helper = [c for c in ("_k0", "_k1") if c in out.columns]
-    return out.drop(helper)
+    # rows gathered by UInt32 positions and the helpers left out as Series: the filter is the one query
+    gathered = [*lt[pairs["_li"]].get_columns(), *rt[pairs["_ri"]].get_columns()]
+    out = pl.DataFrame([c for c in gathered if c.name not in ("_li", "_ri", "_k0", "_k1")])
+    return out.filter(pl.col(re_) > pl.col(ls))
 
 
 def _valid(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -218,9 +212,9 @@ def _banded_pairs(
         return pl.DataFrame(schema={"_li": pl.UInt32, "_ri": pl.UInt32})
     first = key_starts(lt, by)
     lk = first.cast(pl.Int64).cum_sum() - 1  # key numbers in sorted key order: lt's rows stay sorted
-    keys = lt.select(by).filter(first).with_row_index("_key")
+    keys = pl.DataFrame([lt.get_column(b).filter(first) for b in by]).with_row_index("_key")
     rk = (
-        rt.select([pl.col(c).alias(b) for b, c in zip(by, right_by)])
+        pl.DataFrame([rt.get_column(c).alias(b) for b, c in zip(by, right_by)])
         .join(keys, on=by, how="left", maintain_order="left")
         .get_column("_key")
         .cast(pl.Int64)
@@ -239,12 +233,15 @@ def _banded_pairs(
 
     def spans(lo_t: pl.Series, hi_t: pl.Series, axis: pl.Series) -> pl.DataFrame:
         """_q (the query's row), _p (positions in `axis`, sorted) with lo_t <= axis[_p] <= hi_t."""
-        a = axis.search_sorted(lo_t, side="left").cast(pl.Int64)
-        b = axis.search_sorted(hi_t, side="right").cast(pl.Int64)
+        # one search for both ends (a query each): on integers, "<= hi" is "< hi + 1"
+        both = axis.search_sorted(pl.concat([lo_t, hi_t + 1]), side="left").cast(pl.Int64)
+        a, b = both.slice(0, lo_t.len()), both.slice(lo_t.len())
         keep = a < b
-        q = pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True).filter(keep)
-        p = pl.int_ranges(a.filter(keep), b.filter(keep), dtype=pl.UInt32, eager=True)
-        return pl.DataFrame({"_q": q, "_p": p}).explode("_p")
+        q, a, b = pl.int_range(0, a.len(), dtype=pl.UInt32, eager=True).filter(keep), a.filter(keep), b.filter(keep)
+        if q.len() == 1 or not (b - a > 1).any():  # one window, or one row each: no list to explode (2 queries)
+            p = pl.int_range(a[0], b[0], dtype=pl.UInt32, eager=True) if q.len() == 1 else a.cast(pl.UInt32)
+            return pl.DataFrame({"_q": q.new_from_index(0, p.len()) if q.len() == 1 else q, "_p": p})
+        return pl.DataFrame({"_q": q, "_p": pl.int_ranges(a, b, dtype=pl.UInt32, eager=True)}).explode("_p")
 
     # right starts in [left start, left end): right end > left start unless both are the same instant
     inside = spans(l_s, l_e - 1, r_s)
@@ -253,9 +250,7 @@ def _banded_pairs(
     return pl.DataFrame(
         {
             "_li": pl.concat([inside.get_column("_q"), over.get_column("_p")]),
-            "_ri": pl.concat([r_index.gather(inside.get_column("_p")), r_index.gather(over.get_column("_q"))]).cast(
-                pl.UInt32
-            ),
+            "_ri": pl.concat([r_index[inside.get_column("_p")], r_index[over.get_column("_q")]]).cast(pl.UInt32),
         }
     )
 

@@ -38,7 +38,11 @@ def describe(kind: str) -> str:
 
 def step_windows(trace: Trace) -> pl.DataFrame:
     """step, start_ns, end_ns: one row per step in time order (one row, step null, without
-    ProfilerStep)."""
+    ProfilerStep). Made once per Trace: a small rank's analyses ask ~16 times (two queries each)."""
+    return trace.derived("step_windows", lambda: _step_windows(trace))
+
+
+def _step_windows(trace: Trace) -> pl.DataFrame:
     if trace.steps.height:
         return trace.steps.select(list(WINDOW_SCHEMA)).sort("start_ns")
     if trace.gpu.height:
@@ -56,11 +60,20 @@ def step_count(trace: Trace) -> int:
 def devices(trace: Trace) -> list[int]:
     """The devices that did GPU work, in order."""
     # through a select: `gpu["device"]` would keep a one-valued column in full (`one_valued`)
-    return sorted(trace.gpu.select(pl.col("device").drop_nulls().unique()).to_series().to_list())
+    return list(
+        trace.derived(
+            "devices",
+            lambda: tuple(sorted(trace.gpu.select(pl.col("device").drop_nulls().unique()).to_series().to_list())),
+        )
+    )
 
 
 def device_windows(trace: Trace) -> pl.DataFrame:
     """device, step, start_ns, end_ns: every step window for every device with GPU work."""
+    return trace.derived("device_windows", lambda: _device_windows(trace))
+
+
+def _device_windows(trace: Trace) -> pl.DataFrame:
     devs = pl.DataFrame({"device": devices(trace)}, schema={"device": pl.Int64})
     return devs.join(step_windows(trace), how="cross").select(list(DEVICE_WINDOW_SCHEMA)).cast(DEVICE_WINDOW_SCHEMA)
 
