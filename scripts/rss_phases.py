@@ -7,7 +7,8 @@ after each and the highest a sampler thread saw meanwhile (every 2 ms, `/proc/se
 
 With polars' allocator purging at once (the second line), RSS is the live bytes: what a phase
 keeps and what its transients add on top of the Trace (docs/performance.md). Without it, the
-command's own allocator setting applies (`narenas:1`, as `traceanalyzer` sets). Linux only.
+command's own allocator setting applies (`narenas:1,muzzy_decay_ms:0`, as `traceanalyzer` sets:
+`cli.main.ALLOCATOR_CONF`, checked once polars is loaded). Linux only.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sys
 import threading
 import time
 
-os.environ.setdefault("_RJEM_MALLOC_CONF", "narenas:1")  # as the console script, before polars loads
+CLI_CONF = "narenas:1,muzzy_decay_ms:0"  # cli.main.ALLOCATOR_CONF: set before polars loads, as the console script does
+os.environ.setdefault("_RJEM_MALLOC_CONF", CLI_CONF)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PEAK = [0.0, "start"]
 STACK: list[str] = []
@@ -53,7 +55,10 @@ def main() -> int:
     threading.Thread(target=_sample, daemon=True).start()
     import traceanalyzer.cli.commands.common as common
     import traceanalyzer.session as session
+    from traceanalyzer.cli.main import ALLOCATOR_CONF
     from traceanalyzer.cli.main import main as cli
+
+    assert CLI_CONF == ALLOCATOR_CONF, f"rss_phases.CLI_CONF is not the command's setting {ALLOCATOR_CONF!r}"
 
     get = session._result.__get__
 

@@ -8,7 +8,8 @@ import polars as pl
 
 import traceanalyzer as ta
 from traceanalyzer.analyses.cpu_activity import THREAD
-from traceanalyzer.analyses.layer_coverage import covered_many, cumulative_unions
+from traceanalyzer.analyses.intervals import coverage_index
+from traceanalyzer.analyses.layer_coverage import covered_many, cumulative_unions, unband
 
 
 def test_banded_coverage_is_the_keyed_one(SHARED_TRACES):
@@ -16,16 +17,26 @@ def test_banded_coverage_is_the_keyed_one(SHARED_TRACES):
     act, pieces = ses.activity, ses.classified.pieces
     assert act.bands is not None
     q = pieces.select(*THREAD, "cpu_a", "cpu_b")
-    outs = [f"_u{k}" for k in range(len(act.cumulative))]
-    banded = covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs, act.bands)
-    keyed = covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs)
+    outs = [f"_u{k}" for k in range(len(act.unions))]
+    # the unions are kept on the bands' axis (24 bytes a row); `cumulative` gives them keyed
+    assert all(u.columns == ["_t", "_te", "_before"] for u in act.unions if u.height)
+    keyed_ix = act.cumulative
+    assert all(ix.columns[:5] == ["pid", "tid", "start_ns", "end_ns", "_before"] for ix in keyed_ix if ix.height)
+    banded = covered_many(q, list(act.unions), THREAD, "cpu_a", "cpu_b", outs, act.bands)
+    keyed = covered_many(q, list(keyed_ix), THREAD, "cpu_a", "cpu_b", outs)
     assert banded.equals(keyed)
+    # a keyed index is the coverage index of the same intervals: each group's _before from 0
+    for ix in keyed_ix:
+        if ix.height:
+            assert ix.equals(
+                coverage_index(ix.select(*THREAD, "start_ns", "end_ns"), THREAD, True).with_columns(ix["_k"])
+            )
     # the blocked time, put on the same bands for the instant each gap begins
     from traceanalyzer.analyses.gap_causes import _on_bands
 
     q1 = pieces.select(*THREAD, "start_ns", _gs1=pl.col("start_ns") + 1)
     on_bands = _on_bands(act)
-    assert "_k" in on_bands.columns
+    assert on_bands.columns == ["_t", "_te", "_before"]
     at = covered_many(q1, [on_bands], THREAD, "start_ns", "_gs1", ["_b"], act.bands)
     assert at.equals(covered_many(q1, [act.blocked], THREAD, "start_ns", "_gs1", ["_b"]))
     assert int((at["_b"] > 0).sum()) > 0  # some gaps begin inside a sync (a100_multistream_syncs)
@@ -54,5 +65,5 @@ def test_layers_given_as_functions_are_built_one_at_a_time():
     assert calls == [0, 1, 0, 1]  # measured in turn, then merged in turn
     assert all(a.equals(b) for a, b in zip(eager, lazy))
     assert eager_bands.keys.equals(lazy_bands.keys) and (eager_bands.span, eager_bands.lo) == (lazy_bands.span, 0)
-    last = lazy[-1].select("pid", "tid", "start_ns", "end_ns", "_before").rows()
+    last = unband(lazy[-1], lazy_bands, ["pid", "tid"]).select("pid", "tid", "start_ns", "end_ns", "_before").rows()
     assert last == [(1, 1, 0, 20, 0), (1, 2, 3, 4, 0)]

@@ -39,7 +39,7 @@ from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, rows_at, step_threads
 from traceanalyzer.analyses.gap_edges import edge_activities, next_activity
 from traceanalyzer.analyses.intervals import overlap_join
-from traceanalyzer.analyses.layer_coverage import covered_many
+from traceanalyzer.analyses.layer_coverage import covered_many, on_bands
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
 from traceanalyzer.options import GapOptions, Options
@@ -107,13 +107,10 @@ def _cause(name: str) -> pl.Expr:
 
 
 def _on_bands(act: CpuActivity) -> pl.DataFrame:
-    """The blocked time's index with its threads' band numbers (`_k`: the sync layer's threads
-    are among the bands'), so that it is measured on one int64 axis like the layer unions: the
-    keyed measure sorted the gaps twice more (1 GB: +33 MB). As it is when a thread has none."""
-    if act.bands is None or act.blocked.is_empty():
-        return act.blocked
-    banded = act.blocked.join(act.bands.keys, on=THREAD, how="left", maintain_order="left")
-    return act.blocked if banded.get_column("_k").null_count() else banded
+    """The blocked time's index on the bands' axis (`layer_coverage.on_bands`: the sync layer's
+    threads are among the bands'), so that it is measured on one int64 axis like the layer
+    unions: the keyed measure sorted the gaps twice more (1 GB: +33 MB)."""
+    return on_bands(act.blocked, act.bands, THREAD)
 
 
 def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataFrame) -> pl.DataFrame:
@@ -136,8 +133,8 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     # sorts its frame twice, and the gaps carry ~40 columns.
     q = gaps.select(*THREAD, "start_ns", "cpu_a", "cpu_b", _gs1=start + 1)
     at_start = covered_many(q, [_on_bands(act)], THREAD, "start_ns", "_gs1", ["_blocked_at_start"], act.bands)
-    u = [f"_u{k}" for k in range(len(act.cumulative))]
-    gaps = gaps.hstack([*at_start, *covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", u, act.bands)])
+    u = [f"_u{k}" for k in range(len(act.unions))]
+    gaps = gaps.hstack([*at_start, *covered_many(q, list(act.unions), THREAD, "cpu_a", "cpu_b", u, act.bands)])
     # A launch that blocks (a pageable cudaMemcpyAsync staging its data) is time blocked, not a
     # slow launch: the copy rules and `sync` speak of it.
     blocking_ids = act.blocking.get_column("runtime_id").implode()

@@ -39,7 +39,7 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import distinct_chains
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import covered
-from traceanalyzer.analyses.layer_coverage import cumulative_unions
+from traceanalyzer.analyses.layer_coverage import cumulative_unions, unband
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.errors import UsageError
@@ -159,7 +159,8 @@ def priority_breakdown(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFram
     The unions of the first k layers come from `layer_coverage.cumulative_unions`: each layer sorted
     alone and merged into the union so far (linear), not the union re-sorted with every layer."""
     frames = [iv.select(list(_IV)).cast(_IV).with_columns(_g=pl.lit(0, pl.Int32)) for _, iv in layers]
-    indexes = cumulative_unions(frames, ["_g"])[0] if frames else []
+    indexes, bands = cumulative_unions(frames, ["_g"]) if frames else ([], None)
+    indexes = [unband(index, bands, ["_g"]) for index in indexes]  # kept on the bands' axis: keyed again
     del frames
     prev = wins.select("step", prev=pl.lit(0, pl.Int64))
     rows = []
