@@ -131,10 +131,7 @@ class Session:
         ]
         return html_table("Session", [("trace", repr(self.trace)), ("computed", ", ".join(done) or "nothing yet")])
 
-    @property
-    def path(self) -> str:
-        """The trace's path."""
-        return self.trace.path
+    path = property(lambda self: self.trace.path, doc="The trace's path.")
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -314,21 +311,24 @@ class Session:
         return value is not store.MISSING
 
     def release(self, *names: str) -> None:
-        """Let building blocks go (`dependency_model`, `activity`, `classified`) once what is read
-        from them is computed: their memory serves what comes next. Each is computed once: asked
-        for again after its release, it raises (`ReleasedError`) rather than silently building it
-        a second time, so a command that releases too early fails its tests instead of doubling
-        its time. A result is handed to the store (if any) as it goes, so the cache still has it."""
-        unknown = set(names) - {*self.results(), "dependency_model"}
+        """Let building blocks go (`dependency_model`, `activity`, `classified`, and `trace`: the
+        Trace as read and with its steps) once what reads them is done: their memory serves what
+        comes next. Asked for again, each raises `ReleasedError` rather than being built twice (a
+        command releasing too early fails its tests). A result goes to the store (if any) as it goes."""
+        unknown = set(names) - {*self.results(), "dependency_model", "trace"}
         if unknown:
             raise ValueError(f"not a result of the Session: {sorted(unknown)}")
         released = self.__dict__.setdefault("_released", set())
         results = self.results()
-        for name in names:
+        for name in (*names, "loaded") if "trace" in names else names:
             value = self.__dict__.pop(name, None)
             if value is not None and self.store is not None and name in results:
                 self.store.put(name, value)  # still kept for the next command, as `save` would
             released.add(name)
+
+    def __getattr__(self, name: str) -> Any:  # only for a name not set: `trace` / `loaded` once released
+        self._not_released(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _not_released(self, name: str) -> None:
         if name in self.__dict__.get("_released", ()):
