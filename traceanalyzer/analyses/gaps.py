@@ -45,6 +45,14 @@ def _by_cause(gaps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _nulls_held_once(df: pl.DataFrame) -> pl.DataFrame:
+    """The table with every column null in all its rows held as one null (a polars scalar column:
+    0 bytes a row where a String takes 16; python_frame and module without a Python stack). It
+    reads the same everywhere, as `trace.one_valued`'s columns do."""
+    empty = [c for c, n in zip(df.columns, df.null_count().row(0), strict=True) if df.height and n == df.height]
+    return df.with_columns(pl.lit(None, dtype=df.schema[c]).alias(c) for c in empty) if empty else df
+
+
 @dataclass(frozen=True, repr=False)
 class GapsResult(Compact):
     """Every GPU idle gap of a trace with its cause and culprit, and the totals per device and
@@ -202,6 +210,8 @@ def analyse_gaps(
         launch_delay_ns=pl.col("next_start_ns") - pl.col("launch_ts_ns"),
         blocked_thread=pl.col("blocked_thread"),
     )
+    del pieces  # the columns read only to name the culprits go before the tables below are built
+    all_gaps = _nulls_held_once(all_gaps)
     listed = all_gaps.filter(pl.col("duration_ns") >= opts.min_gap_us * 1000)
     # The gaps listed name the activities around them; every gap keeps their rows of the GPU table.
     names = [
