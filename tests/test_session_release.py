@@ -126,3 +126,51 @@ def test_kept_says_what_is_at_hand_without_computing_it(SHARED_TRACES):
     assert plain.kept("gaps")
     plain.release("gaps")
     assert not plain.kept("gaps")
+
+
+def test_a_released_trace_is_not_read_again(SHARED_TRACES):
+    """The gaps command lets the Trace go once its report is built: what was computed from it
+    stays, and anything that would read it again raises rather than fail obscurely."""
+    s = ta.Session.open(SHARED_TRACES / "a100_simple_add_syncs.json.gz")
+    gaps, verdict = s.gaps, s.verdict
+    s.release("trace")
+    assert s.gaps is gaps and s.verdict is verdict
+    for name in ("trace", "loaded"):
+        with pytest.raises(ReleasedError, match=name):
+            getattr(s, name)
+    with pytest.raises(ReleasedError, match="trace"):
+        _ = s.path
+    with pytest.raises(ReleasedError, match="trace"):
+        _ = s.syncs  # not computed before: it would read the trace
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        _ = s.no_such_attribute
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a100_multistream_syncs.json.gz",
+        "gb10_vllm_cudagraphs.pt.trace.json.gz",  # CUDA graphs
+        "h100_owlv2_inference.json.gz",  # with_stack: Python frames, DataLoader ranges
+        "mi250_rocm_minitoy.json.gz",  # ROCm
+        "v100_resnet50_dataloader_workers4.pt.trace.json.gz",
+    ],
+)
+def test_the_gaps_command_reads_no_column_it_drops(SHARED_TRACES, name):
+    """`gaps` drops the columns no gap reads (`UNREAD`) once the health checks and communication
+    are built, before classifying: every gap, cause, culprit and the verdict are the same as
+    from the whole trace (a column read after all would raise)."""
+    from traceanalyzer.cli.commands.gaps import UNREAD, _narrow
+
+    trace = ta.load(SHARED_TRACES / name)
+    whole, narrow = ta.Session(trace), ta.Session(trace)
+    _ = narrow.health, narrow.communication  # as the command: read before the columns go
+    _narrow(narrow)
+    for table, cols in UNREAD.items():
+        assert not set(cols) & set(getattr(narrow.trace, table).columns)
+        assert not set(cols) & set(getattr(narrow.loaded, table).columns)
+    assert set(UNREAD["ops"]) & set(whole.trace.ops.columns)  # the whole trace keeps them
+    a, b = whole.gaps, narrow.gaps
+    for field in ("all_gaps_ns", "gaps_ns", "culprits_ns", "idle_by_cause_ns", "devices_ns", "steps_ns"):
+        assert getattr(a, field).equals(getattr(b, field)), field
+    assert whole.verdict == narrow.verdict
