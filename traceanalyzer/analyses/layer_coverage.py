@@ -52,7 +52,7 @@ def cumulative_unions(
         # every key is on a row whose keys differ from the row before's: `unique` hashes those
         # few rows (events come in runs of one thread), not millions (~75 MB at 1 GB)
         firsts.append(key_starts(f, by) if f.height else None)  # one bit a row
-        heads.append(f.select(by).filter(firsts[-1]) if f.height else f.select(by).clear())
+        heads.append(_rows(f, by, firsts[-1]) if f.height else f[by].clear())  # Series filters: no query
     keys = pl.concat(heads).unique().sort(by).with_row_index("_k")
     span = (hi - lo + 1) if lo is not None else 1
     if n_null or neg or lo is None or keys.height * span >= 1 << 62:
@@ -67,21 +67,28 @@ def cumulative_unions(
         # each row's group number: that of its run's first row (a join of the few heads, then a
         # gather), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
         first, firsts[i] = firsts[i], None
-        run = first.cast(pl.UInt32).cum_sum() - 1
-        head = layer.select(by).filter(first).join(keys, on=by, how="left", nulls_equal=True, maintain_order="left")
-        band = head.get_column("_k").cast(pl.Int64).gather(run) * span - lo
+        run = (first.cast(pl.UInt32).cum_sum() - 1).cast(pl.UInt32)
+        head = _rows(layer, by, first).join(keys, on=by, how="left", nulls_equal=True, maintain_order="left")
+        band = head.get_column("_k").cast(pl.Int64)[run] * span - lo  # by UInt32 positions: no query
         del first, run, head
         banded = pl.DataFrame({"_t": layer.get_column("start_ns") + band, "_te": layer.get_column("end_ns") + band})
         del layer, band
         banded = banded.sort("_t")
         union = union.merge_sorted(banded, "_t") if union.height else banded
         # the sweep of `_merge_sweep` on the banded axis, in Series operations (no query to plan)
+        # and each row against the running maximum one row up by slices (`shift` is a query)
         t, reach = union.get_column("_t"), union.get_column("_te").cum_max()
-        new = (t > reach.shift(1)).fill_null(True)
-        union = pl.DataFrame({"_t": t.filter(new), "_te": reach.filter(new.shift(-1, fill_value=True))})
+        m = t.len()
+        new = pl.Series([True]).append(t.slice(1) > reach.slice(0, m - 1))
+        union = pl.DataFrame({"_t": t.filter(new), "_te": reach.filter(new.slice(1).append(pl.Series([True])))})
         del t, reach, new
         out.append(_unband(union, keys, by, span, lo))
     return out, Bands(keys, span, lo)
+
+
+def _rows(f: pl.DataFrame, by: list[str], mask: pl.Series) -> pl.DataFrame:
+    """The `by` columns of `f` at `mask`: Series filters (a frame `filter` is a polars query)."""
+    return pl.DataFrame([f.get_column(b).filter(mask) for b in by])
 
 
 def _built(layer: pl.DataFrame | Callable[[], pl.DataFrame]) -> pl.DataFrame:
@@ -91,15 +98,19 @@ def _built(layer: pl.DataFrame | Callable[[], pl.DataFrame]) -> pl.DataFrame:
 def _unband(union: pl.DataFrame, keys: pl.DataFrame, by: list[str], span: int, lo: int) -> pl.DataFrame:
     """A banded union (`_t`, `_te`: disjoint, sorted) back to a coverage index: by...,
     start_ns, end_ns, _before (the time covered before each interval in its group), _k (its
-    group's number). Series operations: one call into polars each, no query to plan."""
+    group's number). Series operations, and of those one polars query (`cum_sum`): the groups'
+    first rows by slices, not `shift`; each row's group start by its group number (a scatter of
+    the starts, then UInt32 positions), not `forward_fill`; the keys by position, not `gather`."""
     t, te = union.get_column("_t"), union.get_column("_te")
     k = t // span  # _t is k x span + (start - lo), start - lo in [0, span)
-    kk, first, off = k.cast(pl.UInt32), k.ne_missing(k.shift(1)), k * span - lo
+    kk, off, m = k.cast(pl.UInt32), k * span - lo, k.len()
+    first = pl.Series([True]).append(k.slice(1) != k.slice(0, m - 1)) if m else pl.Series([], dtype=pl.Boolean)
     del k  # each helper let go once used: the unions of a 1 GB trace are millions of rows
     c = (te - t).cum_sum() - (te - t)
-    before = c - pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
-    del c, first
-    cols = [keys.get_column(b).gather(kk) for b in by]  # keys' rows are their numbers
+    starts = pl.Series([0], dtype=pl.Int64).new_from_index(0, keys.height).scatter(kk.filter(first), c.filter(first))
+    before = c - starts[kk]
+    del c, first, starts
+    cols = [keys.get_column(b)[kk] for b in by]  # keys' rows are their numbers
     return pl.DataFrame(
         [*cols, (t - off).alias("start_ns"), (te - off).alias("end_ns"), before.alias("_before"), kk.alias("_k")]
     )
@@ -159,50 +170,63 @@ def _covered_banded(
 ) -> pl.DataFrame:
     """`covered_many` on the bands' axis. A time outside [lo, lo + span) is clipped into it (no
     interval lies outside, so the covered time until it is the same); a row whose group has no
-    band, or whose as-of match lies in an earlier band, has nothing covered.
+    band, or whose match lies in an earlier band, has nothing covered.
 
-    Series all through, one index at a time: both ends of q are sorted once (their rows, band
-    numbers and times), each index is banded once for both, and each as-of match is put back
-    into q's order by its row (a scatter) and subtracted at once. Holding every layer's
-    coverage at both ends, and the as-of joins' copies of q, was ~70 MB at 1 GB (276 k gaps)."""
+    Series all through, one index at a time: each index's interval holding (or last before)
+    each end of q is one `search_sorted` of both ends' band times among its sorted band starts
+    (the as-of match, with no sort of q), and each end's covered time is put back into q's
+    order by its row (a scatter) and subtracted at once. Only the search and the join of q's
+    keys are polars queries (~25 µs each on a DLRM rank's few hundred gaps); holding every
+    layer's coverage at both ends was ~70 MB at 1 GB (276 k gaps)."""
     span, lo = bands.span, bands.lo
-    hi = lo + span - 1
     n = q.height
-    k = q.select(by).join(bands.keys, on=by, how="left", maintain_order="left").get_column("_k")
-    ends = []
+    k = q[by].join(bands.keys, on=by, how="left", maintain_order="left").get_column("_k")
+    row = k.to_frame().with_row_index("_r").get_column("_r")
+    ends = []  # per end of q: its rows with a band and a time, their band's start and their time
     for side in (a, b):
         at = q.get_column(side)
-        valid = k.is_not_null() & at.is_not_null()
-        rows, kk, t = valid.arg_true(), k.filter(valid).cast(pl.Int64), at.filter(valid).clip(lo, hi)
-        del valid
-        order = (kk * span + t).arg_sort()
-        kk, t = kk.gather(order), t.gather(order)
-        ends.append((rows.gather(order), pl.DataFrame({"_tq": kk * span + t - lo, "_k": kk, "_at": t})))
-        del rows, kk, t, order
-    del k
-    own = pl.col("_tb").is_not_null() & (pl.col("_tb") >= pl.col("_k") * span)
-    until = pl.when(own).then(pl.col("_before") + pl.min_horizontal("_at", "_e") - pl.col("_s")).otherwise(0)
+        valid = _not_null(k) & _not_null(at)
+        kk, t = k.filter(valid).cast(pl.Int64) * span, _clipped(at.filter(valid), lo, lo + span - 1)
+        ends.append((row.filter(valid), kk, t, kk + t - lo))
+    del k, row
+    tq = pl.concat([e[3] for e in ends])  # both ends: one search per index
     done: dict[int, pl.Series] = {}  # an index shared by two layers is measured once
     cols = []
     for index, out in zip(indexes, outs):
         if index.is_empty():
-            cols.append(pl.zeros(n, pl.Int64, eager=True).alias(out))
+            cols.append(pl.Series(out, [0], pl.Int64).new_from_index(0, n))
             continue
         if id(index) not in done:
-            ix = index.select(
-                _tb=pl.col("_k").cast(pl.Int64) * span + pl.col("start_ns") - lo,
-                _s="start_ns",
-                _e="end_ns",
-                _before="_before",
-            )
-            covered_until = []
-            for rows, qs in ends:
-                j = qs.join_asof(ix, left_on="_tq", right_on="_tb", strategy="backward", check_sortedness=False)
-                # scatter fills a new column in place: q's rows, 0 where an end has no band
-                covered_until.append(pl.zeros(n, pl.Int64, eager=True).scatter(rows, j.select(until).to_series()))
-                del j
-            del ix
-            done[id(index)] = (covered_until[1] - covered_until[0]).clip(0)
-            del covered_until
+            s0, e0, before = index.get_column("start_ns"), index.get_column("end_ns"), index.get_column("_before")
+            tb = index.get_column("_k").cast(pl.Int64) * span + s0 - lo  # sorted: bands, then starts
+            found = tb.search_sorted(tq, side="right")  # the intervals starting at or before each end
+            covered_until, off = [], 0
+            for rows, band, t, _ in ends:
+                f = found.slice(off, t.len())
+                off += t.len()
+                has = f > 0
+                j = (f.filter(has) - 1).cast(pl.UInt32)
+                own = tb[j] >= band.filter(has)  # in the end's own band, not an earlier one
+                j, rows, t = j.filter(own), rows.filter(has).filter(own), t.filter(has).filter(own)
+                e = e0[j]
+                until = before[j] + t.zip_with(t < e, e) - s0[j]  # covered before it, and inside it
+                # scatter fills a new column in place: q's rows, 0 where an end has no interval
+                covered_until.append(pl.Series("", [0], pl.Int64).new_from_index(0, n).scatter(rows, until))
+            d = covered_until[1] - covered_until[0]
+            done[id(index)] = d.zip_with(d > 0, pl.Series("", [0], pl.Int64).new_from_index(0, n))
+            del covered_until, d
         cols.append(done[id(index)].alias(out))
     return pl.DataFrame(cols)
+
+
+def _not_null(s: pl.Series) -> pl.Series:
+    """`is_not_null` without its query (~25 µs) when there is no null (null counts are known)."""
+    return s.is_not_null() if s.null_count() else pl.Series([True]).new_from_index(0, s.len())
+
+
+def _clipped(t: pl.Series, lo: int, hi: int) -> pl.Series:
+    """`t.clip(lo, hi)` (no nulls) by `zip_with`, and only when a time lies outside: `clip` is a query."""
+    if t.is_empty() or (t.min() >= lo and t.max() <= hi):
+        return t
+    t = t.zip_with(t >= lo, pl.Series([lo], dtype=t.dtype).new_from_index(0, t.len()))
+    return t.zip_with(t <= hi, pl.Series([hi], dtype=t.dtype).new_from_index(0, t.len()))
