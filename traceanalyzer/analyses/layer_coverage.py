@@ -53,7 +53,14 @@ def cumulative_unions(
         # few rows (events come in runs of one thread), not millions (~75 MB at 1 GB)
         firsts.append(key_starts(f, by) if f.height else None)  # one bit a row
         heads.append(_rows(f, by, firsts[-1]) if f.height else f[by].clear())  # Series filters: no query
-    keys = pl.concat(heads).unique().sort(by).with_row_index("_k")
+    heads_all = pl.concat(heads)
+    keys = heads_all.unique().sort(by).with_row_index("_k")
+    # each layer's heads' group numbers: one join of them all, sliced per layer below
+    head_k = heads_all.join(keys, on=by, how="left", nulls_equal=True, maintain_order="left").get_column("_k")
+    head_at = [0]
+    for h in heads:
+        head_at.append(head_at[-1] + h.height)
+    del heads_all, heads
     span = (hi - lo + 1) if lo is not None else 1
     if n_null or neg or lo is None or keys.height * span >= 1 << 62:
         return _cumulative_unions_by_sort([_built(f) for f in layers], by), None
@@ -64,12 +71,12 @@ def cumulative_unions(
         if layer.is_empty():
             out.append(out[-1] if out else coverage_index(layer.select(*by, "start_ns", "end_ns"), by, True))
             continue
-        # each row's group number: that of its run's first row (a join of the few heads, then a
-        # gather), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
+        # each row's group number: that of its run's first row (the heads' numbers, then by
+        # position), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
         first, firsts[i] = firsts[i], None
         run = (first.cast(pl.UInt32).cum_sum() - 1).cast(pl.UInt32)
-        head = _rows(layer, by, first).join(keys, on=by, how="left", nulls_equal=True, maintain_order="left")
-        band = head.get_column("_k").cast(pl.Int64)[run] * span - lo  # by UInt32 positions: no query
+        head = head_k.slice(head_at[i], head_at[i + 1] - head_at[i])  # the layer's heads, in its order
+        band = head.cast(pl.Int64)[run] * span - lo  # by UInt32 positions: no query
         del first, run, head
         banded = pl.DataFrame({"_t": layer.get_column("start_ns") + band, "_te": layer.get_column("end_ns") + band})
         del layer, band
