@@ -174,12 +174,14 @@ class CpuActivity:
         # Each layer but the two kept is a mask and a function that builds it (`build`): the
         # unions build one at a time and let it go once merged in; built all at once, every
         # later layer sat beside the one being sorted (1 GB: ~30 MB).
+        rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns")
         is_launch_call, is_other = launches_ & ~blocks, ~launches_ & ~blocks
         other_ids = trace.runtime.select("runtime_id").filter(is_other)
         del kind, blocks, launches_
         # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
         # Masks over the whole op table, then one filter of four columns per layer: a filtered
         # copy carrying the names (to test them) cost 30 MB at 1 GB, never read after.
+        ops = trace.ops.select(*THREAD, "ts_ns", "end_ns")
         real = trace.ops.select((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
         real = real.to_series().fill_null(False)
         # An op that launches GPU work (itself or through the ops inside it: aten::linear over
@@ -197,20 +199,24 @@ class CpuActivity:
         is_wrapper = real & op_ids.is_in(wrappers.implode()) & ~is_launching
         is_cpu_op = real & ~is_launching & ~is_wrapper
         del real, launching, wrappers
-        rt, ops = trace.runtime, trace.ops
-        # One interval set per layer, by name (causes.LAYERS says the order they win in): the
-        # rows of (table, mask) pairs, one after another (`_layer`).
-        sets: dict[str, Callable[[], pl.DataFrame]] = {
-            "data_loading": lambda: _layer((data, None)),
-            "sync": lambda: _layer((blocking, None)),
-            "runtime_call": lambda: _layer((rt, is_other)),
-            "launch": lambda: _layer((rt, is_launch_call), (ops, is_launching)),
-            "cpu_op": lambda: _layer((ops, is_cpu_op)),
-            "python": lambda: _layer((trace.python, None), (ops, is_wrapper)),
+        python = trace.python.select(*THREAD, "ts_ns", "end_ns")
+        # One interval set per layer, by name (causes.LAYERS says the order they win in).
+        sets = {
+            "data_loading": lambda: data,
+            "sync": lambda: blocking,
+            "runtime_call": lambda: rt.filter(is_other),
+            "launch": lambda: pl.concat([rt.filter(is_launch_call), ops.filter(is_launching)]),
+            "cpu_op": lambda: ops.filter(is_cpu_op),
+            "python": lambda: pl.concat([python, ops.filter(is_wrapper)]),
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
         # The union of layers 0..k for each k (`layer_coverage.cumulative_unions`: one sort per layer).
-        cumulative, bands = cumulative_unions([sets[name] for name in LAYERS], THREAD)  # masks left: bits
+        schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+        def build(name: str) -> Callable[[], pl.DataFrame]:
+            return lambda: sets[name]().select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema)
+
+        cumulative, bands = cumulative_unions([build(name) for name in LAYERS], THREAD)  # masks left: bits
         return cls(
             blocked=coverage_index(merge(blocking, THREAD), THREAD, presorted=True),
             cumulative=tuple(cumulative),
@@ -219,16 +225,3 @@ class CpuActivity:
             runtime_other=other_ids,
             bands=bands,
         )
-
-
-def _layer(*parts: tuple[pl.DataFrame, pl.Series | None]) -> pl.DataFrame:
-    """pid, tid, start_ns, end_ns (Int64) of the rows of each table at its mask (None: all), one
-    table after another. Series filters and casts: a frame's `select`, `filter` and `cast` are
-    polars queries (~25 µs each, 34 a DLRM rank), and only these four columns are copied."""
-    frames = []
-    for table, mask in parts:
-        cols = [table.get_column(c) for c in (*THREAD, "ts_ns", "end_ns")]
-        cols = cols if mask is None else [c.filter(mask) for c in cols]
-        names = (*THREAD, "start_ns", "end_ns")
-        frames.append(pl.DataFrame([c.cast(pl.Int64).alias(n) for c, n in zip(cols, names)]))
-    return pl.concat(frames) if len(frames) > 1 else frames[0]

@@ -194,9 +194,9 @@ def _covered_banded(
         at = q.get_column(side)
         valid = _not_null(k) & _not_null(at)
         kk, t = k.filter(valid).cast(pl.Int64) * span, _clipped(at.filter(valid), lo, lo + span - 1)
-        ends.append((row.filter(valid), kk, t, kk + t - lo))
+        ends.append((row.filter(valid), kk, t))
     del k, row
-    tq = pl.concat([e[3] for e in ends])  # both ends: one search per index
+    tq = pl.concat([kk + t - lo for _, kk, t in ends])  # both ends' band times: one search per index
     done: dict[int, pl.Series] = {}  # an index shared by two layers is measured once
     cols = []
     for index, out in zip(indexes, outs):
@@ -208,7 +208,7 @@ def _covered_banded(
             tb = index.get_column("_k").cast(pl.Int64) * span + s0 - lo  # sorted: bands, then starts
             found = tb.search_sorted(tq, side="right")  # the intervals starting at or before each end
             covered_until, off = [], 0
-            for rows, band, t, _ in ends:
+            for rows, band, t in ends:
                 f = found.slice(off, t.len())
                 off += t.len()
                 has = f > 0
