@@ -152,10 +152,15 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_op_id="op_id", sync_api="name"))
     # The runtime call a runtime_call gap sat in (the longest on the thread in the interval).
     # (found by gap_causes, which keys start-up on it)
-    rt_call = pieces.select("gap_id", "rt_call", "rt_call_overlap_ns").filter(pl.col("rt_call").is_not_null())
-    pieces = pieces.drop("rt_call", "rt_call_overlap_ns")
-    rt_call = rt_call.hstack(_runtime_at(trace, rt_call["rt_call"], rt_op_id="op_id", rt_api="name", rt_ns="dur_ns"))
-    pieces = pieces.hstack(_by_gap(n, rt_call.drop("rt_call", "rt_call_overlap_ns")))
+    # (Series filters and frames of Series: a frame's `select`, `filter` and `drop` are a polars
+    # query each, ~25 µs, and a DLRM rank names its few hundred gaps so)
+    call = pieces.get_column("rt_call")
+    known = call.is_not_null()
+    found = _runtime_at(trace, call.filter(known), rt_op_id="op_id", rt_api="name", rt_ns="dur_ns")
+    found.insert_column(0, pieces.get_column("gap_id").filter(known))
+    pieces = pl.DataFrame([c for c in pieces.get_columns() if c.name not in ("rt_call", "rt_call_overlap_ns")])
+    pieces = pieces.hstack(_by_gap(n, found))
+    del call, known, found
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_ns="dur_ns"))
     cause = pl.col("cause")
     python_only = pl.col("t_python") > pl.col("t_cpu_op")
@@ -196,11 +201,11 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})
     modules = op_modules(trace).select(culprit_op_id="op_id", module="module_path")
     named = (
-        pieces.select("culprit_op_id")
+        pieces[["culprit_op_id"]]
         .join(ctx, on="culprit_op_id", how="left", maintain_order="left")
         .join(modules, on="culprit_op_id", how="left", maintain_order="left")
     )
-    pieces = pieces.hstack(named.drop("culprit_op_id"))
+    pieces = pieces.hstack([c for c in named.get_columns() if c.name != "culprit_op_id"])
     del named
     pieces = _python_line_fallback(trace, pieces)
     # Any other thread of the process sitting in a blocking call during the gap.

@@ -212,11 +212,13 @@ def _covered_banded(
                 f = found.slice(off, t.len())
                 off += t.len()
                 has = f > 0
-                j = (f.filter(has) - 1).cast(pl.UInt32)
-                own = tb[j] >= band.filter(has)  # in the end's own band, not an earlier one
-                j, rows, t = j.filter(own), rows.filter(has).filter(own), t.filter(has).filter(own)
+                j = f - has.cast(pl.UInt32)  # the interval (row 0 where none: masked out next)
+                keep = has & (tb[j] >= band)  # one, in the end's own band (not an earlier one)
+                j, rows, t = j.filter(keep), rows.filter(keep), t.filter(keep)
+                del f, has, keep
                 e = e0[j]
                 until = before[j] + t.zip_with(t < e, e) - s0[j]  # covered before it, and inside it
+                del e
                 # scatter fills a new column in place: q's rows, 0 where an end has no interval
                 covered_until.append(pl.Series("", [0], pl.Int64).new_from_index(0, n).scatter(rows, until))
             d = covered_until[1] - covered_until[0]
