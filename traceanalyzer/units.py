@@ -119,6 +119,20 @@ def display_us(df: pl.DataFrame, origin_ns: int, keep: Iterable[str] = ()) -> pl
             return (value.cast(pl.Float64) / pl.col(divisor)).alias(us_name(c))
         return _struct_us(c, dtype, origin_ns) if isinstance(dtype, pl.Struct) else pl.col(c)
 
+    if all(c in kept or not shown_in_us(c) or t in (pl.Int64, pl.Float64) for c, t in df.schema.items()) and not any(
+        isinstance(t, pl.Struct) and c not in kept for c, t in df.schema.items()
+    ):
+        # no struct to convert: Series calls (the same exact divisions), no query (~25 µs each)
+        thousand = pl.Series([1000.0]).new_from_index(0, df.height)
+        cols = []
+        for c in df.columns:
+            col = df.get_column(c)
+            if c in kept or not shown_in_us(c):
+                cols.append(col)
+                continue
+            value = col - origin_ns if is_point(c) else col
+            cols.append((value.cast(pl.Float64) / thousand).alias(us_name(c)))
+        return pl.DataFrame(cols) if cols else df
     exprs = [shown(c, t) for c, t in df.schema.items()]
     if not any(c not in kept and shown_in_us(c) for c in df.columns):
         return df.select(exprs)

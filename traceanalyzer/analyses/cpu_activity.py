@@ -26,8 +26,10 @@ def rows_at(table: pl.DataFrame, id_col: str, ids: pl.Series, **cols: str) -> pl
     three times: a hash join against every runtime call each time cost more than the lookups'
     whole answer."""
     pick = [pl.col(c).alias(out) for out, c in cols.items()]
-    if is_row_number(table[id_col]):
-        return table.select(pl.col(c).gather(ids).alias(out) for out, c in cols.items())
+    if is_row_number(table[id_col]):  # by UInt32 positions (null: null): `gather` is a polars query
+        at = ids.cast(pl.UInt32)
+        # the columns by a select: `get_column` of a trace table's one-valued column would keep it in full
+        return pl.DataFrame([c[at] for c in table.select(pick).get_columns()])
     keyed = table.select(pl.col(id_col).alias("_id"), *pick)
     return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
 

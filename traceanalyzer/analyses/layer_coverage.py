@@ -83,8 +83,10 @@ def cumulative_unions(
         union = union.merge_sorted(banded, "_t") if union.height else banded
         # the sweep of `_merge_sweep` on the banded axis, in Series operations (no query to plan)
         t, reach = union.get_column("_t"), union.get_column("_te").cum_max()
-        new = (t > reach.shift(1)).fill_null(True)
-        union = pl.DataFrame({"_t": t.filter(new), "_te": reach.filter(new.shift(-1, fill_value=True))})
+        # each row against the running maximum one row up by slices (`shift` is a polars query)
+        m = t.len()
+        new = pl.Series([True]).append(t.slice(1) > reach.slice(0, m - 1))
+        union = pl.DataFrame({"_t": t.filter(new), "_te": reach.filter(new.slice(1).append(pl.Series([True])))})
         # one chunk, exactly sized: the filter of the merged chunks keeps buffers about twice the
         # rows kept, and the union is kept (1 GB: 72 MB of RSS for 37 MB of unions)
         union = union.rechunk()
