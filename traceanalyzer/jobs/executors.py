@@ -160,7 +160,7 @@ def _dask_client(address: str):
         return Client(LocalCluster(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None))
     if address:
         return Client(address)
-    from traceanalyzer.load.parallel import cpu_count
+    from traceanalyzer.load.cpus import cpu_count
 
     with worker_env():
         return Client(LocalCluster(n_workers=cpu_count(), threads_per_worker=1, dashboard_address=None))

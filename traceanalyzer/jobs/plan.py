@@ -16,6 +16,7 @@ import math
 import os
 
 from traceanalyzer.job_options import RankOptions
+from traceanalyzer.load.cpus import cpu_count
 from traceanalyzer.load.urls import is_url
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -25,17 +26,6 @@ DEFAULT_WORKER_MIN_MB: float = RankOptions.worker_min_mb  # the default of `--wo
 def min_bytes(worker_min_mb: float) -> int:
     """`--worker-min-mb` in bytes (MB of 10^6 bytes)."""
     return int(worker_min_mb * 1_000_000)
-
-
-def cpu_count() -> int:
-    """CPUs this process may use (`TRACEANALYZER_WORKERS` overrides), as `load.parallel` counts them."""
-    env = os.environ.get("TRACEANALYZER_WORKERS")
-    if env and env.isdigit():
-        return max(1, int(env))
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def json_bytes(path: str) -> int | None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.load.cpus import cpu_count
 from traceanalyzer.load.normalize import BIG_IDS, STRING_IDS, compact, int_list_of
 
 try:
@@ -65,14 +66,8 @@ def replay_loop(force: bool = False) -> Any:
 
 
 def threads() -> int:
-    """Decoding threads: the CPUs this process may use (`TRACEANALYZER_WORKERS` overrides)."""
-    env = os.environ.get("TRACEANALYZER_WORKERS")
-    if env and env.isdigit():
-        return max(1, int(env))
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    """Decoding threads: the CPUs this process may use (`load.cpus`)."""
+    return cpu_count()
 
 
 def chunk_bytes() -> int:

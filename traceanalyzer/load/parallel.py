@@ -34,6 +34,7 @@ import polars as pl
 
 from traceanalyzer.load import native
 from traceanalyzer.load.chunks import EventSplitter
+from traceanalyzer.load.cpus import cpu_count
 from traceanalyzer.load.source import ByteSource
 from traceanalyzer.load.tables import RawTables, read_serial, read_warnings
 
@@ -41,18 +42,6 @@ from traceanalyzer.load.tables import RawTables, read_serial, read_warnings
 # than it saves: at 100 MB the serial loader is as fast in wall time and uses 2/3 the memory.
 MIN_PARALLEL_BYTES = 256 << 20
 PARALLEL_CHUNK_BYTES = 4 << 20
-_ENV_WORKERS = "TRACEANALYZER_WORKERS"  # "1" turns parallel decoding off
-
-
-def cpu_count() -> int:
-    """CPUs this process may use (`TRACEANALYZER_WORKERS` overrides)."""
-    env = os.environ.get(_ENV_WORKERS)
-    if env and env.isdigit():
-        return max(1, int(env))
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def estimated_json_bytes(source: ByteSource) -> int:
