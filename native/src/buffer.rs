@@ -4,7 +4,7 @@
 //! itself. While the view is held, the exporter cannot resize the buffer (a bytearray raises
 //! BufferError), so the bytes stay valid with the GIL released.
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi::PyObject;
 use pyo3::prelude::*;
 use std::os::raw::{c_char, c_int, c_void};
@@ -95,4 +95,31 @@ impl Drop for View {
         // SAFETY: a view taken by PyObject_GetBuffer, released once; callers hold the GIL.
         unsafe { PyBuffer_Release(&mut *self.raw) }
     }
+}
+
+
+/// int64 values of a C-contiguous, aligned buffer; `who` names the caller in the error.
+pub(crate) fn i64s<'a>(b: &'a [u8], who: &str, what: &str) -> PyResult<&'a [i64]> {
+    // SAFETY: every bit pattern is an i64; align_to leaves any unaligned bytes outside `mid`.
+    let (pre, mid, post) = unsafe { b.align_to::<i64>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(PyValueError::new_err(format!("{who}: {what}: not an aligned int64 array")));
+    }
+    Ok(mid)
+}
+
+/// `i64s` of a writable buffer.
+pub(crate) fn i64s_mut<'a>(b: &'a mut [u8], who: &str, what: &str) -> PyResult<&'a mut [i64]> {
+    // SAFETY: as in `i64s`; the view is writable and no other slice of it is alive.
+    let (pre, mid, post) = unsafe { b.align_to_mut::<i64>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(PyValueError::new_err(format!("{who}: {what}: not an aligned int64 array")));
+    }
+    Ok(mid)
+}
+
+/// Whether two buffers share no byte (an output must not alias an input).
+pub(crate) fn disjoint(a: &[u8], b: &[u8]) -> bool {
+    let (a0, b0) = (a.as_ptr() as usize, b.as_ptr() as usize);
+    a.is_empty() || b.is_empty() || a0 + a.len() <= b0 || b0 + b.len() <= a0
 }

@@ -7,7 +7,7 @@
 //! int64 arrays the caller made. Everything is checked before the loop, which runs with the GIL
 //! released and cannot index out of bounds.
 
-use crate::buffer::View;
+use crate::buffer::{self, disjoint, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -15,28 +15,12 @@ fn err(what: &str) -> PyErr {
     PyValueError::new_err(format!("replay: {what}"))
 }
 
-/// int64 values of a C-contiguous, aligned buffer.
 fn i64s<'a>(b: &'a [u8], what: &str) -> PyResult<&'a [i64]> {
-    // SAFETY: every bit pattern is an i64; align_to leaves any unaligned bytes outside `mid`.
-    let (pre, mid, post) = unsafe { b.align_to::<i64>() };
-    if !pre.is_empty() || !post.is_empty() {
-        return Err(err(&format!("{what}: not an aligned int64 array")));
-    }
-    Ok(mid)
+    buffer::i64s(b, "replay", what)
 }
 
 fn i64s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i64]> {
-    // SAFETY: as in `i64s`; the view is writable and no other slice of it is alive.
-    let (pre, mid, post) = unsafe { b.align_to_mut::<i64>() };
-    if !pre.is_empty() || !post.is_empty() {
-        return Err(err(&format!("{what}: not an aligned int64 array")));
-    }
-    Ok(mid)
-}
-
-fn disjoint(a: &[u8], b: &[u8]) -> bool {
-    let (a0, b0) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    a.is_empty() || b.is_empty() || a0 + a.len() <= b0 || b0 + b.len() <= a0
+    buffer::i64s_mut(b, "replay", what)
 }
 
 /// Offsets `off` (n + 1, from 0, non-decreasing) into edge indexes `idx` (each < m).

@@ -13,7 +13,7 @@
 //! layer covers up to each slice boundary (`ThreadClock.until`); each a merge of two sorted key
 //! arrays.
 
-use crate::buffer::View;
+use crate::buffer::{self, disjoint, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -23,12 +23,7 @@ fn err(what: &str) -> PyErr {
 }
 
 fn i64s<'a>(b: &'a [u8], what: &str) -> PyResult<&'a [i64]> {
-    // SAFETY: every bit pattern is an i64; align_to leaves any unaligned bytes outside `mid`.
-    let (pre, mid, post) = unsafe { b.align_to::<i64>() };
-    if !pre.is_empty() || !post.is_empty() {
-        return Err(err(&format!("{what}: not an aligned int64 array")));
-    }
-    Ok(mid)
+    buffer::i64s(b, "walk", what)
 }
 
 // Segment kinds (critical_path.SEG_KINDS) and the wait an edge stands for (critical_path.WAIT_KINDS).
@@ -299,17 +294,7 @@ pub fn innermost(
 }
 
 fn i64s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i64]> {
-    // SAFETY: as in `i64s`; the view is writable and no other slice of it is alive.
-    let (pre, mid, post) = unsafe { b.align_to_mut::<i64>() };
-    if !pre.is_empty() || !post.is_empty() {
-        return Err(err(&format!("{what}: not an aligned int64 array")));
-    }
-    Ok(mid)
-}
-
-fn disjoint(a: &[u8], b: &[u8]) -> bool {
-    let (a0, b0) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    a.is_empty() || b.is_empty() || a0 + a.len() <= b0 || b0 + b.len() <= a0
+    buffer::i64s_mut(b, "walk", what)
 }
 
 /// Per query (sorted keys `q` on the graph's clock, `t` its instant), the time a coverage index
