@@ -237,6 +237,34 @@ def largest_overlap(
     )
 
 
+def _step_thread_of(trace: Trace, at: pl.DataFrame) -> pl.DataFrame:
+    """step_pid, step_tid for each row of `at` (step, device): the step's thread (`step_threads`),
+    one per row. Where several processes ran a step of that number (one ProfilerStep thread
+    each), the thread of the process that launched most of the device's work; else the first."""
+    threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
+    first = threads.unique("step", keep="first", maintain_order=True)
+    if first.height == threads.height:
+        return at.select("step").join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
+    owner = (
+        trace.gpu.select("device", step_pid=pl.col("launch_pid"))
+        .drop_nulls()
+        .group_by("device")
+        .agg(pl.col("step_pid").mode().min())
+    )
+    own = threads.unique(["step", "step_pid"], keep="first", maintain_order=True)
+    mine = at.join(owner, on="device", how="left", maintain_order="left").join(
+        own, on=["step", "step_pid"], how="left", nulls_equal=True, maintain_order="left"
+    )
+    fallback = at.select("step").join(first, on="step", how="left", nulls_equal=True, maintain_order="left")
+    found = mine.get_column("step_tid").is_not_null()
+    return pl.DataFrame(
+        [
+            mine.get_column("step_pid").zip_with(found, fallback.get_column("step_pid")),
+            mine.get_column("step_tid").zip_with(found, fallback.get_column("step_tid")),
+        ]
+    )
+
+
 # How many of the other runtime calls are gathered at once to find the runtime_call gaps' calls.
 OTHER_CALLS_CHUNK = 1 << 16
 
@@ -326,8 +354,7 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     pieces = next_activity(trace, pieces)
     # The thread whose timeline explains the gap: the one that launched the work ending it,
     # else the step's own thread (its columns joined to the step column alone).
-    threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
-    step = pieces.select("step").join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
+    step = _step_thread_of(trace, pieces.select("step", "device"))
     pieces = pieces.with_columns(
         pid=pl.coalesce(pl.col("launch_pid"), step.get_column("step_pid")),
         tid=pl.coalesce(pl.col("launch_tid"), step.get_column("step_tid")),
