@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 
-from traceanalyzer.cli.main import rank_dir_polars_threads
+from traceanalyzer.cli.main import rank_dir_alone, rank_dir_polars_threads
 from traceanalyzer.jobs import plan
 from traceanalyzer.jobs.executors import run_ranks
 
@@ -120,3 +120,27 @@ def test_a_small_directory_summary_imports_neither_numpy_nor_multiprocessing(SHA
     run = subprocess.run([sys.executable, "-c", code, str(d), str(out)], capture_output=True, text=True, check=True)
     assert run.stderr.strip().splitlines()[-1] == "[]"
     assert json.loads(out.read_text())["ranks_held"] == 2
+
+
+def test_a_directory_analysed_alone_on_one_polars_thread_runs_on_one_cpu(tmp_path, monkeypatch):
+    """polars hands each query to its pool's thread, which then spins (`sched_yield`): on a second
+    CPU that costs as much as the queries of small ranks, so a process left alone pins itself."""
+    monkeypatch.setenv("TRACEANALYZER_WORKERS", "2")
+    d = tmp_path / "job"
+    d.mkdir()
+    _files(d, [1000] * 3)  # 3 kB of JSON: one process (one per 16 MB), every rank small
+    assert rank_dir_alone(["summary", str(d)])
+    assert not rank_dir_alone(["summary", str(d), "--jobs", "2"])  # workers: the driver keeps its CPUs
+    assert not rank_dir_alone(["summary", str(d / "rank0.json")])  # one trace: not a directory
+    code = (
+        "import importlib, os, sys; m = importlib.import_module('traceanalyzer.cli.main'); "
+        "m.main = lambda: print(len(os.sched_getaffinity(0))) or 0; "
+        "sys.argv = ['traceanalyzer', *sys.argv[1:]]; m.run()"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+
+    def cpus(*args: str) -> int:
+        return int(subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env).stdout)
+
+    assert cpus("summary", str(d)) == 1
+    assert cpus("summary", str(d), "--jobs", "2") == len(os.sched_getaffinity(0))

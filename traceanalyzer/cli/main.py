@@ -231,9 +231,9 @@ def _value(args: list[str], flag: str) -> str | None:
     return found
 
 
-def rank_dir_polars_threads(argv: list[str]) -> str | None:
-    """`"1"` when a command line runs a command of RANK_DIR_COMMANDS on a local directory whose
-    ranks this process should analyse on one polars thread (`jobs.plan.one_polars_thread`); else None."""
+def rank_dir_plan(argv: list[str]) -> tuple[list[str], int, int] | None:
+    """For a command line that runs a command of RANK_DIR_COMMANDS on a local directory: its
+    files, --jobs and --worker-min-mb in bytes (what `jobs.plan` decides from); else None."""
     words = [t for t in argv if not t.startswith("-")]
     command = next((t for t in words if t in COMMANDS), None)
     if command not in RANK_DIR_COMMANDS:
@@ -259,7 +259,34 @@ def rank_dir_polars_threads(argv: list[str]) -> str | None:
         min_mb = float(_value(after, "--worker-min-mb") or plan.DEFAULT_WORKER_MIN_MB)
     except ValueError:
         return None  # click says what is wrong with it
-    return "1" if plan.one_polars_thread(files, jobs, plan.min_bytes(min_mb)) else None
+    return files, jobs, plan.min_bytes(min_mb)
+
+
+def rank_dir_polars_threads(argv: list[str]) -> str | None:
+    """`"1"` when a command line runs a command of RANK_DIR_COMMANDS on a local directory whose
+    ranks this process should analyse on one polars thread (`jobs.plan.one_polars_thread`); else None."""
+    from traceanalyzer.jobs import plan
+
+    args = rank_dir_plan(argv)
+    return "1" if args is not None and plan.one_polars_thread(*args) else None
+
+
+def rank_dir_alone(argv: list[str]) -> bool:
+    """Whether this process analyses a directory's ranks alone (no worker: `jobs.plan.processes`)
+    on one polars thread. Then it runs on one CPU: polars hands each query to its pool's one
+    thread and that thread spins (`sched_yield`) after it, which on another CPU costs as much
+    as the queries (8 DLRM ranks: 1.8-1.85 CPU-s, 141 k yields; on one CPU 1.0-1.1 CPU-s and
+    half the wall time, 2026-12-01, docs/performance.md)."""
+    from traceanalyzer.jobs import plan
+
+    args = rank_dir_plan(argv)
+    return args is not None and plan.processes(*args) == 1 and plan.one_polars_thread(*args)
+
+
+def pin_to_one_cpu() -> None:
+    """Run this process (and the threads it starts) on one of the CPUs it may use."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed: as it was
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def run() -> None:
@@ -267,6 +294,8 @@ def run() -> None:
     os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)  # before anything imports polars
     if rank_dir_polars_threads(sys.argv[1:]):
         os.environ.setdefault("POLARS_MAX_THREADS", "1")
+        if os.environ["POLARS_MAX_THREADS"] == "1" and rank_dir_alone(sys.argv[1:]):
+            pin_to_one_cpu()
     startup.begin()  # no collection during the imports (`cli.startup`)
     end(main())
 
