@@ -283,19 +283,16 @@ def rank_dir_alone(argv: list[str]) -> bool:
     return args is not None and plan.processes(*args) == 1 and plan.one_polars_thread(*args)
 
 
-def pin_to_one_cpu() -> None:
-    """Run this process (and the threads it starts) on one of the CPUs it may use."""
-    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed: as it was
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-
-
 def run() -> None:
     """The console script's entry point."""
     os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)  # before anything imports polars
     if rank_dir_polars_threads(sys.argv[1:]):
         os.environ.setdefault("POLARS_MAX_THREADS", "1")
         if os.environ["POLARS_MAX_THREADS"] == "1" and rank_dir_alone(sys.argv[1:]):
-            pin_to_one_cpu()
+            from traceanalyzer.load import cpus
+
+            if usable := cpus.usable():
+                cpus.pin(usable[:1])
     startup.begin()  # no collection during the imports (`cli.startup`)
     end(main())
 
