@@ -25,7 +25,6 @@ from traceanalyzer.load import load
 from traceanalyzer.load import native as ln
 from traceanalyzer.session import Session
 
-TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 SHARED = [
     "v100_resnet50_dataloader_workers0.pt.trace.json.gz",
     "a100_multistream_syncs.json.gz",
@@ -35,6 +34,24 @@ SHARED = [
     "dlrm_v100_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",
 ]
 native = pytest.mark.skipif(not ln.available(), reason="traceanalyzer._native not built")
+
+
+def _shared(folder: Path, name: str) -> Path:
+    """A shared trace (the `SHARED_TRACES` fixture's folder), or the test skipped without it."""
+    path = folder / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    return path
+
+
+def _slices(path: Path):
+    """A trace's Trace, CPU activity, thread clock and the dependency graph's CPU slices."""
+    ses = Session(load(str(path)))
+    trace, act = ses.trace, ses.activity
+    threads = gn.graph_threads(trace, act.blocking)
+    times = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
+    clock = gn.ThreadClock.of(threads, [*times, *(i.select("start_ns", "end_ns") for i in act.cumulative)])
+    return trace, act, clock, gn.slices(trace, threads, clock)
 
 
 def _walks(ses: Session):
@@ -50,11 +67,8 @@ def _walks(ses: Session):
 
 @native
 @pytest.mark.parametrize("name", SHARED, ids=lambda p: Path(p).name[:30])
-def test_native_walk_is_the_python_walk_on_shared_traces(name: str):
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    fast, slow = _walks(Session(load(str(path))))
+def test_native_walk_is_the_python_walk_on_shared_traces(name: str, SHARED_TRACES):
+    fast, slow = _walks(Session(load(str(_shared(SHARED_TRACES, name)))))
     assert fast.height > 10
     assert fast.equals(slow)
     assert (fast["end_ns"] > fast["start_ns"]).all()
@@ -144,17 +158,9 @@ def test_native_innermost_by_hand():
 
 @native
 @pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
-def test_innermost_native_numpy_and_links_agree(name: str, monkeypatch):
+def test_innermost_native_numpy_and_links_agree(name: str, monkeypatch, SHARED_TRACES):
     """Each slice's runtime call and op: natively, in numpy, and by `links.innermost_containing`."""
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    ses = Session(load(str(path)))
-    trace, act = ses.trace, ses.activity
-    threads = gn.graph_threads(trace, act.blocking)
-    times = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
-    clock = gn.ThreadClock.of(threads, [*times, *(i.select("start_ns", "end_ns") for i in act.cumulative)])
-    s = gn.slices(trace, threads, clock)
+    trace, act, clock, s = _slices(_shared(SHARED_TRACES, name))
     rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id").with_columns(parent_id=pl.lit(None, pl.Int64))
     for iv, col in ((rt, "runtime_id"), (trace.ops, "op_id")):
         fast = clock.innermost(s, iv, col)
@@ -188,17 +194,9 @@ def test_native_covered_until_by_hand():
 
 @native
 @pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
-def test_layer_times_native_and_numpy_agree(name: str, monkeypatch):
+def test_layer_times_native_and_numpy_agree(name: str, monkeypatch, SHARED_TRACES):
     """Each slice's time in each cumulative layer union, natively and in numpy."""
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    ses = Session(load(str(path)))
-    trace, act = ses.trace, ses.activity
-    threads = gn.graph_threads(trace, act.blocking)
-    times = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
-    clock = gn.ThreadClock.of(threads, [*times, *(i.select("start_ns", "end_ns") for i in act.cumulative)])
-    s = gn.slices(trace, threads, clock)
+    _, act, clock, s = _slices(_shared(SHARED_TRACES, name))
     fast = gn._layer_times(s, act, clock)
     monkeypatch.setenv(ln.ENV, "0")
     slow = gn._layer_times(s, act, clock)
