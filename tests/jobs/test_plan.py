@@ -83,22 +83,24 @@ def test_the_command_line_names_a_rank_directory(tmp_path, monkeypatch):
     assert rank_dir_polars_threads(["summary", str(d), "--jobs", "x"]) is None  # click reports it
 
 
+def _entry_point(report: str, *args: str) -> str:
+    """What `report` (a Python statement) prints when the console entry point runs `traceanalyzer
+    ARGS` in a fresh interpreter whose POLARS_MAX_THREADS is unset, the command itself replaced by it."""
+    code = (
+        "import importlib, os, sys; m = importlib.import_module('traceanalyzer.cli.main'); "
+        f"m.main = lambda: {report} or 0; sys.argv = ['traceanalyzer', *sys.argv[1:]]; m.run()"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env).stdout
+
+
 def test_the_command_runs_polars_on_one_thread_for_a_rank_directory(tmp_path):
     d = tmp_path / "job"
     d.mkdir()
     _files(d, [1000] * 2)
-    code = (
-        "import importlib, os, sys; m = importlib.import_module('traceanalyzer.cli.main'); "
-        "m.main = lambda: print(os.environ.get('POLARS_MAX_THREADS'), 'polars' in sys.modules) or 0; "
-        "sys.argv = ['traceanalyzer', *sys.argv[1:]]; m.run()"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
-
-    def seen(*args: str) -> str:
-        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env).stdout
-
-    assert seen("summary", str(d)) == "1 False\n"  # set before polars loads
-    assert seen("summary", str(d / "rank0.json")) == "None False\n"  # one trace: polars' own pool
+    seen = "print(os.environ.get('POLARS_MAX_THREADS'), 'polars' in sys.modules)"
+    assert _entry_point(seen, "summary", str(d)) == "1 False\n"  # set before polars loads
+    assert _entry_point(seen, "summary", str(d / "rank0.json")) == "None False\n"  # one trace: polars' own pool
 
 
 def test_a_small_directory_summary_imports_neither_numpy_nor_multiprocessing(SHARED_TRACES, tmp_path):
@@ -132,15 +134,6 @@ def test_a_directory_analysed_alone_on_one_polars_thread_runs_on_one_cpu(tmp_pat
     assert rank_dir_alone(["summary", str(d)])
     assert not rank_dir_alone(["summary", str(d), "--jobs", "2"])  # workers: the driver keeps its CPUs
     assert not rank_dir_alone(["summary", str(d / "rank0.json")])  # one trace: not a directory
-    code = (
-        "import importlib, os, sys; m = importlib.import_module('traceanalyzer.cli.main'); "
-        "m.main = lambda: print(len(os.sched_getaffinity(0))) or 0; "
-        "sys.argv = ['traceanalyzer', *sys.argv[1:]]; m.run()"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
-
-    def cpus(*args: str) -> int:
-        return int(subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env).stdout)
-
-    assert cpus("summary", str(d)) == 1
-    assert cpus("summary", str(d), "--jobs", "2") == len(os.sched_getaffinity(0))
+    cpus = "print(len(os.sched_getaffinity(0)))"
+    assert int(_entry_point(cpus, "summary", str(d))) == 1
+    assert int(_entry_point(cpus, "summary", str(d), "--jobs", "2")) == len(os.sched_getaffinity(0))
