@@ -172,13 +172,27 @@ def test_without_steps_or_gpu_work_one_window_over_the_trace(tmp_path):
     assert r.average["forward"] == 20 and r.average["gpu_idle"] == 10
 
 
-def test_distinct_chains_give_every_op_its_op_context_chain(SHARED_TRACES):
+@pytest.mark.parametrize(
+    ("name", "by_levels"),
+    [
+        ("h100_owlv2_inference.json.gz", False),
+        ("h100_owlv2_inference.json.gz", True),
+        # ProfilerStep ranges nested under ops: one chain ends at several depths of the tree
+        ("v100_resnet50_dataloader_workers0.pt.trace.json.gz", True),
+    ],
+)
+def test_distinct_chains_give_every_op_its_op_context_chain(SHARED_TRACES, monkeypatch, name, by_levels):
     """The stage patterns match each distinct chain once: through its chain id, every op gets
     the very string `op_context` makes for it, and ops share an id only when their chains are
-    equal."""
+    equal; numbered from the lists of ancestors (small traces) or level by level of the op
+    tree (large ones, forced here)."""
+    from traceanalyzer.analyses import attribution
     from traceanalyzer.analyses.attribution import distinct_chains, op_context
 
-    trace = load(str(SHARED_TRACES / "h100_owlv2_inference.json.gz"))
+    if by_levels:
+        monkeypatch.setattr(attribution, "LEVEL_CHAIN_OPS", 0)
+    trace = load(str(SHARED_TRACES / name))
+    assert attribution._chain_ids(trace) is not None  # the Trace's depths are those of parent_id
     per_op, chains = distinct_chains(trace, trace.ops["op_id"])
     got = per_op.join(chains, on="chain", how="left").select("op_id", "op_chain").sort("op_id")
     want = op_context(trace, trace.ops["op_id"]).select("op_id", "op_chain").sort("op_id")

@@ -182,7 +182,15 @@ def _chain_labels(trace: Trace, labels: list[pl.Expr]) -> pl.DataFrame:
     ' > ' joined; stage patterns match against it. Each distinct chain is labelled once
     (`attribution.distinct_chains`): a string per op held 120 MB at 311 MB."""
     per_op, chains = distinct_chains(trace, trace.ops["op_id"])
-    modules = op_modules(trace).select(
+    modules = op_modules(trace)
+    if modules.is_empty():  # no module frames: a label per chain, given to its ops by a gather
+        classes = chains.with_columns(op_chain=pl.col("op_chain").fill_null(""))
+        labelled = classes.select("chain", *labels)
+        at = pl.Series("chain", [None], dtype=pl.UInt32).new_from_index(0, int(per_op["chain"].max() or 0) + 1)
+        at = at.scatter(labelled["chain"], pl.int_range(labelled.height, dtype=pl.UInt32, eager=True))
+        rows = at.gather(per_op["chain"])
+        return pl.DataFrame([per_op["op_id"], *(labelled.get_column(c).gather(rows) for c in labelled.columns[1:])])
+    modules = modules.select(
         "op_id",
         _mods=pl.lit("nn.Module: ") + pl.col("module_path").str.replace_all("/", " > nn.Module: ", literal=True),
     )
@@ -208,35 +216,88 @@ def _label(rules: list[tuple[str, str]], fallback: pl.Expr) -> pl.Expr:
 
 
 def _labelled(
-    trace: Trace, rules: list[tuple[str, str]], cpu_fallback: pl.Expr, gpu_fallback: str
+    trace: Trace, rules: list[tuple[str, str]], cpu_fallback: pl.Expr, gpu_fallback: str, names: tuple[str, ...]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(cpu intervals, gpu intervals), each with `label`. The labels depend on the op chain
-    only: each op's chain is matched once, and the ops, runtime calls and GPU activities get
-    their op's label by a narrow join (a call without an op gets the label of an empty chain)."""
-    cpu_label, gpu_label = _label(rules, cpu_fallback).alias("_cpu"), _label(rules, pl.lit(gpu_fallback)).alias("_gpu")
+    """(cpu intervals, gpu intervals): start_ns, end_ns, label (its position in `names`, UInt32;
+    the gpu ones with `_copy`: 1 host to device, 2 device to host, 0 neither). The labels depend
+    on the op chain only: each op's chain is matched once, and the ops, runtime calls and GPU
+    activities get their op's label by a gather (a call without an op gets the label of an
+    empty chain). A CPU interval inside the op that encloses it (its parent, or a runtime
+    call's op) under the same label is left out: it adds nothing to its layer's union (1 GB:
+    ~2.3 M CPU intervals, most of them nested)."""
+    enum = pl.Enum(names)
+    cpu_label = _label(rules, cpu_fallback).cast(enum).to_physical().cast(pl.UInt32).alias("_cpu")
+    gpu_label = _label(rules, pl.lit(gpu_fallback)).cast(enum).to_physical().cast(pl.UInt32).alias("_gpu")
     labels = _chain_labels(trace, [cpu_label, gpu_label])
     empty = pl.DataFrame({"op_chain": [""]}).select(cpu_label, gpu_label).row(0)
+    ops = trace.ops
+    n_ops = ops.height
+    by_row = is_row_number(ops["op_id"])  # every Trace: an op's label is row op_id of a column
+    if by_row:  # a scatter by op id, then gathers, rather than a join of every call and activity
+        cpu_of = pl.Series([None], dtype=pl.UInt32).new_from_index(0, n_ops)
+        cpu_of = cpu_of.scatter(labels["op_id"], labels["_cpu"]) if labels.height else cpu_of
+        gpu_of = pl.Series([None], dtype=pl.UInt32).new_from_index(0, n_ops)
+        gpu_of = gpu_of.scatter(labels["op_id"], labels["_gpu"]) if labels.height else gpu_of
+    else:
+        rows = ops.select("op_id").join(labels, on="op_id", how="left", maintain_order="left")
+        cpu_of, gpu_of = rows["_cpu"], rows["_gpu"]
+    cpu_of, gpu_of = cpu_of.fill_null(empty[0]), gpu_of.fill_null(empty[1])
 
-    n_ops = trace.ops.height
-    by_row = is_row_number(trace.ops["op_id"])  # every Trace: an op's label is row op_id of a column
+    def at(df: pl.DataFrame) -> pl.Series:
+        """The row in `trace.ops` of each op id of df (null: no such op)."""
+        if by_row:
+            i = df["op_id"].cast(pl.Int64)
+            return pl.select(pl.when((i >= 0) & (i < n_ops)).then(i).cast(pl.UInt32)).to_series()
+        row = ops.select("op_id", _row=pl.int_range(n_ops, dtype=pl.UInt32))
+        return df.select("op_id").join(row, on="op_id", how="left", maintain_order="left")["_row"]
 
-    def labelled(df: pl.DataFrame, which: str, fallback: str) -> pl.DataFrame:
-        if not by_row:
-            got = df.join(labels.select("op_id", which), on="op_id", how="left", maintain_order="left")
-            return got.with_columns(label=pl.col(which).fill_null(fallback)).drop(which)
-        # a gather by op id rather than a join of every call and activity (0.05 s at 311 MB)
-        column = pl.Series(which, [], dtype=labels.schema[which]).extend_constant(None, n_ops)
-        column = column.scatter(labels["op_id"], labels[which]) if labels.height else column
-        at = df["op_id"].cast(pl.Int64)
-        at = pl.select(pl.when((at >= 0) & (at < n_ops)).then(at)).to_series()  # no such op: no label
-        return df.with_columns(label=column.gather(at).fill_null(fallback))
-
-    ops = trace.ops.select("op_id", "ts_ns", "end_ns", "name").filter(~pl.col("name").str.contains(PROFILER_STEP))
-    ops = ops.drop("name")
-    rt = trace.runtime.select("op_id", "ts_ns", "end_ns")
-    cpu = labelled(pl.concat([ops, rt]), "_cpu", empty[0])
-    gpu = labelled(trace.gpu.select("op_id", "name", "kind", "ts_ns", "end_ns"), "_gpu", empty[1])
-    return cpu, gpu
+    p = pl.col("_p")
+    step = ops["name"].str.contains(PROFILER_STEP).fill_null(True)  # ProfilerStep ranges are no stage's
+    # an op row (parent `_p`) or a runtime call (its op `_p`) inside an op of its layer adds nothing
+    inside = (
+        p.is_not_null()
+        & ~pl.lit(step).gather(p)
+        & (pl.lit(cpu_of).gather(p) == pl.col("label"))
+        & (pl.col("start_ns") >= pl.lit(ops["ts_ns"]).gather(p))
+        & (pl.col("end_ns") <= pl.lit(ops["end_ns"]).gather(p))
+    ).fill_null(False)
+    if not by_row:
+        inside = pl.lit(False)
+    parent = ops["parent_id"].cast(pl.UInt32) if by_row else pl.Series([None], dtype=pl.UInt32).new_from_index(0, n_ops)
+    op_rows = pl.DataFrame({"start_ns": ops["ts_ns"], "end_ns": ops["end_ns"], "label": cpu_of, "_p": parent}).filter(
+        ~step
+    )
+    rt = trace.runtime
+    rt_op = at(rt)
+    rt_rows = pl.DataFrame(
+        {
+            "start_ns": rt["ts_ns"],
+            "end_ns": rt["end_ns"],
+            "label": pl.concat([cpu_of, pl.Series([empty[0]], dtype=pl.UInt32)]).gather(rt_op.fill_null(n_ops)),
+            "_p": rt_op,
+        }
+    )
+    cpu = pl.concat([op_rows, rt_rows]).filter(~inside & (pl.col("end_ns") > pl.col("start_ns"))).drop("_p")
+    g = trace.gpu
+    g_op = at(g)
+    memcpy = pl.col("kind") == "memcpy"
+    gpu = (
+        g.select(
+            "ts_ns",
+            "end_ns",
+            label=pl.lit(pl.concat([gpu_of, pl.Series([empty[1]], dtype=pl.UInt32)])).gather(
+                pl.lit(g_op.fill_null(n_ops))
+            ),
+            _copy=pl.when(memcpy & pl.col("name").str.contains(H2D_COPY))
+            .then(pl.lit(1, pl.UInt8))
+            .when(memcpy & pl.col("name").str.contains(D2H_COPY))
+            .then(pl.lit(2, pl.UInt8))
+            .otherwise(pl.lit(0, pl.UInt8)),
+        )
+        .rename({"ts_ns": "start_ns"})
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+    )
+    return cpu.cast(_IV), gpu.cast(_IV)
 
 
 def _pipeline_layers(trace: Trace, opts: PatternOptions, blocked: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
@@ -250,24 +311,23 @@ def _pipeline_layers(trace: Trace, opts: PatternOptions, blocked: pl.DataFrame) 
         .then(pl.lit("forward"))
         .otherwise(pl.lit("other_cpu"))
     )
-    cpu, gpu = _labelled(trace, rules, cpu_fallback, "forward")
-    h2d = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(H2D_COPY)
-    d2h = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(D2H_COPY)
-    copy_free = gpu.filter(~h2d & ~d2h)
+    cpu, gpu = _labelled(trace, rules, cpu_fallback, "forward", PIPELINE_STAGES)
+    code = {name: i for i, name in enumerate(PIPELINE_STAGES)}
 
     def g(label: str) -> pl.DataFrame:
-        return _iv(copy_free.filter(pl.col("label") == label))
+        return gpu.filter((pl.col("label") == code[label]) & (pl.col("_copy") == 0)).select(list(_IV))
 
     def c(label: str) -> pl.DataFrame:
-        return _iv(cpu.filter(pl.col("label") == label))
+        return cpu.filter(pl.col("label") == code[label]).select(list(_IV))
 
+    loading = gpu.filter(pl.col("label") == code["data_loading"]).select(list(_IV))
     return [
-        ("data_loading", pl.concat([c("data_loading"), _iv(gpu.filter(pl.col("label") == "data_loading"))])),
-        ("h2d", _iv(gpu.filter(h2d))),
+        ("data_loading", pl.concat([c("data_loading"), loading])),
+        ("h2d", gpu.filter(pl.col("_copy") == 1).select(list(_IV))),
         ("forward", g("forward")),
         ("backward", g("backward")),
         ("optimizer", g("optimizer")),
-        ("d2h", _iv(gpu.filter(d2h))),
+        ("d2h", gpu.filter(pl.col("_copy") == 2).select(list(_IV))),
         ("sync_wait", _iv(blocked)),
         ("forward", c("forward")),
         ("backward", c("backward")),
@@ -279,14 +339,20 @@ def _pipeline_layers(trace: Trace, opts: PatternOptions, blocked: pl.DataFrame) 
 def _mapping_layers(
     trace: Trace, rules: list[tuple[str, str]], blocked: pl.DataFrame
 ) -> list[tuple[str, pl.DataFrame]]:
-    cpu, gpu = _labelled(trace, rules, pl.lit("other_cpu"), "other_gpu")
-    layers = [(name, _iv(gpu.filter(pl.col("label") == name))) for name, _ in rules]
+    names = tuple(dict.fromkeys([*(name for name, _ in rules), "other_gpu", "other_cpu"]))
+    cpu, gpu = _labelled(trace, rules, pl.lit("other_cpu"), "other_gpu", names)
+    code = {name: i for i, name in enumerate(names)}
+
+    def g(label: str) -> pl.DataFrame:
+        return gpu.filter(pl.col("label") == code[label]).select(list(_IV))
+
+    def c(label: str) -> pl.DataFrame:
+        return cpu.filter(pl.col("label") == code[label]).select(list(_IV))
+
+    layers = [(name, g(name)) for name, _ in rules]
     layers.append(("sync_wait", _iv(blocked)))
-    layers += [(name, _iv(cpu.filter(pl.col("label") == name))) for name, _ in rules]
-    layers += [
-        ("other_gpu", _iv(gpu.filter(pl.col("label") == "other_gpu"))),
-        ("other_cpu", _iv(cpu.filter(pl.col("label") == "other_cpu"))),
-    ]
+    layers += [(name, c(name)) for name, _ in rules]
+    layers += [("other_gpu", g("other_gpu")), ("other_cpu", c("other_cpu"))]
     return layers
 
 
