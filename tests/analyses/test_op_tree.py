@@ -43,3 +43,16 @@ def test_numpy_walk_same_rows_in_same_order(monkeypatch):
     large = op_tree.ancestors(_ops(parents), ids)
     assert small.equals(large)
     assert small.height > 800
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+def test_sum_by_row_by_hand(monkeypatch, with_numpy):
+    """Rows 0..3: row 1 gets 5 + 7, row 3 gets 2; row 9 (outside) and the null value are left out."""
+    import sys
+
+    if not with_numpy:
+        monkeypatch.delitem(sys.modules, "numpy")
+    at = pl.Series([1, 3, 1, 9, 0], dtype=pl.Int32)
+    values = pl.Series([5, 2, 7, 100, None], dtype=pl.Int64)
+    got = op_tree.sum_by_row(4, at, values)
+    assert got.dtype == pl.Int64 and got.to_list() == [0, 12, 0, 2]

@@ -200,3 +200,16 @@ def test_distinct_chains_give_every_op_its_op_context_chain(SHARED_TRACES, monke
     assert got.equals(want)
     assert chains.height < per_op.height / 10  # far fewer chains than ops
     assert chains["op_chain"].n_unique() == chains.height  # one id per distinct chain
+
+
+def test_named_ops_by_chain_are_op_contexts_op(SHARED_TRACES, monkeypatch):
+    """The kernels' launching op, made once per distinct chain (forced here, as on a large
+    trace), is `op_context`'s `op` of every op."""
+    from traceanalyzer.analyses import attribution
+
+    monkeypatch.setattr(attribution, "LEVEL_CHAIN_OPS", 0)
+    trace = load(str(SHARED_TRACES / "v100_resnet50_dataloader_workers0.pt.trace.json.gz"))
+    ids = trace.gpu["op_id"]
+    got = attribution.named_ops(trace, ids).sort("op_id")
+    want = attribution.op_context(trace, ids).select("op_id", "op").sort("op_id")
+    assert got.height == want.height > 1000 and got.equals(want)

@@ -120,6 +120,23 @@ def _ancestors_numpy(parent: pl.Series, ids: pl.Series) -> pl.DataFrame:
     )
 
 
+def sum_by_row(n: int, at: pl.Series, values: pl.Series) -> pl.Series:
+    """Int64: `values` summed by row `at` into n rows, 0 where none (rows outside [0, n) and
+    null values left out). In numpy (`add.at`, ~1.5 ms for 300k values) when something has
+    imported numpy already, as `_ancestors_by_row`; else a group_by and a scatter (~27 ms)."""
+    at = at.cast(pl.Int64)
+    keep = at.is_between(0, n - 1) & values.is_not_null()
+    at, values = at.filter(keep), values.filter(keep).cast(pl.Int64)
+    if "numpy" in sys.modules:
+        import numpy as np
+
+        out = np.zeros(n, dtype=np.int64)
+        np.add.at(out, at.to_numpy(), values.to_numpy())
+        return pl.Series(out, dtype=pl.Int64)
+    sums = pl.DataFrame({"at": at.cast(pl.UInt32), "v": values}).group_by("at").agg(pl.col("v").sum())
+    return pl.Series([0], dtype=pl.Int64).new_from_index(0, n).scatter(sums["at"], sums["v"])
+
+
 def self_time(ops: pl.DataFrame) -> pl.DataFrame:
     """op_id, self_ns: an op's duration less the durations of the ops directly nested in it
     (runtime calls stay in its self time), never below zero."""
