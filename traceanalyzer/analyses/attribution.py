@@ -179,8 +179,8 @@ def _chain_ids(trace: Trace) -> pl.Series | None:
     """Per op (by row), a number naming its chain (UInt32; 0: no chain): ops share it exactly
     when the names of their chains (ProfilerStep ranges left out) are equal. Made top-down, one
     tree level at a time: an op's number is that of its parent's chain with its own name code
-    appended (a key `parent chain x codes + code`, numbered by dense rank within the level, the
-    level's numbers after those before), and a ProfilerStep range passes its parent's on. None
+    appended (a key `parent chain x codes + code`; a key not seen at an earlier level gets the
+    next number, in order of first op), and a ProfilerStep range passes its parent's on. None
     when `depth` is not the depth of `parent_id` (a table not nested by `links.nest`)."""
     ops = trace.ops
     n = ops.height
