@@ -143,11 +143,12 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
 
     rows = top if top and top < SCREEN_ROWS else SCREEN_ROWS
     # Memory, in order (measured at 311 MB): first what keeps a small result after a large
-    # transient (the stage breakdown's op chains, the roofline's shapes, the kernel and op
-    # tables), while only the trace is held; then the critical path, as the dependency graph
-    # under it is the largest thing a summary builds, and built while little else is held it
-    # raises the peak least; then the rest, with the savings replayed on that graph.
-    ses.stages, ses.roofline, ses.kernels, ses.ops  # noqa: B018 - computed here for the peak memory
+    # transient, while only the trace is held: the roofline's shapes first (+80 MB over what is
+    # held: before the CPU activity the stages need is, its peak is that much lower), then the
+    # stage breakdown's op chains, the kernel and op tables; then the critical path, as the
+    # dependency graph under it is the largest thing a summary builds, and built while little
+    # else is held it raises the peak least; then the rest, with the savings replayed on it.
+    ses.roofline, ses.stages, ses.kernels, ses.ops  # noqa: B018 - computed here for the peak memory
     cp = ses.critical_path
     findings = ses.findings_by_saving  # what fixing each would save per step, largest first
     ses.release("dependency_model")  # the path and the savings are read: nothing below replays
