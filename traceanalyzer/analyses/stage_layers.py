@@ -111,33 +111,35 @@ def _labelled(
         row = ops.select("op_id", _row=pl.int_range(n_ops, dtype=pl.UInt32))
         return df.select("op_id").join(row, on="op_id", how="left", maintain_order="left")["_row"]
 
-    p = pl.col("_p")
     step = ops["name"].str.contains(PROFILER_STEP).fill_null(True)  # ProfilerStep ranges are no stage's
-    # an op row (parent `_p`) or a runtime call (its op `_p`) inside an op of its layer adds nothing
-    inside = (
-        p.is_not_null()
-        & ~pl.lit(step).gather(p)
-        & (pl.lit(cpu_of).gather(p) == pl.col("label"))
-        & (pl.col("start_ns") >= pl.lit(ops["ts_ns"]).gather(p))
-        & (pl.col("end_ns") <= pl.lit(ops["end_ns"]).gather(p))
-    ).fill_null(False)
-    if not by_row:
-        inside = pl.lit(False)
+    ts, te = ops["ts_ns"], ops["end_ns"]
+
+    def kept(start: pl.Series, end: pl.Series, label: pl.Series, up: pl.Series) -> pl.Series:
+        """Not empty, and not inside the op `up` (an op's parent, a runtime call's op) under its
+        own label, when that op is in the layer (no ProfilerStep range): such an interval adds
+        nothing. Series operations, each helper let go once used (no query holding them all)."""
+        if not by_row:
+            return end > start
+        has = up.is_not_null()
+        up = up.fill_null(0)  # masked by `has`
+        inside = has & ~step.gather(up)
+        inside = inside & (cpu_of.gather(up) == label)
+        inside = inside & (start >= ts.gather(up))
+        inside = (inside & (end <= te.gather(up))).fill_null(False)
+        return ~inside & (end > start)
+
     parent = ops["parent_id"].cast(pl.UInt32) if by_row else pl.Series([None], dtype=pl.UInt32).new_from_index(0, n_ops)
-    op_rows = pl.DataFrame({"start_ns": ops["ts_ns"], "end_ns": ops["end_ns"], "label": cpu_of, "_p": parent}).filter(
-        ~step
-    )
+    own = kept(ts, te, cpu_of, parent) & ~step
+    op_rows = pl.DataFrame({"start_ns": ts.filter(own), "end_ns": te.filter(own), "label": cpu_of.filter(own)})
+    del own, parent
     rt = trace.runtime
     rt_op = at(rt)
-    rt_rows = pl.DataFrame(
-        {
-            "start_ns": rt["ts_ns"],
-            "end_ns": rt["end_ns"],
-            "label": pl.concat([cpu_of, pl.Series([empty[0]], dtype=pl.UInt32)]).gather(rt_op.fill_null(n_ops)),
-            "_p": rt_op,
-        }
-    )
-    cpu = pl.concat([op_rows, rt_rows]).filter(~inside & (pl.col("end_ns") > pl.col("start_ns"))).drop("_p")
+    rt_label = pl.concat([cpu_of, pl.Series([empty[0]], dtype=pl.UInt32)]).gather(rt_op.fill_null(n_ops))
+    rs, re = rt["ts_ns"], rt["end_ns"]
+    own = kept(rs, re, rt_label, rt_op)
+    rt_rows = pl.DataFrame({"start_ns": rs.filter(own), "end_ns": re.filter(own), "label": rt_label.filter(own)})
+    del own, rt_label, rt_op
+    cpu = pl.concat([op_rows, rt_rows])
     g = trace.gpu
     g_op = at(g)
     memcpy = pl.col("kind") == "memcpy"
