@@ -106,3 +106,55 @@ def test_the_graph_on_the_thread_clock_is_the_graph_by_sorts_and_joins(SHARED_TR
     assert fast.nodes.height > 1000
     for a, b in ((fast.nodes, slow.nodes), (fast.edges, slow.edges), (fast.steps, slow.steps)):
         assert a.equals(b)
+
+
+def test_layer_times_are_held_as_the_times_above_zero():
+    """Three slices: 5 ns of sync and 3 of launch in the first, nothing in the second (a null
+    counts as nothing), 7 of launch in the third; a layer listed twice counts twice."""
+    from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table
+
+    cpu = pl.DataFrame(
+        {
+            "dur_ns": [8, 4, 7],
+            "t_sync": pl.Series([5, 0, None], dtype=pl.Int32),
+            "t_launch": pl.Series([3, None, 7], dtype=pl.Int64),
+        }
+    )
+    slices, lt = layer_table(cpu, ("sync", "launch", "python"))
+    assert slices.columns == ["dur_ns"]  # the times left the slices
+    assert lt.rows() == [(0, "sync", 5), (0, "launch", 3), (2, "launch", 7)]
+    assert lt.schema == {"node": pl.Int32, "layer": pl.Enum(["sync", "launch", "python"]), "ns": pl.Int32}
+    empty = pl.Series([], dtype=pl.String)
+    g = DependencyGraph(slices, pl.DataFrame(), pl.DataFrame(), empty, empty, empty, layer_times=lt)
+    assert g.layer_ns(["launch"]).tolist() == [3.0, 0.0, 7.0]
+    assert g.layer_ns(["sync", "launch"]).tolist() == [8.0, 0.0, 7.0]
+    assert g.layer_ns(["sync", "sync"]).tolist() == [10.0, 0.0, 0.0]
+    assert g.layer_ns(["python"]).tolist() == [0.0, 0.0, 0.0]
+    assert g.layer_ns([]).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_the_graph_holds_every_layer_time_of_the_slices(SHARED_TRACES: Path, monkeypatch):
+    """The long table gives back, per slice and layer, the time `cpu_nodes` computed (its
+    `t_<layer>` columns, a null as zero), on a trace with Python frames and slices that lie in
+    two layers (two slices of b200_eager_rank0: each moment is counted once, by layer priority)."""
+    from traceanalyzer.analyses import dependency_graph as dg
+    from traceanalyzer.analyses.graph_nodes import KIND_LAYERS
+
+    seen = {}
+    cpu_nodes = dg.cpu_nodes
+
+    def keep(*args, **kwargs):
+        cpu, forks = cpu_nodes(*args, **kwargs)
+        seen["cpu"] = cpu.clone()
+        return cpu, forks
+
+    monkeypatch.setattr(dg, "cpu_nodes", keep)
+    g = Session(load(str(SHARED_TRACES / "b200_eager_rank0.json.gz"))).dependency_model.graph
+    cpu = seen["cpu"]
+    assert 1000 < cpu.height < g.nodes.height and not any(c.startswith("t_") for c in g.nodes.columns)
+    for layer in KIND_LAYERS:
+        want = cpu[f"t_{layer}"].fill_null(0).cast(pl.Float64).to_numpy()
+        got = g.layer_ns([layer])
+        assert np.array_equal(got[: cpu.height], want) and not got[cpu.height :].any(), layer
+    assert (g.layer_ns(["python"]) > 0).any()
+    assert g.layer_times.group_by("node").len()["len"].max() == 2  # a slice in two layers

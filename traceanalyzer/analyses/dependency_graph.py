@@ -6,7 +6,7 @@ Nodes (built vectorised, no loop over events):
   cut at every op, runtime-call and step boundary, so that each slice lies inside one innermost
   op and at most one runtime call. Its `kind` is what the thread was doing, by the priority
   layers of `cpu_activity` (data_loading, sync, runtime_call, launch, cpu_op, python, untraced),
-  each moment counted once; `t_<layer>` holds how much of the slice each layer covers.
+  each moment counted once; its time in each layer is a row of the graph's `layer_times`.
 - GPU nodes: every kernel, memcpy and memset. A collective's duration beyond the shortest
   instance of the same kernel and message (the launching op's input shapes) is `wait_ns`:
   waiting for its peers (on one trace the shortest instance is the transfer's own time).
@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, main_thread
-from traceanalyzer.analyses.graph_nodes import CPU_KINDS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
-from traceanalyzer.analyses.graph_table import DependencyGraph, narrow, one_chunk
+from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, main_thread
+from traceanalyzer.analyses.graph_nodes import CPU_KINDS, KIND_LAYERS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
+from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, narrow, one_chunk
 from traceanalyzer.analyses.replay import calibrate
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.patterns import GPU_WAIT_API
@@ -56,10 +56,9 @@ EDGE_SCHEMA = {
     "from_start": pl.Boolean,
     "to_end": pl.Boolean,
 }
-# Node columns kept as Int32 when every value fits: ids, threads and streams, layer times and
-# durations (a slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
-NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
-NARROW += ["dur_ns", "wait_ns"]
+# Node columns kept as Int32 when every value fits: ids, threads and streams, and durations (a
+# slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
+NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", "dur_ns", "wait_ns"]
 LANES = pl.Enum(["cpu", "gpu"])
 
 
@@ -88,6 +87,8 @@ def build_graph(
     ]
     clock = ThreadClock.of(threads, ends)
     cpu, forks = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
+    # the layer times as a long table of those above zero, at once: no later step copies them
+    cpu, layer_times = layer_table(cpu, KIND_LAYERS)
     gpu = gpu_nodes(trace, collective_pattern)
     cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
@@ -252,4 +253,4 @@ def build_graph(
     nodes, e = calibrate(nodes, e)
     nodes = narrow(nodes, ["own_ns"])
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
-    return DependencyGraph(nodes, e, steps, *names)
+    return DependencyGraph(nodes, e, steps, *names, layer_times=layer_times)

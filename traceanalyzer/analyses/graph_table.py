@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 
@@ -13,16 +14,20 @@ class DependencyGraph:
     """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid,
     device, stream, ts_ns, end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's
     own time without waiting), wait_ns (a collective's wait for peers), kind, gpu_id, runtime_id,
-    op_id, t_<layer>; edges: src, dst, etype, from_start, to_end, lag_ns; steps: step, pid, tid,
+    op_id; edges: src, dst, etype, from_start, to_end, lag_ns; steps: step, pid, tid,
     cpu_start_ns, cpu_end_ns, first_node, last_node (the slices that begin and end each step's
-    CPU range). `names(rows)` names nodes.
+    CPU range); layer_times: node, layer, ns, how much of each CPU slice each layer of
+    `cpu_activity` covers (`layer_table`: only the times above zero). `names(rows)` names nodes,
+    `layer_ns(layers)` sums layer times per node.
 
     The node table is the largest of the graph (a row per slice of every launching thread), so
     it holds no name (gathered by id when asked) and no node column; row numbers, thread and
     stream ids, the layer times and the durations are Int32 where every value fits (`narrow`);
     `kind` and `lane`, like the edges' `etype`, are Enums (a byte each); it is one chunk
-    (`one_chunk`). The what-if `Model` drops its captured times (ts_ns, end_ns) once its replay
-    of the capture holds them."""
+    (`one_chunk`). The layer times are a long table of the times above zero, not a column per
+    layer: a slice lies in one layer but for a few (9 bytes a slice rather than 28 at 311 MB).
+    The what-if `Model` drops its captured times (ts_ns, end_ns) once its replay of the capture
+    holds them, and the edges' `dst` once its adjacency (`replay.Prepared`) holds them."""
 
     nodes: pl.DataFrame
     edges: pl.DataFrame
@@ -31,6 +36,21 @@ class DependencyGraph:
     runtime_names: pl.Series
     op_names: pl.Series
     gpu_names: pl.Series
+    layer_times: pl.DataFrame | None = None  # None: no layer time known (every one zero)
+
+    def layer_ns(self, layers: list[str]) -> np.ndarray:
+        """Per node (float64, n of them) the sum of its times in `layers` (a layer listed twice
+        counts twice; 0 where none). Exact: sums of integer ns below 2^53."""
+        lt, n = self.layer_times, self.nodes.height
+        if not layers or lt is None or lt.is_empty():
+            return np.zeros(n, dtype=np.float64)
+        categories = lt["layer"].dtype.categories.to_list()
+        times = np.zeros(len(categories), dtype=np.float64)  # how often each layer is listed
+        for layer in layers:
+            if layer in categories:
+                times[categories.index(layer)] += 1.0
+        weights = lt["ns"].to_numpy().astype(np.float64) * times[lt["layer"].to_physical().to_numpy()]
+        return np.bincount(lt["node"].to_numpy(), weights=weights, minlength=n)
 
     def names(self, rows: pl.Series, missing: str | None = None) -> pl.Series:
         """The name of the nodes `rows`: a GPU activity's own; a slice's runtime call, else its
@@ -78,6 +98,35 @@ def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
 
 
 INT32 = (-(2**31), 2**31 - 1)
+
+
+def layer_table(cpu: pl.DataFrame, layers: tuple[str, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The CPU slices (node v is row v) without their `t_<layer>` columns, and those times as
+    the long table node, layer, ns of the ones above zero (a null counts as zero: a what-if reads
+    them so), layer by layer. Each column leaves the slices as it is read (`drop_in_place`), so
+    no more than one is held twice."""
+    parts = []
+    for layer in layers:
+        col = f"t_{layer}"
+        if col not in cpu.columns:
+            continue
+        t = cpu.drop_in_place(col)
+        at = np.flatnonzero(t.fill_null(0).to_numpy() > 0)
+        parts.append(
+            pl.DataFrame(
+                {
+                    "node": pl.Series(at, dtype=pl.Int32) if len(t) < INT32[1] else pl.Series(at, dtype=pl.Int64),
+                    "layer": pl.Series([layer], dtype=pl.Enum(layers)).extend_constant(layer, len(at) - 1)
+                    if len(at)
+                    else pl.Series([], dtype=pl.Enum(layers)),
+                    "ns": t.gather(at),
+                }
+            )
+        )
+        del t, at
+    schema = {"node": pl.Int32, "layer": pl.Enum(layers), "ns": pl.Int32}
+    out = pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(schema=schema)
+    return cpu, narrow(out, ["ns"])
 
 
 def narrow(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
