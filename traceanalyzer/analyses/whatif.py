@@ -22,7 +22,7 @@ from traceanalyzer.analyses import windows as win
 from traceanalyzer.analyses.critical_path import CriticalPath, summarise, walk
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
 from traceanalyzer.analyses.op_tree import ancestors
-from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times
+from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times, trim_heap
 from traceanalyzer.analyses.scenario import CPU_CAUSES, SCENARIO_CAUSES, Scenario  # noqa: F401 - re-exported
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
@@ -108,6 +108,7 @@ class Model:
         # which reproduces them), the edges' destinations in its adjacency (`prepared`, read by
         # `_sync_edges_into`): the tables need not hold them too (24 MB at 311 MB).
         self.graph = replace(self.graph, nodes=n.drop("ts_ns", "end_ns"), edges=e.drop("dst"))
+        trim_heap()  # the build's numpy transients, under the arrays held from here on
 
     def _replay_capture(self) -> Schedule:
         n = self.graph.nodes
@@ -152,6 +153,7 @@ class Model:
         self._base = None
         self._path = path
         self.graph = replace(self.graph, nodes=self.graph.nodes.drop(*LANE_COLUMNS, "kind", strict=False))
+        trim_heap()  # the capture's replay and the walk's arrays
         return path
 
     def _end_nodes(self, w: pl.DataFrame, sched: Schedule) -> list[int]:
@@ -200,6 +202,8 @@ class Model:
             .select("step", "step_ns", "replayed_ns", "predicted_ns")
             .with_columns(saving_ns=pl.col("replayed_ns") - pl.col("predicted_ns"))
         )
+        del sched, dur, own, lag, cut
+        trim_heap()  # the scenario's arrays
         med = lambda c: steps[c].median() if steps.height else None  # noqa: E731
         m, r, p = med("step_ns"), med("replayed_ns"), med("predicted_ns")
         err = abs(r - m) / m if m and r is not None else None
