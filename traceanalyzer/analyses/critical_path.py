@@ -245,10 +245,7 @@ def _segments(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> p
         duration_ns=pl.col("end_ns") - pl.col("start_ns"),
     ).cast({c: t for c, t in SEGMENT_SCHEMA.items()})
     # each segment's lane, gathered by position (node v is row v): no join against the node table
-    at = seg["lane_node"]
-    where = nodes.select(_lt="lane", pid="pid", tid="tid", device="device", stream="stream")[at.clip(0)]
-    where = where.select(pl.when(at >= 0).then(pl.col(c)).alias(c) for c in where.columns)
-    where = where.cast({c: pl.Int64 for c in ("pid", "tid", "device", "stream")})  # Int32 in a narrow node table
+    where = graph.lanes(seg["lane_node"])
     lane = (
         pl.when(pl.col("_lt").is_null())
         .then(pl.lit(""))

@@ -58,7 +58,7 @@ EDGE_SCHEMA = {
 }
 # Node columns kept as Int32 when every value fits: ids, threads and streams, and durations (a
 # slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
-NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", "dur_ns", "wait_ns"]
+NARROW = ["pid", "tid", "runtime_id", "op_id", "gpu_id", "dur_ns", "wait_ns"]
 LANES = pl.Enum(["cpu", "gpu"])
 
 
@@ -246,11 +246,13 @@ def build_graph(
     kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
     cpu = cpu.drop("node", "_th", strict=False).with_columns(wait_ns=pl.lit(0, pl.Int64)).cast(kinds)
     cpu = narrow(cpu, NARROW)
-    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid").cast(kinds), NARROW)  # read above only
+    # read above only (device and stream are the trace's, by gpu_id: `DependencyGraph.lanes`)
+    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid", "device", "stream").cast(kinds), NARROW)
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes = one_chunk(nodes)
     nodes, e = calibrate(nodes, e)
     nodes = narrow(nodes, ["own_ns"])
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
-    return DependencyGraph(nodes, e, steps, *names, layer_times=layer_times)
+    lanes = trace.gpu.select("device", "stream")
+    return DependencyGraph(nodes, e, steps, *names, layer_times=layer_times, gpu_lanes=lanes)

@@ -11,14 +11,14 @@ import polars as pl
 
 @dataclass(frozen=True)
 class DependencyGraph:
-    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid,
-    device, stream, ts_ns, end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's
+    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid
+    (a slice's thread; an activity's device and stream are the trace's, `gpu_lanes`), ts_ns, end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's
     own time without waiting), wait_ns (a collective's wait for peers), kind, gpu_id, runtime_id,
     op_id; edges: src, dst, etype, from_start, to_end, lag_ns; steps: step, pid, tid,
     cpu_start_ns, cpu_end_ns, first_node, last_node (the slices that begin and end each step's
     CPU range); layer_times: node, layer, ns, how much of each CPU slice each layer of
     `cpu_activity` covers (`layer_table`: only the times above zero). `names(rows)` names nodes,
-    `layer_ns(layers)` sums layer times per node.
+    `layer_ns(layers)` sums layer times per node, `lanes(rows)` gives their threads and streams.
 
     The node table is the largest of the graph (a row per slice of every launching thread), so
     it holds no name (gathered by id when asked) and no node column; row numbers, thread and
@@ -37,6 +37,20 @@ class DependencyGraph:
     op_names: pl.Series
     gpu_names: pl.Series
     layer_times: pl.DataFrame | None = None  # None: no layer time known (every one zero)
+    # the trace's GPU activities' device and stream (by gpu_id: the rows of its GPU table, not copied)
+    gpu_lanes: pl.DataFrame | None = None
+
+    def lanes(self, rows: pl.Series) -> pl.DataFrame:
+        """Per node of `rows` its lane: _lt (cpu|gpu), pid and tid (a CPU slice's thread), device
+        and stream (a GPU activity's, gathered by gpu_id from the trace's GPU table: the node
+        table holds no copy), Int64; null where a row is negative (no node)."""
+        n = self.nodes.select(_lt="lane", pid="pid", tid="tid", _g="gpu_id")[rows.clip(0)]
+        g = self.gpu_lanes
+        for c in ("device", "stream"):
+            on = g[c].cast(pl.Int64).gather(n["_g"]) if g is not None and g.height else None
+            n = n.with_columns(on.alias(c) if on is not None else pl.lit(None, pl.Int64).alias(c))
+        n = n.drop("_g").select(pl.when(rows >= 0).then(pl.col(c)).alias(c) for c in ("_lt", *LANE))
+        return n.cast({c: pl.Int64 for c in LANE})
 
     def layer_ns(self, layers: list[str]) -> np.ndarray:
         """Per node (float64, n of them) the sum of its times in `layers` (a layer listed twice
@@ -98,6 +112,7 @@ def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
 
 
 INT32 = (-(2**31), 2**31 - 1)
+LANE = ("pid", "tid", "device", "stream")
 
 
 def layer_table(cpu: pl.DataFrame, layers: tuple[str, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
