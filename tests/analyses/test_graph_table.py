@@ -42,7 +42,7 @@ def test_nodes_are_named_from_their_ids(SHARED_TRACES: Path):
     g, trace = model.graph, ses.trace
     n = g.nodes.height
     names = g.names(pl.Series(range(n), dtype=pl.Int64))
-    nodes = g.nodes.with_columns(name=names)
+    nodes = g.nodes.with_columns(name=names, gpu_id=g.column("gpu_id"))  # the GPU nodes' own table, for every node
     gpu = nodes.filter(pl.col("lane") == "gpu")
     # a GPU node is named after its activity: row gpu_id of the trace's GPU table
     assert gpu["name"].to_list() == trace.gpu["name"].gather(gpu["gpu_id"]).to_list()
@@ -104,8 +104,9 @@ def test_the_graph_on_the_thread_clock_is_the_graph_by_sorts_and_joins(SHARED_TR
     monkeypatch.setattr(graph_nodes.ThreadClock, "of", classmethod(lambda cls, threads, times: None))
     slow = Session(ses.trace).dependency_model.graph  # a released result is never computed again
     assert fast.nodes.height > 1000
-    for a, b in ((fast.nodes, slow.nodes), (fast.edges, slow.edges), (fast.steps, slow.steps)):
+    for a, b in ((fast.nodes, slow.nodes), (fast.edges, slow.edges), (fast.steps, slow.steps), (fast.gpu, slow.gpu)):
         assert a.equals(b)
+    assert fast.layer_times.equals(slow.layer_times)
 
 
 def test_layer_times_are_held_as_the_times_above_zero():

@@ -76,8 +76,10 @@ def walk(
     a 311 MB trace in milliseconds instead of 0.3 s) when built and enabled, else in Python
     (`_walk_py`, its reference); `use_native` forces one (True: native, which must be built)."""
     nodes = graph.nodes
-    coll_wait = ((nodes["kind"] == "collective") & (nodes["wait_ns"].fill_null(0) > 0)).fill_null(False).to_numpy()
-    wait = np.ascontiguousarray(nodes["wait_ns"].fill_null(0).cast(pl.Int64).to_numpy(), dtype=np.int64)
+    waits = graph.column("wait_ns").fill_null(0)
+    coll_wait = ((nodes["kind"] == "collective") & (waits > 0)).fill_null(False).to_numpy()
+    wait = np.ascontiguousarray(waits.cast(pl.Int64).to_numpy(), dtype=np.int64)
+    del waits
     code = {k: WAIT_KINDS.index(w) for k, w in EDGE_WAIT_KIND.items()}
     etype = graph.edges["etype"]
     if isinstance(etype.dtype, pl.Enum):  # a table of its few categories, gathered by code (no string per edge)

@@ -244,10 +244,12 @@ def build_graph(
     # kinds and lanes as a byte per node (an Enum), not a string
     gpu_kinds = gpu["kind"].drop_nulls().unique().sort().to_list()
     kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
-    cpu = cpu.drop("node", "_th", strict=False).with_columns(wait_ns=pl.lit(0, pl.Int64)).cast(kinds)
-    cpu = narrow(cpu, NARROW)
-    # read above only (device and stream are the trace's, by gpu_id: `DependencyGraph.lanes`)
+    cpu = narrow(cpu.drop("node", "_th", strict=False).cast(kinds), NARROW)
+    # read above only (device and stream are the trace's, by gpu_id: `DependencyGraph.lanes`); what
+    # only GPU nodes have, a table of their own (a column of the node table had a value per slice)
     gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid", "device", "stream").cast(kinds), NARROW)
+    gpu_only = gpu.select("gpu_id", "wait_ns")
+    gpu = gpu.drop("gpu_id", "wait_ns")
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes = one_chunk(nodes)
@@ -255,4 +257,4 @@ def build_graph(
     nodes = narrow(nodes, ["own_ns"])
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
     lanes = trace.gpu.select("device", "stream")
-    return DependencyGraph(nodes, e, steps, *names, layer_times=layer_times, gpu_lanes=lanes)
+    return DependencyGraph(nodes, e, steps, *names, layer_times=layer_times, gpu_lanes=lanes, gpu=gpu_only)

@@ -12,10 +12,12 @@ import polars as pl
 @dataclass(frozen=True)
 class DependencyGraph:
     """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid
-    (a slice's thread; an activity's device and stream are the trace's, `gpu_lanes`), ts_ns, end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's
-    own time without waiting), wait_ns (a collective's wait for peers), kind, gpu_id, runtime_id,
-    op_id; edges: src, dst, etype, from_start, to_end, lag_ns; steps: step, pid, tid,
-    cpu_start_ns, cpu_end_ns, first_node, last_node (the slices that begin and end each step's
+    (a slice's thread; an activity's device and stream are the trace's, `gpu_lanes`), ts_ns,
+    end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's own time without
+    waiting), kind, runtime_id, op_id; gpu: per GPU node its gpu_id and wait_ns (a collective's
+    wait for peers; `column(name)` gives either for every node); edges: src, dst, etype,
+    from_start, to_end, lag_ns; steps: step, pid, tid, cpu_start_ns, cpu_end_ns, first_node,
+    last_node (the slices that begin and end each step's
     CPU range); layer_times: node, layer, ns, how much of each CPU slice each layer of
     `cpu_activity` covers (`layer_table`: only the times above zero). `names(rows)` names nodes,
     `layer_ns(layers)` sums layer times per node, `lanes(rows)` gives their threads and streams.
@@ -39,12 +41,23 @@ class DependencyGraph:
     layer_times: pl.DataFrame | None = None  # None: no layer time known (every one zero)
     # the trace's GPU activities' device and stream (by gpu_id: the rows of its GPU table, not copied)
     gpu_lanes: pl.DataFrame | None = None
+    # per GPU node (the last rows, in node order) what only they have: gpu_id, wait_ns (`column`)
+    gpu: pl.DataFrame | None = None
+
+    def column(self, name: str) -> pl.Series:
+        """The node column `name`, a value per node: the node table's, or one of `gpu` (gpu_id,
+        wait_ns), null on the CPU slices (made when asked: 4 MB at 311 MB, not held)."""
+        if self.gpu is None or name not in self.gpu.columns:
+            return self.nodes[name]
+        g = self.gpu[name]
+        return pl.concat([pl.repeat(None, self.nodes.height - g.len(), dtype=g.dtype, eager=True), g]).alias(name)
 
     def lanes(self, rows: pl.Series) -> pl.DataFrame:
         """Per node of `rows` its lane: _lt (cpu|gpu), pid and tid (a CPU slice's thread), device
         and stream (a GPU activity's, gathered by gpu_id from the trace's GPU table: the node
         table holds no copy), Int64; null where a row is negative (no node)."""
-        n = self.nodes.select(_lt="lane", pid="pid", tid="tid", _g="gpu_id")[rows.clip(0)]
+        at = rows.clip(0)
+        n = self.nodes.select(_lt="lane", pid="pid", tid="tid")[at].with_columns(_g=self.column("gpu_id").gather(at))
         g = self.gpu_lanes
         for c in ("device", "stream"):
             on = g[c].cast(pl.Int64).gather(n["_g"]) if g is not None and g.height else None
@@ -74,7 +87,8 @@ class DependencyGraph:
         so the names come back as views of those strings: gathering from the trace's columns
         (dozens of chunks, as the loader reads them) or choosing among several gathers copies
         every string (50 MB for the 174k segments of a critical path at 311 MB)."""
-        n = self.nodes.select("lane", "runtime_id", "op_id", "gpu_id", "kind")[rows.clip(0)]
+        at = rows.clip(0)
+        n = self.nodes.select("lane", "runtime_id", "op_id", "kind")[at].with_columns(self.column("gpu_id").gather(at))
         kinds = n["kind"].cast(pl.String).drop_nulls().unique().sort()
         r, o, g = self.runtime_names.len(), self.op_names.len(), self.gpu_names.len()
         last = pl.Series([missing], dtype=pl.String)
@@ -101,7 +115,7 @@ class DependencyGraph:
     def gpu_node_names(self) -> pl.Series:
         """Every node's GPU activity name (null on CPU slices), in node order (views of the
         names, gathered from one chunk)."""
-        return _by_id(self.gpu_names.rechunk(), self.nodes["gpu_id"]).alias("name")
+        return _by_id(self.gpu_names.rechunk(), self.column("gpu_id")).alias("name")
 
 
 def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:

@@ -219,7 +219,7 @@ class Model:
         removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
         # the columns the scenario reads (no copy), and in one select the two integer columns it
         # gives: no frame of float intermediates, no node column (a what-if at 311 MB held 90 MB)
-        frame = n.select("lane", "op_id", "runtime_id", "wait_ns", "dur_ns", "own_ns")
+        frame = n.select("lane", "op_id", "runtime_id", "dur_ns", "own_ns").with_columns(self.graph.column("wait_ns"))
         if sc.unsync:
             frame = frame.with_columns(t_sync=pl.Series(self.graph.layer_ns(["sync"])))
         exprs_dur, exprs_own = dur, own
