@@ -254,7 +254,14 @@ def build_graph(
     del cpu, gpu
     nodes = one_chunk(nodes)
     nodes, e = calibrate(nodes, e)
-    nodes = narrow(nodes, ["own_ns"])
+    # a node's own time is its duration but at the syncs: only those are kept (`column`)
+    own = nodes.select(_node_index(), "own_ns").filter(pl.col("own_ns").ne_missing(nodes["dur_ns"]))
+    nodes = nodes.drop("own_ns")
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
     lanes = trace.gpu.select("device", "stream")
-    return DependencyGraph(nodes, e, steps, *names, layer_times=layer_times, gpu_lanes=lanes, gpu=gpu_only)
+    parts = {"layer_times": layer_times, "gpu_lanes": lanes, "gpu": gpu_only, "own": narrow(own, ["node", "own_ns"])}
+    return DependencyGraph(nodes, e, steps, *names, **parts)
+
+
+def _node_index() -> pl.Expr:
+    return pl.int_range(pl.len(), dtype=pl.Int64).alias("node")

@@ -113,7 +113,7 @@ class Model:
     def _replay_capture(self) -> Schedule:
         n = self.graph.nodes
         dur = n["dur_ns"].cast(pl.Int64).to_numpy()
-        own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
+        own = self.graph.column("own_ns").fill_null(0).to_numpy()
         return replay(self.prepared, dur, own)
 
     @property
@@ -219,7 +219,8 @@ class Model:
         removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
         # the columns the scenario reads (no copy), and in one select the two integer columns it
         # gives: no frame of float intermediates, no node column (a what-if at 311 MB held 90 MB)
-        frame = n.select("lane", "op_id", "runtime_id", "dur_ns", "own_ns").with_columns(self.graph.column("wait_ns"))
+        frame = n.select("lane", "op_id", "runtime_id", "dur_ns")
+        frame = frame.with_columns(self.graph.column("wait_ns"), self.graph.column("own_ns"))
         if sc.unsync:
             frame = frame.with_columns(t_sync=pl.Series(self.graph.layer_ns(["sync"])))
         exprs_dur, exprs_own = dur, own
