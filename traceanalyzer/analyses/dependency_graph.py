@@ -6,7 +6,7 @@ Nodes (built vectorised, no loop over events):
   cut at every op, runtime-call and step boundary, so that each slice lies inside one innermost
   op and at most one runtime call. Its `kind` is what the thread was doing, by the priority
   layers of `cpu_activity` (data_loading, sync, runtime_call, launch, cpu_op, python, untraced),
-  each moment counted once; its time in each layer is a row of the graph's `layer_times`.
+  each moment counted once; its time in each layer is in the graph's `layer_of` / `layer_times`.
 - GPU nodes: every kernel, memcpy and memset. A collective's duration beyond the shortest
   instance of the same kernel and message (the launching op's input shapes) is `wait_ns`:
   waiting for its peers (on one trace the shortest instance is the transfer's own time).
@@ -88,7 +88,7 @@ def build_graph(
     clock = ThreadClock.of(threads, ends)
     cpu, forks = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
     # the layer times as a long table of those above zero, at once: no later step copies them
-    cpu, layer_times = layer_table(cpu, KIND_LAYERS)
+    cpu, layer_of, layer_times = layer_table(cpu, KIND_LAYERS)
     gpu = gpu_nodes(trace, collective_pattern)
     cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
@@ -259,7 +259,8 @@ def build_graph(
     nodes = nodes.drop("own_ns")
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
     lanes = trace.gpu.select("device", "stream")
-    parts = {"layer_times": layer_times, "gpu_lanes": lanes, "gpu": gpu_only, "own": narrow(own, ["node", "own_ns"])}
+    parts = {"layer_times": layer_times, "layer_of": layer_of, "gpu_lanes": lanes, "gpu": gpu_only}
+    parts["own"] = narrow(own, ["node", "own_ns"])
     return DependencyGraph(nodes, e, steps, *names, **parts)
 
 

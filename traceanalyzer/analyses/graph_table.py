@@ -18,8 +18,8 @@ class DependencyGraph:
     wait for peers; `column(name)` gives either for every node); edges: src, dst, etype,
     from_start, to_end, lag_ns; steps: step, pid, tid, cpu_start_ns, cpu_end_ns, first_node,
     last_node (the slices that begin and end each step's
-    CPU range); layer_times: node, layer, ns, how much of each CPU slice each layer of
-    `cpu_activity` covers (`layer_table`: only the times above zero). `names(rows)` names nodes,
+    CPU range); layer_of and layer_times: how much of each CPU slice each layer of
+    `cpu_activity` covers (`layer_table`: a slice's one layer, else its times above zero). `names(rows)` names nodes,
     `layer_ns(layers)` sums layer times per node, `lanes(rows)` gives their threads and streams.
 
     The node table is the largest of the graph (a row per slice of every launching thread), so
@@ -39,6 +39,7 @@ class DependencyGraph:
     op_names: pl.Series
     gpu_names: pl.Series
     layer_times: pl.DataFrame | None = None  # None: no layer time known (every one zero)
+    layer_of: pl.Series | None = None  # per CPU slice its one layer (an index into layer_times' layers), or null
     # the trace's GPU activities' device and stream (by gpu_id: the rows of its GPU table, not copied)
     gpu_lanes: pl.DataFrame | None = None
     # per GPU node (the last rows, in node order) what only they have: gpu_id, wait_ns (`column`)
@@ -78,17 +79,26 @@ class DependencyGraph:
 
     def layer_ns(self, layers: list[str]) -> np.ndarray:
         """Per node (float64, n of them) the sum of its times in `layers` (a layer listed twice
-        counts twice; 0 where none). Exact: sums of integer ns below 2^53."""
+        counts twice; 0 where none): a slice's duration where its one layer (`layer_of`) is
+        listed, plus its rows of `layer_times`. Exact: sums of integer ns below 2^53."""
         lt, n = self.layer_times, self.nodes.height
-        if not layers or lt is None or lt.is_empty():
-            return np.zeros(n, dtype=np.float64)
+        out = np.zeros(n, dtype=np.float64)
+        if not layers or lt is None:
+            return out
         categories = lt["layer"].dtype.categories.to_list()
         times = np.zeros(len(categories), dtype=np.float64)  # how often each layer is listed
         for layer in layers:
             if layer in categories:
                 times[categories.index(layer)] += 1.0
-        weights = lt["ns"].to_numpy().astype(np.float64) * times[lt["layer"].to_physical().to_numpy()]
-        return np.bincount(lt["node"].to_numpy(), weights=weights, minlength=n)
+        if self.layer_of is not None and self.layer_of.len():
+            code = self.layer_of.fill_null(-1).cast(pl.Int64).to_numpy()
+            k = len(code)
+            dur = self.nodes["dur_ns"][:k].cast(pl.Float64).to_numpy()
+            out[:k] = np.where(code >= 0, times[code.clip(0)] * dur, 0.0)
+        if lt.height:
+            weights = lt["ns"].to_numpy().astype(np.float64) * times[lt["layer"].to_physical().to_numpy()]
+            out += np.bincount(lt["node"].to_numpy(), weights=weights, minlength=n)
+        return out
 
     def names(self, rows: pl.Series, missing: str | None = None) -> pl.Series:
         """The name of the nodes `rows`: a GPU activity's own; a slice's runtime call, else its
@@ -140,22 +150,32 @@ INT32 = (-(2**31), 2**31 - 1)
 LANE = ("pid", "tid", "device", "stream")
 
 
-def layer_table(cpu: pl.DataFrame, layers: tuple[str, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The CPU slices (node v is row v) without their `t_<layer>` columns, and those times as
-    the long table node, layer, ns of the ones above zero (a null counts as zero: a what-if reads
-    them so), layer by layer. Each column leaves the slices as it is read (`drop_in_place`), so
-    no more than one is held twice."""
+def layer_table(cpu: pl.DataFrame, layers: tuple[str, ...]) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame]:
+    """The CPU slices (node v is row v) without their `t_<layer>` columns, and those times
+    (above zero; a null counts as zero, as a what-if reads them) in two parts: per slice the one
+    layer that covers all of its `dur_ns` (an Int8 index into `layers`; null where none does:
+    several layers, or a thread's wait, whose duration is zero), and for the other slices every
+    time as a long table node, layer, ns. Nearly every slice lies in one layer: a byte a slice
+    instead of 28 (7 columns) or 9 (the long table alone). Each column leaves the slices as it
+    is read (`drop_in_place`), so no more than one is held twice."""
+    n = cpu.height
+    dur = cpu["dur_ns"].fill_null(-1).cast(pl.Int64).to_numpy()
+    count = np.zeros(n, dtype=np.int8)  # how many layers have time in each slice (at most 7)
+    code = np.full(n, -1, dtype=np.int8)  # a layer holding all of the slice's duration
     parts = []
-    for layer in layers:
+    for k, layer in enumerate(layers):
         col = f"t_{layer}"
         if col not in cpu.columns:
             continue
         t = cpu.drop_in_place(col)
-        at = np.flatnonzero(t.fill_null(0).to_numpy() > 0)
+        v = t.fill_null(0).cast(pl.Int64).to_numpy()
+        at = np.flatnonzero(v > 0)
+        count[at] += 1
+        code[at[v[at] == dur[at]]] = k
         parts.append(
             pl.DataFrame(
                 {
-                    "node": pl.Series(at, dtype=pl.Int32) if len(t) < INT32[1] else pl.Series(at, dtype=pl.Int64),
+                    "node": pl.Series(at, dtype=pl.Int32) if n < INT32[1] else pl.Series(at, dtype=pl.Int64),
                     "layer": pl.Series([layer], dtype=pl.Enum(layers)).extend_constant(layer, len(at) - 1)
                     if len(at)
                     else pl.Series([], dtype=pl.Enum(layers)),
@@ -163,10 +183,15 @@ def layer_table(cpu: pl.DataFrame, layers: tuple[str, ...]) -> tuple[pl.DataFram
                 }
             )
         )
-        del t, at
+        del t, v, at
+    one = (count == 1) & (code >= 0)  # its one layer, all of its duration
+    del count, dur
+    layer_of = pl.Series("layer_of", code, dtype=pl.Int8).scatter(np.flatnonzero(~one), None)
     schema = {"node": pl.Int32, "layer": pl.Enum(layers), "ns": pl.Int32}
     out = pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(schema=schema)
-    return cpu, narrow(out, ["ns"])
+    del parts
+    rest = out.filter(pl.lit(~one).gather(pl.col("node"))) if out.height else out
+    return cpu, layer_of, narrow(rest, ["ns"])
 
 
 def narrow(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
