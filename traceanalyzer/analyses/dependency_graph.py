@@ -56,9 +56,9 @@ EDGE_SCHEMA = {
     "from_start": pl.Boolean,
     "to_end": pl.Boolean,
 }
-# Node columns kept as Int32 when every value fits: ids, threads and streams, and durations (a
+# Node columns kept as Int32 when every value fits: ids and durations (a
 # slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
-NARROW = ["pid", "tid", "runtime_id", "op_id", "gpu_id", "dur_ns", "wait_ns"]
+NARROW = ["runtime_id", "op_id", "gpu_id", "dur_ns", "wait_ns"]
 LANES = pl.Enum(["cpu", "gpu"])
 
 
@@ -244,7 +244,15 @@ def build_graph(
     # kinds and lanes as a byte per node (an Enum), not a string
     gpu_kinds = gpu["kind"].drop_nulls().unique().sort().to_list()
     kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
-    cpu = narrow(cpu.drop("node", "_th", strict=False).cast(kinds), NARROW)
+    # a slice's thread as its number among the graph's threads (pid and tid: `DependencyGraph.lanes`)
+    if "_th" in cpu.columns:  # the thread clock's number, which counts the same threads in the same order
+        th = cpu.drop_in_place("_th")
+    else:
+        th = cpu.select(*THREAD).join(threads.with_row_index("_th"), on=THREAD, how="left", maintain_order="left")
+        th = th["_th"]
+    small = pl.Int16 if threads.height < 2**15 else pl.Int32
+    cpu = narrow(cpu.drop("node", "pid", "tid").cast(kinds).with_columns(thread=th.cast(small)), NARROW)
+    del th
     # read above only (device and stream are the trace's, by gpu_id: `DependencyGraph.lanes`); what
     # only GPU nodes have, a table of their own (a column of the node table had a value per slice)
     gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid", "device", "stream").cast(kinds), NARROW)
@@ -259,7 +267,7 @@ def build_graph(
     nodes = nodes.drop("own_ns")
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
     lanes = trace.gpu.select("device", "stream")
-    parts = {"layer_times": layer_times, "layer_of": layer_of, "gpu_lanes": lanes, "gpu": gpu_only}
+    parts = {"layer_times": layer_times, "layer_of": layer_of, "gpu_lanes": lanes, "gpu": gpu_only, "threads": threads}
     parts["own"] = narrow(own, ["node", "own_ns"])
     return DependencyGraph(nodes, e, steps, *names, **parts)
 

@@ -11,8 +11,9 @@ import polars as pl
 
 @dataclass(frozen=True)
 class DependencyGraph:
-    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid
-    (a slice's thread; an activity's device and stream are the trace's, `gpu_lanes`), ts_ns,
+    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), thread
+    (a slice's: a row of `threads`, pid and tid; an activity's device and stream are the
+    trace's, `gpu_lanes`), ts_ns,
     end_ns (captured), dur_ns (the modelled duration), kind, runtime_id, op_id; own: the nodes
     whose own time (a sync's without waiting) is not their duration; gpu: per GPU node its gpu_id and wait_ns (a collective's
     wait for peers; `column(name)` gives either for every node); edges: src, dst, etype,
@@ -42,6 +43,8 @@ class DependencyGraph:
     layer_of: pl.Series | None = None  # per CPU slice its one layer (an index into layer_times' layers), or null
     # the trace's GPU activities' device and stream (by gpu_id: the rows of its GPU table, not copied)
     gpu_lanes: pl.DataFrame | None = None
+    # the graph's threads (pid, tid), by the CPU slices' `thread` number
+    threads: pl.DataFrame | None = None
     # per GPU node (the last rows, in node order) what only they have: gpu_id, wait_ns (`column`)
     gpu: pl.DataFrame | None = None
 
@@ -69,12 +72,16 @@ class DependencyGraph:
         and stream (a GPU activity's, gathered by gpu_id from the trace's GPU table: the node
         table holds no copy), Int64; null where a row is negative (no node)."""
         at = rows.clip(0)
-        n = self.nodes.select(_lt="lane", pid="pid", tid="tid")[at].with_columns(_g=self.column("gpu_id").gather(at))
+        n = self.nodes.select(_lt="lane", _th="thread")[at].with_columns(_g=self.column("gpu_id").gather(at))
+        th = self.threads
+        for c in ("pid", "tid"):
+            on = th[c].cast(pl.Int64).gather(n["_th"]) if th is not None and th.height else None
+            n = n.with_columns(on.alias(c) if on is not None else pl.lit(None, pl.Int64).alias(c))
         g = self.gpu_lanes
         for c in ("device", "stream"):
             on = g[c].cast(pl.Int64).gather(n["_g"]) if g is not None and g.height else None
             n = n.with_columns(on.alias(c) if on is not None else pl.lit(None, pl.Int64).alias(c))
-        n = n.drop("_g").select(pl.when(rows >= 0).then(pl.col(c)).alias(c) for c in ("_lt", *LANE))
+        n = n.drop("_g", "_th").select(pl.when(rows >= 0).then(pl.col(c)).alias(c) for c in ("_lt", *LANE))
         return n.cast({c: pl.Int64 for c in LANE})
 
     def layer_ns(self, layers: list[str]) -> np.ndarray:

@@ -29,7 +29,7 @@ from traceanalyzer.units import Shown, duration_us
 
 STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
 # a node's thread or stream, read by the path's lanes only, and its kind, read by the walk only
-LANE_COLUMNS = ("pid", "tid", "device", "stream")
+LANE_COLUMNS = ("thread",)
 
 
 def _node_index() -> pl.Expr:
