@@ -58,7 +58,7 @@ EDGE_SCHEMA = {
 }
 # Node columns kept as Int32 when every value fits: ids and durations (a
 # slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
-NARROW = ["runtime_id", "op_id", "gpu_id", "dur_ns", "wait_ns"]
+NARROW = ["runtime_id", "op_id", "gpu_id", "wait_ns"]
 LANES = pl.Enum(["cpu", "gpu"])
 
 
@@ -232,6 +232,7 @@ def build_graph(
     e = pl.concat(
         [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
     )
+    e = one_chunk(e)  # the calibration reads them as numpy arrays: one chunk is read in place, two are copied
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
     del starting, ending  # they hold the slices' keys
@@ -262,6 +263,7 @@ def build_graph(
     del cpu, gpu
     nodes = one_chunk(nodes)
     nodes, e = calibrate(nodes, e)
+    nodes = narrow(nodes, ["dur_ns"])  # Int64 until calibrated: it reads an Int64 in place, copies an Int32
     # a node's own time is its duration but at the syncs: only those are kept (`column`)
     own = nodes.select(_node_index(), "own_ns").filter(pl.col("own_ns").ne_missing(nodes["dur_ns"]))
     nodes = nodes.drop("own_ns")
