@@ -195,18 +195,16 @@ def build_graph(
         del own, prior, own_dev, dev, ended, waited, done, part, waited_on
     # fork / join with the other launching threads
     if forks.height:
-        # the columns first: an eager filter copies every column of the rows it keeps
-        slim = cpu.select("pid", "tid", "node", "ts_ns", "end_ns", "kind")
-        other = slim.filter(pl.col("kind") != "thread_wait")
+        # the columns first, and one filter each: an eager filter copies every column of the rows
+        # it keeps (the slices' kinds are strings here, 16 bytes a row)
         main = main_thread(trace)
-        other = other.filter(~((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))).select(
-            "pid", "node", "ts_ns", "end_ns"
-        )
-        mcpu = slim.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
-        del slim
+        on_main = (pl.col("pid") == main[0]) & (pl.col("tid") == main[1])
+        keep = (pl.col("kind") != "thread_wait") & ~on_main
+        other = cpu.select("pid", "node", "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
+        mcpu = cpu.select("node", "ts_ns", "end_ns", _k=on_main).filter("_k").drop("_k")
         f = forks.sort("gap_a")
         f = f.join_asof(
-            other.sort("ts_ns").select("pid", _dst="node", _ts="ts_ns"),
+            other.select("pid", _dst="node", _ts="ts_ns").sort("_ts"),
             left_on="gap_a",
             right_on="_ts",
             by="pid",
@@ -214,7 +212,7 @@ def build_graph(
             check_sortedness=False,
         )
         f = f.sort("gap_b").join_asof(
-            other.sort("end_ns").select("pid", _jsrc="node", _te="end_ns"),
+            other.select("pid", _jsrc="node", _te="end_ns").sort("_te"),
             left_on="gap_b",
             right_on="_te",
             by="pid",
