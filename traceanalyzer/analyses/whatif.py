@@ -32,6 +32,18 @@ STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
 LANE_COLUMNS = ("thread",)
 
 
+SLICE_ROWS = 1 << 18  # a what-if's expressions run on this many nodes at once (2 MB per float temporary)
+
+
+def _per_slice(frame: pl.DataFrame, expr: pl.Expr, dtype: type) -> np.ndarray:
+    """`expr` (elementwise: no aggregation, no window) over `frame`, as a numpy array of
+    `dtype`, evaluated SLICE_ROWS rows at a time into one array."""
+    out = np.empty(frame.height, dtype=dtype)
+    for a in range(0, frame.height, SLICE_ROWS):
+        out[a : a + SLICE_ROWS] = frame.slice(a, SLICE_ROWS).select(expr).to_series().to_numpy()
+    return out
+
+
 def _node_index() -> pl.Expr:
     """The node number of each row of the graph's node table (node v is row v)."""
     return pl.int_range(pl.len(), dtype=pl.Int64).alias("node")
@@ -263,10 +275,10 @@ class Model:
             dur_x = pl.when(unsynced).then((dur_x - pl.col("t_sync")).clip(0)).otherwise(dur_x)
             own_x = pl.when(unsynced).then(0.0).otherwise(own_x)
             dropped = dropped | unsynced
-        # one select per column: in one, polars evaluates them at once, with all their float
-        # intermediates alive together (the peak of a whole summary at 311 MB)
-        dur_l, own_l = (frame.select(x.clip(0).round().cast(pl.Int64)).to_series().to_numpy() for x in (dur_x, own_x))
-        drop = frame.select(dropped).to_series() if sc.drop or sc.unsync else None
+        # one column at a time, a slice of rows at a time: evaluated at once, polars holds every
+        # float intermediate of every node together (the peak of a whole summary at 311 MB)
+        dur_l, own_l = (_per_slice(frame, x.clip(0).round().cast(pl.Int64), np.int64) for x in (dur_x, own_x))
+        drop = _per_slice(frame, dropped.fill_null(False), np.bool_) if sc.drop or sc.unsync else None
         del frame
         lag = None
         if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
@@ -279,7 +291,7 @@ class Model:
         cut = None
         stop = e["to_end"].to_numpy().copy() if "sync" in sc.without else np.zeros(e.height, dtype=np.bool_)
         if sc.drop or sc.unsync:
-            self._sync_edges_into(stop, drop.arg_true().to_numpy())  # node v is row v
+            self._sync_edges_into(stop, np.flatnonzero(drop))  # node v is row v
         if stop.any():
             cut = stop
         return dur_l, own_l, lag if lag is not None else self.prepared.lag, cut
