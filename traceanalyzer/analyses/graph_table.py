@@ -1,9 +1,13 @@
 """The tables a dependency graph is held in (`dependency_graph` builds them): what each holds,
-how its nodes are named, and the narrowing that keeps the node table, the largest, small."""
+how its nodes are named, the narrowing that keeps the node table, the largest, small, and the
+C heap's free pages given back once the model's numpy transients are gone (`trim_heap`)."""
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -225,3 +229,24 @@ def one_chunk(df: pl.DataFrame) -> pl.DataFrame:
     for name in df.columns:
         cols.append(df.drop_in_place(name).rechunk())
     return pl.DataFrame(cols)
+
+
+@cache
+def _malloc_trim() -> Any:
+    """glibc's `malloc_trim`, or None (another C library, or none found)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # no such symbol; Windows has no CDLL(None)
+        return None
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`; elsewhere
+    nothing). numpy's arrays come from that heap (not polars' allocator), and glibc returns
+    only the free space at its top by itself: the replay's arrays, made after the graph's
+    transients and held through every what-if, kept the freed space under them resident (60 MB
+    at 311 MB after the critical path). Microseconds; the pages freed stay mapped, so nothing
+    changes but RSS."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

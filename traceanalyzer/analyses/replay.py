@@ -17,12 +17,10 @@ Without the extension, or with TRACEANALYZER_NATIVE=0, the same loop runs in Pyt
 
 from __future__ import annotations
 
-import ctypes
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -85,27 +83,6 @@ class Prepared:
     def is_sync(self, v: int) -> bool:
         """Node v's end is set by `to_end` edges."""
         return self.end_off.item(v + 1) > self.end_off.item(v)
-
-
-@cache
-def _malloc_trim() -> Any:
-    """glibc's `malloc_trim`, or None (another C library, or none found)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def trim_heap() -> None:
-    """Give the C heap's free pages back to the system (glibc's `malloc_trim`; elsewhere
-    nothing). numpy's arrays come from that heap (not polars' allocator), and glibc returns
-    only the free space at its top by itself: the replay's arrays, made after the graph's
-    transients and held through every what-if, kept the freed space under them resident (60 MB
-    at 311 MB after the critical path). Microseconds; the pages freed stay mapped, so nothing
-    changes but RSS."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def native_kernel(name: str, force: bool = False) -> Any:

@@ -21,8 +21,9 @@ import polars as pl
 from traceanalyzer.analyses import windows as win
 from traceanalyzer.analyses.critical_path import CriticalPath, summarise, walk
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
+from traceanalyzer.analyses.graph_table import trim_heap
 from traceanalyzer.analyses.op_tree import ancestors
-from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times, trim_heap
+from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times
 from traceanalyzer.analyses.scenario import CPU_CAUSES, SCENARIO_CAUSES, Scenario  # noqa: F401 - re-exported
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
