@@ -42,7 +42,7 @@ def test_nodes_are_named_from_their_ids(SHARED_TRACES: Path):
     g, trace = model.graph, ses.trace
     n = g.nodes.height
     names = g.names(pl.Series(range(n), dtype=pl.Int64))
-    nodes = g.nodes.with_columns(name=names)
+    nodes = g.nodes.with_columns(name=names, gpu_id=g.column("gpu_id"))  # the GPU nodes' own table, for every node
     gpu = nodes.filter(pl.col("lane") == "gpu")
     # a GPU node is named after its activity: row gpu_id of the trace's GPU table
     assert gpu["name"].to_list() == trace.gpu["name"].gather(gpu["gpu_id"]).to_list()
@@ -104,5 +104,62 @@ def test_the_graph_on_the_thread_clock_is_the_graph_by_sorts_and_joins(SHARED_TR
     monkeypatch.setattr(graph_nodes.ThreadClock, "of", classmethod(lambda cls, threads, times: None))
     slow = Session(ses.trace).dependency_model.graph  # a released result is never computed again
     assert fast.nodes.height > 1000
-    for a, b in ((fast.nodes, slow.nodes), (fast.edges, slow.edges), (fast.steps, slow.steps)):
+    for a, b in ((fast.nodes, slow.nodes), (fast.edges, slow.edges), (fast.steps, slow.steps), (fast.gpu, slow.gpu)):
         assert a.equals(b)
+    assert fast.layer_times.equals(slow.layer_times) and fast.layer_of.equals(slow.layer_of)
+
+
+def test_layer_times_are_held_as_each_slice_s_one_layer_else_its_times():
+    """Four slices: 5 ns of sync and 3 of launch in the first (8 ns: two layers), nothing in
+    the second (a null counts as nothing), all 7 ns of the third in launch (its one layer), 6 ns
+    of sync in the fourth, a wait of duration 0; a layer listed twice counts twice."""
+    from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table
+
+    cpu = pl.DataFrame(
+        {
+            "dur_ns": [8, 4, 7, 0],
+            "t_sync": pl.Series([5, 0, None, 6], dtype=pl.Int32),
+            "t_launch": pl.Series([3, None, 7, 0], dtype=pl.Int64),
+        }
+    )
+    slices, layer_of, lt = layer_table(cpu, ("sync", "launch", "python"))
+    assert slices.columns == ["dur_ns"]  # the times left the slices
+    assert layer_of.to_list() == [None, None, 1, None]  # the third: all in launch
+    assert sorted(lt.rows()) == [(0, "launch", 3), (0, "sync", 5), (3, "sync", 6)]
+    assert lt.schema == {"node": pl.Int32, "layer": pl.Enum(["sync", "launch", "python"]), "ns": pl.Int32}
+    empty = pl.Series([], dtype=pl.String)
+    g = DependencyGraph(slices, pl.DataFrame(), pl.DataFrame(), empty, empty, empty, layer_times=lt, layer_of=layer_of)
+    assert g.layer_ns(["launch"]).tolist() == [3.0, 0.0, 7.0, 0.0]
+    assert g.layer_ns(["sync", "launch"]).tolist() == [8.0, 0.0, 7.0, 6.0]
+    assert g.layer_ns(["sync", "sync"]).tolist() == [10.0, 0.0, 0.0, 12.0]
+    assert g.layer_ns(["launch", "launch"]).tolist() == [6.0, 0.0, 14.0, 0.0]
+    assert g.layer_ns(["python"]).tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert g.layer_ns([]).tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_the_graph_holds_every_layer_time_of_the_slices(SHARED_TRACES: Path, monkeypatch):
+    """The long table gives back, per slice and layer, the time `cpu_nodes` computed (its
+    `t_<layer>` columns, a null as zero), on a trace with Python frames and slices that lie in
+    two layers (two slices of b200_eager_rank0: each moment is counted once, by layer priority)."""
+    from traceanalyzer.analyses import dependency_graph as dg
+    from traceanalyzer.analyses.graph_nodes import KIND_LAYERS
+
+    seen = {}
+    cpu_nodes = dg.cpu_nodes
+
+    def keep(*args, **kwargs):
+        cpu, forks = cpu_nodes(*args, **kwargs)
+        seen["cpu"] = cpu.clone()
+        return cpu, forks
+
+    monkeypatch.setattr(dg, "cpu_nodes", keep)
+    g = Session(load(str(SHARED_TRACES / "b200_eager_rank0.json.gz"))).dependency_model.graph
+    cpu = seen["cpu"]
+    assert 1000 < cpu.height < g.nodes.height and not any(c.startswith("t_") for c in g.nodes.columns)
+    for layer in KIND_LAYERS:
+        want = cpu[f"t_{layer}"].fill_null(0).cast(pl.Float64).to_numpy()
+        got = g.layer_ns([layer])
+        assert np.array_equal(got[: cpu.height], want) and not got[cpu.height :].any(), layer
+    assert (g.layer_ns(["python"]) > 0).any()
+    assert g.layer_times.group_by("node").len()["len"].max() == 2  # a slice in two layers
+    assert g.layer_of.null_count() < g.layer_of.len() / 10  # nearly every slice: one layer

@@ -243,3 +243,30 @@ def test_workers0_without_data_loading_predicts_workers4():
     measured = four.whatif(Scenario()).median_step_us
     assert measured == pytest.approx(126_700, rel=0.001)
     assert abs(w.predicted_median_step_us - measured) <= 0.10 * measured
+
+
+def test_a_scenario_evaluated_a_slice_of_nodes_at_a_time_is_the_same(monkeypatch):
+    """The scenario's durations, own times and drops, evaluated 1,000 nodes at a time (a what-if
+    over a million nodes runs on slices), are those of one evaluation over every node, for every
+    kind of change, on a trace with data loading, syncs and ops to drop or speed up."""
+    import numpy as np
+
+    from traceanalyzer.analyses import whatif
+
+    model = Session(load(str(TRACES / "v100_resnet50_dataloader_workers0.pt.trace.json.gz"))).dependency_model
+    assert model.graph.nodes.height > 20 * 1000
+    ops = model.trace.ops["name"].value_counts().sort("count", descending=True)["name"].head(2).to_list()
+    syncs = model.trace.runtime.filter(pl.col("name").str.contains("Synchronize|Memcpy"))["runtime_id"].head(20)
+    scenarios = [
+        Scenario(without=("data_loading", "sync", "cpu_bound")),
+        Scenario(without=("gpu_wait", "peer_wait", "slow_launch")),
+        Scenario(drop=(ops[0],), speedup=((ops[1], 2.0), ("gemm", 1.5))),
+        Scenario(unsync=tuple(syncs.to_list())),
+    ]
+    whole = [model._apply(sc) for sc in scenarios]
+    monkeypatch.setattr(whatif, "SLICE_ROWS", 1000)
+    for sc, (dur, own, lag, cut) in zip(scenarios, whole, strict=True):
+        d, o, la, c = model._apply(sc)
+        assert np.array_equal(d, dur) and np.array_equal(o, own) and np.array_equal(la, lag), sc
+        assert (c is None and cut is None) or np.array_equal(c, cut), sc
+    assert any(not np.array_equal(d, model.graph.nodes["dur_ns"].to_numpy()) for d, *_ in whole)

@@ -76,8 +76,10 @@ def walk(
     a 311 MB trace in milliseconds instead of 0.3 s) when built and enabled, else in Python
     (`_walk_py`, its reference); `use_native` forces one (True: native, which must be built)."""
     nodes = graph.nodes
-    coll_wait = ((nodes["kind"] == "collective") & (nodes["wait_ns"].fill_null(0) > 0)).fill_null(False).to_numpy()
-    wait = np.ascontiguousarray(nodes["wait_ns"].fill_null(0).cast(pl.Int64).to_numpy(), dtype=np.int64)
+    waits = graph.column("wait_ns").fill_null(0)
+    coll_wait = ((nodes["kind"] == "collective") & (waits > 0)).fill_null(False).to_numpy()
+    wait = np.ascontiguousarray(waits.cast(pl.Int64).to_numpy(), dtype=np.int64)
+    del waits
     code = {k: WAIT_KINDS.index(w) for k, w in EDGE_WAIT_KIND.items()}
     etype = graph.edges["etype"]
     if isinstance(etype.dtype, pl.Enum):  # a table of its few categories, gathered by code (no string per edge)
@@ -245,10 +247,7 @@ def _segments(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> p
         duration_ns=pl.col("end_ns") - pl.col("start_ns"),
     ).cast({c: t for c, t in SEGMENT_SCHEMA.items()})
     # each segment's lane, gathered by position (node v is row v): no join against the node table
-    at = seg["lane_node"]
-    where = nodes.select(_lt="lane", pid="pid", tid="tid", device="device", stream="stream")[at.clip(0)]
-    where = where.select(pl.when(at >= 0).then(pl.col(c)).alias(c) for c in where.columns)
-    where = where.cast({c: pl.Int64 for c in ("pid", "tid", "device", "stream")})  # Int32 in a narrow node table
+    where = graph.lanes(seg["lane_node"])
     lane = (
         pl.when(pl.col("_lt").is_null())
         .then(pl.lit(""))

@@ -6,7 +6,7 @@ Nodes (built vectorised, no loop over events):
   cut at every op, runtime-call and step boundary, so that each slice lies inside one innermost
   op and at most one runtime call. Its `kind` is what the thread was doing, by the priority
   layers of `cpu_activity` (data_loading, sync, runtime_call, launch, cpu_op, python, untraced),
-  each moment counted once; `t_<layer>` holds how much of the slice each layer covers.
+  each moment counted once; its time in each layer is in the graph's `layer_of` / `layer_times`.
 - GPU nodes: every kernel, memcpy and memset. A collective's duration beyond the shortest
   instance of the same kernel and message (the launching op's input shapes) is `wait_ns`:
   waiting for its peers (on one trace the shortest instance is the transfer's own time).
@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, main_thread
-from traceanalyzer.analyses.graph_nodes import CPU_KINDS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
-from traceanalyzer.analyses.graph_table import DependencyGraph, narrow, one_chunk
+from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, main_thread
+from traceanalyzer.analyses.graph_nodes import CPU_KINDS, KIND_LAYERS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
+from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, narrow, one_chunk
 from traceanalyzer.analyses.replay import calibrate
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.patterns import GPU_WAIT_API
@@ -56,10 +56,9 @@ EDGE_SCHEMA = {
     "from_start": pl.Boolean,
     "to_end": pl.Boolean,
 }
-# Node columns kept as Int32 when every value fits: ids, threads and streams, layer times and
-# durations (a slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
-NARROW = ["pid", "tid", "device", "stream", "runtime_id", "op_id", "gpu_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
-NARROW += ["dur_ns", "wait_ns"]
+# Node columns kept as Int32 when every value fits: ids and durations (a
+# slice is shorter than 2.1 s but for the odd one, and then its column stays Int64).
+NARROW = ["runtime_id", "op_id", "gpu_id", "wait_ns"]
 LANES = pl.Enum(["cpu", "gpu"])
 
 
@@ -88,6 +87,8 @@ def build_graph(
     ]
     clock = ThreadClock.of(threads, ends)
     cpu, forks = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
+    # the layer times as a long table of those above zero, at once: no later step copies them
+    cpu, layer_of, layer_times = layer_table(cpu, KIND_LAYERS)
     gpu = gpu_nodes(trace, collective_pattern)
     cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
@@ -194,18 +195,16 @@ def build_graph(
         del own, prior, own_dev, dev, ended, waited, done, part, waited_on
     # fork / join with the other launching threads
     if forks.height:
-        # the columns first: an eager filter copies every column of the rows it keeps
-        slim = cpu.select("pid", "tid", "node", "ts_ns", "end_ns", "kind")
-        other = slim.filter(pl.col("kind") != "thread_wait")
+        # the columns first, and one filter each: an eager filter copies every column of the rows
+        # it keeps (the slices' kinds are strings here, 16 bytes a row)
         main = main_thread(trace)
-        other = other.filter(~((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))).select(
-            "pid", "node", "ts_ns", "end_ns"
-        )
-        mcpu = slim.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
-        del slim
+        on_main = (pl.col("pid") == main[0]) & (pl.col("tid") == main[1])
+        keep = (pl.col("kind") != "thread_wait") & ~on_main
+        other = cpu.select("pid", "node", "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
+        mcpu = cpu.select("node", "ts_ns", "end_ns", _k=on_main).filter("_k").drop("_k")
         f = forks.sort("gap_a")
         f = f.join_asof(
-            other.sort("ts_ns").select("pid", _dst="node", _ts="ts_ns"),
+            other.select("pid", _dst="node", _ts="ts_ns").sort("_ts"),
             left_on="gap_a",
             right_on="_ts",
             by="pid",
@@ -213,7 +212,7 @@ def build_graph(
             check_sortedness=False,
         )
         f = f.sort("gap_b").join_asof(
-            other.sort("end_ns").select("pid", _jsrc="node", _te="end_ns"),
+            other.select("pid", _jsrc="node", _te="end_ns").sort("_te"),
             left_on="gap_b",
             right_on="_te",
             by="pid",
@@ -231,6 +230,7 @@ def build_graph(
     e = pl.concat(
         [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
     )
+    e = one_chunk(e)  # the calibration reads them as numpy arrays: one chunk is read in place, two are copied
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
     del starting, ending  # they hold the slices' keys
@@ -243,13 +243,34 @@ def build_graph(
     # kinds and lanes as a byte per node (an Enum), not a string
     gpu_kinds = gpu["kind"].drop_nulls().unique().sort().to_list()
     kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
-    cpu = cpu.drop("node", "_th", strict=False).with_columns(wait_ns=pl.lit(0, pl.Int64)).cast(kinds)
-    cpu = narrow(cpu, NARROW)
-    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid").cast(kinds), NARROW)  # read above only
+    # a slice's thread as its number among the graph's threads (pid and tid: `DependencyGraph.lanes`)
+    if "_th" in cpu.columns:  # the thread clock's number, which counts the same threads in the same order
+        th = cpu.drop_in_place("_th")
+    else:
+        th = cpu.select(*THREAD).join(threads.with_row_index("_th"), on=THREAD, how="left", maintain_order="left")
+        th = th["_th"]
+    small = pl.Int16 if threads.height < 2**15 else pl.Int32
+    cpu = narrow(cpu.drop("node", "pid", "tid").cast(kinds).with_columns(thread=th.cast(small)), NARROW)
+    del th
+    # read above only (device and stream are the trace's, by gpu_id: `DependencyGraph.lanes`); what
+    # only GPU nodes have, a table of their own (a column of the node table had a value per slice)
+    gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid", "device", "stream").cast(kinds), NARROW)
+    gpu_only = gpu.select("gpu_id", "wait_ns")
+    gpu = gpu.drop("gpu_id", "wait_ns")
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes = one_chunk(nodes)
     nodes, e = calibrate(nodes, e)
-    nodes = narrow(nodes, ["own_ns"])
+    nodes = narrow(nodes, ["dur_ns"])  # Int64 until calibrated: it reads an Int64 in place, copies an Int32
+    # a node's own time is its duration but at the syncs: only those are kept (`column`)
+    own = nodes.select(_node_index(), "own_ns").filter(pl.col("own_ns").ne_missing(nodes["dur_ns"]))
+    nodes = nodes.drop("own_ns")
     names = (trace.runtime["name"], trace.ops["name"], trace.gpu["name"])
-    return DependencyGraph(nodes, e, steps, *names)
+    lanes = trace.gpu.select("device", "stream")
+    parts = {"layer_times": layer_times, "layer_of": layer_of, "gpu_lanes": lanes, "gpu": gpu_only, "threads": threads}
+    parts["own"] = narrow(own, ["node", "own_ns"])
+    return DependencyGraph(nodes, e, steps, *names, **parts)
+
+
+def _node_index() -> pl.Expr:
+    return pl.int_range(pl.len(), dtype=pl.Int64).alias("node")

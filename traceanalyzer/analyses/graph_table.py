@@ -1,28 +1,40 @@
 """The tables a dependency graph is held in (`dependency_graph` builds them): what each holds,
-how its nodes are named, and the narrowing that keeps the node table, the largest, small."""
+how its nodes are named, the narrowing that keeps the node table, the largest, small, and the
+C heap's free pages given back once the model's numpy transients are gone (`trim_heap`)."""
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 
 @dataclass(frozen=True)
 class DependencyGraph:
-    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), pid, tid,
-    device, stream, ts_ns, end_ns (captured), dur_ns and own_ns (the modelled durations: a sync's
-    own time without waiting), wait_ns (a collective's wait for peers), kind, gpu_id, runtime_id,
-    op_id, t_<layer>; edges: src, dst, etype, from_start, to_end, lag_ns; steps: step, pid, tid,
-    cpu_start_ns, cpu_end_ns, first_node, last_node (the slices that begin and end each step's
-    CPU range). `names(rows)` names nodes.
+    """nodes (node v is row v: CPU slices first, then GPU activities): lane (cpu|gpu), thread
+    (a slice's: a row of `threads`, pid and tid; an activity's device and stream are the
+    trace's, `gpu_lanes`), ts_ns,
+    end_ns (captured), dur_ns (the modelled duration), kind, runtime_id, op_id; own: the nodes
+    whose own time (a sync's without waiting) is not their duration; gpu: per GPU node its gpu_id and wait_ns (a collective's
+    wait for peers; `column(name)` gives either for every node); edges: src, dst, etype,
+    from_start, to_end, lag_ns; steps: step, pid, tid, cpu_start_ns, cpu_end_ns, first_node,
+    last_node (the slices that begin and end each step's
+    CPU range); layer_of and layer_times: how much of each CPU slice each layer of
+    `cpu_activity` covers (`layer_table`: a slice's one layer, else its times above zero). `names(rows)` names nodes,
+    `layer_ns(layers)` sums layer times per node, `lanes(rows)` gives their threads and streams.
 
     The node table is the largest of the graph (a row per slice of every launching thread), so
     it holds no name (gathered by id when asked) and no node column; row numbers, thread and
     stream ids, the layer times and the durations are Int32 where every value fits (`narrow`);
     `kind` and `lane`, like the edges' `etype`, are Enums (a byte each); it is one chunk
-    (`one_chunk`). The what-if `Model` drops its captured times (ts_ns, end_ns) once its replay
-    of the capture holds them."""
+    (`one_chunk`). The layer times are a long table of the times above zero, not a column per
+    layer: a slice lies in one layer but for a few (9 bytes a slice rather than 28 at 311 MB).
+    The what-if `Model` drops its captured times (ts_ns, end_ns) once its replay of the capture
+    holds them, and the edges' `dst` once its adjacency (`replay.Prepared`) holds them."""
 
     nodes: pl.DataFrame
     edges: pl.DataFrame
@@ -31,6 +43,74 @@ class DependencyGraph:
     runtime_names: pl.Series
     op_names: pl.Series
     gpu_names: pl.Series
+    layer_times: pl.DataFrame | None = None  # None: no layer time known (every one zero)
+    layer_of: pl.Series | None = None  # per CPU slice its one layer (an index into layer_times' layers), or null
+    # the trace's GPU activities' device and stream (by gpu_id: the rows of its GPU table, not copied)
+    gpu_lanes: pl.DataFrame | None = None
+    # the graph's threads (pid, tid), by the CPU slices' `thread` number
+    threads: pl.DataFrame | None = None
+    # per GPU node (the last rows, in node order) what only they have: gpu_id, wait_ns (`column`)
+    gpu: pl.DataFrame | None = None
+
+    # node, own_ns of the nodes whose own time is not their duration (the syncs'; `column`)
+    own: pl.DataFrame | None = None
+
+    def column(self, name: str) -> pl.Series:
+        """The node column `name`, a value per node: the node table's; one of `gpu` (gpu_id,
+        wait_ns), null on the CPU slices; own_ns, the duration but where `own` says (Int64).
+        Made when asked (4-8 MB at 311 MB), not held."""
+        if name == "own_ns" and self.own is not None:
+            own = self.nodes["dur_ns"].cast(pl.Int64)
+            return (
+                own.scatter(self.own["node"], self.own["own_ns"].cast(pl.Int64)).alias(name)
+                if self.own.height
+                else own.alias(name)
+            )
+        if self.gpu is None or name not in self.gpu.columns:
+            return self.nodes[name]
+        g = self.gpu[name]
+        return pl.concat([pl.repeat(None, self.nodes.height - g.len(), dtype=g.dtype, eager=True), g]).alias(name)
+
+    def lanes(self, rows: pl.Series) -> pl.DataFrame:
+        """Per node of `rows` its lane: _lt (cpu|gpu), pid and tid (a CPU slice's thread), device
+        and stream (a GPU activity's, gathered by gpu_id from the trace's GPU table: the node
+        table holds no copy), Int64; null where a row is negative (no node)."""
+        at = rows.clip(0)
+        n = self.nodes.select(_lt="lane", _th="thread")[at].with_columns(_g=self.column("gpu_id").gather(at))
+        th = self.threads
+        for c in ("pid", "tid"):
+            on = th[c].cast(pl.Int64).gather(n["_th"]) if th is not None and th.height else None
+            n = n.with_columns(on.alias(c) if on is not None else pl.lit(None, pl.Int64).alias(c))
+        g = self.gpu_lanes
+        for c in ("device", "stream"):
+            on = g[c].cast(pl.Int64).gather(n["_g"]) if g is not None and g.height else None
+            n = n.with_columns(on.alias(c) if on is not None else pl.lit(None, pl.Int64).alias(c))
+        n = n.drop("_g", "_th").select(pl.when(rows >= 0).then(pl.col(c)).alias(c) for c in ("_lt", *LANE))
+        return n.cast({c: pl.Int64 for c in LANE})
+
+    def layer_ns(self, layers: list[str]) -> np.ndarray:
+        """Per node (float64, n of them) the sum of its times in `layers` (a layer listed twice
+        counts twice; 0 where none): a slice's duration where its one layer (`layer_of`) is
+        listed, plus its rows of `layer_times`. Exact: sums of integer ns below 2^53."""
+        lt, n = self.layer_times, self.nodes.height
+        out = np.zeros(n, dtype=np.float64)
+        if not layers or lt is None:
+            return out
+        categories = lt["layer"].dtype.categories.to_list()
+        times = np.zeros(len(categories), dtype=np.float64)  # how often each layer is listed
+        for layer in layers:
+            if layer in categories:
+                times[categories.index(layer)] += 1.0
+        if self.layer_of is not None and self.layer_of.len():
+            # in place, into `out` (float64 temporaries of a million slices are 8 MB each)
+            code = self.layer_of.fill_null(len(times)).to_numpy()  # none: the 0 appended below
+            k = len(code)
+            np.take(np.append(times, 0.0), code, out=out[:k])
+            np.multiply(out[:k], self.nodes["dur_ns"][:k].to_numpy(), out=out[:k])
+        if lt.height:
+            weights = lt["ns"].to_numpy().astype(np.float64) * times[lt["layer"].to_physical().to_numpy()]
+            out += np.bincount(lt["node"].to_numpy(), weights=weights, minlength=n)
+        return out
 
     def names(self, rows: pl.Series, missing: str | None = None) -> pl.Series:
         """The name of the nodes `rows`: a GPU activity's own; a slice's runtime call, else its
@@ -40,7 +120,8 @@ class DependencyGraph:
         so the names come back as views of those strings: gathering from the trace's columns
         (dozens of chunks, as the loader reads them) or choosing among several gathers copies
         every string (50 MB for the 174k segments of a critical path at 311 MB)."""
-        n = self.nodes.select("lane", "runtime_id", "op_id", "gpu_id", "kind")[rows.clip(0)]
+        at = rows.clip(0)
+        n = self.nodes.select("lane", "runtime_id", "op_id", "kind")[at].with_columns(self.column("gpu_id").gather(at))
         kinds = n["kind"].cast(pl.String).drop_nulls().unique().sort()
         r, o, g = self.runtime_names.len(), self.op_names.len(), self.gpu_names.len()
         last = pl.Series([missing], dtype=pl.String)
@@ -67,7 +148,7 @@ class DependencyGraph:
     def gpu_node_names(self) -> pl.Series:
         """Every node's GPU activity name (null on CPU slices), in node order (views of the
         names, gathered from one chunk)."""
-        return _by_id(self.gpu_names.rechunk(), self.nodes["gpu_id"]).alias("name")
+        return _by_id(self.gpu_names.rechunk(), self.column("gpu_id")).alias("name")
 
 
 def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
@@ -78,6 +159,51 @@ def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
 
 
 INT32 = (-(2**31), 2**31 - 1)
+LANE = ("pid", "tid", "device", "stream")
+
+
+def layer_table(cpu: pl.DataFrame, layers: tuple[str, ...]) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame]:
+    """The CPU slices (node v is row v) without their `t_<layer>` columns, and those times
+    (above zero; a null counts as zero, as a what-if reads them) in two parts: per slice the one
+    layer that covers all of its `dur_ns` (an Int8 index into `layers`; null where none does:
+    several layers, or a thread's wait, whose duration is zero), and for the other slices every
+    time as a long table node, layer, ns. Nearly every slice lies in one layer: a byte a slice
+    instead of 28 (7 columns) or 9 (the long table alone). Each column leaves the slices as it
+    is read (`drop_in_place`), so no more than one is held twice."""
+    n = cpu.height
+    dur = cpu["dur_ns"].fill_null(-1).cast(pl.Int64).to_numpy()
+    count = np.zeros(n, dtype=np.int8)  # how many layers have time in each slice (at most 7)
+    code = np.full(n, -1, dtype=np.int8)  # a layer holding all of the slice's duration
+    parts = []
+    for k, layer in enumerate(layers):
+        col = f"t_{layer}"
+        if col not in cpu.columns:
+            continue
+        t = cpu.drop_in_place(col)
+        v = t.fill_null(0).cast(pl.Int64).to_numpy()
+        at = np.flatnonzero(v > 0)
+        count[at] += 1
+        code[at[v[at] == dur[at]]] = k
+        parts.append(
+            pl.DataFrame(
+                {
+                    "node": pl.Series(at, dtype=pl.Int32) if n < INT32[1] else pl.Series(at, dtype=pl.Int64),
+                    "layer": pl.Series([layer], dtype=pl.Enum(layers)).extend_constant(layer, len(at) - 1)
+                    if len(at)
+                    else pl.Series([], dtype=pl.Enum(layers)),
+                    "ns": t.gather(at),
+                }
+            )
+        )
+        del t, v, at
+    one = (count == 1) & (code >= 0)  # its one layer, all of its duration
+    del count, dur
+    layer_of = pl.Series("layer_of", code, dtype=pl.Int8).scatter(np.flatnonzero(~one), None)
+    schema = {"node": pl.Int32, "layer": pl.Enum(layers), "ns": pl.Int32}
+    out = pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(schema=schema)
+    del parts
+    rest = out.filter(pl.lit(~one).gather(pl.col("node"))) if out.height else out
+    return cpu, layer_of, narrow(rest, ["ns"])
 
 
 def narrow(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
@@ -103,3 +229,24 @@ def one_chunk(df: pl.DataFrame) -> pl.DataFrame:
     for name in df.columns:
         cols.append(df.drop_in_place(name).rechunk())
     return pl.DataFrame(cols)
+
+
+@cache
+def _malloc_trim() -> Any:
+    """glibc's `malloc_trim`, or None (another C library, or none found)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # no such symbol; Windows has no CDLL(None)
+        return None
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`; elsewhere
+    nothing). numpy's arrays come from that heap (not polars' allocator), and glibc returns
+    only the free space at its top by itself: the replay's arrays, made after the graph's
+    transients and held through every what-if, kept the freed space under them resident (60 MB
+    at 311 MB after the critical path). Microseconds; the pages freed stay mapped, so nothing
+    changes but RSS."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

@@ -21,6 +21,7 @@ import polars as pl
 from traceanalyzer.analyses import windows as win
 from traceanalyzer.analyses.critical_path import CriticalPath, summarise, walk
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
+from traceanalyzer.analyses.graph_table import trim_heap
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times
 from traceanalyzer.analyses.scenario import CPU_CAUSES, SCENARIO_CAUSES, Scenario  # noqa: F401 - re-exported
@@ -28,7 +29,20 @@ from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
 
 STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
-LANE_COLUMNS = ("pid", "tid", "device", "stream")  # a node's thread or stream: read by the path's lanes only
+# a node's thread or stream, read by the path's lanes only, and its kind, read by the walk only
+LANE_COLUMNS = ("thread",)
+
+
+SLICE_ROWS = 1 << 18  # a what-if's expressions run on this many nodes at once (2 MB per float temporary)
+
+
+def _per_slice(frame: pl.DataFrame, expr: pl.Expr, dtype: type) -> np.ndarray:
+    """`expr` (elementwise: no aggregation, no window) over `frame`, as a numpy array of
+    `dtype`, evaluated SLICE_ROWS rows at a time into one array."""
+    out = np.empty(frame.height, dtype=dtype)
+    for a in range(0, frame.height, SLICE_ROWS):
+        out[a : a + SLICE_ROWS] = frame.slice(a, SLICE_ROWS).select(expr).to_series().to_numpy()
+    return out
 
 
 def _node_index() -> pl.Expr:
@@ -93,13 +107,8 @@ class Model:
 
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
-        n = self.graph.nodes
+        n, e = self.graph.nodes, self.graph.edges
         self._base = self._replay_capture()
-        # The captured times live on in `prepared.ts` and the replay of the capture (`base`,
-        # which reproduces them): the node table need not hold them too.
-        n = n.drop("ts_ns", "end_ns")
-        self.graph = replace(self.graph, nodes=n)
-        e = self.graph.edges
         self._gpu_launch = (
             n.select(_node_index(), "lane")  # the columns first: an eager filter copies every column
             .filter(pl.col("lane") == "gpu")
@@ -108,11 +117,16 @@ class Model:
             .unique("node", keep="first")
             .sort("node")
         )
+        # The captured times live on in `prepared.ts` and the replay of the capture (`base`,
+        # which reproduces them), the edges' destinations in its adjacency (`prepared`, read by
+        # `_sync_edges_into`): the tables need not hold them too (24 MB at 311 MB).
+        self.graph = replace(self.graph, nodes=n.drop("ts_ns", "end_ns"), edges=e.drop("dst"))
+        trim_heap()  # the build's numpy transients, under the arrays held from here on
 
     def _replay_capture(self) -> Schedule:
         n = self.graph.nodes
         dur = n["dur_ns"].cast(pl.Int64).to_numpy()
-        own = n["own_ns"].fill_null(0).cast(pl.Int64).to_numpy()
+        own = self.graph.column("own_ns").fill_null(0).to_numpy()
         return replay(self.prepared, dur, own)
 
     @property
@@ -139,9 +153,9 @@ class Model:
         return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
 
     def critical_path(self) -> CriticalPath:
-        """The critical path of every step of the capture (walked once: the nodes' threads and
-        streams, which only the path's lanes read, go once it is walked: 16 MB at 311 MB, held
-        through every what-if)."""
+        """The critical path of every step of the capture (walked once: the nodes' threads,
+        streams and kinds, which only the walk and the path's lanes read, go once it is walked:
+        17 MB at 311 MB, held through every what-if)."""
         if self._path is not None:
             return self._path
         w = self.windows(self.base)
@@ -151,7 +165,8 @@ class Model:
         self._replayed = w.select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))  # what what-ifs read of it
         self._base = None
         self._path = path
-        self.graph = replace(self.graph, nodes=self.graph.nodes.drop(*LANE_COLUMNS, strict=False))
+        self.graph = replace(self.graph, nodes=self.graph.nodes.drop(*LANE_COLUMNS, "kind", strict=False))
+        trim_heap()  # the capture's replay and the walk's arrays
         return path
 
     def _end_nodes(self, w: pl.DataFrame, sched: Schedule) -> list[int]:
@@ -200,6 +215,8 @@ class Model:
             .select("step", "step_ns", "replayed_ns", "predicted_ns")
             .with_columns(saving_ns=pl.col("replayed_ns") - pl.col("predicted_ns"))
         )
+        del sched, dur, own, lag, cut
+        trim_heap()  # the scenario's arrays
         med = lambda c: steps[c].median() if steps.height else None  # noqa: E731
         m, r, p = med("step_ns"), med("replayed_ns"), med("predicted_ns")
         err = abs(r - m) / m if m and r is not None else None
@@ -212,15 +229,17 @@ class Model:
         cpu = pl.col("lane") == "cpu"
         dur = pl.col("dur_ns").cast(pl.Float64)
         own = pl.col("own_ns").fill_null(0).cast(pl.Float64)
-        removed = [f"t_{layer}" for c in sc.without for layer in CPU_CAUSES.get(c, ())]
+        removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
         # the columns the scenario reads (no copy), and in one select the two integer columns it
         # gives: no frame of float intermediates, no node column (a what-if at 311 MB held 90 MB)
-        unsync_cols = ["t_sync"] if sc.unsync else []
-        cols = dict.fromkeys(["lane", "op_id", "runtime_id", "wait_ns", "dur_ns", "own_ns", *removed, *unsync_cols])
-        frame = n.select(list(cols))
+        frame = n.select("lane", "op_id", "runtime_id", "dur_ns")
+        frame = frame.with_columns(self.graph.column("wait_ns"), self.graph.column("own_ns"))
+        if sc.unsync:
+            frame = frame.with_columns(t_sync=pl.Series(self.graph.layer_ns(["sync"])))
         exprs_dur, exprs_own = dur, own
-        if removed:  # summed as floats: the layer times may be Int32, their sum need not fit
-            gone = pl.sum_horizontal([pl.col(c).fill_null(0).cast(pl.Float64) for c in removed])
+        if removed:  # summed as floats (exact): the layer times may be Int32, their sum need not fit
+            frame = frame.with_columns(_gone=pl.Series(self.graph.layer_ns(removed)))
+            gone = pl.col("_gone")
             keep = pl.when(cpu & (pl.col("dur_ns") > 0)).then((1 - gone / pl.col("dur_ns")).clip(0, 1)).otherwise(1.0)
             exprs_dur, exprs_own = exprs_dur * keep, exprs_own * keep
         if "slow_launch" in sc.without:
@@ -257,30 +276,33 @@ class Model:
             dur_x = pl.when(unsynced).then((dur_x - pl.col("t_sync")).clip(0)).otherwise(dur_x)
             own_x = pl.when(unsynced).then(0.0).otherwise(own_x)
             dropped = dropped | unsynced
-        # one select per column: in one, polars evaluates them at once, with all their float
-        # intermediates alive together (the peak of a whole summary at 311 MB)
-        dur_l, own_l = (frame.select(x.clip(0).round().cast(pl.Int64)).to_series().to_numpy() for x in (dur_x, own_x))
-        drop = frame.select(dropped).to_series() if sc.drop or sc.unsync else None
+        # one column at a time, a slice of rows at a time: evaluated at once, polars holds every
+        # float intermediate of every node together (the peak of a whole summary at 311 MB)
+        dur_l, own_l = (_per_slice(frame, x.clip(0).round().cast(pl.Int64), np.int64) for x in (dur_x, own_x))
+        drop = _per_slice(frame, dropped.fill_null(False), np.bool_) if sc.drop or sc.unsync else None
         del frame
         lag = None
-        gpu_edge = e["etype"].is_in(["stream", "event"])
         if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
+            gpu_edge = e["etype"].is_in(["stream", "event"])
             spacing = e["lag_ns"] <= self.kernel_spacing_ns
             hit = (gpu_edge & (e["lag_ns"] > 0)) & (spacing if "gpu_wait" not in sc.without else ~spacing)
             if "gpu_wait" in sc.without and "kernel_spacing" in sc.without:
                 hit = gpu_edge & (e["lag_ns"] > 0)
             lag = e.select(pl.when(hit).then(0).otherwise(pl.col("lag_ns"))).to_series().cast(pl.Int64).to_numpy()
         cut = None
-        sync_edges = e["to_end"].cast(pl.Boolean)
-        stop = pl.repeat(False, e.height, dtype=pl.Boolean, eager=True)
-        if "sync" in sc.without:
-            stop = sync_edges
+        stop = e["to_end"].to_numpy().copy() if "sync" in sc.without else np.zeros(e.height, dtype=np.bool_)
         if sc.drop or sc.unsync:
-            dropped_nodes = drop.arg_true().cast(pl.Int64)  # node v is row v
-            stop = stop | (sync_edges & e["dst"].is_in(dropped_nodes.implode()))
+            self._sync_edges_into(stop, np.flatnonzero(drop))  # node v is row v
         if stop.any():
-            cut = stop.to_numpy()
+            cut = stop
         return dur_l, own_l, lag if lag is not None else self.prepared.lag, cut
+
+    def _sync_edges_into(self, stop: np.ndarray, nodes: np.ndarray) -> None:
+        """Set `stop` (per edge) on the `to_end` edges of `nodes`: those the adjacency lists as
+        their end edges (`Prepared.end_idx`, grouped by destination)."""
+        p = self.prepared
+        owner = np.repeat(np.arange(len(p.ts), dtype=np.int64), np.diff(p.end_off))  # per end edge, its node
+        stop[p.end_idx[np.isin(owner, nodes)]] = True
 
     def _matching_ops(self, pattern: str, exact: bool = False) -> pl.Series:
         """The op ids of slices that lie inside an op matching `pattern` (or named exactly)."""
