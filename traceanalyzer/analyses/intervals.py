@@ -49,6 +49,51 @@ def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
+# Below this many rows a frame is filtered or sorted column by column in Series calls (each a
+# call into polars, no query: a frame's `filter` or a Series' `arg_sort` is a polars query,
+# ~30-60 µs to plan and run whatever its size, and a DLRM rank's gaps ran ~550 of them); above
+# it the query's one pass over all columns (and its threads) is kept. The same rows either way.
+SMALL_ROWS = 1 << 16
+
+
+def positions(mask: pl.Series) -> pl.Series:
+    """The UInt32 row numbers where `mask` (no nulls) is True: `arg_true` without its query."""
+    return pl.int_range(0, mask.len(), dtype=pl.UInt32, eager=True).filter(mask)
+
+
+def filled(value: int, n: int, dtype: pl.DataType = pl.Int64) -> pl.Series:
+    """`n` copies of `value` (`pl.zeros`/`pl.repeat` without their query)."""
+    return pl.Series([value], dtype=dtype).new_from_index(0, n)
+
+
+def at_least(s: pl.Series, lower: int) -> pl.Series:
+    """`s.clip(lower)` for a Series without nulls, without the query `clip` is."""
+    return s.zip_with(s >= lower, filled(lower, s.len(), s.dtype))
+
+
+def at_most(s: pl.Series, upper: int) -> pl.Series:
+    """`s.clip(upper_bound=upper)` for a Series without nulls, without its query."""
+    return s.zip_with(s <= upper, filled(upper, s.len(), s.dtype))
+
+
+def filter_rows(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
+    """`df.filter(mask)` (mask: a Boolean Series, null counted as False): column by column below
+    SMALL_ROWS rows, else the frame's one query."""
+    if df.height >= SMALL_ROWS or not df.width:
+        return df.filter(mask)
+    if mask.null_count():
+        mask = mask.fill_null(False)
+    return pl.DataFrame([c.filter(mask) for c in series_of(df, df.columns)])
+
+
+def series_of(df: pl.DataFrame, names: list[str]) -> list[pl.Series]:
+    """The columns `names` of `df` as Series, without a query: taken from a frame of those
+    columns picked by name, so that a one-valued column of a Trace's table (`trace.one_valued`,
+    held as one value) is made in full in that copy only, never stored so in the Trace."""
+    picked = df[names]
+    return [picked.get_column(c) for c in names]
+
+
 def key_starts(df: pl.DataFrame, by: list[str]) -> pl.Series:
     """Per row of a non-empty `df`: whether its `by` keys differ from the row before's (True on
     the first row): where each group starts when `df` is sorted by `by`. Slices compared, as

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import _covered_until, coverage_index, key_starts, merge_sorted
+from traceanalyzer.analyses.intervals import (
+    SMALL_ROWS,
+    _covered_until,
+    at_least,
+    at_most,
+    coverage_index,
+    filled,
+    key_starts,
+    merge_sorted,
+    positions,
+)
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,10 @@ def cumulative_unions(
         # every key is on a row whose keys differ from the row before's: `unique` hashes those
         # few rows (events come in runs of one thread), not millions (~75 MB at 1 GB)
         firsts.append(key_starts(f, by) if f.height else None)  # one bit a row
-        heads.append(f.select(by).filter(firsts[-1]) if f.height else f.select(by).clear())
+        # the heads as a frame of Series (a frame's `select` and `filter` are a query each)
+        cols = [f.get_column(c) for c in by]
+        heads.append(pl.DataFrame([c.filter(firsts[-1]) if f.height else c.clear() for c in cols]))
+        del cols
     keys = pl.concat(heads).unique().sort(by).with_row_index("_k")
     span = (hi - lo + 1) if lo is not None else 1
     if n_null or neg or lo is None or keys.height * span >= 1 << 62:
@@ -74,8 +87,8 @@ def cumulative_unions(
         # gather), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
         first, firsts[i] = firsts[i], None
         run = first.cast(pl.UInt32).cum_sum() - 1
-        head = layer.select(by).filter(first).join(keys, on=by, how="left", nulls_equal=True, maintain_order="left")
-        band = head.get_column("_k").cast(pl.Int64).gather(run) * span - lo
+        head, heads[i] = heads[i].join(keys, on=by, how="left", nulls_equal=True, maintain_order="left"), None
+        band = head.get_column("_k").cast(pl.Int64)[run] * span - lo
         del first, run, head
         banded = pl.DataFrame({"_t": layer.get_column("start_ns") + band, "_te": layer.get_column("end_ns") + band})
         del layer, band
@@ -104,12 +117,19 @@ def _with_before(union: pl.DataFrame, span: int) -> pl.DataFrame:
     time covered before each interval in its band (its group). Series operations: one call into
     polars each, no query to plan."""
     t, te = union.get_column("_t"), union.get_column("_te")
-    k = t // span  # _t is k x span + (start - lo), start - lo in [0, span)
-    first = k.ne_missing(k.shift(1))
-    del k  # each helper let go once used: the unions of a 1 GB trace are millions of rows
-    c = (te - t).cum_sum() - (te - t)
-    before = c - pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
-    return pl.DataFrame([t, te, before.alias("_before")])
+    m = t.len()
+    if not m:
+        return pl.DataFrame([t, te, te.clear().alias("_before")])
+    band = t - t % span  # _t is k x span + (start - lo), start - lo in [0, span): its band's start
+    # each row against the one before by slices (`shift` and `ne_missing` are a query each)
+    first = pl.Series([True]).append(band.slice(1) != band.slice(0, m - 1))
+    del band  # each helper let go once used: the unions of a 1 GB trace are millions of rows
+    # the running sums and the value at each group's first row in one query (three calls were three)
+    c = pl.col("_l").cum_sum() - pl.col("_l")
+    before = pl.DataFrame([(te - t).alias("_l"), first.alias("_f")]).select(
+        _before=c - pl.when("_f").then(c).forward_fill()
+    )
+    return pl.DataFrame([t, te, before.get_column("_before")])
 
 
 def unband(index: pl.DataFrame, bands: Bands | None, by: list[str]) -> pl.DataFrame:
@@ -207,48 +227,65 @@ def _covered_banded(
     band, or whose match (the last interval starting at or before it) lies in an earlier band,
     has nothing covered.
 
-    Series all through, one index at a time: both ends of q are sorted once (their rows, band
-    numbers and times), each index is searched as it is kept (on the axis already), and each
-    match is put back into q's order by its row (a scatter) and subtracted at once. Holding every layer's
-    coverage at both ends, and the as-of joins' copies of q, was ~70 MB at 1 GB (276 k gaps)."""
+    Series all through, one index at a time: both ends of q on the axis one after the other
+    (sorted when large: the searches then walk the index in order), each index searched as it is
+    kept (on the axis already), once for both ends, and each match put back into q's order by
+    its row (a scatter) and subtracted at once. Holding every layer's coverage at both ends, and
+    the as-of joins' copies of q, was ~70 MB at 1 GB (276 k gaps). Of the Series calls, those
+    that are no polars query of their own where one will do (`clip`, `gather`, `arg_true` and
+    `zeros` are one each, ~30 µs: a DLRM rank measured ~130 of them here); the searches, the
+    join of the keys and the large sorts are the queries."""
     span, lo = bands.span, bands.lo
     hi = lo + span - 1
     n = q.height
-    k = q.select(by).join(bands.keys, on=by, how="left", maintain_order="left").get_column("_k")
-    ends = []
+    k = pl.DataFrame([q.get_column(c) for c in by]).join(bands.keys, on=by, how="left", maintain_order="left")
+    k = k.get_column("_k")
+    rows, groups, times = [], [], []
     for side in (a, b):
         at = q.get_column(side)
-        valid = k.is_not_null() & at.is_not_null()
-        rows, kk, t = valid.arg_true(), k.filter(valid).cast(pl.Int64), at.filter(valid).clip(lo, hi)
-        del valid
-        order = (kk * span + t).arg_sort()
-        kk, t = kk.gather(order), t.gather(order)
-        ends.append((rows.gather(order), pl.DataFrame({"_tq": kk * span + t - lo, "_k": kk})))
-        del rows, kk, t, order
+        if k.null_count() or at.null_count():
+            valid = k.is_not_null() & at.is_not_null()
+            r, kk, t = positions(valid), k.filter(valid), at.filter(valid)
+            del valid
+        else:
+            r, kk, t = pl.int_range(0, n, dtype=pl.UInt32, eager=True), k, at
+        kk, t = kk.cast(pl.Int64), at_most(at_least(t, lo), hi)
+        if t.len() >= SMALL_ROWS:
+            order = (kk * span + t).arg_sort()
+            r, kk, t = r[order], kk[order], t[order]
+            del order
+        rows.append(r)
+        groups.append(kk)
+        times.append(kk * span + t - lo)
+        del r, kk, t
     del k
+    # both ends as one axis of queries: one search of each index for both
+    n_a = times[0].len()
+    kk, tq = pl.concat(groups), pl.concat(times)
+    del groups, times
+    zero = filled(0, tq.len())
     # the last interval starting at or before the time on the axis (a binary search of the
     # index's sorted, distinct starts): in the time's own band, else nothing of its group is
     # covered before it. An as-of join copied the index's columns (1 GB: +30 MB for the largest).
-    own = (pl.col("_p") >= 0) & (pl.col("_t") >= pl.col("_k") * span)
-    until = pl.when(own).then(pl.col("_before") + pl.min_horizontal("_tq", "_te") - pl.col("_t")).otherwise(0)
     done: dict[int, pl.Series] = {}  # an index shared by two layers is measured once
     cols = []
     for index, out in zip(indexes, outs):
         if index.is_empty():
-            cols.append(pl.zeros(n, pl.Int64, eager=True).alias(out))
+            cols.append(filled(0, n).alias(out))
             continue
         if id(index) not in done:
-            covered_until = []
             starts = index.get_column("_t")
-            for rows, qs in ends:
-                p = starts.search_sorted(qs.get_column("_tq"), side="right").cast(pl.Int64) - 1
-                at = p.clip(0)
-                j = qs.with_columns(p.alias("_p"), *(index.get_column(c).gather(at) for c in ("_t", "_te", "_before")))
-                del p, at
-                # scatter fills a new column in place: q's rows, 0 where an end has no band
-                covered_until.append(pl.zeros(n, pl.Int64, eager=True).scatter(rows, j.select(until).to_series()))
-                del j
-            done[id(index)] = (covered_until[1] - covered_until[0]).clip(0)
-            del covered_until
+            p = starts.search_sorted(tq, side="right").cast(pl.Int64) - 1
+            at = at_least(p, 0).cast(pl.UInt32)
+            t, te = starts[at], index.get_column("_te")[at]
+            own = (p >= 0) & (t >= kk * span)
+            until = index.get_column("_before")[at] + tq.zip_with(tq < te, te) - t
+            until = until.zip_with(own, zero)
+            del p, at, t, te, own
+            # scatter fills a new column in place: q's rows, 0 where an end has no band
+            ends = [filled(0, n).scatter(rows[0], until.slice(0, n_a)), filled(0, n).scatter(rows[1], until.slice(n_a))]
+            del until
+            done[id(index)] = at_least(ends[1] - ends[0], 0)
+            del ends
         cols.append(done[id(index)].alias(out))
     return pl.DataFrame(cols)
