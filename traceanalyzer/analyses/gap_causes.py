@@ -38,7 +38,7 @@ import polars as pl
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, rows_at, step_threads
 from traceanalyzer.analyses.gap_edges import edge_activities, next_activity
-from traceanalyzer.analyses.intervals import overlap_join
+from traceanalyzer.analyses.intervals import collected, overlap_join
 from traceanalyzer.analyses.layer_coverage import covered_many, on_bands
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
@@ -340,8 +340,9 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     # Sorted while narrow (the window's bounds left behind), before the next activity's dozen
     # columns are put beside it: a sort copies every column it carries. Each helper column goes
     # once read: the pieces are the widest frame here (1 GB: 276 k rows, ~2 MB a column).
-    pieces = (
+    pieces = collected(  # one query (four frame calls were four)
         gpu_time.clip_to_windows(idle, wins)
+        .lazy()
         .filter(pl.col("end_ns") > pl.col("start_ns"))
         .select("device", "step", "start_ns", "end_ns", "prev_end_ns", "next_start_ns")
         .sort("device", "start_ns")
