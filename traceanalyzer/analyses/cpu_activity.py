@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, filter_rows, merge, run_id, series_of
+from traceanalyzer.analyses.intervals import collected, coverage_index, filter_rows, merge, run_id, series_of
 from traceanalyzer.analyses.layer_coverage import Bands, cumulative_unions, unband
 from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
@@ -125,6 +125,34 @@ def step_threads(trace: Trace) -> pl.DataFrame:
     )
 
 
+def step_thread_of(trace: Trace, at: pl.DataFrame) -> pl.DataFrame:
+    """step_pid, step_tid for each row of `at` (step, device): the step's thread (`step_threads`),
+    one per row. Where several processes ran a step of that number (one ProfilerStep thread
+    each), the thread of the process that launched most of the device's work; else the first."""
+    threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
+    first = threads.unique("step", keep="first", maintain_order=True)
+    if first.height == threads.height:
+        return at.select("step").join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
+    owner = (
+        trace.gpu.select("device", step_pid=pl.col("launch_pid"))
+        .drop_nulls()
+        .group_by("device")
+        .agg(pl.col("step_pid").mode().min())
+    )
+    own = threads.unique(["step", "step_pid"], keep="first", maintain_order=True)
+    mine = at.join(owner, on="device", how="left", maintain_order="left").join(
+        own, on=["step", "step_pid"], how="left", nulls_equal=True, maintain_order="left"
+    )
+    fallback = at.select("step").join(first, on="step", how="left", nulls_equal=True, maintain_order="left")
+    found = mine.get_column("step_tid").is_not_null()
+    return pl.DataFrame(
+        [
+            mine.get_column("step_pid").zip_with(found, fallback.get_column("step_pid")),
+            mine.get_column("step_tid").zip_with(found, fallback.get_column("step_tid")),
+        ]
+    )
+
+
 def is_launch(trace: Trace) -> pl.Expr:
     """Over the runtime table: whether a call puts work on the GPU (its correlation reaches a GPU
     activity, or it is named like a launch: `cudaLaunchKernel`, `cudaGraphLaunch`, async memcpy
@@ -211,12 +239,19 @@ class CpuActivity:
         # columns per layer: a filtered copy carrying the names (to test them) cost 30 MB at
         # 1 GB, never read after. Each op's part marked once (two lookups), then split by the marks.
         real = ((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)).fill_null(False)
-        launching_op = real & pl.col("op_id").is_in(pl.lit(launching).implode())
+        launching_op = pl.col("_real") & pl.col("op_id").is_in(pl.lit(launching).implode())
         # Such a wrapper holds the Python frames that run the compiled code (dynamo, AOT, the
         # Inductor `call`): its time outside the launches is Python's, so it joins that layer.
         # A compiled wrapper's own time is Python (the generated code), not an op's.
-        wrapper_op = real & pl.col("op_id").is_in(pl.lit(wrappers).implode()) & ~launching_op
-        marks = trace.ops.select(_l=launching_op, _w=wrapper_op, _c=real & ~launching_op & ~wrapper_op)
+        wrapper_op = pl.col("_real") & pl.col("op_id").is_in(pl.lit(wrappers).implode()) & ~pl.col("_l")
+        # each mark a column once (the names tested once, not in each of three expressions)
+        marks = collected(
+            trace.ops.lazy()
+            .select("op_id", _real=real)
+            .with_columns(_l=launching_op)
+            .with_columns(_w=wrapper_op)
+            .select("_l", "_w", _c=pl.col("_real") & ~pl.col("_l") & ~pl.col("_w"))
+        )
         is_launching, is_wrapper, is_cpu_op = marks.get_columns()
         del marks, launching, wrappers
         ops = trace.ops[four]

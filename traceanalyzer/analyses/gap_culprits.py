@@ -9,7 +9,7 @@ import polars as pl
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
-from traceanalyzer.analyses.intervals import overlap_join
+from traceanalyzer.analyses.intervals import collected, filter_rows, overlap_join, picked, series_of
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
@@ -18,25 +18,20 @@ from traceanalyzer.trace import Trace
 
 def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     """For cpu_bound gaps, the op with the most self time inside [cpu_a, cpu_b] on the thread."""
-    g = gaps.filter(pl.col("cause") == "cpu_bound").select("gap_id", "pid", "tid", "cpu_a", "cpu_b")
+    cols = ["gap_id", "pid", "tid", "cpu_a", "cpu_b"]
+    g = filter_rows(pl.DataFrame(series_of(gaps, cols)), gaps.get_column("cause") == "cpu_bound")  # no query
     if g.is_empty():
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "cpu_op_id": pl.Int64})
     # Every op of the gap's threads near the gaps (`overlap_join` narrows the op table to them
     # before sorting it), then those that are real ops: the kind and name tests run on the pairs,
     # not on every op of the trace.
-    ops = trace.ops.select(
-        "op_id",
-        "parent_id",
-        "kind",
-        "name",
-        _pid="pid",
-        _tid="tid",
-        _s="ts_ns",
-        _e="end_ns",
-    )
+    names = {"op_id": "op_id", "parent_id": "parent_id", "kind": "kind", "name": "name"}
+    names |= {"pid": "_pid", "tid": "_tid", "ts_ns": "_s", "end_ns": "_e"}
+    ops = picked(trace.ops, names)
     # pairs on the gap's own thread only (never gaps x every thread's ops)
     j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
-    j = j.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
+    # the rest in one lazy query (its seven frame calls were a query each)
+    j = j.lazy().filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
     # Four columns of the pairs from here on: they are the largest frame of `gaps`.
     j = j.select(
         "gap_id", "op_id", "parent_id", _ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a")
@@ -47,7 +42,8 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     # The most self time per gap, ties to the lowest op id (every run alike): one group-by, no
     # window and no sort of the pairs.
-    return j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
+    most = pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min()
+    return collected(j.group_by("gap_id").agg(cpu_op_id=most))
 
 
 def _by_gap(n: int, found: pl.DataFrame) -> pl.DataFrame:

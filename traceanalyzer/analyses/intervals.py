@@ -93,6 +93,15 @@ def filter_rows(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
     return pl.DataFrame([c.filter(mask) for c in series_of(df, df.columns)])
 
 
+def picked(df: pl.DataFrame, names: dict[str, str]) -> pl.DataFrame:
+    """`df.select(pl.col(c).alias(out) for c, out in names.items())`: a frame of Series below
+    SMALL_ROWS rows (no query), else the select (which keeps a one-valued column held once: a
+    Series of it is 8 bytes a row, 32 MB for the op table of a 1 GB trace)."""
+    if df.height >= SMALL_ROWS:
+        return df.select(pl.col(c).alias(out) for c, out in names.items())
+    return pl.DataFrame([c.alias(out) for c, out in zip(series_of(df, list(names)), names.values())])
+
+
 def series_of(df: pl.DataFrame, names: list[str]) -> list[pl.Series]:
     """The columns `names` of `df` as Series, without a query: taken from a frame of those
     columns picked by name, so that a one-valued column of a Trace's table (`trace.one_valued`,
