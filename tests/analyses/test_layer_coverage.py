@@ -67,3 +67,21 @@ def test_layers_given_as_functions_are_built_one_at_a_time():
     assert eager_bands.keys.equals(lazy_bands.keys) and (eager_bands.span, eager_bands.lo) == (lazy_bands.span, 0)
     last = unband(lazy[-1], lazy_bands, ["pid", "tid"]).select("pid", "tid", "start_ns", "end_ns", "_before").rows()
     assert last == [(1, 1, 0, 20, 0), (1, 2, 3, 4, 0)]
+
+
+def test_banded_coverage_is_the_same_stacked_or_one_index_at_a_time(SHARED_TRACES, monkeypatch):
+    """Small indexes are searched at once, stacked on one axis, and the queries in q's order;
+    large ones one at a time, the queries sorted and scattered back (forced here by a bound of
+    no rows): the same coverage, and the keyed measure's, on a100_multistream_syncs."""
+    from traceanalyzer.analyses import layer_coverage
+
+    ses = ta.Session.open(SHARED_TRACES / "a100_multistream_syncs.json.gz")
+    act, pieces = ses.activity, ses.classified.pieces
+    q = pieces.select(*THREAD, "cpu_a", "cpu_b")
+    outs = [f"_u{k}" for k in range(len(act.unions))]
+    stacked = covered_many(q, list(act.unions), THREAD, "cpu_a", "cpu_b", outs, act.bands)
+    monkeypatch.setattr(layer_coverage, "SMALL_ROWS", 0)
+    one_by_one = covered_many(q, list(act.unions), THREAD, "cpu_a", "cpu_b", outs, act.bands)
+    assert stacked.equals(one_by_one)
+    assert stacked.equals(covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs))
+    assert int(stacked[outs[-1]].sum()) > 0

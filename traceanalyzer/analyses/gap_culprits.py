@@ -9,7 +9,7 @@ import polars as pl
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
-from traceanalyzer.analyses.intervals import collected, filter_rows, overlap_join, picked, series_of
+from traceanalyzer.analyses.intervals import SMALL_ROWS, filter_rows, overlap_join, picked, series_of
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
@@ -23,15 +23,19 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     if g.is_empty():
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "cpu_op_id": pl.Int64})
     # Every op of the gap's threads near the gaps (`overlap_join` narrows the op table to them
-    # before sorting it), then those that are real ops: the kind and name tests run on the pairs,
-    # not on every op of the trace.
+    # before sorting it), then those that are real ops: on a large trace the kind and name tests
+    # run on the pairs, not on every op of the trace; a small op table is tested whole first
+    # (the same pairs, and the join's pairs fewer).
     names = {"op_id": "op_id", "parent_id": "parent_id", "kind": "kind", "name": "name"}
     names |= {"pid": "_pid", "tid": "_tid", "ts_ns": "_s", "end_ns": "_e"}
     ops = picked(trace.ops, names)
+    real = (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)
+    if ops.height < SMALL_ROWS:
+        ops = ops.filter(real)
     # pairs on the gap's own thread only (never gaps x every thread's ops)
     j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
-    # the rest in one lazy query (its seven frame calls were a query each)
-    j = j.lazy().filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
+    if ops.height >= SMALL_ROWS:
+        j = j.filter(real)
     # Four columns of the pairs from here on: they are the largest frame of `gaps`.
     j = j.select(
         "gap_id", "op_id", "parent_id", _ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a")
@@ -42,8 +46,7 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     # The most self time per gap, ties to the lowest op id (every run alike): one group-by, no
     # window and no sort of the pairs.
-    most = pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min()
-    return collected(j.group_by("gap_id").agg(cpu_op_id=most))
+    return j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
 
 
 def _by_gap(n: int, found: pl.DataFrame) -> pl.DataFrame:

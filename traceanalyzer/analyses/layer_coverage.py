@@ -16,6 +16,7 @@ from traceanalyzer.analyses.intervals import (
     _covered_until,
     at_least,
     at_most,
+    collected,
     coverage_index,
     filled,
     key_starts,
@@ -59,7 +60,7 @@ def cumulative_unions(
     n_null = neg = 0
     lo = hi = None
     firsts: list[pl.Series | None] = []
-    heads: list[pl.DataFrame] = []
+    heads: list = []  # each layer's first rows of its keys, then their key numbers
     for f in map(_built, layers):  # per layer (Series calls), never a concatenated copy of them all
         s, e = f.get_column("start_ns"), f.get_column("end_ns")
         n_null, neg = n_null + s.null_count() + e.null_count(), neg + int((e < s).sum())
@@ -72,10 +73,17 @@ def cumulative_unions(
         cols = [f.get_column(c) for c in by]
         heads.append(pl.DataFrame([c.filter(firsts[-1]) if f.height else c.clear() for c in cols]))
         del cols
-    keys = pl.concat(heads).unique().sort(by).with_row_index("_k")
+    all_heads = pl.concat(heads)
+    keys = collected(all_heads.lazy().unique().sort(by).with_row_index("_k"))
     span = (hi - lo + 1) if lo is not None else 1
     if n_null or neg or lo is None or keys.height * span >= 1 << 62:
         return _cumulative_unions_by_sort([_built(f) for f in layers], by), None
+    # every layer's heads numbered by one join (one a layer cost ~0.1 ms each on a DLRM rank)
+    head_k = all_heads.join(keys, on=by, how="left", nulls_equal=True, maintain_order="left").get_column("_k")
+    at = 0
+    for i, h in enumerate(heads):
+        heads[i], at = head_k.slice(at, h.height), at + h.height
+    del all_heads, head_k
     union = pl.DataFrame(schema={"_t": pl.Int64, "_te": pl.Int64})
     out: list[pl.DataFrame] = []
     for i, layer in enumerate(map(_built, layers)):
@@ -87,8 +95,8 @@ def cumulative_unions(
         # gather), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
         first, firsts[i] = firsts[i], None
         run = first.cast(pl.UInt32).cum_sum() - 1
-        head, heads[i] = heads[i].join(keys, on=by, how="left", nulls_equal=True, maintain_order="left"), None
-        band = head.get_column("_k").cast(pl.Int64)[run] * span - lo
+        head, heads[i] = heads[i], None
+        band = head.cast(pl.Int64)[run] * span - lo
         del first, run, head
         banded = pl.DataFrame({"_t": layer.get_column("start_ns") + band, "_te": layer.get_column("end_ns") + band})
         del layer, band
@@ -227,14 +235,14 @@ def _covered_banded(
     band, or whose match (the last interval starting at or before it) lies in an earlier band,
     has nothing covered.
 
-    Series all through, one index at a time: both ends of q on the axis one after the other
-    (sorted when large: the searches then walk the index in order), each index searched as it is
-    kept (on the axis already), once for both ends, and each match put back into q's order by
-    its row (a scatter) and subtracted at once. Holding every layer's coverage at both ends, and
-    the as-of joins' copies of q, was ~70 MB at 1 GB (276 k gaps). Of the Series calls, those
-    that are no polars query of their own where one will do (`clip`, `gather`, `arg_true` and
-    `zeros` are one each, ~30 µs: a DLRM rank measured ~130 of them here); the searches, the
-    join of the keys and the large sorts are the queries."""
+    Series all through: both ends of q on the axis one after the other (sorted when large: the
+    searches then walk the index in order), each index searched as it is kept (on the axis
+    already), once for both ends, and each match put back into q's order by its row (a scatter
+    where the rows were sorted or some left out) and subtracted at once. Holding every layer's
+    coverage at both ends, and the as-of joins' copies of q, was ~70 MB at 1 GB (276 k gaps).
+    Small indexes are stacked on one axis (index j shifted by j x the axis' width) and searched
+    at once: each Series call costs ~2-25 µs whatever its size, and a DLRM rank measured six
+    indexes of a few hundred rows (~0.15 ms each, one by one)."""
     span, lo = bands.span, bands.lo
     hi = lo + span - 1
     n = q.height
@@ -248,11 +256,12 @@ def _covered_banded(
             r, kk, t = positions(valid), k.filter(valid), at.filter(valid)
             del valid
         else:
-            r, kk, t = pl.int_range(0, n, dtype=pl.UInt32, eager=True), k, at
+            r, kk, t = None, k, at  # every row, in q's order
         kk, t = kk.cast(pl.Int64), at_most(at_least(t, lo), hi)
         if t.len() >= SMALL_ROWS:
             order = (kk * span + t).arg_sort()
-            r, kk, t = r[order], kk[order], t[order]
+            r = order if r is None else r[order]
+            kk, t = kk[order], t[order]
             del order
         rows.append(r)
         groups.append(kk)
@@ -261,31 +270,55 @@ def _covered_banded(
     del k
     # both ends as one axis of queries: one search of each index for both
     n_a = times[0].len()
-    kk, tq = pl.concat(groups), pl.concat(times)
+    band, tq = pl.concat(groups) * span, pl.concat(times)  # each query's band starts at its group's
     del groups, times
-    zero = filled(0, tq.len())
-    # the last interval starting at or before the time on the axis (a binary search of the
-    # index's sorted, distinct starts): in the time's own band, else nothing of its group is
-    # covered before it. An as-of join copied the index's columns (1 GB: +30 MB for the largest).
-    done: dict[int, pl.Series] = {}  # an index shared by two layers is measured once
+    distinct = list({id(i): i for i in indexes if not i.is_empty()}.values())  # shared by two layers: once
+    width = bands.keys.height * span  # the whole axis, every group's band
+    stacked = sum(i.height for i in distinct) < SMALL_ROWS and tq.len() * len(distinct) < SMALL_ROWS
+    if distinct and stacked and len(distinct) * width < 1 << 62:
+        shifts = [j * width for j in range(len(distinct))]
+        until = _until(
+            pl.concat([i.get_column("_t") + d for i, d in zip(distinct, shifts)]),
+            pl.concat([i.get_column("_te") + d for i, d in zip(distinct, shifts)]),
+            pl.concat([i.get_column("_before") for i in distinct]),
+            pl.concat([tq + d for d in shifts]),
+            pl.concat([band + d for d in shifts]),
+        )
+        m = tq.len()
+        found = {id(i): until.slice(j * m, m) for j, i in enumerate(distinct)}
+    else:
+        found = {
+            id(i): _until(i.get_column("_t"), i.get_column("_te"), i.get_column("_before"), tq, band) for i in distinct
+        }
+    del tq, band
+    done: dict[int, pl.Series] = {}
     cols = []
     for index, out in zip(indexes, outs):
         if index.is_empty():
             cols.append(filled(0, n).alias(out))
             continue
         if id(index) not in done:
-            starts = index.get_column("_t")
-            p = starts.search_sorted(tq, side="right").cast(pl.Int64) - 1
-            at = at_least(p, 0).cast(pl.UInt32)
-            t, te = starts[at], index.get_column("_te")[at]
-            own = (p >= 0) & (t >= kk * span)
-            until = index.get_column("_before")[at] + tq.zip_with(tq < te, te) - t
-            until = until.zip_with(own, zero)
-            del p, at, t, te, own
-            # scatter fills a new column in place: q's rows, 0 where an end has no band
-            ends = [filled(0, n).scatter(rows[0], until.slice(0, n_a)), filled(0, n).scatter(rows[1], until.slice(n_a))]
+            until = found.pop(id(index))
+            # q's rows, 0 where an end has no band (a scatter fills a new column in place)
+            ends = [
+                until.slice(at, size) if r is None else filled(0, n).scatter(r, until.slice(at, size))
+                for r, at, size in ((rows[0], 0, n_a), (rows[1], n_a, until.len() - n_a))
+            ]
             del until
             done[id(index)] = at_least(ends[1] - ends[0], 0)
             del ends
         cols.append(done[id(index)].alias(out))
     return pl.DataFrame(cols)
+
+
+def _until(starts: pl.Series, te: pl.Series, before: pl.Series, tq: pl.Series, band: pl.Series) -> pl.Series:
+    """The covered time of an index on the bands' axis (its sorted, distinct starts, their ends
+    and `_before`) until each query time `tq` (its band starting at `band`): from the last
+    interval starting at or before it (a binary search), when that lies in the query's own band,
+    else 0. An as-of join copied the index's columns (1 GB: +30 MB for the largest)."""
+    p = starts.search_sorted(tq, side="right").cast(pl.Int64) - 1
+    at = at_least(p, 0).cast(pl.UInt32)
+    t, end = starts[at], te[at]
+    own = (p >= 0) & (t >= band)
+    until = before[at] + tq.zip_with(tq < end, end) - t
+    return until.zip_with(own, filled(0, tq.len()))
