@@ -42,7 +42,8 @@ def cumulative_unions(
 ) -> tuple[list[pl.DataFrame], Bands | None]:
     """The coverage indexes (`coverage_index`) of the unions of layers[0..k] for every k, per
     group `by` (each layer: by..., start_ns, end_ns; or a function that builds it, called once
-    to measure it and once to merge it, so that no two such layers are held at once).
+    to measure it and once to merge it, so that no two such layers are held at once; one of
+    under SMALL_ROWS rows is kept between the two instead).
 
     Each group's times are shifted into a band of their own (group number x span, as
     `_merge_sweep` does), so that the sorts are of one int64 column rather than of the keys and
@@ -61,7 +62,9 @@ def cumulative_unions(
     lo = hi = None
     firsts: list[pl.Series | None] = []
     heads: list = []  # each layer's first rows of its keys, then their key numbers
-    for f in map(_built, layers):  # per layer (Series calls), never a concatenated copy of them all
+    for i, f in enumerate(map(_built, layers)):  # per layer (Series calls), never a concatenated copy of them all
+        if f.height < SMALL_ROWS and callable(layers[i]):  # a small layer is kept, not built twice
+            layers[i] = f
         s, e = f.get_column("start_ns"), f.get_column("end_ns")
         n_null, neg = n_null + s.null_count() + e.null_count(), neg + int((e < s).sum())
         lo = min((v for v in (lo, s.min()) if v is not None), default=None)
