@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
-from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, rows_at, step_thread_of
+from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, by_gap, rows_at, step_thread_of
 from traceanalyzer.analyses.gap_edges import edge_activities, next_activity
-from traceanalyzer.analyses.intervals import collected, filter_rows, overlap_join, picked
+from traceanalyzer.analyses.intervals import collected, filled, filter_rows, overlap_join, picked, positions
 from traceanalyzer.analyses.layer_coverage import covered_many, on_bands
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
@@ -301,12 +301,12 @@ def _init_key(trace: Trace, pieces: pl.DataFrame) -> pl.Series:
     """init_key: the name start-up tells one-time calls from churn by (a runtime_call gap's
     call, a slow_launch gap's next activity), null elsewhere. Made on those few rows and put in
     place: a when/then over every piece wrote a new column of names (+37 MB at 1 GB)."""
-    cause = pieces.get_column("cause")
-    rows = cause.is_in(["runtime_call", "slow_launch"]).arg_true()
-    few = pieces.select("cause", "next_name", "rt_call")[rows]
-    names = rows_at(trace.runtime, "runtime_id", few["rt_call"], _rt_name="name").get_column("_rt_name")
-    key = few.select(pl.when(pl.col("cause") == "runtime_call").then(names).otherwise("next_name")).to_series()
-    return pl.repeat(None, pieces.height, dtype=pl.String, eager=True).scatter(rows, key).alias("init_key")
+    cause = pieces.get_column("cause")  # Series calls throughout (five were a query each)
+    rows = positions((cause == "runtime_call") | (cause == "slow_launch"))
+    is_call = cause[rows] == "runtime_call"
+    names = rows_at(trace.runtime, "runtime_id", pieces.get_column("rt_call")[rows], _rt_name="name")
+    key = names.get_column("_rt_name").zip_with(is_call, pieces.get_column("next_name")[rows])
+    return filled(None, pieces.height, pl.String).scatter(rows, key).alias("init_key")
 
 
 @dataclass(frozen=True)
@@ -366,14 +366,19 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     # What the classification's steps left (layer times, helper columns) goes now, not at the
     # end: what is kept and the next activity's name (the start-up's key) go on (1 GB: ~20 MB).
     pieces = pieces.select(*(c for c in PIECE_COLUMNS if c in pieces.columns), "next_name")
-    sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
-    pieces = pieces.join(sync_call, on="gap_id", how="left", maintain_order="left")
+    # (the gaps of a cause as five columns filtered by Series, and what is found put at its
+    # gap's row, gap_id: a filter of the pieces' ~25 columns and a join were a query each)
+    narrow = pl.DataFrame([pieces.get_column(c) for c in ("gap_id", "pid", "tid", "cpu_a", "cpu_b")])
+    cause = pieces.get_column("cause")
+    sync_call = largest_overlap(filter_rows(narrow, cause == "sync"), act.blocking, "runtime_id", "sync_call", True)
+    pieces = pieces.hstack(by_gap(pieces.height, sync_call))
     # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
     # culprit `gaps` names, and the key by which start-up tells one-time calls from churn. The
     # other calls' columns are gathered only when such gaps exist.
-    rc = pieces.filter(pl.col("cause") == "runtime_call")
+    rc = filter_rows(narrow, cause == "runtime_call")
     rt_call = _longest_other_call(trace, rc, act.runtime_other.get_column("runtime_id"))
-    pieces = pieces.join(rt_call, on="gap_id", how="left", maintain_order="left")
+    pieces = pieces.hstack(by_gap(pieces.height, rt_call))
+    del narrow, cause
     pieces = pieces.hstack([_init_key(trace, pieces)]).drop("next_name")
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
     boundaries = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context, python_line_at
-from traceanalyzer.analyses.cpu_activity import rows_at
+from traceanalyzer.analyses.cpu_activity import by_gap, rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
 from traceanalyzer.analyses.intervals import SMALL_ROWS, filter_rows, overlap_join, picked, series_of
 from traceanalyzer.analyses.modules import op_modules
@@ -47,17 +47,6 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     # The most self time per gap, ties to the lowest op id (every run alike): one group-by, no
     # window and no sort of the pairs.
     return j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
-
-
-def _by_gap(n: int, found: pl.DataFrame) -> pl.DataFrame:
-    """The columns of `found` (gap_id, then one row per gap found, in any order) as full
-    columns of the `n` pieces, in gap_id order, null where a gap has no row: a gather by row
-    number, as the pieces' gap_id is their row. A left join on gap_id instead copied every
-    column of the pieces, once per join (~25 columns, 276 k rows at 1 GB). Series calls, by
-    UInt32 positions: `repeat`, `drop` and `gather` were a polars query each (~25 µs)."""
-    rows = found.with_row_index("_i").get_column("_i")
-    at = pl.Series([None], dtype=pl.UInt32).new_from_index(0, n).scatter(found.get_column("gap_id"), rows)
-    return pl.DataFrame([c[at] for c in found.get_columns() if c.name != "gap_id"])
 
 
 def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
@@ -116,7 +105,7 @@ def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.Series:
         "gap_id",
         stream_wait=pl.when(pl.col("_mts") >= pl.col("launch_ts_ns").fill_null(0)).then(pl.col("wait_on_stream")),
     )
-    return _by_gap(gaps.height, found).to_series()
+    return by_gap(gaps.height, found).to_series()
 
 
 def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -126,7 +115,7 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
         "gap_id", "pid", "tid", ts_ns=((pl.col("cpu_a") + pl.col("cpu_b")) // 2)
     )
     found = python_line_at(trace, need, "gap_id").rename({"python_frame": "_line"})
-    line = _by_gap(gaps.height, found).to_series()
+    line = by_gap(gaps.height, found).to_series()
     return gaps.with_columns(python_frame=pl.coalesce(pl.col("python_frame"), line))
 
 
@@ -134,7 +123,7 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     """The classified pieces (`gap_causes.PIECE_COLUMNS`) with, per gap: op, range, op_chain, python_frame (the culprit's
     context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
-    # What is found per gap is put beside the pieces by gap_id, their row number (`_by_gap`):
+    # What is found per gap is put beside the pieces by gap_id, their row number (`cpu_activity.by_gap`):
     # no join copies the pieces' ~25 columns (a 1 GB trace has ~300 k gaps).
     pieces = classified.pieces
     n = pieces.height
@@ -147,7 +136,7 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         pieces.filter(pl.col("cause") == "data_loading"), classified.data_ranges, "op_id", "data_op", True
     )
     busiest = _most_self_time_op(trace, pieces)
-    pieces = pieces.hstack([*_by_gap(n, data_range.select("gap_id", "data_op")), *_by_gap(n, busiest)])
+    pieces = pieces.hstack([*by_gap(n, data_range.select("gap_id", "data_op")), *by_gap(n, busiest)])
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_op_id="op_id", sync_api="name"))
     # The runtime call a runtime_call gap sat in (the longest on the thread in the interval).
     # (found by gap_causes, which keys start-up on it)
@@ -158,7 +147,7 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     found = _runtime_at(trace, call.filter(known), rt_op_id="op_id", rt_api="name", rt_ns="dur_ns")
     found.insert_column(0, pieces.get_column("gap_id").filter(known))
     pieces = pl.DataFrame([c for c in pieces.get_columns() if c.name not in ("rt_call", "rt_call_overlap_ns")])
-    pieces = pieces.hstack(_by_gap(n, found))
+    pieces = pieces.hstack(by_gap(n, found))
     del call, known, found
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_ns="dur_ns"))
     cause = pl.col("cause")
@@ -236,11 +225,11 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
             call_ns=pl.col("dur_ns"),
         ),
     )
-    pieces = pieces.hstack(_by_gap(n, blocked))
+    pieces = pieces.hstack(by_gap(n, blocked))
     # What the GPU waited on, told for the gaps of those causes only (the text is built per row),
     # from the next activity's name (a collective's peers), read and not kept.
     read = ["gap_id", "cause", "next_gpu_id", "launched_before_trace", "launch_api", "stream_wait", "start_ns"]
     asked = pieces.select(*read, "launch_ts_ns").filter(pl.col("cause").is_in(WAITED_ON))
     named = asked.hstack(rows_at(trace.gpu, "gpu_id", asked["next_gpu_id"], next_name="name"))
     told = named.select("gap_id", waited_on=_waited_on(named))
-    return pieces.hstack(_by_gap(n, told))
+    return pieces.hstack(by_gap(n, told))
