@@ -132,9 +132,11 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         raise ValueError("the classified pieces are not in gap_id order (gap_causes.classify_gaps)")
     pieces = pieces.with_columns(_stream_waits(trace, pieces))
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
-    data_range = largest_overlap(
-        pieces.filter(pl.col("cause") == "data_loading"), classified.data_ranges, "op_id", "data_op", True
+    loading = filter_rows(
+        pl.DataFrame(series_of(pieces, ["gap_id", "pid", "tid", "cpu_a", "cpu_b"])),
+        pieces.get_column("cause") == "data_loading",
     )
+    data_range = largest_overlap(loading, classified.data_ranges, "op_id", "data_op", True)
     busiest = _most_self_time_op(trace, pieces)
     pieces = pieces.hstack([*by_gap(n, data_range.select("gap_id", "data_op")), *by_gap(n, busiest)])
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_op_id="op_id", sync_api="name"))
@@ -198,12 +200,8 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     pieces = _python_line_fallback(trace, pieces)
     # Any other thread of the process sitting in a blocking call during the gap.
     # The launching thread is left out (its state is the cause); with no known launch, none is.
-    span = pieces.select(
-        "gap_id",
-        "pid",
-        pl.col("launch_tid").alias("tid"),
-        cpu_a=pl.col("start_ns"),
-        cpu_b=pl.col("end_ns"),
+    span = picked(
+        pieces, {"gap_id": "gap_id", "pid": "pid", "launch_tid": "tid", "start_ns": "cpu_a", "end_ns": "cpu_b"}
     )
     other = largest_overlap(span, classified.blocking, "runtime_id", "blocked_call", False)
     blocked = other.hstack(
