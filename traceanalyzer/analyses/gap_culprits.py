@@ -9,7 +9,7 @@ import polars as pl
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import by_gap, rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
-from traceanalyzer.analyses.intervals import SMALL_ROWS, filter_rows, overlap_join, picked, series_of
+from traceanalyzer.analyses.intervals import SMALL_ROWS, filled, filter_rows, overlap_join, picked, series_of
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
@@ -84,11 +84,13 @@ def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.Series:
     """stream_wait per gap (in the gaps' order): the stream of the latest `Stream Wait Event`
     marker on the next activity's stream before it started, found on five narrow columns (the
     as-of join sorts what it carries)."""
+    if trace.sync_markers.is_empty() or gaps.is_empty():  # no marker: no query (three were)
+        return filled(None, gaps.height).alias("stream_wait")
     marks = trace.sync_markers.filter(pl.col("name").str.contains("Wait")).select(
         "device", "stream", "wait_on_stream", pl.col("ts_ns").alias("_mts")
     )
-    if marks.is_empty() or gaps.is_empty():
-        return pl.repeat(None, gaps.height, dtype=pl.Int64, eager=True).alias("stream_wait")
+    if marks.is_empty():
+        return filled(None, gaps.height).alias("stream_wait")
     j = (
         gaps.select("gap_id", "device", "next_stream", "end_ns", "launch_ts_ns")
         .sort("end_ns")
@@ -130,7 +132,7 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     ids = pieces.get_column("gap_id")
     if n and not (ids[0] == 0 and ids[n - 1] == n - 1 and ids.is_sorted()):  # classify_gaps numbers its rows
         raise ValueError("the classified pieces are not in gap_id order (gap_causes.classify_gaps)")
-    pieces = pieces.with_columns(_stream_waits(trace, pieces))
+    pieces = pieces.hstack([_stream_waits(trace, pieces)])
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
     loading = filter_rows(
         pl.DataFrame(series_of(pieces, ["gap_id", "pid", "tid", "cpu_a", "cpu_b"])),
@@ -184,8 +186,8 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         .then(pl.col("launch_end_ns") - pl.col("launch_ts_ns"))
         .when(cause == "runtime_call")
         .then(pl.col("rt_ns")),
+        culprit_op_id=culprit_op,
     )
-    pieces = pieces.with_columns(culprit_op_id=culprit_op)
     # The culprit's context and the nn.Module it ran in (traces captured with_modules): joined
     # to the culprit column alone, then put beside the pieces (in their order).
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})
@@ -228,6 +230,9 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     # from the next activity's name (a collective's peers), read and not kept.
     read = ["gap_id", "cause", "next_gpu_id", "launched_before_trace", "launch_api", "stream_wait", "start_ns"]
     asked = pieces.select(*read, "launch_ts_ns").filter(pl.col("cause").is_in(WAITED_ON))
-    named = asked.hstack(rows_at(trace.gpu, "gpu_id", asked["next_gpu_id"], next_name="name"))
-    told = named.select("gap_id", waited_on=_waited_on(named))
+    if asked.is_empty():  # none asked: no text to build (its expression took ~0.4 ms on no rows)
+        told = pl.DataFrame(schema={"gap_id": asked.schema["gap_id"], "waited_on": pl.String})
+    else:
+        named = asked.hstack(rows_at(trace.gpu, "gpu_id", asked["next_gpu_id"], next_name="name"))
+        told = named.select("gap_id", waited_on=_waited_on(named))
     return pieces.hstack(by_gap(n, told))
