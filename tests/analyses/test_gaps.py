@@ -250,9 +250,9 @@ def test_idle_by_cause_is_the_exact_nanosecond_sum_every_run(SHARED_TRACES):
 
 
 def test_what_is_found_per_gap_goes_beside_the_pieces_by_gap_id():
-    """`gap_culprits._by_gap`: rows found for some gaps (any order) become full columns in gap_id
+    """`cpu_activity.by_gap`: rows found for some gaps (any order) become full columns in gap_id
     order, null for the gaps with none: what a left join on gap_id gave, without copying the pieces."""
-    from traceanalyzer.analyses.gap_culprits import _by_gap
+    from traceanalyzer.analyses.cpu_activity import by_gap as _by_gap
 
     found = pl.DataFrame(
         {"gap_id": pl.Series([3, 0], dtype=pl.UInt32), "op": ["b", "a"], "n": [30, 0]},

@@ -9,7 +9,17 @@ import numpy as np
 import polars as pl
 import pytest
 
+from traceanalyzer.analyses import intervals
 from traceanalyzer.analyses.intervals import _merge_sweep, key_starts, merge, overlap_join
+
+
+@pytest.fixture(params=["join", "sweep"])
+def path(request, monkeypatch):
+    """Each overlap_join test on both paths: small frames are an equi-join on the keys
+    (`SMALL_PAIRS`), larger ones the sorted sweep (forced here by a bound of no pairs)."""
+    if request.param == "sweep":
+        monkeypatch.setattr(intervals, "SMALL_PAIRS", -1)
+    return request.param
 
 
 def _frames(seed: int, few: bool = False):
@@ -39,7 +49,7 @@ def _definition(left: pl.DataFrame, right: pl.DataFrame, keyed: bool) -> list[tu
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_overlap_join_is_the_definition(seed):
+def test_overlap_join_is_the_definition(seed, path):
     left, right = _frames(seed)
     got = overlap_join(left, right, ["g"], ("a", "b"), ("s", "e"), right_by=["_g"])
     assert sorted(got.select("lid", "rid").rows()) == _definition(left, right, True)
@@ -49,7 +59,7 @@ def test_overlap_join_is_the_definition(seed):
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_overlap_join_of_a_few_against_many_is_the_definition(seed):
+def test_overlap_join_of_a_few_against_many_is_the_definition(seed, path):
     left, right = _frames(seed, few=True)
     got = overlap_join(left, right, ["g"], ("a", "b"), ("s", "e"), right_by=["_g"])
     assert sorted(got.select("lid", "rid").rows()) == _definition(left, right, True)
@@ -107,7 +117,7 @@ def test_merge_is_the_definition(seed):
         assert merge(df, by).rows() == _union_by_definition(df, by)
 
 
-def test_overlap_join_by_two_keys_with_null_and_unmatched_keys():
+def test_overlap_join_by_two_keys_with_null_and_unmatched_keys(path):
     """Worked by hand: L0 (1,1) [0,10) meets R0 [5,20); R1 starts where L1 ends and R2 ends
     where L0 starts (no overlap); L3 starts inside R3; a null key (L2, R4) and a key only the
     right has (R5) match nothing."""
@@ -127,7 +137,7 @@ def test_overlap_join_by_two_keys_with_null_and_unmatched_keys():
     assert sorted(got.select("lid", "rid").rows()) == [(0, 0), (3, 3)]
 
 
-def test_overlap_join_when_the_key_bands_would_overflow_int64():
+def test_overlap_join_when_the_key_bands_would_overflow_int64(path):
     """Two keys whose times span 2^61 ns: the bands do not fit int64, the as-of path answers."""
     far = 1 << 61
     left = pl.DataFrame({"k": [1, 2], "a": [0, far], "b": [10, far + 10], "lid": [0, 1]})
@@ -144,3 +154,18 @@ def test_key_starts_hand_worked():
     assert key_starts(df, ["tid"]).to_list() == [True, True, False, False, False]
     assert key_starts(df, []).to_list() == [True, False, False, False, False]
     assert key_starts(df.head(1), ["pid"]).to_list() == [True]
+
+
+def test_overlap_join_paths_give_the_same_columns_and_pairs(monkeypatch):
+    """Worked by hand: left [10, 5) (ending before it starts) lies across right [6, 20) by its
+    start, which the sweep pairs (a left start strictly inside a right interval); left [0, 4)
+    meets [3, 8); [20, 30) meets nothing. The right key (Int32) comes out as the left one's
+    dtype (Int64) on both paths, every column of both frames kept."""
+    left = pl.DataFrame({"k": [1, 1, 1], "a": [10, 0, 20], "b": [5, 4, 30], "lid": [0, 1, 2]})
+    right = pl.DataFrame({"_k": pl.Series([1, 1], dtype=pl.Int32), "s": [6, 3], "e": [20, 8], "rid": [0, 1]})
+    joined = overlap_join(left, right, ["k"], ("a", "b"), ("s", "e"), right_by=["_k"])
+    monkeypatch.setattr(intervals, "SMALL_PAIRS", -1)
+    swept = overlap_join(left, right, ["k"], ("a", "b"), ("s", "e"), right_by=["_k"])
+    assert sorted(swept.select("lid", "rid").rows()) == [(0, 0), (1, 1)]
+    assert joined.schema == swept.schema and joined.schema["_k"] == pl.Int64
+    assert joined.sort("lid", "rid").equals(swept.sort("lid", "rid"))

@@ -5,6 +5,7 @@ indexes as the frames themselves."""
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.analyses.cpu_activity import THREAD
@@ -45,7 +46,14 @@ def test_banded_coverage_is_the_keyed_one(SHARED_TRACES):
     assert (banded[outs[-1]] <= (pieces["cpu_b"] - pieces["cpu_a"])).all()
 
 
-def test_layers_given_as_functions_are_built_one_at_a_time():
+@pytest.mark.parametrize("large", [False, True])
+def test_layers_given_as_functions_are_built_one_at_a_time(large, monkeypatch):
+    """A large layer is built twice, to be measured, then merged, never two held at once; a
+    small one (under SMALL_ROWS rows: here, unless the bound is none) is kept between the two."""
+    from traceanalyzer.analyses import layer_coverage
+
+    if large:
+        monkeypatch.setattr(layer_coverage, "SMALL_ROWS", 0)
     # thread (1, 1): [0, 10) then [5, 20) -> union [0, 20); thread (1, 2): [3, 4)
     frames = [
         pl.DataFrame({"pid": [1, 1], "tid": [1, 2], "start_ns": [0, 3], "end_ns": [10, 4]}),
@@ -62,8 +70,26 @@ def test_layers_given_as_functions_are_built_one_at_a_time():
 
     eager, eager_bands = cumulative_unions(list(frames), ["pid", "tid"])
     lazy, lazy_bands = cumulative_unions([lazily(0), lazily(1)], ["pid", "tid"])
-    assert calls == [0, 1, 0, 1]  # measured in turn, then merged in turn
+    assert calls == ([0, 1, 0, 1] if large else [0, 1])  # measured in turn, then (rebuilt and) merged in turn
     assert all(a.equals(b) for a, b in zip(eager, lazy))
     assert eager_bands.keys.equals(lazy_bands.keys) and (eager_bands.span, eager_bands.lo) == (lazy_bands.span, 0)
     last = unband(lazy[-1], lazy_bands, ["pid", "tid"]).select("pid", "tid", "start_ns", "end_ns", "_before").rows()
     assert last == [(1, 1, 0, 20, 0), (1, 2, 3, 4, 0)]
+
+
+def test_banded_coverage_is_the_same_stacked_or_one_index_at_a_time(SHARED_TRACES, monkeypatch):
+    """Small indexes are searched at once, stacked on one axis, and the queries in q's order;
+    large ones one at a time, the queries sorted and scattered back (forced here by a bound of
+    no rows): the same coverage, and the keyed measure's, on a100_multistream_syncs."""
+    from traceanalyzer.analyses import layer_coverage
+
+    ses = ta.Session.open(SHARED_TRACES / "a100_multistream_syncs.json.gz")
+    act, pieces = ses.activity, ses.classified.pieces
+    q = pieces.select(*THREAD, "cpu_a", "cpu_b")
+    outs = [f"_u{k}" for k in range(len(act.unions))]
+    stacked = covered_many(q, list(act.unions), THREAD, "cpu_a", "cpu_b", outs, act.bands)
+    monkeypatch.setattr(layer_coverage, "SMALL_ROWS", 0)
+    one_by_one = covered_many(q, list(act.unions), THREAD, "cpu_a", "cpu_b", outs, act.bands)
+    assert stacked.equals(one_by_one)
+    assert stacked.equals(covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs))
+    assert int(stacked[outs[-1]].sum()) > 0

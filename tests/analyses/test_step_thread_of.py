@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.analyses.gap_causes import _step_thread_of
+from traceanalyzer.analyses.cpu_activity import step_thread_of as _step_thread_of
 from traceanalyzer.session import Session
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "malformed" / "several_processes.json"

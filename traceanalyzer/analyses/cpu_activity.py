@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, merge, run_id
+from traceanalyzer.analyses.intervals import collected, coverage_index, filter_rows, merge, run_id, series_of
 from traceanalyzer.analyses.layer_coverage import Bands, cumulative_unions, unband
 from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
@@ -25,27 +25,44 @@ def rows_at(table: pl.DataFrame, id_col: str, ids: pl.Series, **cols: str) -> pl
     (runtime_id, gpu_id and op_id of every Trace), else a left join. The gaps look calls up
     three times: a hash join against every runtime call each time cost more than the lookups'
     whole answer."""
-    pick = [pl.col(c).alias(out) for out, c in cols.items()]
     if is_row_number(table[id_col]):  # by UInt32 positions (null: null): `gather` is a polars query
         at = ids.cast(pl.UInt32)
-        # the columns by a select: `get_column` of a trace table's one-valued column would keep it in full
-        return pl.DataFrame([c[at] for c in table.select(pick).get_columns()])
+        # the columns picked by name (no query; `get_column` of a trace table's one-valued
+        # column would keep it in full, a picked frame's copy of it goes with the frame), then
+        # each column's rows (a frame's `[rows]` with nulls in them was ~80 µs, a Series' ~2)
+        picked = table[list(dict.fromkeys(cols.values()))]
+        return pl.DataFrame([picked.get_column(c)[at].alias(out) for out, c in cols.items()])
+    pick = [pl.col(c).alias(out) for out, c in cols.items()]
     keyed = table.select(pl.col(id_col).alias("_id"), *pick)
     return pl.DataFrame({"_id": ids}).join(keyed, on="_id", how="left", maintain_order="left").drop("_id")
+
+
+def by_gap(n: int, found: pl.DataFrame) -> pl.DataFrame:
+    """The columns of `found` (gap_id, then one row per gap found, in any order) as full
+    columns of the `n` pieces, in gap_id order, null where a gap has no row: a gather by row
+    number, as the pieces' gap_id is their row. A left join on gap_id instead copied every
+    column of the pieces, once per join (~25 columns, 276 k rows at 1 GB). Series calls, by
+    UInt32 positions: `repeat`, `drop` and `gather` were a polars query each (~25 µs)."""
+    rows = found.with_row_index("_i").get_column("_i")
+    at = pl.Series([None], dtype=pl.UInt32).new_from_index(0, n).scatter(found.get_column("gap_id"), rows)
+    return pl.DataFrame([c[at] for c in found.get_columns() if c.name != "gap_id"])
 
 
 def is_blocking(trace: Trace) -> pl.Expr:
     """Over the runtime table: whether a call holds the CPU thread until the GPU catches up (the
     synchronising APIs, and memcpy calls whose copy involves pageable host memory: those block
     even when Async)."""
+    # the distinct ids as one list, in one query (a filter, `drop_nulls`, `unique` and `implode`
+    # were a query each)
     pageable = (
-        trace.gpu.select("kind", "name", "runtime_id")
+        trace.gpu.lazy()
+        .select("kind", "name", "runtime_id")
         .filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains(PAGEABLE_COPY))
-        .get_column("runtime_id")
-        .drop_nulls()
-        .unique()
+        .select(pl.col("runtime_id").drop_nulls().unique().implode())
+        .collect()
+        .to_series()
     )
-    return pl.col("name").str.contains(SYNC_API) | pl.col("runtime_id").is_in(pageable.implode())
+    return pl.col("name").str.contains(SYNC_API) | pl.col("runtime_id").is_in(pageable)
 
 
 def blocking_calls(trace: Trace) -> pl.DataFrame:
@@ -120,12 +137,40 @@ def step_threads(trace: Trace) -> pl.DataFrame:
     )
 
 
+def step_thread_of(trace: Trace, at: pl.DataFrame) -> pl.DataFrame:
+    """step_pid, step_tid for each row of `at` (step, device): the step's thread (`step_threads`),
+    one per row. Where several processes ran a step of that number (one ProfilerStep thread
+    each), the thread of the process that launched most of the device's work; else the first."""
+    threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
+    first = threads.unique("step", keep="first", maintain_order=True)
+    if first.height == threads.height:
+        return at.select("step").join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
+    owner = (
+        trace.gpu.select("device", step_pid=pl.col("launch_pid"))
+        .drop_nulls()
+        .group_by("device")
+        .agg(pl.col("step_pid").mode().min())
+    )
+    own = threads.unique(["step", "step_pid"], keep="first", maintain_order=True)
+    mine = at.join(owner, on="device", how="left", maintain_order="left").join(
+        own, on=["step", "step_pid"], how="left", nulls_equal=True, maintain_order="left"
+    )
+    fallback = at.select("step").join(first, on="step", how="left", nulls_equal=True, maintain_order="left")
+    found = mine.get_column("step_tid").is_not_null()
+    return pl.DataFrame(
+        [
+            mine.get_column("step_pid").zip_with(found, fallback.get_column("step_pid")),
+            mine.get_column("step_tid").zip_with(found, fallback.get_column("step_tid")),
+        ]
+    )
+
+
 def is_launch(trace: Trace) -> pl.Expr:
     """Over the runtime table: whether a call puts work on the GPU (its correlation reaches a GPU
     activity, or it is named like a launch: `cudaLaunchKernel`, `cudaGraphLaunch`, async memcpy
     or memset, even when its work was not recorded)."""
-    with_work = trace.gpu.get_column("runtime_id").drop_nulls().unique()
-    return pl.col("runtime_id").is_in(with_work.implode()) | pl.col("name").str.contains(LAUNCH_API)
+    with_work = trace.gpu.select(pl.col("runtime_id").drop_nulls().unique().implode()).to_series()  # one query
+    return pl.col("runtime_id").is_in(with_work) | pl.col("name").str.contains(LAUNCH_API)
 
 
 def launch_calls(trace: Trace, runtime: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -138,12 +183,12 @@ def _launching_ops(trace: Trace, launch_op_ids: pl.Series) -> tuple[pl.Series, p
     """The ops issuing launches (those around a launch call, but a compiled-code wrapper only
     when the call is its own) and the compiled-code wrappers above a launch: op_ids each. The
     names are tested once per distinct ancestor, not once per (op, ancestor) pair."""
-    up = ancestors(trace.ops, launch_op_ids.drop_nulls().unique())
-    own = up.filter(pl.col("level") == 0).get_column("ancestor_id")
+    up = ancestors(trace.ops, launch_op_ids.to_frame().select(pl.first().drop_nulls().unique()).to_series())
+    own = up.get_column("ancestor_id").filter(up.get_column("level") == 0)  # Series calls: no query
     above = up.get_column("ancestor_id").unique()
     del up
-    names = rows_at(trace.ops, "op_id", above, _name="name").get_column("_name")
-    wrapper = names.fill_null("").str.contains(COMPILED_WRAPPER)
+    names = rows_at(trace.ops, "op_id", above, _name="name")
+    wrapper = names.select(pl.col("_name").fill_null("").str.contains(COMPILED_WRAPPER)).to_series()
     del names
     return pl.concat([own, above.filter(~wrapper)]).unique(), above.filter(wrapper)
 
@@ -188,47 +233,59 @@ class CpuActivity:
         # Each layer but the two kept is a mask and a function that builds it (`build`): the
         # unions build one at a time and let it go once merged in; built all at once, every
         # later layer sat beside the one being sorted (1 GB: ~30 MB).
-        rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns")
+        # (columns picked by name and small frames filtered by Series: a frame's `select` and
+        # `filter` are a polars query each, ~30-60 µs, and a DLRM rank built its layers with ~70)
+        four = [*THREAD, "ts_ns", "end_ns"]
+        rt = trace.runtime[four]
         is_launch_call, is_other = launches_ & ~blocks, ~launches_ & ~blocks
-        other_ids = trace.runtime.select("runtime_id").filter(is_other)
+        other_ids = filter_rows(trace.runtime[["runtime_id"]], is_other)
         del kind, blocks, launches_
-        # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
-        # Masks over the whole op table, then one filter of four columns per layer: a filtered
-        # copy carrying the names (to test them) cost 30 MB at 1 GB, never read after.
-        ops = trace.ops.select(*THREAD, "ts_ns", "end_ns")
-        real = trace.ops.select((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
-        real = real.to_series().fill_null(False)
         # An op that launches GPU work (itself or through the ops inside it: aten::linear over
         # aten::addmm, an autograd node over its aten ops) is issuing launches: its CPU time is
         # launch overhead. A compiled-code wrapper (`Torch-Compiled Region`, `TorchDynamo Cache
         # Lookup`, AOT wrappers: patterns.COMPILED_WRAPPER) is not: the Python it runs between
         # launches is CPU-bound work, as the ops that launch nothing are.
         launching, wrappers = _launching_ops(trace, trace.runtime.get_column("op_id").filter(is_launch_call))
-        # Each op's part marked once (two lookups), then split by the marks.
-        op_ids = trace.ops.get_column("op_id")
-        is_launching = real & op_ids.is_in(launching.implode())
+        # Ranges (record_function, ProfilerStep) say where the thread was, not that it worked.
+        # Masks over the whole op table (one query for all three), then one filter of four
+        # columns per layer: a filtered copy carrying the names (to test them) cost 30 MB at
+        # 1 GB, never read after. Each op's part marked once (two lookups), then split by the marks.
+        real = ((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)).fill_null(False)
+        launching_op = pl.col("_real") & pl.col("op_id").is_in(pl.lit(launching).implode())
         # Such a wrapper holds the Python frames that run the compiled code (dynamo, AOT, the
         # Inductor `call`): its time outside the launches is Python's, so it joins that layer.
         # A compiled wrapper's own time is Python (the generated code), not an op's.
-        is_wrapper = real & op_ids.is_in(wrappers.implode()) & ~is_launching
-        is_cpu_op = real & ~is_launching & ~is_wrapper
-        del real, launching, wrappers
-        python = trace.python.select(*THREAD, "ts_ns", "end_ns")
+        wrapper_op = pl.col("_real") & pl.col("op_id").is_in(pl.lit(wrappers).implode()) & ~pl.col("_l")
+        # each mark a column once (the names tested once, not in each of three expressions)
+        marks = collected(
+            trace.ops.lazy()
+            .select("op_id", _real=real)
+            .with_columns(_l=launching_op)
+            .with_columns(_w=wrapper_op)
+            .select("_l", "_w", _c=pl.col("_real") & ~pl.col("_l") & ~pl.col("_w"))
+        )
+        is_launching, is_wrapper, is_cpu_op = marks.get_columns()
+        del marks, launching, wrappers
+        ops = trace.ops[four]
+        python = trace.python[four]
         # One interval set per layer, by name (causes.LAYERS says the order they win in).
         sets = {
             "data_loading": lambda: data,
             "sync": lambda: blocking,
-            "runtime_call": lambda: rt.filter(is_other),
-            "launch": lambda: pl.concat([rt.filter(is_launch_call), ops.filter(is_launching)]),
-            "cpu_op": lambda: ops.filter(is_cpu_op),
-            "python": lambda: pl.concat([python, ops.filter(is_wrapper)]),
+            "runtime_call": lambda: filter_rows(rt, is_other),
+            "launch": lambda: pl.concat([filter_rows(rt, is_launch_call), filter_rows(ops, is_launching)]),
+            "cpu_op": lambda: filter_rows(ops, is_cpu_op),
+            "python": lambda: pl.concat([python, filter_rows(ops, is_wrapper)]),
         }
         assert set(sets) == set(LAYERS), sorted(set(sets) ^ set(LAYERS))
         # The union of layers 0..k for each k (`layer_coverage.cumulative_unions`: one sort per layer).
-        schema = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+        names = {"pid": "pid", "tid": "tid", "ts_ns": "start_ns", "end_ns": "end_ns"}
 
         def build(name: str) -> Callable[[], pl.DataFrame]:
-            return lambda: sets[name]().select(*THREAD, pl.col("ts_ns").alias("start_ns"), "end_ns").cast(schema)
+            # a frame of its four columns as Int64 Series (a `select` and a `cast` were two queries)
+            return lambda: pl.DataFrame(
+                [c.cast(pl.Int64).alias(names[c.name]) for c in series_of(sets[name](), list(names))]
+            )
 
         cumulative, bands = cumulative_unions([build(name) for name in LAYERS], THREAD)  # masks left: bits
         return cls(

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time, windows
-from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, rows_at, step_threads
+from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, by_gap, rows_at, step_thread_of
 from traceanalyzer.analyses.gap_edges import edge_activities, next_activity
-from traceanalyzer.analyses.intervals import overlap_join
+from traceanalyzer.analyses.intervals import collected, filled, filter_rows, overlap_join, picked, positions
 from traceanalyzer.analyses.layer_coverage import covered_many, on_bands
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
@@ -149,22 +149,35 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
         pl.col("cpu_b").sub(pl.col("cpu_a")).sub(pl.col(f"_u{len(LAYERS) - 1}")).clip(0).alias(f"t_{UNCOVERED}")
     )
     gaps = gaps.drop([f"_u{k}" for k in range(len(LAYERS))])
+    # The terms below are columns of one lazy query, each computed once in its own stage, and
+    # the branches compare columns: the one expression they made (a term used in several
+    # branches written out in each) took ~1.4 ms on a DLRM rank's 214 gaps, a sixth of `gaps`.
     span = pl.col("cpu_b") - pl.col("cpu_a")
     # Each cause decided by the thread's time sums its layers (causes.by_layer_share), in the
     # order the layers win, so the first of equal shares wins.
-    shares = [(_layer_time(layers), cause) for cause, layers in by_layer_share()]
-    largest = pl.max_horizontal([t for t, _ in shares])
+    shares = [(f"_share{i}", _layer_time(layers), cause) for i, (cause, layers) in enumerate(by_layer_share())]
+    terms = {name: t for name, t, _ in shares} | {
+        "_span": span,
+        "_known": known,
+        "_queued": queued,
+        "_launch_in_gap": (
+            pl.min_horizontal("launch_end_ns", "end_ns") - pl.max_horizontal("launch_ts_ns", "start_ns")
+        ).clip(0),
+        "_waited_after": end - pl.col("launch_end_ns"),
+        "_op_in_gap": (
+            (pl.min_horizontal("_op_end_ns", "end_ns") - pl.max_horizontal("_op_ts_ns", "start_ns"))
+            .clip(0)
+            .fill_null(0)
+        ),
+    }
+    largest = pl.col("_largest")
     by_cpu = pl.when(pl.col("pid").is_null()).then(_cause("untraced"))
-    for t, name in shares:
-        by_cpu = by_cpu.when((t > 0) & (t >= largest)).then(_cause(name))
+    for name, _, cause_name in shares:
+        t = pl.col(name)
+        by_cpu = by_cpu.when((t > 0) & (t >= largest)).then(_cause(cause_name))
     by_cpu = by_cpu.otherwise(_cause("untraced"))
-    launch_in_gap = (pl.min_horizontal("launch_end_ns", "end_ns") - pl.max_horizontal("launch_ts_ns", "start_ns")).clip(
-        0
-    )
-    waited_after = end - pl.col("launch_end_ns")
-    op_in_gap = (
-        (pl.min_horizontal("_op_end_ns", "end_ns") - pl.max_horizontal("_op_ts_ns", "start_ns")).clip(0).fill_null(0)
-    )
+    known, queued, span = pl.col("_known"), pl.col("_queued"), pl.col("_span")
+    launch_in_gap, waited_after, op_in_gap = pl.col("_launch_in_gap"), pl.col("_waited_after"), pl.col("_op_in_gap")
     cause = (
         pl.when(queued & ((end - start) < spacing))
         .then(_cause("kernel_spacing"))
@@ -192,11 +205,18 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
         # The op that launches the work took over `slow_launch_us` of the gap itself: lazy
         # initialisation (a library's first call, autotuning, JIT), a slow launch, not per-kernel
         # launch overhead. Many launches by many ops in a long gap stay launch_latency.
-        .when((by_cpu == "launch_latency") & (op_in_gap >= slow) & (op_in_gap * 2 >= end - start))
+        .when((pl.col("_by_cpu") == "launch_latency") & (op_in_gap >= slow) & (op_in_gap * 2 >= end - start))
         .then(_cause("slow_launch"))
-        .otherwise(by_cpu)
+        .otherwise(pl.col("_by_cpu"))
     )
-    return gaps.with_columns(cause=cause)
+    return collected(
+        gaps.lazy()
+        .with_columns(**terms)
+        .with_columns(_largest=pl.max_horizontal([pl.col(name) for name, _, _ in shares]))
+        .with_columns(_by_cpu=by_cpu)
+        .with_columns(cause=cause)
+        .drop(*terms, "_largest", "_by_cpu")
+    )
 
 
 def largest_overlap(
@@ -208,10 +228,10 @@ def largest_overlap(
         return pl.DataFrame(
             schema={"gap_id": pl.UInt32, out: intervals.schema.get(id_col, pl.Int64), f"{out}_overlap_ns": pl.Int64}
         )
-    # the gaps as a frame of Series (a frame `select` is a polars query, ~25 µs); the intervals
-    # by a select: `get_column` of a trace table's one-valued column keeps it in full (`one_valued`)
+    # the gaps and (when small) the intervals as frames of Series: a frame `select` is a polars
+    # query, ~25 µs
     names = {id_col: out, "pid": "_pid", "tid": "_tid", "ts_ns": "_s", "end_ns": "_e"}
-    iv = intervals.select(pl.col(c).alias(n) for c, n in names.items())
+    iv = picked(intervals, names)
     g = pl.DataFrame([gaps.get_column(c) for c in ("gap_id", "pid", "tid", "cpu_a", "cpu_b")])
     spans = ("cpu_a", "cpu_b"), ("_s", "_e")
     same = (pl.col("_tid") == pl.col("tid")) & (pl.col("_pid") == pl.col("pid"))
@@ -219,7 +239,10 @@ def largest_overlap(
         j = overlap_join(g, iv, ["pid", "tid"], *spans, right_by=["_pid", "_tid"])
     elif not g.get_column("pid").null_count() and not iv.get_column("_pid").null_count():
         # every process known (the usual case): the keyed join alone, without its filters
-        j = overlap_join(g, iv, ["pid"], *spans, right_by=["_pid"]).filter(~same.fill_null(False))
+        j = overlap_join(g, iv, ["pid"], *spans, right_by=["_pid"])
+        # the pids are equal: another thread, or one not known to be the same (a null tid)
+        other = j.get_column("_tid") != j.get_column("tid")
+        j = filter_rows(j, other.fill_null(True) if other.null_count() else other)
     else:
         # Another thread of the gap's process; an unknown process matches any (kept as it was).
         unknown_g, unknown_iv = pl.col("pid").is_null(), pl.col("_pid").is_null()
@@ -229,39 +252,16 @@ def largest_overlap(
             overlap_join(g.filter(~unknown_g), iv.filter(unknown_iv), [], *spans),
         ]
         j = pl.concat([keyed, *(r.select(keyed.columns) for r in rest)]).filter(~same.fill_null(False))
-    j = j.with_columns(_ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a"))
-    return (
-        j.sort(["_ov", out], descending=[True, False], nulls_last=True)  # ties: the lowest id, every run
+    # the overlap of each pair (no null time: overlap_join keeps none), then the longest per gap
+    # in one query (four frame calls were four)
+    e, b, s_, a = (j.get_column(c) for c in ("_e", "cpu_b", "_s", "cpu_a"))
+    ov = (e.zip_with(e <= b, b) - s_.zip_with(s_ >= a, a)).alias("_ov")
+    return collected(
+        pl.DataFrame([j.get_column("gap_id"), j.get_column(out), ov])
+        .lazy()
+        .sort(["_ov", out], descending=[True, False], nulls_last=True)  # ties: the lowest id, every run
         .unique("gap_id", keep="first")
         .select("gap_id", out, pl.col("_ov").alias(f"{out}_overlap_ns"))
-    )
-
-
-def _step_thread_of(trace: Trace, at: pl.DataFrame) -> pl.DataFrame:
-    """step_pid, step_tid for each row of `at` (step, device): the step's thread (`step_threads`),
-    one per row. Where several processes ran a step of that number (one ProfilerStep thread
-    each), the thread of the process that launched most of the device's work; else the first."""
-    threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
-    first = threads.unique("step", keep="first", maintain_order=True)
-    if first.height == threads.height:
-        return at.select("step").join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
-    owner = (
-        trace.gpu.select("device", step_pid=pl.col("launch_pid"))
-        .drop_nulls()
-        .group_by("device")
-        .agg(pl.col("step_pid").mode().min())
-    )
-    own = threads.unique(["step", "step_pid"], keep="first", maintain_order=True)
-    mine = at.join(owner, on="device", how="left", maintain_order="left").join(
-        own, on=["step", "step_pid"], how="left", nulls_equal=True, maintain_order="left"
-    )
-    fallback = at.select("step").join(first, on="step", how="left", nulls_equal=True, maintain_order="left")
-    found = mine.get_column("step_tid").is_not_null()
-    return pl.DataFrame(
-        [
-            mine.get_column("step_pid").zip_with(found, fallback.get_column("step_pid")),
-            mine.get_column("step_tid").zip_with(found, fallback.get_column("step_tid")),
-        ]
     )
 
 
@@ -301,12 +301,12 @@ def _init_key(trace: Trace, pieces: pl.DataFrame) -> pl.Series:
     """init_key: the name start-up tells one-time calls from churn by (a runtime_call gap's
     call, a slow_launch gap's next activity), null elsewhere. Made on those few rows and put in
     place: a when/then over every piece wrote a new column of names (+37 MB at 1 GB)."""
-    cause = pieces.get_column("cause")
-    rows = cause.is_in(["runtime_call", "slow_launch"]).arg_true()
-    few = pieces.select("cause", "next_name", "rt_call")[rows]
-    names = rows_at(trace.runtime, "runtime_id", few["rt_call"], _rt_name="name").get_column("_rt_name")
-    key = few.select(pl.when(pl.col("cause") == "runtime_call").then(names).otherwise("next_name")).to_series()
-    return pl.repeat(None, pieces.height, dtype=pl.String, eager=True).scatter(rows, key).alias("init_key")
+    cause = pieces.get_column("cause")  # Series calls throughout (five were a query each)
+    rows = positions((cause == "runtime_call") | (cause == "slow_launch"))
+    is_call = cause[rows] == "runtime_call"
+    names = rows_at(trace.runtime, "runtime_id", pieces.get_column("rt_call")[rows], _rt_name="name")
+    key = names.get_column("_rt_name").zip_with(is_call, pieces.get_column("next_name")[rows])
+    return filled(None, pieces.height, pl.String).scatter(rows, key).alias("init_key")
 
 
 @dataclass(frozen=True)
@@ -340,8 +340,9 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     # Sorted while narrow (the window's bounds left behind), before the next activity's dozen
     # columns are put beside it: a sort copies every column it carries. Each helper column goes
     # once read: the pieces are the widest frame here (1 GB: 276 k rows, ~2 MB a column).
-    pieces = (
+    pieces = collected(  # one query (four frame calls were four)
         gpu_time.clip_to_windows(idle, wins)
+        .lazy()
         .filter(pl.col("end_ns") > pl.col("start_ns"))
         .select("device", "step", "start_ns", "end_ns", "prev_end_ns", "next_start_ns")
         .sort("device", "start_ns")
@@ -354,7 +355,7 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     pieces = next_activity(trace, pieces)
     # The thread whose timeline explains the gap: the one that launched the work ending it,
     # else the step's own thread (its columns joined to the step column alone).
-    step = _step_thread_of(trace, pieces.select("step", "device"))
+    step = step_thread_of(trace, pieces.select("step", "device"))
     pieces = pieces.with_columns(
         pid=pl.coalesce(pl.col("launch_pid"), step.get_column("step_pid")),
         tid=pl.coalesce(pl.col("launch_tid"), step.get_column("step_tid")),
@@ -365,14 +366,19 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     # What the classification's steps left (layer times, helper columns) goes now, not at the
     # end: what is kept and the next activity's name (the start-up's key) go on (1 GB: ~20 MB).
     pieces = pieces.select(*(c for c in PIECE_COLUMNS if c in pieces.columns), "next_name")
-    sync_call = largest_overlap(pieces.filter(pl.col("cause") == "sync"), act.blocking, "runtime_id", "sync_call", True)
-    pieces = pieces.join(sync_call, on="gap_id", how="left", maintain_order="left")
+    # (the gaps of a cause as five columns filtered by Series, and what is found put at its
+    # gap's row, gap_id: a filter of the pieces' ~25 columns and a join were a query each)
+    narrow = pl.DataFrame([pieces.get_column(c) for c in ("gap_id", "pid", "tid", "cpu_a", "cpu_b")])
+    cause = pieces.get_column("cause")
+    sync_call = largest_overlap(filter_rows(narrow, cause == "sync"), act.blocking, "runtime_id", "sync_call", True)
+    pieces = pieces.hstack(by_gap(pieces.height, sync_call))
     # The runtime call a runtime_call gap sat in (the longest on its thread in the interval): the
     # culprit `gaps` names, and the key by which start-up tells one-time calls from churn. The
     # other calls' columns are gathered only when such gaps exist.
-    rc = pieces.filter(pl.col("cause") == "runtime_call")
+    rc = filter_rows(narrow, cause == "runtime_call")
     rt_call = _longest_other_call(trace, rc, act.runtime_other.get_column("runtime_id"))
-    pieces = pieces.join(rt_call, on="gap_id", how="left", maintain_order="left")
+    pieces = pieces.hstack(by_gap(pieces.height, rt_call))
+    del narrow, cause
     pieces = pieces.hstack([_init_key(trace, pieces)]).drop("next_name")
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
     boundaries = (

@@ -7,9 +7,9 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context, python_line_at
-from traceanalyzer.analyses.cpu_activity import rows_at
+from traceanalyzer.analyses.cpu_activity import by_gap, rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
-from traceanalyzer.analyses.intervals import overlap_join
+from traceanalyzer.analyses.intervals import SMALL_ROWS, filled, filter_rows, overlap_join, picked, series_of
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
 from traceanalyzer.patterns import COLLECTIVE, GRAPH_LAUNCH, PROFILER_STEP
@@ -18,25 +18,24 @@ from traceanalyzer.trace import Trace
 
 def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     """For cpu_bound gaps, the op with the most self time inside [cpu_a, cpu_b] on the thread."""
-    g = gaps.filter(pl.col("cause") == "cpu_bound").select("gap_id", "pid", "tid", "cpu_a", "cpu_b")
+    cols = ["gap_id", "pid", "tid", "cpu_a", "cpu_b"]
+    g = filter_rows(pl.DataFrame(series_of(gaps, cols)), gaps.get_column("cause") == "cpu_bound")  # no query
     if g.is_empty():
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "cpu_op_id": pl.Int64})
     # Every op of the gap's threads near the gaps (`overlap_join` narrows the op table to them
-    # before sorting it), then those that are real ops: the kind and name tests run on the pairs,
-    # not on every op of the trace.
-    ops = trace.ops.select(
-        "op_id",
-        "parent_id",
-        "kind",
-        "name",
-        _pid="pid",
-        _tid="tid",
-        _s="ts_ns",
-        _e="end_ns",
-    )
+    # before sorting it), then those that are real ops: on a large trace the kind and name tests
+    # run on the pairs, not on every op of the trace; a small op table is tested whole first
+    # (the same pairs, and the join's pairs fewer).
+    names = {"op_id": "op_id", "parent_id": "parent_id", "kind": "kind", "name": "name"}
+    names |= {"pid": "_pid", "tid": "_tid", "ts_ns": "_s", "end_ns": "_e"}
+    ops = picked(trace.ops, names)
+    real = (pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP)
+    if ops.height < SMALL_ROWS:
+        ops = ops.filter(real)
     # pairs on the gap's own thread only (never gaps x every thread's ops)
     j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
-    j = j.filter((pl.col("kind") == "cpu_op") & ~pl.col("name").str.contains(PROFILER_STEP))
+    if ops.height >= SMALL_ROWS:
+        j = j.filter(real)
     # Four columns of the pairs from here on: they are the largest frame of `gaps`.
     j = j.select(
         "gap_id", "op_id", "parent_id", _ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a")
@@ -48,17 +47,6 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     # The most self time per gap, ties to the lowest op id (every run alike): one group-by, no
     # window and no sort of the pairs.
     return j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
-
-
-def _by_gap(n: int, found: pl.DataFrame) -> pl.DataFrame:
-    """The columns of `found` (gap_id, then one row per gap found, in any order) as full
-    columns of the `n` pieces, in gap_id order, null where a gap has no row: a gather by row
-    number, as the pieces' gap_id is their row. A left join on gap_id instead copied every
-    column of the pieces, once per join (~25 columns, 276 k rows at 1 GB). Series calls, by
-    UInt32 positions: `repeat`, `drop` and `gather` were a polars query each (~25 µs)."""
-    rows = found.with_row_index("_i").get_column("_i")
-    at = pl.Series([None], dtype=pl.UInt32).new_from_index(0, n).scatter(found.get_column("gap_id"), rows)
-    return pl.DataFrame([c[at] for c in found.get_columns() if c.name != "gap_id"])
 
 
 def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
@@ -96,11 +84,13 @@ def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.Series:
     """stream_wait per gap (in the gaps' order): the stream of the latest `Stream Wait Event`
     marker on the next activity's stream before it started, found on five narrow columns (the
     as-of join sorts what it carries)."""
+    if trace.sync_markers.is_empty() or gaps.is_empty():  # no marker: no query (three were)
+        return filled(None, gaps.height).alias("stream_wait")
     marks = trace.sync_markers.filter(pl.col("name").str.contains("Wait")).select(
         "device", "stream", "wait_on_stream", pl.col("ts_ns").alias("_mts")
     )
-    if marks.is_empty() or gaps.is_empty():
-        return pl.repeat(None, gaps.height, dtype=pl.Int64, eager=True).alias("stream_wait")
+    if marks.is_empty():
+        return filled(None, gaps.height).alias("stream_wait")
     j = (
         gaps.select("gap_id", "device", "next_stream", "end_ns", "launch_ts_ns")
         .sort("end_ns")
@@ -117,7 +107,7 @@ def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.Series:
         "gap_id",
         stream_wait=pl.when(pl.col("_mts") >= pl.col("launch_ts_ns").fill_null(0)).then(pl.col("wait_on_stream")),
     )
-    return _by_gap(gaps.height, found).to_series()
+    return by_gap(gaps.height, found).to_series()
 
 
 def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -127,7 +117,7 @@ def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
         "gap_id", "pid", "tid", ts_ns=((pl.col("cpu_a") + pl.col("cpu_b")) // 2)
     )
     found = python_line_at(trace, need, "gap_id").rename({"python_frame": "_line"})
-    line = _by_gap(gaps.height, found).to_series()
+    line = by_gap(gaps.height, found).to_series()
     return gaps.with_columns(python_frame=pl.coalesce(pl.col("python_frame"), line))
 
 
@@ -135,20 +125,22 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     """The classified pieces (`gap_causes.PIECE_COLUMNS`) with, per gap: op, range, op_chain, python_frame (the culprit's
     context), sync_api, call_api / call_ns (the runtime call a sync, slow_launch or
     runtime_call gap sat in), waited_on (gpu_wait) and blocked_thread."""
-    # What is found per gap is put beside the pieces by gap_id, their row number (`_by_gap`):
+    # What is found per gap is put beside the pieces by gap_id, their row number (`cpu_activity.by_gap`):
     # no join copies the pieces' ~25 columns (a 1 GB trace has ~300 k gaps).
     pieces = classified.pieces
     n = pieces.height
     ids = pieces.get_column("gap_id")
     if n and not (ids[0] == 0 and ids[n - 1] == n - 1 and ids.is_sorted()):  # classify_gaps numbers its rows
         raise ValueError("the classified pieces are not in gap_id order (gap_causes.classify_gaps)")
-    pieces = pieces.with_columns(_stream_waits(trace, pieces))
+    pieces = pieces.hstack([_stream_waits(trace, pieces)])
     # Name the culprit: the blocking call, the data range, the busiest op, or the launching op.
-    data_range = largest_overlap(
-        pieces.filter(pl.col("cause") == "data_loading"), classified.data_ranges, "op_id", "data_op", True
+    loading = filter_rows(
+        pl.DataFrame(series_of(pieces, ["gap_id", "pid", "tid", "cpu_a", "cpu_b"])),
+        pieces.get_column("cause") == "data_loading",
     )
+    data_range = largest_overlap(loading, classified.data_ranges, "op_id", "data_op", True)
     busiest = _most_self_time_op(trace, pieces)
-    pieces = pieces.hstack([*_by_gap(n, data_range.select("gap_id", "data_op")), *_by_gap(n, busiest)])
+    pieces = pieces.hstack([*by_gap(n, data_range.select("gap_id", "data_op")), *by_gap(n, busiest)])
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_op_id="op_id", sync_api="name"))
     # The runtime call a runtime_call gap sat in (the longest on the thread in the interval).
     # (found by gap_causes, which keys start-up on it)
@@ -159,7 +151,7 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     found = _runtime_at(trace, call.filter(known), rt_op_id="op_id", rt_api="name", rt_ns="dur_ns")
     found.insert_column(0, pieces.get_column("gap_id").filter(known))
     pieces = pl.DataFrame([c for c in pieces.get_columns() if c.name not in ("rt_call", "rt_call_overlap_ns")])
-    pieces = pieces.hstack(_by_gap(n, found))
+    pieces = pieces.hstack(by_gap(n, found))
     del call, known, found
     pieces = pieces.hstack(_runtime_at(trace, pieces["sync_call"], sync_ns="dur_ns"))
     cause = pl.col("cause")
@@ -194,8 +186,8 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         .then(pl.col("launch_end_ns") - pl.col("launch_ts_ns"))
         .when(cause == "runtime_call")
         .then(pl.col("rt_ns")),
+        culprit_op_id=culprit_op,
     )
-    pieces = pieces.with_columns(culprit_op_id=culprit_op)
     # The culprit's context and the nn.Module it ran in (traces captured with_modules): joined
     # to the culprit column alone, then put beside the pieces (in their order).
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})
@@ -210,12 +202,8 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     pieces = _python_line_fallback(trace, pieces)
     # Any other thread of the process sitting in a blocking call during the gap.
     # The launching thread is left out (its state is the cause); with no known launch, none is.
-    span = pieces.select(
-        "gap_id",
-        "pid",
-        pl.col("launch_tid").alias("tid"),
-        cpu_a=pl.col("start_ns"),
-        cpu_b=pl.col("end_ns"),
+    span = picked(
+        pieces, {"gap_id": "gap_id", "pid": "pid", "launch_tid": "tid", "start_ns": "cpu_a", "end_ns": "cpu_b"}
     )
     other = largest_overlap(span, classified.blocking, "runtime_id", "blocked_call", False)
     blocked = other.hstack(
@@ -237,11 +225,14 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
             call_ns=pl.col("dur_ns"),
         ),
     )
-    pieces = pieces.hstack(_by_gap(n, blocked))
+    pieces = pieces.hstack(by_gap(n, blocked))
     # What the GPU waited on, told for the gaps of those causes only (the text is built per row),
     # from the next activity's name (a collective's peers), read and not kept.
     read = ["gap_id", "cause", "next_gpu_id", "launched_before_trace", "launch_api", "stream_wait", "start_ns"]
     asked = pieces.select(*read, "launch_ts_ns").filter(pl.col("cause").is_in(WAITED_ON))
-    named = asked.hstack(rows_at(trace.gpu, "gpu_id", asked["next_gpu_id"], next_name="name"))
-    told = named.select("gap_id", waited_on=_waited_on(named))
-    return pieces.hstack(_by_gap(n, told))
+    if asked.is_empty():  # none asked: no text to build (its expression took ~0.4 ms on no rows)
+        told = pl.DataFrame(schema={"gap_id": asked.schema["gap_id"], "waited_on": pl.String})
+    else:
+        named = asked.hstack(rows_at(trace.gpu, "gpu_id", asked["next_gpu_id"], next_name="name"))
+        told = named.select("gap_id", waited_on=_waited_on(named))
+    return pieces.hstack(by_gap(n, told))

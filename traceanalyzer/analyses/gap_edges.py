@@ -40,9 +40,17 @@ def edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.S
         order = pl.DataFrame([k, gpu.get_column(ties), gpu.get_column("gpu_id")]).select(
             pl.arg_sort_by(["_key", ties, "gpu_id"], nulls_last=nulls_last)
         )
-        k, ids = k.gather(order.to_series()), gpu.get_column("gpu_id").gather(order.to_series())
+        # gathered by `[]` (`gather` is a polars query), each key against its neighbour by slices
+        # (`shift`, `ne_missing`, `is_not_null` were a query each)
+        k, ids = k[order.to_series()], gpu.get_column("gpu_id")[order.to_series()]
         del order
-        keep = k.ne_missing(k.shift(-1 if last else 1)) & k.is_not_null()
+        n = k.len()
+        if not n or k.null_count():
+            keep = k.ne_missing(k.shift(-1 if last else 1)) & k.is_not_null()
+        elif last:  # the last row of each key: its key differs from the next row's
+            keep = (k.slice(0, n - 1) != k.slice(1)).append(pl.Series([True]))
+        else:  # the first of each key: its key differs from the row before's
+            keep = pl.Series([True]).append(k.slice(1) != k.slice(0, n - 1))
         return pl.DataFrame([k.filter(keep), ids.filter(keep).alias("_id")])
 
     def look(t: str, found: pl.DataFrame) -> pl.Series:

@@ -16,6 +16,7 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.cpu_activity import rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gap_culprits import name_culprits
+from traceanalyzer.analyses.intervals import series_of
 from traceanalyzer.causes import CAUSES, HINTS, WITH_CULPRIT
 from traceanalyzer.options import GapOptions, Options
 from traceanalyzer.reprs import Compact
@@ -49,7 +50,10 @@ def _nulls_held_once(df: pl.DataFrame) -> pl.DataFrame:
     """The table with every column null in all its rows held as one null (a polars scalar column:
     0 bytes a row where a String takes 16; python_frame and module without a Python stack). It
     reads the same everywhere, as `trace.one_valued`'s columns do."""
-    empty = [c for c, n in zip(df.columns, df.null_count().row(0), strict=True) if df.height and n == df.height]
+    # each column's null count as a Series call (a frame's `null_count` is a query), on a copy
+    # of the columns (`series_of`: a column held as one value stays so in `df`)
+    counts = [c.null_count() for c in series_of(df, df.columns)] if df.height else []
+    empty = [c for c, n in zip(df.columns, counts) if n == df.height]
     return df.with_columns(pl.lit(None, dtype=df.schema[c]).alias(c) for c in empty) if empty else df
 
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge, overlap_join
+from traceanalyzer.analyses.intervals import (
+    collected,
+    coverage_index,
+    covered,
+    filled,
+    filter_rows,
+    merge,
+    overlap_join,
+    series_of,
+)
 from traceanalyzer.trace import Trace
 
 
@@ -23,25 +32,54 @@ def clip_to_windows(intervals: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame
     """Intersect intervals (device, start_ns, end_ns, ...) with windows; adds `step`,
     `w_start_ns`, `w_end_ns` and clips start/end. An interval crossing a window boundary is
     split, one piece per window."""
-    w = wins.rename({"start_ns": "w_start_ns", "end_ns": "w_end_ns", "device": "w_device"})
+    renamed = {"start_ns": "w_start_ns", "end_ns": "w_end_ns", "device": "w_device"}
+    w = pl.DataFrame([c.alias(renamed.get(c.name, c.name)) for c in wins.get_columns()])  # `rename` is a query
     if intervals.is_empty() or w.is_empty():
         return intervals.with_columns(
             step=pl.lit(None, pl.Int64), w_start_ns=pl.lit(None, pl.Int64), w_end_ns=pl.lit(None, pl.Int64)
         ).clear()
+    if w.height == 1 and (one := _clip_to_one_window(intervals, w)) is not None:
+        return one
     # A sorted sweep per device, sized by its answer (`intervals.overlap_join`): a `join_where`
     # here (IEJoin over every device's pairs, then a filter on the device) took 30 % of `gaps`.
     j = overlap_join(intervals, w, ["device"], ("start_ns", "end_ns"), ("w_start_ns", "w_end_ns"), ["w_device"])
-    j = j.sort("device", "start_ns", "w_start_ns", "end_ns", maintain_order=True)  # one order, every run
-    # clipped in place and w_device left out in one query (`with_columns`, then `drop`, are two)
+    # one order, every run, whatever the join's (a total one: windows of one device never start
+    # together, or differ in their end); then clipped in place and w_device left out, in one query
     clip = {"start_ns": pl.max_horizontal("start_ns", "w_start_ns"), "end_ns": pl.min_horizontal("end_ns", "w_end_ns")}
-    return j.select(clip.get(c, pl.col(c)).alias(c) for c in j.columns if c != "w_device")
+    return collected(
+        j.lazy()
+        .sort("device", "start_ns", "w_start_ns", "end_ns", "w_end_ns", "step", maintain_order=True)
+        .select(clip.get(c, pl.col(c)).alias(c) for c in j.columns if c != "w_device")
+    )
+
+
+def _clip_to_one_window(intervals: pl.DataFrame, w: pl.DataFrame) -> pl.DataFrame | None:
+    """`clip_to_windows` against one window (one device, one step or none: a single-GPU trace
+    without ProfilerStep, say) in Series calls, the pairs `overlap_join` finds (an interval
+    holding the window's start, or starting strictly inside it); None (the general path) when a
+    time is null or the intervals are not in strictly increasing starts (their order there)."""
+    dev, s, e = series_of(intervals, ["device", "start_ns", "end_ns"])
+    win = w.row(0, named=True)
+    d, ws, we = win["w_device"], win["w_start_ns"], win["w_end_ns"]
+    if dev.null_count() or s.null_count() or e.null_count() or None in (d, ws, we):
+        return None
+    keep = (dev == d) & (((s <= ws) & (e > ws) & (we > s)) | ((s > ws) & (s < we)))
+    j = filter_rows(intervals, keep)
+    n, s, e = j.height, j.get_column("start_ns"), j.get_column("end_ns")
+    if n > 1 and not (s.slice(1) > s.slice(0, n - 1)).all():
+        return None
+    clipped = {"start_ns": s.zip_with(s >= ws, filled(ws, n)), "end_ns": e.zip_with(e <= we, filled(we, n))}
+    cols = [clipped[c].alias(c) if c in clipped else j.get_column(c) for c in intervals.columns]
+    rest = [filled(win[c], n, w.schema[c]).alias(c) for c in w.columns if c != "w_device"]
+    return pl.DataFrame([*cols, *rest])
 
 
 def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     """Complement of `busy` inside the windows: device, start_ns, end_ns (before clipping),
     prev_end_ns / next_start_ns (the busy edges around it, null at a window edge with no work)."""
-    lo = wins.group_by("device").agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
-    b = busy.sort(["device", "start_ns"])
+    # one lazy query (its dozen frame calls were a query each)
+    lo = wins.lazy().group_by("device").agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
+    b = busy.lazy().sort(["device", "start_ns"])
     between = b.with_columns(gap_start=pl.col("end_ns"), gap_end=pl.col("start_ns").shift(-1).over("device")).filter(
         pl.col("gap_end").is_not_null()
     )
@@ -56,7 +94,7 @@ def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
             trail.filter(pl.col("gap_end") > pl.col("gap_start")),
         ]
     )
-    return (
+    return collected(
         gaps.select(
             "device",
             start_ns=pl.col("gap_start"),
@@ -71,16 +109,21 @@ def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
 
 def busy_by_window(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     """device, step, window_ns, busy_ns."""
-    clipped = clip_to_windows(busy, wins)
+    clipped = clip_to_windows(busy, wins).lazy()  # then one query (three calls were three)
     per = clipped.group_by("device", "step").agg(busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
-    return wins.join(per, on=["device", "step"], how="left", nulls_equal=True).select(
-        "device",
-        "step",
-        "start_ns",
-        "end_ns",
-        window_ns=pl.col("end_ns") - pl.col("start_ns"),
-        busy_ns=pl.col("busy_ns").fill_null(0),
+    joined = (
+        wins.lazy()
+        .join(per, on=["device", "step"], how="left", nulls_equal=True)
+        .select(
+            "device",
+            "step",
+            "start_ns",
+            "end_ns",
+            window_ns=pl.col("end_ns") - pl.col("start_ns"),
+            busy_ns=pl.col("busy_ns").fill_null(0),
+        )
     )
+    return collected(joined)
 
 
 def idle_within(idle: pl.DataFrame, q: pl.DataFrame, a: str, b: str, out: str) -> pl.DataFrame:

@@ -49,6 +49,67 @@ def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
+# Below this many rows a frame is filtered or sorted column by column in Series calls (each a
+# call into polars, no query: a frame's `filter` or a Series' `arg_sort` is a polars query,
+# ~30-60 µs to plan and run whatever its size, and a DLRM rank's gaps ran ~550 of them); above
+# it the query's one pass over all columns (and its threads) is kept. The same rows either way.
+SMALL_ROWS = 1 << 16
+
+
+def collected(lf: pl.LazyFrame) -> pl.DataFrame:
+    """A chain of frame calls written as one lazy query, run as the eager calls were (polars'
+    in-memory engine): one query to plan and run where each call was one (~30-60 µs each on a
+    small frame, whatever its size)."""
+    return lf.collect(engine="in-memory")
+
+
+def positions(mask: pl.Series) -> pl.Series:
+    """The UInt32 row numbers where `mask` (no nulls) is True: `arg_true` without its query."""
+    return pl.int_range(0, mask.len(), dtype=pl.UInt32, eager=True).filter(mask)
+
+
+def filled(value: int, n: int, dtype: pl.DataType = pl.Int64) -> pl.Series:
+    """`n` copies of `value` (`pl.zeros`/`pl.repeat` without their query)."""
+    return pl.Series([value], dtype=dtype).new_from_index(0, n)
+
+
+def at_least(s: pl.Series, lower: int) -> pl.Series:
+    """`s.clip(lower)` for a Series without nulls, without the query `clip` is."""
+    return s.zip_with(s >= lower, filled(lower, s.len(), s.dtype))
+
+
+def at_most(s: pl.Series, upper: int) -> pl.Series:
+    """`s.clip(upper_bound=upper)` for a Series without nulls, without its query."""
+    return s.zip_with(s <= upper, filled(upper, s.len(), s.dtype))
+
+
+def filter_rows(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
+    """`df.filter(mask)` (mask: a Boolean Series, null counted as False): column by column below
+    SMALL_ROWS rows, else the frame's one query."""
+    if df.height >= SMALL_ROWS or not df.width:
+        return df.filter(mask)
+    if mask.null_count():
+        mask = mask.fill_null(False)
+    return pl.DataFrame([c.filter(mask) for c in series_of(df, df.columns)])
+
+
+def picked(df: pl.DataFrame, names: dict[str, str]) -> pl.DataFrame:
+    """`df.select(pl.col(c).alias(out) for c, out in names.items())`: a frame of Series below
+    SMALL_ROWS rows (no query), else the select (which keeps a one-valued column held once: a
+    Series of it is 8 bytes a row, 32 MB for the op table of a 1 GB trace)."""
+    if df.height >= SMALL_ROWS:
+        return df.select(pl.col(c).alias(out) for c, out in names.items())
+    return pl.DataFrame([c.alias(out) for c, out in zip(series_of(df, list(names)), names.values())])
+
+
+def series_of(df: pl.DataFrame, names: list[str]) -> list[pl.Series]:
+    """The columns `names` of `df` as Series, without a query: taken from a frame of those
+    columns picked by name, so that a one-valued column of a Trace's table (`trace.one_valued`,
+    held as one value) is made in full in that copy only, never stored so in the Trace."""
+    picked = df[names]
+    return [picked.get_column(c) for c in names]
+
+
 def key_starts(df: pl.DataFrame, by: list[str]) -> pl.Series:
     """Per row of a non-empty `df`: whether its `by` keys differ from the row before's (True on
     the first row): where each group starts when `df` is sorted by `by`. Slices compared, as
@@ -135,7 +196,8 @@ def overlap_join(
 ) -> pl.DataFrame:
     """Pairs of a `left` and a `right` row with equal `by` keys (`right_by` on the right; none:
     all pairs) whose intervals overlap (left start < right end and left end > right start): the
-    inner join, its columns those of both frames (their names must differ).
+    inner join, its columns those of both frames (their names must differ), in no particular
+    order.
 
     A sorted sweep, in memory the size of the answer: a pair either has the right interval
     starting inside the left one (a range of the right rows sorted by start, found by two
@@ -147,6 +209,8 @@ def overlap_join(
     (ls, le), (rs, re_) = left_span, right_span
     if left.is_empty() or right.is_empty():
         return pl.concat([left.clear(), right.clear()], how="horizontal")
+    if by and left.height * right.height <= SMALL_PAIRS:
+        return _overlap_join_small(left, right, by, right_by, left_span, right_span)
     if not by:
         left, right = left.with_columns(_k0=pl.lit(0)), right.with_columns(_k1=pl.lit(0))
         by, right_by = ["_k0"], ["_k1"]
@@ -185,7 +249,27 @@ def overlap_join(
     # rows gathered by UInt32 positions and the helpers left out as Series: the filter is the one query
     gathered = [*lt[pairs["_li"]].get_columns(), *rt[pairs["_ri"]].get_columns()]
     out = pl.DataFrame([c for c in gathered if c.name not in ("_li", "_ri", "_k0", "_k1")])
-    return out.filter(pl.col(re_) > pl.col(ls))
+    return filter_rows(out, out.get_column(re_) > out.get_column(ls))
+
+
+# At most this many candidate pairs (rows of `left` x rows of `right`), `overlap_join` is an
+# equi-join on the keys, then the overlap test on the pairs: bounded by this constant, never by
+# a product of event counts. On the small frames of a DLRM rank (1-1,700 rows a side) it was
+# ~0.15 ms a join where the sweep's few dozen polars calls were 0.7-2 ms.
+SMALL_PAIRS = 1 << 16
+
+
+def _overlap_join_small(
+    left: pl.DataFrame, right: pl.DataFrame, by: list[str], right_by: list[str], left_span, right_span
+) -> pl.DataFrame:
+    """`overlap_join` of small frames (`SMALL_PAIRS`): the sweep's pairs (a right start inside
+    the left interval, with the right end after the left start; or a left start strictly inside
+    the right interval), from the pairs of equal keys."""
+    (ls, le), (rs, re_) = left_span, right_span
+    cast = [pl.col(c).cast(left.schema[b]) for b, c in zip(by, right_by) if right.schema[c] != left.schema[b]]
+    j = left.join(right.with_columns(cast) if cast else right, left_on=by, right_on=right_by, coalesce=False)
+    a, b, c, d = (j.get_column(x) for x in (ls, le, rs, re_))
+    return filter_rows(j, ((c >= a) & (c < b) & (d > a)) | ((c < a) & (a < d)))
 
 
 def _valid(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -223,10 +307,13 @@ def _banded_pairs(
     if keys.height * span >= 1 << 62:
         return None
     l_s, l_e = cols[0] + (lk * span - lo), cols[1] + (lk * span - lo)
-    known = rk.is_not_null()  # a right key no left row has pairs with nothing
-    r_band = rk.filter(known) * span - lo
-    r_s, r_e = cols[2].filter(known) + r_band, cols[3].filter(known) + r_band
-    r_index = rt.get_column("_ri").filter(known)
+    r_s, r_e, r_index = cols[2], cols[3], rt.get_column("_ri")
+    if rk.null_count():  # a right key no left row has pairs with nothing
+        known = rk.is_not_null()
+        rk, r_s, r_e, r_index = rk.filter(known), r_s.filter(known), r_e.filter(known), r_index.filter(known)
+        del known
+    r_band = rk * span - lo
+    r_s, r_e = r_s + r_band, r_e + r_band
 
     def spans(lo_t: pl.Series, hi_t: pl.Series, axis: pl.Series) -> pl.DataFrame:
         """_q (the query's row), _p (positions in `axis`, sorted) with lo_t <= axis[_p] <= hi_t."""
@@ -238,7 +325,8 @@ def _banded_pairs(
         if q.len() == 1 or not (b - a > 1).any():  # one window, or one row each: no list to explode (2 queries)
             p = pl.int_range(a[0], b[0], dtype=pl.UInt32, eager=True) if q.len() == 1 else a.cast(pl.UInt32)
             return pl.DataFrame({"_q": q.new_from_index(0, p.len()) if q.len() == 1 else q, "_p": p})
-        return pl.DataFrame({"_q": q, "_p": pl.int_ranges(a, b, dtype=pl.UInt32, eager=True)}).explode("_p")
+        ranges = pl.DataFrame({"_q": q, "_a": a, "_b": b}).lazy()  # the ranges and their rows: one query
+        return collected(ranges.select("_q", _p=pl.int_ranges("_a", "_b", dtype=pl.UInt32)).explode("_p"))
 
     # right starts in [left start, left end): right end > left start unless both are the same instant
     inside = spans(l_s, l_e - 1, r_s)

@@ -11,7 +11,18 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses.intervals import _covered_until, coverage_index, key_starts, merge_sorted
+from traceanalyzer.analyses.intervals import (
+    SMALL_ROWS,
+    _covered_until,
+    at_least,
+    at_most,
+    collected,
+    coverage_index,
+    filled,
+    key_starts,
+    merge_sorted,
+    positions,
+)
 
 
 @dataclass(frozen=True)
@@ -31,7 +42,8 @@ def cumulative_unions(
 ) -> tuple[list[pl.DataFrame], Bands | None]:
     """The coverage indexes (`coverage_index`) of the unions of layers[0..k] for every k, per
     group `by` (each layer: by..., start_ns, end_ns; or a function that builds it, called once
-    to measure it and once to merge it, so that no two such layers are held at once).
+    to measure it and once to merge it, so that no two such layers are held at once; one of
+    under SMALL_ROWS rows is kept between the two instead).
 
     Each group's times are shifted into a band of their own (group number x span, as
     `_merge_sweep` does), so that the sorts are of one int64 column rather than of the keys and
@@ -49,8 +61,10 @@ def cumulative_unions(
     n_null = neg = 0
     lo = hi = None
     firsts: list[pl.Series | None] = []
-    heads: list[pl.DataFrame] = []
-    for f in map(_built, layers):  # per layer (Series calls), never a concatenated copy of them all
+    heads: list = []  # each layer's first rows of its keys, then their key numbers
+    for i, f in enumerate(map(_built, layers)):  # per layer (Series calls), never a concatenated copy of them all
+        if f.height < SMALL_ROWS and callable(layers[i]):  # a small layer is kept, not built twice
+            layers[i] = f
         s, e = f.get_column("start_ns"), f.get_column("end_ns")
         n_null, neg = n_null + s.null_count() + e.null_count(), neg + int((e < s).sum())
         lo = min((v for v in (lo, s.min()) if v is not None), default=None)
@@ -58,11 +72,21 @@ def cumulative_unions(
         # every key is on a row whose keys differ from the row before's: `unique` hashes those
         # few rows (events come in runs of one thread), not millions (~75 MB at 1 GB)
         firsts.append(key_starts(f, by) if f.height else None)  # one bit a row
-        heads.append(f.select(by).filter(firsts[-1]) if f.height else f.select(by).clear())
-    keys = pl.concat(heads).unique().sort(by).with_row_index("_k")
+        # the heads as a frame of Series (a frame's `select` and `filter` are a query each)
+        cols = [f.get_column(c) for c in by]
+        heads.append(pl.DataFrame([c.filter(firsts[-1]) if f.height else c.clear() for c in cols]))
+        del cols
+    all_heads = pl.concat(heads)
+    keys = collected(all_heads.lazy().unique().sort(by).with_row_index("_k"))
     span = (hi - lo + 1) if lo is not None else 1
     if n_null or neg or lo is None or keys.height * span >= 1 << 62:
         return _cumulative_unions_by_sort([_built(f) for f in layers], by), None
+    # every layer's heads numbered by one join (one a layer cost ~0.1 ms each on a DLRM rank)
+    head_k = all_heads.join(keys, on=by, how="left", nulls_equal=True, maintain_order="left").get_column("_k")
+    at = 0
+    for i, h in enumerate(heads):
+        heads[i], at = head_k.slice(at, h.height), at + h.height
+    del all_heads, head_k
     union = pl.DataFrame(schema={"_t": pl.Int64, "_te": pl.Int64})
     out: list[pl.DataFrame] = []
     for i, layer in enumerate(map(_built, layers)):
@@ -74,8 +98,8 @@ def cumulative_unions(
         # gather), not a join of every row (row-encoded keys and indexes: ~20 MB at 311 MB)
         first, firsts[i] = firsts[i], None
         run = first.cast(pl.UInt32).cum_sum() - 1
-        head = layer.select(by).filter(first).join(keys, on=by, how="left", nulls_equal=True, maintain_order="left")
-        band = head.get_column("_k").cast(pl.Int64).gather(run) * span - lo
+        head, heads[i] = heads[i], None
+        band = head.cast(pl.Int64)[run] * span - lo
         del first, run, head
         banded = pl.DataFrame({"_t": layer.get_column("start_ns") + band, "_te": layer.get_column("end_ns") + band})
         del layer, band
@@ -104,12 +128,19 @@ def _with_before(union: pl.DataFrame, span: int) -> pl.DataFrame:
     time covered before each interval in its band (its group). Series operations: one call into
     polars each, no query to plan."""
     t, te = union.get_column("_t"), union.get_column("_te")
-    k = t // span  # _t is k x span + (start - lo), start - lo in [0, span)
-    first = k.ne_missing(k.shift(1))
-    del k  # each helper let go once used: the unions of a 1 GB trace are millions of rows
-    c = (te - t).cum_sum() - (te - t)
-    before = c - pl.select(pl.when(pl.lit(first)).then(pl.lit(c)).forward_fill()).to_series()
-    return pl.DataFrame([t, te, before.alias("_before")])
+    m = t.len()
+    if not m:
+        return pl.DataFrame([t, te, te.clear().alias("_before")])
+    band = t - t % span  # _t is k x span + (start - lo), start - lo in [0, span): its band's start
+    # each row against the one before by slices (`shift` and `ne_missing` are a query each)
+    first = pl.Series([True]).append(band.slice(1) != band.slice(0, m - 1))
+    del band  # each helper let go once used: the unions of a 1 GB trace are millions of rows
+    # the running sums and the value at each group's first row in one query (three calls were three)
+    c = pl.col("_l").cum_sum() - pl.col("_l")
+    before = pl.DataFrame([(te - t).alias("_l"), first.alias("_f")]).select(
+        _before=c - pl.when("_f").then(c).forward_fill()
+    )
+    return pl.DataFrame([t, te, before.get_column("_before")])
 
 
 def unband(index: pl.DataFrame, bands: Bands | None, by: list[str]) -> pl.DataFrame:
@@ -207,48 +238,90 @@ def _covered_banded(
     band, or whose match (the last interval starting at or before it) lies in an earlier band,
     has nothing covered.
 
-    Series all through, one index at a time: both ends of q are sorted once (their rows, band
-    numbers and times), each index is searched as it is kept (on the axis already), and each
-    match is put back into q's order by its row (a scatter) and subtracted at once. Holding every layer's
-    coverage at both ends, and the as-of joins' copies of q, was ~70 MB at 1 GB (276 k gaps)."""
+    Series all through: both ends of q on the axis one after the other (sorted when large: the
+    searches then walk the index in order), each index searched as it is kept (on the axis
+    already), once for both ends, and each match put back into q's order by its row (a scatter
+    where the rows were sorted or some left out) and subtracted at once. Holding every layer's
+    coverage at both ends, and the as-of joins' copies of q, was ~70 MB at 1 GB (276 k gaps).
+    Small indexes are stacked on one axis (index j shifted by j x the axis' width) and searched
+    at once: each Series call costs ~2-25 µs whatever its size, and a DLRM rank measured six
+    indexes of a few hundred rows (~0.15 ms each, one by one)."""
     span, lo = bands.span, bands.lo
     hi = lo + span - 1
     n = q.height
-    k = q.select(by).join(bands.keys, on=by, how="left", maintain_order="left").get_column("_k")
-    ends = []
+    k = pl.DataFrame([q.get_column(c) for c in by]).join(bands.keys, on=by, how="left", maintain_order="left")
+    k = k.get_column("_k")
+    rows, groups, times = [], [], []
     for side in (a, b):
         at = q.get_column(side)
-        valid = k.is_not_null() & at.is_not_null()
-        rows, kk, t = valid.arg_true(), k.filter(valid).cast(pl.Int64), at.filter(valid).clip(lo, hi)
-        del valid
-        order = (kk * span + t).arg_sort()
-        kk, t = kk.gather(order), t.gather(order)
-        ends.append((rows.gather(order), pl.DataFrame({"_tq": kk * span + t - lo, "_k": kk})))
-        del rows, kk, t, order
+        if k.null_count() or at.null_count():
+            valid = k.is_not_null() & at.is_not_null()
+            r, kk, t = positions(valid), k.filter(valid), at.filter(valid)
+            del valid
+        else:
+            r, kk, t = None, k, at  # every row, in q's order
+        kk, t = kk.cast(pl.Int64), at_most(at_least(t, lo), hi)
+        if t.len() >= SMALL_ROWS:
+            order = (kk * span + t).arg_sort()
+            r = order if r is None else r[order]
+            kk, t = kk[order], t[order]
+            del order
+        rows.append(r)
+        groups.append(kk)
+        times.append(kk * span + t - lo)
+        del r, kk, t
     del k
-    # the last interval starting at or before the time on the axis (a binary search of the
-    # index's sorted, distinct starts): in the time's own band, else nothing of its group is
-    # covered before it. An as-of join copied the index's columns (1 GB: +30 MB for the largest).
-    own = (pl.col("_p") >= 0) & (pl.col("_t") >= pl.col("_k") * span)
-    until = pl.when(own).then(pl.col("_before") + pl.min_horizontal("_tq", "_te") - pl.col("_t")).otherwise(0)
-    done: dict[int, pl.Series] = {}  # an index shared by two layers is measured once
+    # both ends as one axis of queries: one search of each index for both
+    n_a = times[0].len()
+    band, tq = pl.concat(groups) * span, pl.concat(times)  # each query's band starts at its group's
+    del groups, times
+    distinct = list({id(i): i for i in indexes if not i.is_empty()}.values())  # shared by two layers: once
+    width = bands.keys.height * span  # the whole axis, every group's band
+    stacked = sum(i.height for i in distinct) < SMALL_ROWS and tq.len() * len(distinct) < SMALL_ROWS
+    if distinct and stacked and len(distinct) * width < 1 << 62:
+        shifts = [j * width for j in range(len(distinct))]
+        until = _until(
+            pl.concat([i.get_column("_t") + d for i, d in zip(distinct, shifts)]),
+            pl.concat([i.get_column("_te") + d for i, d in zip(distinct, shifts)]),
+            pl.concat([i.get_column("_before") for i in distinct]),
+            pl.concat([tq + d for d in shifts]),
+            pl.concat([band + d for d in shifts]),
+        )
+        m = tq.len()
+        found = {id(i): until.slice(j * m, m) for j, i in enumerate(distinct)}
+    else:
+        found = {
+            id(i): _until(i.get_column("_t"), i.get_column("_te"), i.get_column("_before"), tq, band) for i in distinct
+        }
+    del tq, band
+    done: dict[int, pl.Series] = {}
     cols = []
     for index, out in zip(indexes, outs):
         if index.is_empty():
-            cols.append(pl.zeros(n, pl.Int64, eager=True).alias(out))
+            cols.append(filled(0, n).alias(out))
             continue
         if id(index) not in done:
-            covered_until = []
-            starts = index.get_column("_t")
-            for rows, qs in ends:
-                p = starts.search_sorted(qs.get_column("_tq"), side="right").cast(pl.Int64) - 1
-                at = p.clip(0)
-                j = qs.with_columns(p.alias("_p"), *(index.get_column(c).gather(at) for c in ("_t", "_te", "_before")))
-                del p, at
-                # scatter fills a new column in place: q's rows, 0 where an end has no band
-                covered_until.append(pl.zeros(n, pl.Int64, eager=True).scatter(rows, j.select(until).to_series()))
-                del j
-            done[id(index)] = (covered_until[1] - covered_until[0]).clip(0)
-            del covered_until
+            until = found.pop(id(index))
+            # q's rows, 0 where an end has no band (a scatter fills a new column in place)
+            ends = [
+                until.slice(at, size) if r is None else filled(0, n).scatter(r, until.slice(at, size))
+                for r, at, size in ((rows[0], 0, n_a), (rows[1], n_a, until.len() - n_a))
+            ]
+            del until
+            done[id(index)] = at_least(ends[1] - ends[0], 0)
+            del ends
         cols.append(done[id(index)].alias(out))
     return pl.DataFrame(cols)
+
+
+def _until(starts: pl.Series, te: pl.Series, before: pl.Series, tq: pl.Series, band: pl.Series) -> pl.Series:
+    """The covered time of an index on the bands' axis (its sorted, distinct starts, their ends
+    and `_before`) until each query time `tq` (its band starting at `band`): from the last
+    interval starting at or before it (a binary search), when that lies in the query's own band,
+    else 0. An as-of join copied the index's columns (1 GB: +30 MB for the largest)."""
+    p = starts.search_sorted(tq, side="right").cast(pl.Int64) - 1
+    at = at_least(p, 0).cast(pl.UInt32)
+    t, end = starts[at], te[at]
+    own = (p >= 0) & (t >= band)
+    until = before[at] + tq.zip_with(tq < end, end) - t
+    return until.zip_with(own, filled(0, tq.len()))
