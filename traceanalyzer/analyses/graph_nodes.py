@@ -18,16 +18,10 @@ import polars as pl
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
 from traceanalyzer.analyses.graph_table import narrow
 from traceanalyzer.analyses.intervals import covered
+from traceanalyzer.analyses.slice_kinds import CPU_KINDS, KIND_LAYERS, THREAD_WAIT, WORK_LAYERS, coverages, slice_kinds
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.trace import Trace
-
-# Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
-WORK_LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op")
-# A slice's kind: the layer of the largest time (the first in this order of equal ones), else it waits.
-KIND_LAYERS = (*LAYERS, "untraced")
-CPU_KINDS = (*KIND_LAYERS, "thread_wait")
-THREAD_WAIT = len(KIND_LAYERS)
 
 
 def graph_threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
@@ -57,17 +51,36 @@ def slices(trace: Trace, threads: pl.DataFrame, clock: ThreadClock | None) -> pl
     boundaries, in (pid, tid, ts_ns) order; `_th` the thread number (with a clock)."""
     if clock is None:
         return _slices_by_keys(trace, threads)
-    th = clock.threads
-    ev = pl.concat([df.join(th, on=THREAD, how="inner").select("_th", "ts_ns", "end_ns") for df in _events(trace)])
-    k = pl.concat([clock.key(ev["_th"], ev["ts_ns"]), clock.key(ev["_th"], ev["end_ns"])]).sort()
-    del ev
-    k = k.filter((k != k.shift(1)).fill_null(True))  # distinct boundaries: sorted, so by neighbours
-    b = pl.DataFrame({"_th": k // clock.span}).with_columns(t=k - pl.col("_th") * clock.span + clock.lo)
+    # every boundary's key on numpy arrays: numpy sorts int64 several times faster than polars
+    keys = []
+    for df in _events(trace):
+        th = clock.numbers(df)
+        mine = pl.lit(th >= 0)
+        th = th[th >= 0] * clock.span - clock.lo
+        for c in ("ts_ns", "end_ns"):
+            keys.append(th + df.select(pl.col(c).filter(mine).cast(pl.Int64)).to_series().to_numpy())
+        del th, mine
+    k = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+    del keys
+    k.sort()
+    if len(k):
+        k = k[np.concatenate([[True], k[1:] != k[:-1]])]  # distinct boundaries: sorted, so by neighbours
+    th = k // clock.span
+    t = k - th * clock.span + clock.lo
     del k
-    same = pl.col("_th") == pl.col("_th").shift(-1)
-    b = b.with_columns(end_ns=pl.when(same).then(pl.col("t").shift(-1))).filter(pl.col("end_ns").is_not_null())
-    pid, tid = th["pid"].gather(b["_th"]), th["tid"].gather(b["_th"])
-    return b.select(pid=pid, tid=tid, ts_ns="t", end_ns="end_ns", _th="_th")
+    cut = np.flatnonzero(th[1:] == th[:-1])  # a slice from each boundary to the next one on its thread
+    th, ts, end = th[cut], t[cut], t[cut + 1]
+    del t, cut
+    threads = clock.threads
+    return pl.DataFrame(
+        {
+            "pid": threads["pid"].gather(th),
+            "tid": threads["tid"].gather(th),
+            "ts_ns": ts,
+            "end_ns": end,
+            "_th": pl.Series(th, dtype=pl.Int64),
+        }
+    )
 
 
 def _slices_by_keys(trace: Trace, threads: pl.DataFrame) -> pl.DataFrame:
@@ -87,23 +100,8 @@ def _layer_times(s: pl.DataFrame, act: CpuActivity, clock: ThreadClock | None) -
     """Per slice, the time each cumulative layer union covers inside it (`_u0`, `_u1`, ...)."""
     out = []
     if clock is not None:
-        # A thread's slices are contiguous (each ends where the next begins), so the coverage up
-        # to each slice's start is the one up to the previous slice's end: one search per slice.
         th, a, b = (s[c].cast(pl.Int64).to_numpy() for c in ("_th", "ts_ns", "end_ns"))
-        first = np.ones(len(th), dtype=np.bool_)
-        first[1:] = th[1:] != th[:-1]
-        done: dict[int, np.ndarray] = {}  # a layer that adds nothing shares the previous union's index
-        for k, index in enumerate(act.cumulative):
-            if id(index) not in done:
-                until = clock.until(index)
-                to_end = until(th, b)
-                to_start = np.empty_like(to_end)
-                to_start[1:] = to_end[:-1]
-                to_start[first] = until(th[first], a[first])
-                done = {id(index): np.maximum(to_end - to_start, 0)}
-                del to_end, to_start
-            out.append(pl.Series(f"_u{k}", done[id(index)], dtype=pl.Int64))
-        return out
+        return [pl.Series(f"_u{k}", u, dtype=pl.Int64) for k, u in enumerate(coverages(th, a, b, act, clock))]
     # `covered` sorts what it is given (twice per layer): a narrow copy, scattered back into the
     # slices' order
     times = s.select(*THREAD, "ts_ns", "end_ns").with_row_index("_r")
@@ -124,11 +122,13 @@ def cpu_nodes(
     rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id", "name").with_columns(
         parent_id=pl.lit(None, pl.Int64)
     )
-    if clock is None:
-        s = innermost_containing(s, rt, "runtime_id", "runtime_id")
-        s = innermost_containing(s, trace.ops, "op_id", "op_id")
-    else:
+    if clock is not None:
         s = s.with_columns(clock.innermost(s, rt, "runtime_id"), clock.innermost(s, trace.ops, "op_id"))
+        del rt
+        s, forks = slice_kinds(act, s, wait_ns, clock, main_thread(trace))
+        return narrow(s, ["runtime_id", "op_id"]), forks
+    s = innermost_containing(s, rt, "runtime_id", "runtime_id")
+    s = innermost_containing(s, trace.ops, "op_id", "op_id")
     del rt
     s = s.with_columns(_layer_times(s, act, clock))
     layers = [
