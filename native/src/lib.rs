@@ -11,7 +11,8 @@
 //! path's walk back along that chain (`walk`, see walk.rs), sequential for the same reason; and
 //! the innermost interval around each slice of the dependency graph (`innermost`, walk.rs: a
 //! merge of two sorted key arrays, then a climb up the parents), and the time a layer covers up to
-//! each slice boundary (`covered_until`, walk.rs: the same merge); and the calibration of the
+//! each slice boundary (`covered_until`, walk.rs: the same merge) and inside each slice
+//! (`covered_in`); and the calibration of the
 //! graph's lags and own times (`calibrate`, calibrate.rs: one pass over the edges, one over the nodes).
 
 mod alloc;
@@ -123,6 +124,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(walk::walk, m)?)?;
     m.add_function(wrap_pyfunction!(walk::innermost, m)?)?;
     m.add_function(wrap_pyfunction!(walk::covered_until, m)?)?;
+    m.add_function(wrap_pyfunction!(walk::covered_in, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

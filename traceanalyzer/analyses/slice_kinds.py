@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, CpuActivity
+from traceanalyzer.analyses.replay import native_kernel
 from traceanalyzer.analyses.thread_clock import ThreadClock
 
 # Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
@@ -40,9 +41,19 @@ def coverages(
     first = np.ones(len(th), dtype=np.bool_)
     first[1:] = th[1:] != th[:-1]
     done: dict[int, np.ndarray] = {}
-    for index in act.cumulative:
-        if id(index) not in done:
-            until = clock.until(index)
+    fn = native_kernel("covered_in")
+    if fn is not None:
+        th, a, b = (np.ascontiguousarray(x, dtype=np.int64) for x in (th, a, b))
+    # the unions as `cumulative_unions` left them (on its bands): `act.cumulative` makes a keyed
+    # copy of each (pid, tid, ...) at every call
+    for index in act.unions:
+        if id(index) not in done and fn is not None:
+            # both ends of every slice in one merge, natively (ten passes over the slices in numpy)
+            out = np.empty(len(th), dtype=np.int64)
+            fn(th, a, b, clock.span, clock.lo, *clock.index_arrays(index, act.bands), out)
+            done = {id(index): out}
+        elif id(index) not in done:
+            until = clock.until(index, act.bands)
             to_end = until(th, b)
             to_start = np.empty_like(to_end)
             to_start[1:] = to_end[:-1]
@@ -80,7 +91,7 @@ def slice_kinds(
     # other threads: a slice with no event at all is the thread waiting for work
     untraced_all = t == b - a
     del t
-    me = -1 if main is None else int(clock.numbers(pl.DataFrame({"pid": [main[0]], "tid": [main[1]]}))[0])
+    me = _thread_number(clock, main)
     is_main = th == me
     idle = ~busy
     del busy
@@ -96,11 +107,21 @@ def slice_kinds(
         del ga, gb, pos
     del is_main, idle
     code[wait] = THREAD_WAIT
-    kind = pl.Series(CPU_KINDS).gather(code)
+    # an Enum (a byte per slice, as `build_graph` casts it) rather than a million strings
+    kind = pl.Series(CPU_KINDS, dtype=pl.Enum(CPU_KINDS)).gather(code)
     del code
     dur = np.where(wait, 0, b - a)
     del wait, th, a, b
     return s.with_columns(*times, lane=pl.lit("cpu"), kind=kind, dur_ns=dur), forks
+
+
+def _thread_number(clock: ThreadClock, thread: tuple[int, int] | None) -> int:
+    """The clock's number of `thread` (pid, tid), -1 if none or not in the graph."""
+    if thread is None:
+        return -1
+    th = clock.threads
+    at = np.flatnonzero((th["pid"].to_numpy() == thread[0]) & (th["tid"].to_numpy() == thread[1]))
+    return int(at[0]) if len(at) else -1
 
 
 def _kind_step(
@@ -140,9 +161,9 @@ def _forks(
     del mi, starts, ends
     long = gap_b - gap_a >= wait_ns
     gap_a, gap_b = gap_a[long], gap_b[long]
-    pids = clock.threads["pid"].to_numpy()
-    others = np.flatnonzero(pids == main[0])
-    work = np.sort(a[~is_main & ~idle & np.isin(th, others)])
+    # the process's other threads, by a lookup of the few thread numbers
+    same_pid = clock.threads["pid"].to_numpy() == main[0]
+    work = np.sort(a[same_pid[th] & ~is_main & ~idle])
     if not len(gap_a) or not len(work):
         return empty
     # the first work of another thread of the process at or after the gap's start, before its end

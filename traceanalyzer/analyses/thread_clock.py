@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import THREAD
+from traceanalyzer.analyses.layer_coverage import Bands
 from traceanalyzer.analyses.replay import native_kernel
 from traceanalyzer.links import CLIMB_LEVELS
 
@@ -77,27 +78,13 @@ class ThreadClock:
         """The key of thread number `th` at `t` (null where `th` is)."""
         return pl.select((th * self.span + (t - self.lo)).alias("_key")).to_series()
 
-    def until(self, index: pl.DataFrame) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    def until(self, index: pl.DataFrame, bands: Bands | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         """For a coverage index (`intervals.coverage_index` over pid, tid: disjoint intervals
-        with `_before`), the time it covers up to each instant: f(th, t) -> int64 per instant, as
-        `intervals.covered` counts it (the last interval starting at or before t on the thread).
-        On numpy arrays: a binary search and gathers, no frame per call."""
-        number = self.numbers(index)
-        ix = index.select("start_ns", "end_ns", "_before").filter(pl.lit(number >= 0))
-        th_i = number[number >= 0]
-        del number
-        start, end, before = (
-            np.ascontiguousarray(ix[c].cast(pl.Int64).to_numpy(), dtype=np.int64)
-            for c in ("start_ns", "end_ns", "_before")
-        )
-        del ix
-        keys = th_i * self.span + (start - self.lo)
-        if len(keys) > 1 and not bool((keys[1:] >= keys[:-1]).all()):
-            order = np.argsort(keys, kind="stable")
-            keys, th_i, start, end, before = (a[order] for a in (keys, th_i, start, end, before))
-        keys, th_i, start, end, before = (
-            np.ascontiguousarray(a, dtype=np.int64) for a in (keys, th_i, start, end, before)
-        )
+        with `_before`, or on the `bands` of `layer_coverage.cumulative_unions`), the time it
+        covers up to each instant: f(th, t) -> int64 per instant, as `intervals.covered` counts
+        it (the last interval starting at or before t on the thread). On numpy arrays: a binary
+        search and gathers, no frame per call."""
+        keys, th_i, start, end, before = self.index_arrays(index, bands)
         fn = native_kernel("covered_until")
 
         def at(th: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -115,6 +102,35 @@ class ThreadClock:
             return np.where(found, before[p] + np.minimum(t, end[p]) - start[p], 0)
 
         return at
+
+    def index_arrays(self, index: pl.DataFrame, bands: Bands | None = None) -> tuple[np.ndarray, ...]:
+        """A coverage index on the clock: its intervals' start keys (sorted), thread numbers,
+        start_ns, end_ns and `_before`, as contiguous int64 arrays (those of threads in the
+        graph). An index on `bands` (`_t`, `_te`, `_before`) is read there: each band's thread
+        number looked up once, no keyed copy of the index (`layer_coverage.unband`)."""
+        if bands is not None and "_t" in index.columns:
+            t, te, before = (index[c].cast(pl.Int64).to_numpy() for c in ("_t", "_te", "_before"))
+            k = t // bands.span
+            off = k * bands.span - bands.lo
+            start, end = t - off, te - off
+            del t, te, off
+            th_i = self.numbers(bands.keys)[k]  # the keys' rows are their band numbers
+            del k
+            if not bool((th_i >= 0).all()):
+                keep = th_i >= 0
+                th_i, start, end, before = th_i[keep], start[keep], end[keep], before[keep]
+        else:
+            number = self.numbers(index)
+            ix = index.select("start_ns", "end_ns", "_before").filter(pl.lit(number >= 0))
+            th_i = number[number >= 0]
+            del number
+            start, end, before = (ix[c].cast(pl.Int64).to_numpy() for c in ("start_ns", "end_ns", "_before"))
+            del ix
+        keys = th_i * self.span + (start - self.lo)
+        if len(keys) > 1 and not bool((keys[1:] >= keys[:-1]).all()):
+            order = np.argsort(keys, kind="stable")
+            keys, th_i, start, end, before = (a[order] for a in (keys, th_i, start, end, before))
+        return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (keys, th_i, start, end, before))
 
     def innermost(self, slices: pl.DataFrame, intervals: pl.DataFrame, id_col: str) -> pl.Series:
         """`links.innermost_containing` for the graph's slices (`_th`, ts_ns, end_ns, in key
