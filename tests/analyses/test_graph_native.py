@@ -3,7 +3,8 @@ walk (`_native.walk` / `critical_path._walk_py`: every segment equal on shared t
 every synthetic case of test_whatif, whose paths are worked out by hand there) and the slices'
 innermost call and op (`_native.innermost` / numpy in `ThreadClock.innermost`, and both against
 `links.innermost_containing`) and the time each layer covers up to each slice boundary
-(`_native.covered_until` / numpy in `ThreadClock.until`), on hand-worked arrays and shared
+(`_native.covered_until` / numpy in `ThreadClock.until`) and inside each slice
+(`_native.covered_in` / numpy in `slice_kinds.coverages`), on hand-worked arrays and shared
 traces; and the native side refusing arrays that do not describe one graph."""
 
 from __future__ import annotations
@@ -190,6 +191,30 @@ def test_native_covered_until_by_hand():
         fn(q[::-1].copy(), t, ikey, ith, start, end, before, 100, out)
     with pytest.raises(ValueError, match="one value per interval"):
         fn(q, t, ikey, ith[:2], start, end, before, 100, out)
+
+
+@native
+def test_native_covered_in_by_hand():
+    """The index of test_native_covered_until_by_hand (span 100: thread 0 covers [10, 20) and
+    [30, 50), thread 1 [0, 40)) measured inside slices: thread 0's [0, 15) holds [10, 15), 5;
+    [15, 35) holds [15, 20) and [30, 35), 10; [35, 60) holds [35, 50), 15; thread 1's [5, 50)
+    holds [5, 40), 35; thread 2's [0, 10) nothing (the last start before it is thread 1's)."""
+    fn = native_kernel("covered_in", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    th, a, b = i(0, 0, 0, 1, 2), i(0, 15, 35, 5, 0), i(15, 35, 60, 50, 10)
+    index = i(10, 30, 100), i(0, 0, 1), i(10, 30, 0), i(20, 50, 40), i(0, 10, 0)
+    out = np.empty(5, dtype=np.int64)
+    fn(th, a, b, 100, 0, *index, out)
+    assert out.tolist() == [5, 10, 15, 35, 0]
+    # the same on a clock starting at 5 (key = thread x 100 + t - 5)
+    fn(th, a + 5, b + 5, 100, 5, i(10, 30, 100), i(0, 0, 1), i(15, 35, 5), i(25, 55, 45), i(0, 10, 0), out)
+    assert out.tolist() == [5, 10, 15, 35, 0]
+    with pytest.raises(ValueError, match="key order"):
+        fn(i(1, 0, 0, 1, 2), a, b, 100, 0, *index, out)
+    with pytest.raises(ValueError, match="one value per slice"):
+        fn(th[:4], a, b, 100, 0, *index, out)
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(th, a, b, 100, 0, *index, a)
 
 
 @native
