@@ -201,7 +201,6 @@ def build_graph(
         other = other.filter(~((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))).select(
             "pid", "node", "ts_ns", "end_ns"
         )
-        mcpu = slim.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
         del slim
         f = forks.sort("gap_a")
         f = f.join_asof(
@@ -220,11 +219,14 @@ def build_graph(
             strategy="backward",
             check_sortedness=False,
         )
-        f = f.join(mcpu.select(gap_a="end_ns", _fsrc="node"), on="gap_a", how="left")
-        f = f.join(mcpu.select(gap_b="ts_ns", _jdst="node"), on="gap_b", how="left")
+        # the main thread's slices that end and begin each gap: a search in the slices' keys (a
+        # join against all the main thread's slices cost 60 ms at 311 MB)
+        on_main = f.with_columns(tid=pl.lit(main[1], pl.Int64))
+        f = f.with_columns(_fsrc=ending(on_main, "gap_a"), _jdst=starting(on_main, "gap_b"))
+        del on_main
         edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
-        del other, mcpu, f  # the main thread's slices: 23 MB at 311 MB, held through the calibration
+        del other, f
     # a blocking call's own copy can also be the work it waited for: only sync edges repeat
     e = pl.concat(edges).filter(pl.col("src") != pl.col("dst"))
     del edges  # the parts, a copy of every edge, would live on through the calibration
