@@ -64,9 +64,11 @@ def coverages(
 
 
 def _column(name: str, values: np.ndarray) -> pl.Series:
-    """An int64 array as a column, Int32 where every value fits (`graph_table.narrow`'s rule)."""
+    """An int64 array as a column, Int32 where every value fits (`graph_table.narrow`'s rule),
+    in polars' memory (a column the graph keeps: see `graph_nodes.slices`)."""
     fits = not len(values) or (values.min() >= INT32[0] and values.max() <= INT32[1])
-    return pl.Series(name, values.astype(np.int32) if fits else values, dtype=pl.Int32 if fits else pl.Int64)
+    column = pl.Series(name, values)
+    return column.cast(pl.Int32) if fits else pl.concat([column, column.clear()], rechunk=True)
 
 
 def slice_kinds(
