@@ -227,3 +227,41 @@ def test_layer_times_native_and_numpy_agree(name: str, monkeypatch, SHARED_TRACE
     slow = gn._layer_times(s, act, clock)
     assert len(fast) == len(slow) and sum(int(u.sum()) for u in fast) > 0
     assert all(a.equals(b) for a, b in zip(fast, slow, strict=True))
+
+
+@native
+def test_native_fold_layer_by_hand():
+    """Three slices. Layer 0 covers 4, 0, 2 ns of them: their times, the kind code 0 and the
+    running maximum 4, 0, 2. Layer 1's union covers 4, 3, 6: layer 1 adds 0, 3, 4, beating the
+    maximum in slices 1 and 2 (code 1 there); it is a work layer, so slices 1 and 2 are busy.
+    The rest of slices of 10, 3, 6 ns (no layer): 6, 0, 0, beating 4 in slice 0 (code 2)."""
+    fn = native_kernel("fold_layer", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    prev, best, t = np.zeros(3, np.int64), np.zeros(3, np.int64), np.empty(3, np.int64)
+    code, busy = np.zeros(3, np.uint8), np.zeros(3, np.uint8)
+    assert fn(i(4, 0, 2), prev, t, best, code, busy, 0, False, True) == (0, 4)
+    assert t.tolist() == [4, 0, 2] and code.tolist() == [0, 0, 0] and busy.tolist() == [0, 0, 0]
+    t32 = np.empty(3, np.int32)  # the same into an int32 column
+    assert fn(i(4, 3, 6), prev, t32, best, code, busy, 1, True, False) == (0, 4)
+    assert t32.tolist() == [0, 3, 4] and code.tolist() == [0, 1, 1] and busy.tolist() == [0, 1, 1]
+    assert prev.tolist() == [4, 3, 6] and best.tolist() == [4, 3, 4]
+    assert fn(i(10, 3, 6), prev, t, best, code, busy, 2, False, False) == (0, 6)
+    assert t.tolist() == [6, 0, 0] and code.tolist() == [2, 1, 1] and busy.tolist() == [0, 1, 1]
+    with pytest.raises(ValueError, match="one value per slice"):
+        fn(i(1, 2), prev, t, best, code, busy, 0, False, True)
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(i(1, 2, 3), prev, prev, best, code, busy, 0, False, True)
+
+
+@native
+@pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
+def test_slice_kinds_native_and_numpy_agree(name: str, SHARED_TRACES):
+    """Each slice's layer times, kind code, work and emptiness: folded natively and in numpy."""
+    from traceanalyzer.analyses import slice_kinds as sk
+
+    _, act, clock, s = _slices(_shared(SHARED_TRACES, name))
+    th, a, b = (np.ascontiguousarray(s[c].cast(pl.Int64).to_numpy()) for c in ("_th", "ts_ns", "end_ns"))
+    fast, slow = sk._fold_native(th, a, b, act, clock), sk._fold_numpy(th, a, b, act, clock)
+    assert len(fast[0]) == len(slow[0]) == 7 and all(x.equals(y) for x, y in zip(fast[0], slow[0], strict=True))
+    assert all(np.array_equal(x, y) for x, y in zip(fast[1:], slow[1:], strict=True))
+    assert len(set(fast[1].tolist())) > 2 and fast[2].any()  # several kinds, and busy slices

@@ -63,10 +63,12 @@ def coverages(
         yield done[id(index)]
 
 
-def _column(name: str, values: np.ndarray) -> pl.Series:
-    """An int64 array as a column, Int32 where every value fits (`graph_table.narrow`'s rule),
-    in polars' memory (a column the graph keeps: see `graph_nodes.slices`)."""
-    fits = not len(values) or (values.min() >= INT32[0] and values.max() <= INT32[1])
+def _column(name: str, values: np.ndarray, bounds: tuple[int, int] | None = None) -> pl.Series:
+    """An int64 array as a column, Int32 where every value fits (`graph_table.narrow`'s rule;
+    `bounds`: its least and largest value, if known), in polars' memory (a column the graph
+    keeps: see `graph_nodes.slices`)."""
+    lo, hi = bounds if bounds is not None else (values.min(), values.max()) if len(values) else (0, 0)
+    fits = lo >= INT32[0] and hi <= INT32[1]
     column = pl.Series(name, values)
     return column.cast(pl.Int32) if fits else pl.concat([column, column.clear()], rechunk=True)
 
@@ -77,22 +79,11 @@ def slice_kinds(
     """`graph_nodes.cpu_nodes` on the clock: the slices `s` (pid, tid, ts_ns, end_ns, _th in key
     order, runtime_id, op_id) with t_<layer> and t_untraced, lane, kind and dur_ns; and the forks
     (pid, gap_a, gap_b) of the main thread `main`."""
-    th, a, b = (s[c].cast(pl.Int64).to_numpy() for c in ("_th", "ts_ns", "end_ns"))
-    times, best, code, busy, prev = [], None, np.zeros(len(th), dtype=np.int8), np.zeros(len(th), dtype=np.bool_), None
-    for k, (name, u) in enumerate(zip(LAYERS, coverages(th, a, b, act, clock), strict=True)):
-        t = u if prev is None else np.maximum(u - prev, 0)
-        prev = u
-        best, times = _kind_step(k, t, best, code, times, name)
-        if name in WORK_LAYERS:
-            busy |= t > 0
-        del t
-    t = np.maximum(b - a - prev, 0) if prev is not None else b - a
-    del prev
-    best, times = _kind_step(len(LAYERS), t, best, code, times, "untraced")
-    del best
-    # other threads: a slice with no event at all is the thread waiting for work
-    untraced_all = t == b - a
-    del t
+    th, a, b = (
+        np.ascontiguousarray(s[c].cast(pl.Int64).to_numpy(), dtype=np.int64) for c in ("_th", "ts_ns", "end_ns")
+    )
+    fold = native_kernel("fold_layer")
+    times, code, busy, untraced_all = (_fold_native if fold is not None else _fold_numpy)(th, a, b, act, clock)
     me = _thread_number(clock, main)
     is_main = th == me
     idle = ~busy
@@ -115,6 +106,55 @@ def slice_kinds(
     dur = np.where(wait, 0, b - a)
     del wait, th, a, b
     return s.with_columns(*times, lane=pl.lit("cpu"), kind=kind, dur_ns=dur), forks
+
+
+Folded = tuple[list[pl.Series], np.ndarray, np.ndarray, np.ndarray]
+
+
+def _fold_numpy(th: np.ndarray, a: np.ndarray, b: np.ndarray, act: CpuActivity, clock: ThreadClock) -> Folded:
+    """Per slice, the time of each layer and of no layer (the t_<layer> columns), the kind code
+    (the first layer of the largest time), whether a work layer covers any of it, and whether
+    no layer does: a layer at a time on numpy arrays (the fallback of `_fold_native`)."""
+    times, best, code, busy, prev = [], None, np.zeros(len(th), dtype=np.int8), np.zeros(len(th), dtype=np.bool_), None
+    for k, (name, u) in enumerate(zip(LAYERS, coverages(th, a, b, act, clock), strict=True)):
+        t = u if prev is None else np.maximum(u - prev, 0)
+        prev = u
+        best, times = _kind_step(k, t, best, code, times, name)
+        if name in WORK_LAYERS:
+            busy |= t > 0
+        del t
+    t = np.maximum(b - a - prev, 0) if prev is not None else b - a
+    del prev
+    best, times = _kind_step(len(LAYERS), t, best, code, times, "untraced")
+    del best
+    # other threads: a slice with no event at all is the thread waiting for work
+    return times, code, busy, t == b - a
+
+
+def _fold_native(th: np.ndarray, a: np.ndarray, b: np.ndarray, act: CpuActivity, clock: ThreadClock) -> Folded:
+    """`_fold_numpy` with each layer folded in one native pass (`_native.fold_layer`)."""
+    fold = native_kernel("fold_layer")
+    n = len(th)
+    prev, best = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    code, busy = np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.uint8)
+    span = b - a
+    # a layer's time in a slice is between 0 and the slice's length: where no slice is longer than
+    # an Int32 holds, every time column is written as Int32 at once (`_column`'s narrowing)
+    narrow = not n or (int(span.min()) >= 0 and int(span.max()) <= INT32[1])
+    times = []
+    for k, (name, u) in enumerate(zip(LAYERS, coverages(th, a, b, act, clock), strict=True)):
+        t = np.empty(n, dtype=np.int32 if narrow else np.int64)
+        lo, hi = fold(u, prev, t, best, code.view(np.uint8), busy, k, name in WORK_LAYERS, k == 0)
+        if narrow and (lo < 0 or hi > INT32[1]):  # not a coverage index after all: the reference
+            return _fold_numpy(th, a, b, act, clock)
+        times.append(pl.Series(f"t_{name}", t) if narrow else _column(f"t_{name}", t, (lo, hi)))
+        del t
+    # no layer: the slice's time beyond the union of all of them
+    t = np.empty(n, dtype=np.int64)
+    bounds = fold(span, prev, t, best, code.view(np.uint8), busy, len(LAYERS), False, not LAYERS)
+    times.append(_column("t_untraced", t, bounds))
+    del prev, best
+    return times, code, busy.view(np.bool_), t == span
 
 
 def _thread_number(clock: ThreadClock, thread: tuple[int, int] | None) -> int:
