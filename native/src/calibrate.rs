@@ -66,10 +66,10 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
     let mut bind_end = vec![-1i64; n];
     let mut ready_start = vec![0i64; n];
     let mut ready_end = vec![0i64; n];
-    for k in 0..m {
+    for (k, lag_k) in lag.iter_mut().enumerate().take(m) {
         let (reference, target) = g.ref_target(k, &is_sync);
         let (lag0, ready) = lag_ready(reference, target);
-        lag[k] = lag0;
+        *lag_k = lag0;
         let v = g.dst[k] as usize;
         let (bind, best) = if g.to_end[k] != 0 {
             maxref[v] = maxref[v].max(reference);
