@@ -60,26 +60,30 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
             is_sync[g.dst[k] as usize] = true;
         }
     }
-    // per node: the latest reference of its to_end edges; the binding start edge and end edge (-1: none)
-    let mut maxref = vec![i64::MIN; n];
-    let mut bind_start = vec![-1i64; n];
-    let mut bind_end = vec![-1i64; n];
-    let mut ready_start = vec![0i64; n];
-    let mut ready_end = vec![0i64; n];
+    let ready = |k: usize| {
+        let (reference, target) = g.ref_target(k, &is_sync);
+        lag_ready(reference, target).1
+    };
+    // per node: the latest reference of its to_end edges (in `own` until the own times replace
+    // it), the binding start edge and end edge (-1: none; n + 1 long, for the counting sort
+    // after); a binding edge's readiness is computed again when needed rather than kept (a node
+    // has one edge of each kind but for a few): fewer fresh pages than numbers per node
+    own.fill(i64::MIN);
+    let mut bind_start = vec![-1i64; n + 1];
+    let mut bind_end = vec![-1i64; n + 1];
     for (k, lag_k) in lag.iter_mut().enumerate().take(m) {
         let (reference, target) = g.ref_target(k, &is_sync);
-        let (lag0, ready) = lag_ready(reference, target);
+        let (lag0, r) = lag_ready(reference, target);
         *lag_k = lag0;
         let v = g.dst[k] as usize;
-        let (bind, best) = if g.to_end[k] != 0 {
-            maxref[v] = maxref[v].max(reference);
-            (&mut bind_end[v], &mut ready_end[v])
+        let bind = if g.to_end[k] != 0 {
+            own[v] = own[v].max(reference);
+            &mut bind_end[v]
         } else {
-            (&mut bind_start[v], &mut ready_start[v])
+            &mut bind_start[v]
         };
-        if *bind < 0 || ready > *best {
+        if *bind < 0 || r > ready(*bind as usize) {
             *bind = k as i64;
-            *best = ready;
         }
     }
     for v in 0..n {
@@ -87,7 +91,7 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
         own[v] = if is_sync[v] {
             // what the call took after the latest work it waited for ended, as polars'
             // clip(0, e - t) of e - max(t, maxref)
-            let x = e.wrapping_sub(t.max(maxref[v]));
+            let x = e.wrapping_sub(t.max(own[v]));
             let hi = e.wrapping_sub(t);
             if x < 0 {
                 0
@@ -103,41 +107,43 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
         let b = bind_start[v];
         if b >= 0 {
             let b = b as usize;
-            lag[b] = lag[b].wrapping_add(t.wrapping_sub(ready_start[v]).max(0));
+            lag[b] = lag[b].wrapping_add(t.wrapping_sub(ready(b)).max(0));
         }
         let b = bind_end[v];
         if b >= 0 {
             let b = b as usize;
-            let own_ready = t.wrapping_add(own[v]);
-            if own_ready >= ready_end[v] {
+            let (own_ready, r) = (t.wrapping_add(own[v]), ready(b));
+            if own_ready >= r {
                 own[v] = own[v].wrapping_add(e.wrapping_sub(own_ready).max(0));
             } else {
-                lag[b] = lag[b].wrapping_add(e.wrapping_sub(ready_end[v]).max(0));
+                lag[b] = lag[b].wrapping_add(e.wrapping_sub(r).max(0));
             }
         }
     }
-    drop((bind_start, bind_end, ready_start, ready_end, maxref, is_sync));
-    // the edges by destination (a counting sort keeps each destination's edges in index order),
-    // then each destination's few edges by source, stably
-    let mut off = vec![0usize; n + 1];
+    // the edges by destination (a counting sort keeps each destination's edges in index order,
+    // its offsets in the binding arrays, done with), then each destination's few edges by
+    // source, stably
+    let (off, at) = (&mut bind_start, &mut bind_end);
+    off.fill(0);
     for &v in g.dst {
         off[v as usize + 1] += 1;
     }
     for v in 0..n {
         off[v + 1] += off[v];
     }
-    let mut at = off.clone();
+    at.copy_from_slice(off);
     for k in 0..m {
         let v = g.dst[k] as usize;
-        order[at[v]] = k as i64;
+        order[at[v] as usize] = k as i64;
         at[v] += 1;
     }
     for v in 0..n {
-        let group = &mut order[off[v]..off[v + 1]];
+        let group = &mut order[off[v] as usize..off[v + 1] as usize];
         if group.len() > 1 {
             group.sort_by_key(|&k| g.src[k as usize]); // stable: equal sources stay in index order
         }
     }
+    drop(is_sync);
 }
 
 /// Calibrate a dependency graph (see `traceanalyzer.analyses.replay.calibrate`): per node `ts`,
