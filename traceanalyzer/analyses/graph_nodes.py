@@ -28,7 +28,7 @@ from traceanalyzer.trace import Trace
 def graph_threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
     """The threads whose timelines matter for the GPU: they launch, block or run a step."""
     parts = [
-        launch_calls(trace).select(*THREAD),
+        launch_calls(trace, trace.runtime.select("runtime_id", "name", *THREAD)).select(*THREAD),
         blocking.select(*THREAD),
         trace.steps.select(*THREAD),
     ]
@@ -47,15 +47,19 @@ def _events(trace: Trace) -> list[pl.DataFrame]:
     ]
 
 
-def slices(trace: Trace, threads: pl.DataFrame, clock: ThreadClock | None) -> pl.DataFrame:
+def slices(
+    trace: Trace, threads: pl.DataFrame, clock: ThreadClock | None, numbers: dict[str, np.ndarray] | None = None
+) -> pl.DataFrame:
     """Consecutive [ts_ns, end_ns) pieces of each thread between all op, call and step
-    boundaries, in (pid, tid, ts_ns) order; `_th` the thread number (with a clock)."""
+    boundaries, in (pid, tid, ts_ns) order; `_th` the thread number (with a clock; `numbers`:
+    those of the ops' and runtime calls' rows, if known, under "ops" and "runtime")."""
     if clock is None:
         return _slices_by_keys(trace, threads)
     # every boundary's key on numpy arrays: numpy sorts int64 several times faster than polars
     keys = []
-    for df in _events(trace):
-        th = clock.numbers(df)
+    known = numbers or {}
+    for name, df in zip(("ops", "runtime", "steps"), _events(trace), strict=True):
+        th = known[name] if name in known else clock.numbers(df)
         mine = pl.lit(th >= 0)
         th = th[th >= 0] * clock.span - clock.lo
         for c in ("ts_ns", "end_ns"):
@@ -132,12 +136,16 @@ def cpu_nodes(
     """The CPU slices with their runtime call, innermost op, layer times and kind (see
     `dependency_graph`), and the forks (pid, gap_a, gap_b: gaps of the main thread while
     another launching thread works)."""
-    s = slices(trace, threads, clock)
+    # each row's thread number, once per table: the slices and the innermost calls and ops read it
+    numbers = {"ops": clock.numbers(trace.ops), "runtime": clock.numbers(trace.runtime)} if clock else None
+    s = slices(trace, threads, clock, numbers)
     rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id", "name").with_columns(
         parent_id=pl.lit(None, pl.Int64)
     )
     if clock is not None:
-        s = s.with_columns(clock.innermost(s, rt, "runtime_id"), clock.innermost(s, trace.ops, "op_id"))
+        inner_rt = clock.innermost(s, rt, "runtime_id", numbers["runtime"])
+        s = s.with_columns(inner_rt, clock.innermost(s, trace.ops, "op_id", numbers["ops"]))
+        del numbers, inner_rt
         del rt
         s, forks = slice_kinds(act, s, wait_ns, clock, main_thread(trace))
         return narrow(s, ["runtime_id", "op_id"]), forks

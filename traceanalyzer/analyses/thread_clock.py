@@ -132,7 +132,9 @@ class ThreadClock:
             keys, th_i, start, end, before = (a[order] for a in (keys, th_i, start, end, before))
         return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (keys, th_i, start, end, before))
 
-    def innermost(self, slices: pl.DataFrame, intervals: pl.DataFrame, id_col: str) -> pl.Series:
+    def innermost(
+        self, slices: pl.DataFrame, intervals: pl.DataFrame, id_col: str, number: np.ndarray | None = None
+    ) -> pl.Series:
         """`links.innermost_containing` for the graph's slices (`_th`, ts_ns, end_ns, in key
         order): per slice the id of the innermost interval (ts_ns, end_ns, `id_col`, parent_id,
         pid, tid, `depth` if known) containing it, named `id_col`. The same rule: the latest
@@ -143,7 +145,7 @@ class ThreadClock:
         thread), the intervals sorted once."""
         n = slices.height
         deep = ["depth"] if "depth" in intervals.columns else []
-        number = self.numbers(intervals)
+        number = self.numbers(intervals) if number is None else number  # (given: its rows' thread numbers)
         iv = intervals.select("ts_ns", "end_ns", id_col, *deep).filter(
             pl.lit(number >= 0) & pl.col(id_col).is_not_null()
         )
