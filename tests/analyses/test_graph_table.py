@@ -106,3 +106,16 @@ def test_the_graph_on_the_thread_clock_is_the_graph_by_sorts_and_joins(SHARED_TR
     assert fast.nodes.height > 1000
     for a, b in ((fast.nodes, slow.nodes), (fast.edges, slow.edges), (fast.steps, slow.steps)):
         assert a.equals(b)
+
+
+def test_op_dims_by_row_and_by_join():
+    """The input shapes of GPU work's ops: by row where op ids are row numbers, else by a join;
+    the same answer either way (null for no op or an op not in the table)."""
+    from traceanalyzer.analyses.graph_nodes import _op_dims
+
+    dims = ["[[8, 16]]", None, "[[4]]"]
+    by_row = pl.DataFrame({"op_id": pl.Series([0, 1, 2], dtype=pl.Int32), "input_dims": dims})
+    by_id = pl.DataFrame({"op_id": pl.Series([5, 7, 9], dtype=pl.Int32), "input_dims": dims})
+    assert _op_dims(by_row, pl.Series([2, None, 0, 1], dtype=pl.Int32)).to_list() == ["[[4]]", None, "[[8, 16]]", None]
+    assert _op_dims(by_id, pl.Series([9, None, 5, 6], dtype=pl.Int32)).to_list() == ["[[4]]", None, "[[8, 16]]", None]
+    assert _op_dims(by_row, pl.Series([3], dtype=pl.Int32)).to_list() == [None]  # beyond the rows: joined, none
