@@ -65,12 +65,11 @@ def coverages(
 
 def _column(name: str, values: np.ndarray, bounds: tuple[int, int] | None = None) -> pl.Series:
     """An int64 array as a column, Int32 where every value fits (`graph_table.narrow`'s rule;
-    `bounds`: its least and largest value, if known), in polars' memory (a column the graph
-    keeps: see `graph_nodes.slices`)."""
+    `bounds`: its least and largest value, if known)."""
     lo, hi = bounds if bounds is not None else (values.min(), values.max()) if len(values) else (0, 0)
     fits = lo >= INT32[0] and hi <= INT32[1]
     column = pl.Series(name, values)
-    return column.cast(pl.Int32) if fits else pl.concat([column, column.clear()], rechunk=True)
+    return column.cast(pl.Int32) if fits else column
 
 
 def slice_kinds(
