@@ -11,13 +11,17 @@
 //! path's walk back along that chain (`walk`, see walk.rs), sequential for the same reason; and
 //! the innermost interval around each slice of the dependency graph (`innermost`, walk.rs: a
 //! merge of two sorted key arrays, then a climb up the parents), and the time a layer covers up to
-//! each slice boundary (`covered_until`, walk.rs: the same merge).
+//! each slice boundary (`covered_until`, walk.rs: the same merge), inside each slice
+//! (`covered_in`, layers.rs) and folded into the slices' kinds (`fold_layer`, layers.rs); and the calibration of the
+//! graph's lags and own times (`calibrate`, calibrate.rs: one pass over the edges, one over the nodes).
 
 mod alloc;
 mod arrow;
 mod buffer;
+mod calibrate;
 mod columns;
 mod events;
+mod layers;
 mod replay;
 mod scan;
 mod state;
@@ -117,9 +121,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Decoded>()?;
     m.add_class::<arrow::ArrowColumn>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(calibrate::calibrate, m)?)?;
     m.add_function(wrap_pyfunction!(walk::walk, m)?)?;
     m.add_function(wrap_pyfunction!(walk::innermost, m)?)?;
     m.add_function(wrap_pyfunction!(walk::covered_until, m)?)?;
+    m.add_function(wrap_pyfunction!(layers::covered_in, m)?)?;
+    m.add_function(wrap_pyfunction!(layers::fold_layer, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -3,7 +3,8 @@ walk (`_native.walk` / `critical_path._walk_py`: every segment equal on shared t
 every synthetic case of test_whatif, whose paths are worked out by hand there) and the slices'
 innermost call and op (`_native.innermost` / numpy in `ThreadClock.innermost`, and both against
 `links.innermost_containing`) and the time each layer covers up to each slice boundary
-(`_native.covered_until` / numpy in `ThreadClock.until`), on hand-worked arrays and shared
+(`_native.covered_until` / numpy in `ThreadClock.until`) and inside each slice
+(`_native.covered_in` / numpy in `slice_kinds.coverages`), on hand-worked arrays and shared
 traces; and the native side refusing arrays that do not describe one graph."""
 
 from __future__ import annotations
@@ -193,6 +194,30 @@ def test_native_covered_until_by_hand():
 
 
 @native
+def test_native_covered_in_by_hand():
+    """The index of test_native_covered_until_by_hand (span 100: thread 0 covers [10, 20) and
+    [30, 50), thread 1 [0, 40)) measured inside slices: thread 0's [0, 15) holds [10, 15), 5;
+    [15, 35) holds [15, 20) and [30, 35), 10; [35, 60) holds [35, 50), 15; thread 1's [5, 50)
+    holds [5, 40), 35; thread 2's [0, 10) nothing (the last start before it is thread 1's)."""
+    fn = native_kernel("covered_in", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    th, a, b = i(0, 0, 0, 1, 2), i(0, 15, 35, 5, 0), i(15, 35, 60, 50, 10)
+    index = i(10, 30, 100), i(0, 0, 1), i(10, 30, 0), i(20, 50, 40), i(0, 10, 0)
+    out = np.empty(5, dtype=np.int64)
+    fn(th, a, b, 100, 0, *index, out)
+    assert out.tolist() == [5, 10, 15, 35, 0]
+    # the same on a clock starting at 5 (key = thread x 100 + t - 5)
+    fn(th, a + 5, b + 5, 100, 5, i(10, 30, 100), i(0, 0, 1), i(15, 35, 5), i(25, 55, 45), i(0, 10, 0), out)
+    assert out.tolist() == [5, 10, 15, 35, 0]
+    with pytest.raises(ValueError, match="key order"):
+        fn(i(1, 0, 0, 1, 2), a, b, 100, 0, *index, out)
+    with pytest.raises(ValueError, match="one value per slice"):
+        fn(th[:4], a, b, 100, 0, *index, out)
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(th, a, b, 100, 0, *index, a)
+
+
+@native
 @pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
 def test_layer_times_native_and_numpy_agree(name: str, monkeypatch, SHARED_TRACES):
     """Each slice's time in each cumulative layer union, natively and in numpy."""
@@ -202,3 +227,41 @@ def test_layer_times_native_and_numpy_agree(name: str, monkeypatch, SHARED_TRACE
     slow = gn._layer_times(s, act, clock)
     assert len(fast) == len(slow) and sum(int(u.sum()) for u in fast) > 0
     assert all(a.equals(b) for a, b in zip(fast, slow, strict=True))
+
+
+@native
+def test_native_fold_layer_by_hand():
+    """Three slices. Layer 0 covers 4, 0, 2 ns of them: their times, the kind code 0 and the
+    running maximum 4, 0, 2. Layer 1's union covers 4, 3, 6: layer 1 adds 0, 3, 4, beating the
+    maximum in slices 1 and 2 (code 1 there); it is a work layer, so slices 1 and 2 are busy.
+    The rest of slices of 10, 3, 6 ns (no layer): 6, 0, 0, beating 4 in slice 0 (code 2)."""
+    fn = native_kernel("fold_layer", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    prev, best, t = np.zeros(3, np.int64), np.zeros(3, np.int64), np.empty(3, np.int64)
+    code, busy = np.zeros(3, np.uint8), np.zeros(3, np.uint8)
+    assert fn(i(4, 0, 2), prev, t, best, code, busy, 0, False, True) == (0, 4)
+    assert t.tolist() == [4, 0, 2] and code.tolist() == [0, 0, 0] and busy.tolist() == [0, 0, 0]
+    t32 = np.empty(3, np.int32)  # the same into an int32 column
+    assert fn(i(4, 3, 6), prev, t32, best, code, busy, 1, True, False) == (0, 4)
+    assert t32.tolist() == [0, 3, 4] and code.tolist() == [0, 1, 1] and busy.tolist() == [0, 1, 1]
+    assert prev.tolist() == [4, 3, 6] and best.tolist() == [4, 3, 4]
+    assert fn(i(10, 3, 6), prev, t, best, code, busy, 2, False, False) == (0, 6)
+    assert t.tolist() == [6, 0, 0] and code.tolist() == [2, 1, 1] and busy.tolist() == [0, 1, 1]
+    with pytest.raises(ValueError, match="one value per slice"):
+        fn(i(1, 2), prev, t, best, code, busy, 0, False, True)
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(i(1, 2, 3), prev, prev, best, code, busy, 0, False, True)
+
+
+@native
+@pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
+def test_slice_kinds_native_and_numpy_agree(name: str, SHARED_TRACES):
+    """Each slice's layer times, kind code, work and emptiness: folded natively and in numpy."""
+    from traceanalyzer.analyses import slice_kinds as sk
+
+    _, act, clock, s = _slices(_shared(SHARED_TRACES, name))
+    th, a, b = (np.ascontiguousarray(s[c].cast(pl.Int64).to_numpy()) for c in ("_th", "ts_ns", "end_ns"))
+    fast, slow = sk._fold_native(th, a, b, act, clock), sk._fold_numpy(th, a, b, act, clock)
+    assert len(fast[0]) == len(slow[0]) == 7 and all(x.equals(y) for x, y in zip(fast[0], slow[0], strict=True))
+    assert all(np.array_equal(x, y) for x, y in zip(fast[1:], slow[1:], strict=True))
+    assert len(set(fast[1].tolist())) > 2 and fast[2].any()  # several kinds, and busy slices

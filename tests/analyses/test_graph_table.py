@@ -163,3 +163,16 @@ def test_the_graph_holds_every_layer_time_of_the_slices(SHARED_TRACES: Path, mon
     assert (g.layer_ns(["python"]) > 0).any()
     assert g.layer_times.group_by("node").len()["len"].max() == 2  # a slice in two layers
     assert g.layer_of.null_count() < g.layer_of.len() / 10  # nearly every slice: one layer
+
+
+def test_op_dims_by_row_and_by_join():
+    """The input shapes of GPU work's ops: by row where op ids are row numbers, else by a join;
+    the same answer either way (null for no op or an op not in the table)."""
+    from traceanalyzer.analyses.graph_nodes import _op_dims
+
+    dims = ["[[8, 16]]", None, "[[4]]"]
+    by_row = pl.DataFrame({"op_id": pl.Series([0, 1, 2], dtype=pl.Int32), "input_dims": dims})
+    by_id = pl.DataFrame({"op_id": pl.Series([5, 7, 9], dtype=pl.Int32), "input_dims": dims})
+    assert _op_dims(by_row, pl.Series([2, None, 0, 1], dtype=pl.Int32)).to_list() == ["[[4]]", None, "[[8, 16]]", None]
+    assert _op_dims(by_id, pl.Series([9, None, 5, 6], dtype=pl.Int32)).to_list() == ["[[4]]", None, "[[8, 16]]", None]
+    assert _op_dims(by_row, pl.Series([3], dtype=pl.Int32)).to_list() == [None]  # beyond the rows: joined, none

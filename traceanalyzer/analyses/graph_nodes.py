@@ -10,6 +10,7 @@ hash joins of a million rows on three keys. A trace whose times do not fit one i
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 
 import numpy as np
@@ -18,22 +19,16 @@ import polars as pl
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
 from traceanalyzer.analyses.graph_table import narrow
 from traceanalyzer.analyses.intervals import covered
+from traceanalyzer.analyses.slice_kinds import CPU_KINDS, KIND_LAYERS, THREAD_WAIT, WORK_LAYERS, coverages, slice_kinds
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.trace import Trace
-
-# Work the thread does, by layer; `thread_wait` slices are modelled as taking no time.
-WORK_LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op")
-# A slice's kind: the layer of the largest time (the first in this order of equal ones), else it waits.
-KIND_LAYERS = (*LAYERS, "untraced")
-CPU_KINDS = (*KIND_LAYERS, "thread_wait")
-THREAD_WAIT = len(KIND_LAYERS)
 
 
 def graph_threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
     """The threads whose timelines matter for the GPU: they launch, block or run a step."""
     parts = [
-        launch_calls(trace).select(*THREAD),
+        launch_calls(trace, trace.runtime.select("runtime_id", "name", *THREAD)).select(*THREAD),
         blocking.select(*THREAD),
         trace.steps.select(*THREAD),
     ]
@@ -52,22 +47,55 @@ def _events(trace: Trace) -> list[pl.DataFrame]:
     ]
 
 
-def slices(trace: Trace, threads: pl.DataFrame, clock: ThreadClock | None) -> pl.DataFrame:
+def slices(
+    trace: Trace, threads: pl.DataFrame, clock: ThreadClock | None, numbers: dict[str, np.ndarray] | None = None
+) -> pl.DataFrame:
     """Consecutive [ts_ns, end_ns) pieces of each thread between all op, call and step
-    boundaries, in (pid, tid, ts_ns) order; `_th` the thread number (with a clock)."""
+    boundaries, in (pid, tid, ts_ns) order; `_th` the thread number (with a clock; `numbers`:
+    those of the ops' and runtime calls' rows, if known, under "ops" and "runtime")."""
     if clock is None:
         return _slices_by_keys(trace, threads)
-    th = clock.threads
-    ev = pl.concat([df.join(th, on=THREAD, how="inner").select("_th", "ts_ns", "end_ns") for df in _events(trace)])
-    k = pl.concat([clock.key(ev["_th"], ev["ts_ns"]), clock.key(ev["_th"], ev["end_ns"])]).sort()
-    del ev
-    k = k.filter((k != k.shift(1)).fill_null(True))  # distinct boundaries: sorted, so by neighbours
-    b = pl.DataFrame({"_th": k // clock.span}).with_columns(t=k - pl.col("_th") * clock.span + clock.lo)
-    del k
-    same = pl.col("_th") == pl.col("_th").shift(-1)
-    b = b.with_columns(end_ns=pl.when(same).then(pl.col("t").shift(-1))).filter(pl.col("end_ns").is_not_null())
-    pid, tid = th["pid"].gather(b["_th"]), th["tid"].gather(b["_th"])
-    return b.select(pid=pid, tid=tid, ts_ns="t", end_ns="end_ns", _th="_th")
+    # every boundary's key on numpy arrays: numpy sorts int64 several times faster than polars
+    keys = []
+    known = numbers or {}
+    for name, df in zip(("ops", "runtime", "steps"), _events(trace), strict=True):
+        th = known[name] if name in known else clock.numbers(df)
+        mine = pl.lit(th >= 0)
+        th = th[th >= 0] * clock.span - clock.lo
+        for c in ("ts_ns", "end_ns"):
+            keys.append(th + df.select(pl.col(c).filter(mine).cast(pl.Int64)).to_series().to_numpy())
+        del th, mine
+    k = _mapped(sum(len(x) for x in keys))  # sorted in place, on a mapping of its own
+    if len(k):
+        np.concatenate(keys, out=k)
+    del keys
+    k.sort()
+    if len(k):
+        k = k[np.concatenate([[True], k[1:] != k[:-1]])]  # distinct boundaries: sorted, so by neighbours
+    # the keys are sorted, so each thread's are one run: its number by a search of the band
+    # starts (no division of a million keys)
+    bands = np.searchsorted(k, np.arange(clock.threads.height + 1, dtype=np.int64) * clock.span)
+    th = np.repeat(np.arange(clock.threads.height, dtype=np.int64), np.diff(bands))
+    t = k - (th * clock.span - clock.lo)
+    del k, bands
+    cut = np.flatnonzero(th[1:] == th[:-1])  # a slice from each boundary to the next one on its thread
+    th, ts, end = th[cut], t[cut], t[cut + 1]
+    del t, cut
+    threads = clock.threads
+    pid, tid = (threads[c].to_numpy()[th] for c in THREAD)
+    return pl.DataFrame({"pid": pid, "tid": tid, "ts_ns": ts, "end_ns": end, "_th": th})
+
+
+def _mapped(n: int) -> np.ndarray:
+    """A writable int64 array of n on an anonymous mapping of its own, unmapped when let go.
+
+    The slices' boundary keys are the largest numpy array of the model (11 MB at 311 MB). From
+    malloc, its free raised glibc's mmap threshold past the arrays of one value per edge, which
+    `replay.prepare` then took from the heap and left resident (+19 MB of RSS held through the
+    findings at 311 MB, for the same live bytes)."""
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    return np.frombuffer(mmap.mmap(-1, n * 8), dtype=np.int64)
 
 
 def _slices_by_keys(trace: Trace, threads: pl.DataFrame) -> pl.DataFrame:
@@ -87,23 +115,8 @@ def _layer_times(s: pl.DataFrame, act: CpuActivity, clock: ThreadClock | None) -
     """Per slice, the time each cumulative layer union covers inside it (`_u0`, `_u1`, ...)."""
     out = []
     if clock is not None:
-        # A thread's slices are contiguous (each ends where the next begins), so the coverage up
-        # to each slice's start is the one up to the previous slice's end: one search per slice.
         th, a, b = (s[c].cast(pl.Int64).to_numpy() for c in ("_th", "ts_ns", "end_ns"))
-        first = np.ones(len(th), dtype=np.bool_)
-        first[1:] = th[1:] != th[:-1]
-        done: dict[int, np.ndarray] = {}  # a layer that adds nothing shares the previous union's index
-        for k, index in enumerate(act.cumulative):
-            if id(index) not in done:
-                until = clock.until(index)
-                to_end = until(th, b)
-                to_start = np.empty_like(to_end)
-                to_start[1:] = to_end[:-1]
-                to_start[first] = until(th[first], a[first])
-                done = {id(index): np.maximum(to_end - to_start, 0)}
-                del to_end, to_start
-            out.append(pl.Series(f"_u{k}", done[id(index)], dtype=pl.Int64))
-        return out
+        return [pl.Series(f"_u{k}", u, dtype=pl.Int64) for k, u in enumerate(coverages(th, a, b, act, clock))]
     # `covered` sorts what it is given (twice per layer): a narrow copy, scattered back into the
     # slices' order
     times = s.select(*THREAD, "ts_ns", "end_ns").with_row_index("_r")
@@ -120,15 +133,21 @@ def cpu_nodes(
     """The CPU slices with their runtime call, innermost op, layer times and kind (see
     `dependency_graph`), and the forks (pid, gap_a, gap_b: gaps of the main thread while
     another launching thread works)."""
-    s = slices(trace, threads, clock)
+    # each row's thread number, once per table: the slices and the innermost calls and ops read it
+    numbers = {"ops": clock.numbers(trace.ops), "runtime": clock.numbers(trace.runtime)} if clock else None
+    s = slices(trace, threads, clock, numbers)
     rt = trace.runtime.select(*THREAD, "ts_ns", "end_ns", "runtime_id", "name").with_columns(
         parent_id=pl.lit(None, pl.Int64)
     )
-    if clock is None:
-        s = innermost_containing(s, rt, "runtime_id", "runtime_id")
-        s = innermost_containing(s, trace.ops, "op_id", "op_id")
-    else:
-        s = s.with_columns(clock.innermost(s, rt, "runtime_id"), clock.innermost(s, trace.ops, "op_id"))
+    if clock is not None:
+        inner_rt = clock.innermost(s, rt, "runtime_id", numbers["runtime"])
+        s = s.with_columns(inner_rt, clock.innermost(s, trace.ops, "op_id", numbers["ops"]))
+        del numbers, inner_rt
+        del rt
+        s, forks = slice_kinds(act, s, wait_ns, clock, main_thread(trace))
+        return narrow(s, ["runtime_id", "op_id"]), forks
+    s = innermost_containing(s, rt, "runtime_id", "runtime_id")
+    s = innermost_containing(s, trace.ops, "op_id", "op_id")
     del rt
     s = s.with_columns(_layer_times(s, act, clock))
     layers = [
@@ -231,20 +250,48 @@ def gpu_nodes(trace: Trace, collective_pattern: str) -> pl.DataFrame:
         "launch_pid",
         "launch_tid",
     )
-    dims = trace.ops.select("op_id", "input_dims") if "input_dims" in trace.ops.columns else None
-    coll = (pl.col("kind") == "kernel") & pl.col("name").str.contains(collective_pattern)
-    g = g.with_columns(_coll=coll, dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
-    if dims is not None:
-        g = g.join(dims, on="op_id", how="left")
-    else:
-        g = g.with_columns(input_dims=pl.lit(None, pl.String))
-    # The shortest instance of one collective (same kernel, same message) is its transfer time.
-    fastest = pl.col("dur_ns").min().over("name", "input_dims")
+    g = g.with_columns(dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
+    # Only a kernel named like a collective waits, and its shortest instance is one of its own
+    # name: the window over (name, message) runs on those rows alone (over all 300k activities,
+    # with a join of every op's input shapes, it cost 50 ms at 311 MB).
+    # the pattern tried once per distinct name (a hundred kernels, not 300k activities)
+    names = g.select(pl.col("name").unique()).to_series()
+    hits = names.filter(names.str.contains(collective_pattern))
+    named = pl.Series([], dtype=pl.UInt32)
+    if hits.len():
+        named = g.select(pl.col("name").is_in(hits.implode())).to_series().arg_true()
+    wait = pl.repeat(0, g.height, dtype=pl.Int64, eager=True)
+    if named.len():
+        sub = g[named].select("kind", "name", "op_id", "dur_ns")
+        if "input_dims" in trace.ops.columns:
+            sub = sub.with_columns(input_dims=_op_dims(trace.ops, sub["op_id"]))
+        else:
+            sub = sub.with_columns(input_dims=pl.lit(None, pl.String))
+        # The shortest instance of one collective (same kernel, same message) is its transfer time.
+        fastest = pl.col("dur_ns").min().over("name", "input_dims")
+        coll = sub.select(pl.when(pl.col("kind") == "kernel").then(pl.col("dur_ns") - fastest).otherwise(0)).to_series()
+        wait = wait.scatter(named, coll)
+        del sub, coll
+    is_coll = pl.lit(pl.repeat(False, g.height, eager=True).scatter(named, True)) & (pl.col("kind") == "kernel")
     return g.with_columns(
         lane=pl.lit("gpu"),
-        kind=pl.when(pl.col("_coll")).then(pl.lit("collective")).otherwise(pl.col("kind").cast(pl.String)),
-        wait_ns=pl.when(pl.col("_coll")).then(pl.col("dur_ns") - fastest).otherwise(0),
-    ).drop("_coll", "input_dims", "name")
+        kind=pl.when(is_coll).then(pl.lit("collective")).otherwise(pl.col("kind").cast(pl.String)),
+        wait_ns=wait,
+    ).drop("name")
+
+
+def _op_dims(ops: pl.DataFrame, op_id: pl.Series) -> pl.Series:
+    """The input shapes of the ops `op_id` (null where none): gathered by row where the op ids
+    are the row numbers (as the loader numbers them), else by a join."""
+    ids = ops["op_id"]
+    n = ids.len()
+    rows = n > 0 and ids.null_count() == 0 and ids[0] == 0 and ids[-1] == n - 1
+    known = op_id.drop_nulls()
+    in_range = not known.len() or (known.min() >= 0 and known.max() < n)
+    if rows and in_range and (n < 2 or ids.diff().drop_nulls().min() >= 1):
+        return ops["input_dims"].gather(op_id)
+    dims = ops.select("op_id", "input_dims").unique("op_id", keep="first", maintain_order=True)
+    return op_id.to_frame("op_id").join(dims, on="op_id", how="left", maintain_order="left")["input_dims"]
 
 
 def slice_finder(cpu: pl.DataFrame, clock: ThreadClock | None, at: str) -> Callable[[pl.DataFrame, str], pl.Series]:

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import THREAD
+from traceanalyzer.analyses.layer_coverage import Bands
 from traceanalyzer.analyses.replay import native_kernel
 from traceanalyzer.links import CLIMB_LEVELS
 
@@ -52,29 +53,38 @@ class ThreadClock:
 
     def number(self, df: pl.DataFrame) -> pl.Series:
         """The thread number of each row of `df` (pid, tid; null on a thread not in the graph)."""
+        th = self.numbers(df)
+        return pl.select(pl.when(pl.lit(th) >= 0).then(pl.lit(th))).to_series().alias("_th")
+
+    def numbers(self, df: pl.DataFrame) -> np.ndarray:
+        """`number` as an int64 array, -1 on a thread not in the graph. The graph has a few
+        threads: where their pids and tids fit 31 and 32 bits, each row's (pid, tid) is one int64
+        code searched in the threads' sorted codes (a join on the two columns, per table of a
+        million rows, cost ~10 ms each); else that join."""
         th = self.threads
-        keys = df.select(pl.col(c).cast(th.schema[c]) for c in THREAD)
-        return keys.join(th, on=THREAD, how="left", maintain_order="left")["_th"]
+        p, t = th["pid"].to_numpy(), th["tid"].to_numpy()
+        if not len(p) or p.min() < 0 or p.max() >= 1 << 31 or t.min() < 0 or t.max() >= 1 << 32:
+            keys = df.select(pl.col(c).cast(th.schema[c]) for c in THREAD)
+            got = keys.join(th, on=THREAD, how="left", maintain_order="left")["_th"]
+            return got.fill_null(-1).to_numpy().astype(np.int64, copy=False)
+        codes = p * (1 << 32) + t  # sorted: the threads are in (pid, tid) order
+        pid, tid = pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64)
+        fits = pid.is_between(0, (1 << 31) - 1) & tid.is_between(0, (1 << 32) - 1)
+        q = df.select(pl.when(fits).then(pid * (1 << 32) + tid).otherwise(-1)).to_series().to_numpy()
+        pos = np.minimum(np.searchsorted(codes, q), len(codes) - 1)
+        return np.where(codes[pos] == q, pos, -1)
 
     def key(self, th: pl.Series, t: pl.Series) -> pl.Series:
         """The key of thread number `th` at `t` (null where `th` is)."""
         return pl.select((th * self.span + (t - self.lo)).alias("_key")).to_series()
 
-    def until(self, index: pl.DataFrame) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    def until(self, index: pl.DataFrame, bands: Bands | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         """For a coverage index (`intervals.coverage_index` over pid, tid: disjoint intervals
-        with `_before`), the time it covers up to each instant: f(th, t) -> int64 per instant, as
-        `intervals.covered` counts it (the last interval starting at or before t on the thread).
-        On numpy arrays: a binary search and gathers, no frame per call."""
-        ix = index.join(self.threads, on=THREAD, how="inner", maintain_order="left")
-        ikey = self.key(ix["_th"], ix["start_ns"])
-        if not ikey.is_sorted():
-            order = ikey.arg_sort()
-            ix, ikey = ix[order], ikey.gather(order)
-        keys = np.ascontiguousarray(ikey.to_numpy(), dtype=np.int64)
-        th_i, start, end, before = (
-            np.ascontiguousarray(ix[c].cast(pl.Int64).to_numpy(), dtype=np.int64)
-            for c in ("_th", "start_ns", "end_ns", "_before")
-        )
+        with `_before`, or on the `bands` of `layer_coverage.cumulative_unions`), the time it
+        covers up to each instant: f(th, t) -> int64 per instant, as `intervals.covered` counts
+        it (the last interval starting at or before t on the thread). On numpy arrays: a binary
+        search and gathers, no frame per call."""
+        keys, th_i, start, end, before = self.index_arrays(index, bands)
         fn = native_kernel("covered_until")
 
         def at(th: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -93,7 +103,38 @@ class ThreadClock:
 
         return at
 
-    def innermost(self, slices: pl.DataFrame, intervals: pl.DataFrame, id_col: str) -> pl.Series:
+    def index_arrays(self, index: pl.DataFrame, bands: Bands | None = None) -> tuple[np.ndarray, ...]:
+        """A coverage index on the clock: its intervals' start keys (sorted), thread numbers,
+        start_ns, end_ns and `_before`, as contiguous int64 arrays (those of threads in the
+        graph). An index on `bands` (`_t`, `_te`, `_before`) is read there: each band's thread
+        number looked up once, no keyed copy of the index (`layer_coverage.unband`)."""
+        if bands is not None and "_t" in index.columns:
+            t, te, before = (index[c].cast(pl.Int64).to_numpy() for c in ("_t", "_te", "_before"))
+            k = t // bands.span
+            off = k * bands.span - bands.lo
+            start, end = t - off, te - off
+            del t, te, off
+            th_i = self.numbers(bands.keys)[k]  # the keys' rows are their band numbers
+            del k
+            if not bool((th_i >= 0).all()):
+                keep = th_i >= 0
+                th_i, start, end, before = th_i[keep], start[keep], end[keep], before[keep]
+        else:
+            number = self.numbers(index)
+            ix = index.select("start_ns", "end_ns", "_before").filter(pl.lit(number >= 0))
+            th_i = number[number >= 0]
+            del number
+            start, end, before = (ix[c].cast(pl.Int64).to_numpy() for c in ("start_ns", "end_ns", "_before"))
+            del ix
+        keys = th_i * self.span + (start - self.lo)
+        if len(keys) > 1 and not bool((keys[1:] >= keys[:-1]).all()):
+            order = np.argsort(keys, kind="stable")
+            keys, th_i, start, end, before = (a[order] for a in (keys, th_i, start, end, before))
+        return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (keys, th_i, start, end, before))
+
+    def innermost(
+        self, slices: pl.DataFrame, intervals: pl.DataFrame, id_col: str, number: np.ndarray | None = None
+    ) -> pl.Series:
         """`links.innermost_containing` for the graph's slices (`_th`, ts_ns, end_ns, in key
         order): per slice the id of the innermost interval (ts_ns, end_ns, `id_col`, parent_id,
         pid, tid, `depth` if known) containing it, named `id_col`. The same rule: the latest
@@ -104,16 +145,22 @@ class ThreadClock:
         thread), the intervals sorted once."""
         n = slices.height
         deep = ["depth"] if "depth" in intervals.columns else []
-        iv = intervals.select("ts_ns", "end_ns", id_col, *deep).with_columns(_th=self.number(intervals))
-        iv = iv.filter(pl.col("_th").is_not_null() & pl.col(id_col).is_not_null())
-        key = self.key(iv["_th"], iv["ts_ns"]).to_numpy()
+        number = self.numbers(intervals) if number is None else number  # (given: its rows' thread numbers)
+        iv = intervals.select("ts_ns", "end_ns", id_col, *deep).filter(
+            pl.lit(number >= 0) & pl.col(id_col).is_not_null()
+        )
+        th = number[(number >= 0) & intervals.select(pl.col(id_col).is_not_null()).to_series().to_numpy()]
+        del number
+        key = th * self.span + (iv["ts_ns"].cast(pl.Int64).to_numpy() - self.lo)
         ids = iv[id_col].cast(pl.Int64).to_numpy()
         # a null depth sorts first, as polars sorts nulls (depths are >= 0)
-        depth = iv["depth"].cast(pl.Int64).fill_null(-1).to_numpy() if deep else np.zeros_like(ids)
-        order = np.lexsort((ids, depth, -iv["end_ns"].cast(pl.Int64).to_numpy(), key))
+        depth = iv["depth"].cast(pl.Int64).fill_null(-1).to_numpy() if deep else None
+        order = _innermost_last(key, iv["end_ns"].cast(pl.Int64).to_numpy(), depth, ids)
         key, cand_ids = np.ascontiguousarray(key[order]), np.ascontiguousarray(ids[order])
-        del iv, ids, depth, order
-        skey = np.ascontiguousarray(self.key(slices["_th"].cast(pl.Int64), slices["ts_ns"].cast(pl.Int64)).to_numpy())
+        del iv, ids, depth, order, th
+        sth = slices["_th"].cast(pl.Int64).to_numpy()
+        skey = np.ascontiguousarray(sth * self.span + (slices["ts_ns"].cast(pl.Int64).to_numpy() - self.lo))
+        del sth
         point_end = np.ascontiguousarray(slices["end_ns"].cast(pl.Int64).to_numpy())
         by_id = _by_id(intervals.drop_nulls(id_col), id_col)
         fn = native_kernel("innermost")
@@ -133,6 +180,27 @@ class ThreadClock:
             out = _climb(cand, point_end, *by_id)
         found = pl.Series(out)
         return found.set(found < 0, None).alias(id_col).cast(intervals.schema[id_col])
+
+
+def _innermost_last(key: np.ndarray, end: np.ndarray, depth: np.ndarray | None, ids: np.ndarray) -> np.ndarray:
+    """The order of intervals by start key, and among those starting together the innermost
+    last: the longest first (end descending), then by depth, then by id, then by position (a
+    stable lexsort of the four). One fast (unstable) sort of the keys; the lexsort only for the
+    intervals that share a start key, put back in the positions their keys hold (a lexsort of
+    four keys over every interval was 50 ms per table at 311 MB)."""
+    order = np.argsort(key)
+    k = key[order]
+    tie = np.zeros(len(k), dtype=np.bool_)
+    same = k[1:] == k[:-1]
+    tie[1:] |= same
+    tie[:-1] |= same
+    del k, same
+    at = np.flatnonzero(tie)
+    if len(at):
+        sub = np.sort(order[at])  # by position: the lexsort's last tie-break
+        by = [ids[sub], -end[sub], key[sub]] if depth is None else [ids[sub], depth[sub], -end[sub], key[sub]]
+        order[at] = sub[np.lexsort(by)]
+    return order
 
 
 def _by_id(iv: pl.DataFrame, id_col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,197 @@
+//! The CPU layers inside each slice of the dependency graph (`traceanalyzer.analyses.slice_kinds`,
+//! whose numpy loop is the fallback and the reference): the time a layer's coverage index covers
+//! inside each slice (`covered_in`: one merge of the slices' boundary keys with the index's start
+//! keys), and each layer folded into the slices' kinds (`fold_layer`: the layer's own time, the
+//! running maximum that picks the kind, the work seen so far, in one pass instead of numpy's eight).
+
+use crate::buffer::{self, disjoint, View};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+fn err(what: &str) -> PyErr {
+    PyValueError::new_err(format!("layers: {what}"))
+}
+
+fn i64s<'a>(b: &'a [u8], what: &str) -> PyResult<&'a [i64]> {
+    buffer::i64s(b, "layers", what)
+}
+
+fn i64s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i64]> {
+    buffer::i64s_mut(b, "layers", what)
+}
+
+/// Per slice (thread numbers `th`, [a, b), in key order: by thread, then time, each thread's
+/// slices contiguous), the time a coverage index covers inside it, as
+/// `graph_nodes.coverages` counts it: the covered time up to b less that up to a (`covered_until`'s
+/// count, up to a slice's start the one up to the previous slice's end on its thread), at least
+/// 0. One merge of the slices' boundary keys (thread x span + t - lo) with the index's sorted
+/// start keys.
+#[pyfunction]
+#[pyo3(signature = (th, a, b, span, lo, ikey, ith, istart, iend, ibefore, out))]
+#[allow(clippy::too_many_arguments)]
+pub fn covered_in(
+    py: Python<'_>,
+    th: &Bound<'_, PyAny>,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    span: i64,
+    lo: i64,
+    ikey: &Bound<'_, PyAny>,
+    ith: &Bound<'_, PyAny>,
+    istart: &Bound<'_, PyAny>,
+    iend: &Bound<'_, PyAny>,
+    ibefore: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let views = [th, a, b, ikey, ith, istart, iend, ibefore].iter().map(|o| View::new(o)).collect::<PyResult<Vec<View>>>()?;
+    let names = ["th", "a", "b", "ikey", "ith", "istart", "iend", "ibefore"];
+    let mut v: Vec<&[i64]> = Vec::with_capacity(views.len());
+    for (view, name) in views.iter().zip(names) {
+        v.push(i64s(view.bytes(), name)?);
+    }
+    let (th, a, b, ikey, ith, istart, iend, ibefore) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+    let mut out_view = View::writable(out)?;
+    if views.iter().any(|x| !disjoint(out_view.bytes(), x.bytes())) {
+        return Err(err("out shares memory with an input"));
+    }
+    let out = i64s_mut(out_view.bytes_mut(), "out")?;
+    let n = th.len();
+    if a.len() != n || b.len() != n || out.len() != n {
+        return Err(err("th, a, b and out need one value per slice"));
+    }
+    let m = ikey.len();
+    if ith.len() != m || istart.len() != m || iend.len() != m || ibefore.len() != m || span <= 0 {
+        return Err(err("ikey, ith, istart, iend and ibefore need one value per interval, span > 0"));
+    }
+    let key = |i: usize, t: i64| th[i].wrapping_mul(span).wrapping_add(t.wrapping_sub(lo));
+    // the queries in merge order: a thread's first slice's start, then every slice's end
+    let mut last = i64::MIN;
+    for i in 0..n {
+        let first = i == 0 || th[i] != th[i - 1];
+        if first {
+            if key(i, a[i]) < last {
+                return Err(err("the slices must be in key order"));
+            }
+            last = key(i, a[i]);
+        }
+        if key(i, b[i]) < last {
+            return Err(err("the slices must be in key order"));
+        }
+        last = key(i, b[i]);
+    }
+    if !ikey.windows(2).all(|w| w[0] <= w[1]) {
+        return Err(err("ikey must be sorted"));
+    }
+    py.allow_threads(|| {
+        let mut j = 0usize;
+        // the query's thread is its slice's (no division of its key)
+        let mut until = |q: i64, t: i64, thread: i64| -> i64 {
+            while j < m && ikey[j] <= q {
+                j += 1;
+            }
+            if j > 0 && ith[j - 1] == thread {
+                let p = j - 1;
+                ibefore[p].wrapping_add(t.min(iend[p])).wrapping_sub(istart[p])
+            } else {
+                0
+            }
+        };
+        let mut to_start = 0i64;
+        for i in 0..n {
+            if i == 0 || th[i] != th[i - 1] {
+                to_start = until(key(i, a[i]), a[i], th[i]);
+            }
+            let to_end = until(key(i, b[i]), b[i], th[i]);
+            out[i] = to_end.wrapping_sub(to_start).max(0);
+            to_start = to_end;
+        }
+    });
+    Ok(())
+}
+
+
+/// Fold layer `k` into the slices' kinds: per slice, its time in the layer `t = max(u - prev,
+/// 0)` (`u`: the time the union of layers 0..k covers in the slice, `prev` that of 0..k-1; the
+/// first layer, `first`, takes `u` as it is), then `prev = u`; the kind `code` becomes k where
+/// `t` beats the running maximum `best` (the first layer sets it), and `busy` (uint8) is set where
+/// a `work` layer covers any of the slice. `t` is int64, or int32 (then the caller knows every
+/// time fits: a layer's time in a slice is at most the slice's length). Returns the least and
+/// largest `t` (0, 0 for none).
+#[pyfunction]
+#[pyo3(signature = (u, prev, t, best, code, busy, k, work, first))]
+#[allow(clippy::too_many_arguments)]
+pub fn fold_layer(
+    py: Python<'_>,
+    u: &Bound<'_, PyAny>,
+    prev: &Bound<'_, PyAny>,
+    t: &Bound<'_, PyAny>,
+    best: &Bound<'_, PyAny>,
+    code: &Bound<'_, PyAny>,
+    busy: &Bound<'_, PyAny>,
+    k: i8,
+    work: bool,
+    first: bool,
+) -> PyResult<(i64, i64)> {
+    let u_view = View::new(u)?;
+    let u = i64s(u_view.bytes(), "u")?;
+    let mut outs = [prev, t, best, code, busy].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
+    for (i, o) in outs.iter().enumerate() {
+        if !disjoint(o.bytes(), u_view.bytes()) || outs.iter().enumerate().any(|(j, p)| j != i && !disjoint(o.bytes(), p.bytes()))
+        {
+            return Err(err("an output shares memory with another array"));
+        }
+    }
+    let [prev_v, t_v, best_v, code_v, busy_v] = &mut outs[..] else { unreachable!() };
+    let prev = i64s_mut(prev_v.bytes_mut(), "prev")?;
+    let n = u.len();
+    // `t` int64, or int32 when the caller knows every time fits (no slice longer than 2^31 ns)
+    let (mut t64, mut t32): (&mut [i64], &mut [i32]) = (&mut [], &mut []);
+    let tb = t_v.bytes_mut();
+    if tb.len() == 4 * n && n > 0 {
+        // SAFETY: every bit pattern is an i32; align_to_mut leaves unaligned bytes outside `mid`.
+        let (pre, mid, post) = unsafe { tb.align_to_mut::<i32>() };
+        if !pre.is_empty() || !post.is_empty() {
+            return Err(err("t: not an aligned int32 array"));
+        }
+        t32 = mid;
+    } else {
+        t64 = i64s_mut(tb, "t")?;
+    }
+    let narrow = !t32.is_empty();
+    let best = i64s_mut(best_v.bytes_mut(), "best")?;
+    let code = code_v.bytes_mut();
+    let busy = busy_v.bytes_mut();
+    let t_len = if narrow { t32.len() } else { t64.len() };
+    if [prev.len(), t_len, best.len(), code.len(), busy.len()].iter().any(|&l| l != n) {
+        return Err(err("u, prev, t, best, code and busy need one value per slice"));
+    }
+    let out = py.allow_threads(|| {
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+        for i in 0..n {
+            let ti = if first { u[i] } else { u[i].wrapping_sub(prev[i]).max(0) };
+            prev[i] = u[i];
+            if narrow {
+                t32[i] = ti as i32;
+            } else {
+                t64[i] = ti;
+            }
+            if first {
+                best[i] = ti;
+            } else if ti > best[i] {
+                code[i] = k as u8;
+                best[i] = ti;
+            }
+            if work && ti > 0 {
+                busy[i] = 1;
+            }
+            lo = lo.min(ti);
+            hi = hi.max(ti);
+        }
+        if n == 0 {
+            (0, 0)
+        } else {
+            (lo, hi)
+        }
+    });
+    Ok(out)
+}
