@@ -1,4 +1,4 @@
-"""The calibration of the dependency graph (`replay.calibrate`): lags and own times worked out by
+"""The calibration of the dependency graph (`calibration.calibrate`): lags and own times worked out by
 hand on a small graph, natively (`_native.calibrate`) and in numpy (`_calibrate_np`), and the two
 equal on shared traces; the native side refusing arrays that do not describe one graph.
 
@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceanalyzer.analyses import replay as rp
+from traceanalyzer.analyses import calibration as rp
 from traceanalyzer.analyses.replay import native_kernel
 from traceanalyzer.load import load
 from traceanalyzer.load import native as ln

@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses.calibration import calibrate
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, main_thread
 from traceanalyzer.analyses.graph_nodes import CPU_KINDS, KIND_LAYERS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
 from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, narrow, one_chunk
-from traceanalyzer.analyses.replay import calibrate
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace

@@ -96,7 +96,8 @@ def native_kernel(name: str, force: bool = False) -> Any:
     return getattr(ext, name, None)
 
 
-def _i64(s: pl.Series) -> np.ndarray:
+def int64_values(s: pl.Series) -> np.ndarray:
+    """`s` as one contiguous int64 numpy array (read in place where it already is one)."""
     return np.ascontiguousarray(s.cast(pl.Int64).to_numpy(), dtype=np.int64)
 
 
@@ -113,10 +114,10 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     The replay loop reads int64 arrays; the work arrays of the ordering are int32 where every
     item fits (half the memory: the model's build peaks here once calibrated)."""
     n = nodes.height
-    src, dst, lag = _i64(edges["src"]), _i64(edges["dst"]), _i64(edges["lag_ns"])
+    src, dst, lag = int64_values(edges["src"]), int64_values(edges["dst"]), int64_values(edges["lag_ns"])
     fs = np.ascontiguousarray(edges["from_start"].to_numpy(), dtype=np.bool_)
     to_end = np.ascontiguousarray(edges["to_end"].to_numpy(), dtype=np.bool_)
-    ts, end_ns = _i64(nodes["ts_ns"]), _i64(nodes["end_ns"])
+    ts, end_ns = int64_values(nodes["ts_ns"]), int64_values(nodes["end_ns"])
     by_dst = len(dst) < 2 or bool((dst[1:] >= dst[:-1]).all())  # as `calibrate` orders them
     start_off, start_idx = _csr(dst, ~to_end, n, by_dst)
     end_off, end_idx = _csr(dst, to_end, n, by_dst)
@@ -297,112 +298,3 @@ def step_times(
         end_ns=at(sched.end_ns, gpu_launch["node"]),
     )
     return extend_steps(ranges, g).select("step", "start_ns", "end_ns").sort("start_ns")
-
-
-def _binding(group: np.ndarray, ready: np.ndarray) -> np.ndarray:
-    """Per group (int64 code per edge), the edge of the latest `ready`, the lowest index of
-    equal ones; in group order. One stable sort of the group codes and a maximum per run (a
-    lexsort of group, ready and index was three sorts more)."""
-    if not len(group):
-        return np.zeros(0, dtype=np.int64)
-    order = np.argsort(group, kind="stable")  # each group's edges in index order
-    g, r = group[order], ready[order]
-    starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
-    del g
-    counts = np.diff(np.append(starts, len(order)))
-    run = np.repeat(np.arange(len(starts)), counts)
-    at_max = np.flatnonzero(r == np.maximum.reduceat(r, starts)[run])
-    del r
-    first = np.ones(len(at_max), dtype=np.bool_)
-    first[1:] = run[at_max][1:] != run[at_max][:-1]
-    return order[at_max[first]]
-
-
-def calibrate(
-    nodes: pl.DataFrame, edges: pl.DataFrame, use_native: bool | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Lags and own times that make a replay with nothing changed give the captured times, and
-    the edges in (destination, source) order. `nodes` are numbered 0..n-1 in row order; node
-    times are gathered by position, so the wide node table (names and all) is never joined or
-    sorted. The native pass (`_native.calibrate`: one pass over the edges, one over the nodes, a
-    counting sort) when built and enabled and no node time is null, else `_calibrate_np` on
-    int64 arrays; `use_native` forces one (True: native, which must be built)."""
-    ts, end = _i64(nodes["ts_ns"]), _i64(nodes["end_ns"])
-    dur = _i64(nodes["dur_ns"])
-    src, dst = _i64(edges["src"]), _i64(edges["dst"])
-    fs = np.ascontiguousarray(edges["from_start"].to_numpy(), dtype=np.bool_)
-    te = np.ascontiguousarray(edges["to_end"].to_numpy(), dtype=np.bool_)
-    fn = native_kernel("calibrate", force=bool(use_native)) if use_native is not False else None
-    if use_native and fn is None:
-        raise RuntimeError("the native calibration is not built (pip install -e .)")
-    if fn is not None and not nodes.select(pl.col("ts_ns", "end_ns", "dur_ns").null_count()).sum_horizontal().item():
-        own_np, lag_np = np.empty(len(ts), np.int64), np.empty(len(src), np.int64)
-        by_dst = np.empty(len(src), np.int64)
-        fn(ts, end, dur, src, dst, fs.view(np.uint8), te.view(np.uint8), own_np, lag_np, by_dst)
-        del ts, end, dur, src, dst, fs, te
-        own, lag, order = pl.Series(own_np), pl.Series("lag_ns", lag_np), pl.Series(by_dst)
-    else:
-        own, lag, order = _calibrate_np(nodes, ts, end, dur, src, dst, fs, te)
-    out = edges.select("src", "dst", "etype", "from_start", "to_end").with_columns(lag)
-    del lag
-    return nodes.with_columns(own_ns=own.alias("own_ns")), out[order]
-
-
-def _calibrate_np(
-    nodes: pl.DataFrame,
-    ts: np.ndarray,
-    end: np.ndarray,
-    dur: np.ndarray,
-    src: np.ndarray,
-    dst: np.ndarray,
-    fs: np.ndarray,
-    te: np.ndarray,
-) -> tuple[pl.Series, pl.Series, pl.Series]:
-    """`calibrate` on numpy arrays (the fallback and the reference of the native pass): own
-    times, lags and the edges' order. On int64 arrays, one per quantity (a frame of the edges
-    with every helper column held 140 MB at 311 MB)."""
-    n = len(ts)
-    is_sync = np.zeros(n, dtype=np.bool_)
-    is_sync[dst[te]] = True
-    # the modelled end of a node: start + duration, a sync's captured end
-    mend = np.where(is_sync, end, ts + dur)
-    ref = np.where(fs, ts[src], mend[src])
-    del mend
-    target = np.where(te, end[dst], ts[dst])
-    lag0 = np.minimum(target - ref, 0)
-    ready = ref + lag0
-    # a sync's own time: what the call took after the latest work it waited for ended
-    maxref = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(maxref, dst[te], ref[te])
-    del ref
-    m = pl.Series(maxref).set(pl.Series(~is_sync), None)  # null: no to_end edge
-    del maxref
-    t, e_, d = pl.Series(ts), pl.Series(end), nodes["dur_ns"]
-    own = pl.select(
-        pl.when(m.is_not_null()).then((e_ - pl.max_horizontal(t, m)).clip(0, e_ - t)).otherwise(d)
-    ).to_series()
-    del m, t, e_, d
-    own_np = own.cast(pl.Int64).to_numpy().copy()
-    # the edge that binds each node's start (or a sync's end): the latest ready, first by index
-    # (one stable order by destination, to_end, ready descending, edge; a group_by of sorted
-    # lists took 170 MB per 1M edges). `target` depends on (dst, to_end) only.
-    best = _binding(dst * 2 + te, ready)
-    b_dst, b_te, b_ready, b_target = dst[best], te[best], ready[best], target[best]
-    del ready, target
-    own_ready = (ts + own_np)[b_dst]
-    # the binding edge carries the rest; for a sync whose own time binds, the own time does
-    own_binds = b_te & (own_ready >= b_ready)
-    rest = np.zeros(len(src), dtype=np.int64)
-    rest[best] = np.where(own_binds, 0, np.maximum(b_target - b_ready, 0))
-    if own_binds.any():
-        fix = b_dst[own_binds]
-        own_np[fix] = own_np[fix] + np.maximum(b_target[own_binds] - own_ready[own_binds], 0)
-        own = pl.Series(own_np, dtype=pl.Int64)
-    del b_dst, b_te, b_ready, b_target, own_ready, own_binds, own_np
-    lag = pl.Series("lag_ns", lag0 + rest, dtype=pl.Int64)
-    del lag0, rest
-    # by destination, then source: one stable order of the two as one int64 (node numbers are
-    # below 2^31), then a gather (the rows equal in both are the same edge, or copies of one, so
-    # their order changes nothing)
-    by_dst = pl.Series(np.argsort(dst * max(n, 1) + src, kind="stable") if n < 1 << 31 else np.lexsort((src, dst)))
-    return own, lag, by_dst
