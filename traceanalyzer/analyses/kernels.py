@@ -24,7 +24,13 @@ import polars as pl
 
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.options import KernelOptions, Options
-from traceanalyzer.patterns import GRAPH_LAUNCH, MATMUL_CONV_KERNEL, TENSOR_CORE_KERNEL, TENSOR_CORE_PRECISION
+from traceanalyzer.patterns import (
+    GRAPH_LAUNCH,
+    MATMUL_CONV_KERNEL,
+    TENSOR_CORE_KERNEL,
+    TENSOR_CORE_PRECISION,
+    matches,
+)
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us, us_expr
@@ -142,25 +148,27 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         short=pl.col("dur_ns") < int(opts.short_kernel_us * 1000),
     )
     total_ns = int(k["dur_ns"].sum()) if k.height else 0
+    per = k.group_by("name").agg(
+        calls=pl.len().cast(pl.Int64),
+        total_ns=pl.col("dur_ns").sum(),
+        mean_ns=pl.col("dur_ns").mean(),
+        min_ns=pl.col("dur_ns").min(),
+        max_ns=pl.col("dur_ns").max(),
+        grid=_mode("grid"),
+        block=_mode("block"),
+        graph_replayed=pl.col("graph").sum().cast(pl.Int64),
+    )
+    names = per["name"]  # distinct: each matched once a process (`patterns.matches`)
+    mm = matches(names, MATMUL_CONV_KERNEL)
     table = (
-        k.group_by("name")
-        .agg(
-            calls=pl.len().cast(pl.Int64),
-            total_ns=pl.col("dur_ns").sum(),
-            mean_ns=pl.col("dur_ns").mean(),
-            min_ns=pl.col("dur_ns").min(),
-            max_ns=pl.col("dur_ns").max(),
-            grid=_mode("grid"),
-            block=_mode("block"),
-            graph_replayed=pl.col("graph").sum().cast(pl.Int64),
-        )
-        .with_columns(
+        per.with_columns(
             # over the µs as shown (units), as the outputs always gave it: a ratio of the ns would
             # move the last digit of most shares in every table
             share=us_expr("total_ns", 0) / duration_us(total_ns) if total_ns else pl.lit(None, pl.Float64),
-            tensor_cores=pl.col("name").str.contains(TENSOR_CORE_KERNEL)
-            | (pl.col("name").str.contains(MATMUL_CONV_KERNEL) & pl.col("name").str.contains(TENSOR_CORE_PRECISION)),
-            matmul_conv=pl.col("name").str.contains(MATMUL_CONV_KERNEL),
+            tensor_cores=(matches(names, TENSOR_CORE_KERNEL) | (mm & matches(names, TENSOR_CORE_PRECISION))).alias(
+                "tensor_cores"
+            ),
+            matmul_conv=mm.alias("matmul_conv"),
         )
         .join(_launchers(trace, k), on="name", how="left")
         .rename({"name": "kernel"})

@@ -33,7 +33,7 @@ from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
 from traceanalyzer.analyses.work_model import KEYS, NO_MODEL, work_table
 from traceanalyzer.options import Options, RooflineOptions
-from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL
+from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL, matches
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us, us_expr
@@ -300,7 +300,7 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
     is_kernel = pl.col("kind") == "kernel"
 
     def flag(pattern: str) -> pl.Expr:
-        matched = names.str.contains(pattern)
+        matched = matches(names, pattern)  # each distinct name once a process
         return is_kernel & pl.col("name").replace_strict(names, matched, default=None, return_dtype=pl.Boolean)
 
     per_op = (

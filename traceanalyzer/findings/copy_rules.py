@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.analyses import gpu_time
-from traceanalyzer.findings.engine import Finding, Rule, counted, severity, site
+from traceanalyzer.findings.engine import Finding, Later, Rule, counted, severity, site
 from traceanalyzer.units import display_us, duration_us
 
 if TYPE_CHECKING:
@@ -83,13 +83,15 @@ def _pageable(ses: Session) -> list[Finding]:
                 "top_site": site(s),
             },
             PINNED_ADVICE,
-            tuple(
-                display_us(
-                    pageable.sort("blocked_ns", "bytes", descending=True, nulls_last=True)
-                    .head(5)
-                    .select("direction", "bytes", "start_ns", "duration_ns", "blocked_ns", "op", "python_frame"),
-                    ses.copies.origin_ns,
-                ).to_dicts()
+            Later(
+                lambda: tuple(
+                    display_us(
+                        pageable.sort("blocked_ns", "bytes", descending=True, nulls_last=True)
+                        .head(5)
+                        .select("direction", "bytes", "start_ns", "duration_ns", "blocked_ns", "op", "python_frame"),
+                        ses.copies.origin_ns,
+                    ).to_dicts()
+                )
             ),
             at_stake_us=duration + _idle_while_blocked_us(ses, pageable),
         )
