@@ -34,7 +34,7 @@ from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
 from traceanalyzer.analyses.work_model import KEYS, NO_MODEL, work_table
 from traceanalyzer.options import Options, RooflineOptions
 from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL, matches
-from traceanalyzer.reprs import Compact
+from traceanalyzer.reprs import Compact, Unread
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us, us_expr
 
@@ -266,9 +266,12 @@ def _unmodelled(
     return pl.concat([per.select(list(UNMODELLED_SCHEMA)), host_row]).sort(["gpu_ns", "op"], descending=[True, False])
 
 
-def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = None) -> RooflineResult:
+def analyse_roofline(
+    trace: Trace, options: Options | RooflineOptions | None = None, lean: bool = False
+) -> RooflineResult:
     """Per op, shape and device: FLOPs and bytes per call, GPU time, achieved TFLOP/s and GB/s,
-    arithmetic intensity, the bound and the share of the peak at that bound (see the module)."""
+    arithmetic intensity, the bound and the share of the peak at that bound (see the module).
+    `lean` (a rank's row): `unmodelled_ns` is `reprs.Unread`."""
     opts = Options.of(options).roofline
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
@@ -337,7 +340,9 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
         note = "the trace recorded no shapes (Input Dims): profile with record_shapes=True to model ops"
     return RooflineResult(
         ops_ns=table,
-        unmodelled_ns=_unmodelled(trace, gpu, owned, anc, cand, host),
+        unmodelled_ns=Unread("RooflineResult.unmodelled_ns")
+        if lean
+        else _unmodelled(trace, gpu, owned, anc, cand, host),
         devices=devices,
         gpu_ns=all_gpu_ns,
         modelled_gpu_ns=int(owned["dur_ns"].sum()) if owned.height else 0,

@@ -147,7 +147,6 @@ def _no_tensor_cores(ses: Session) -> list[Finding]:
     th = ses.options.findings.no_tensor_cores_share
     if share < th:
         return []
-    top = k.table.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores")).head(MAX_EVENTS)
     return [
         Finding(
             "no_tensor_cores",
@@ -162,7 +161,14 @@ def _no_tensor_cores(ses: Session) -> list[Finding]:
             "use mixed precision (torch.autocast with bfloat16/float16) and, on Ampere or newer, allow TF32: "
             "torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True "
             "(or torch.set_float32_matmul_precision('high'))",
-            tuple(top.select("kernel", "calls", "total_us", "share").to_dicts()),
+            Later(
+                lambda: tuple(
+                    k.table.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores"))
+                    .head(MAX_EVENTS)
+                    .select("kernel", "calls", "total_us", "share")
+                    .to_dicts()
+                )
+            ),
             at_stake_us=k.matmul_conv_no_tc_us,
         )
     ]

@@ -54,15 +54,23 @@ def rank_files(path: str | os.PathLike[str]) -> list[str]:
 
 
 def _inflate(data: bytes, name: str) -> bytes:
+    """The JSON of a rank file's bytes (inflated when gzip)."""
+    return _inflated(data, name)[0]
+
+
+def _inflated(data: bytes, name: str) -> tuple[bytes, bool]:
+    """(the JSON of a rank file's bytes, whether it read whole: plain, or gzip to its end)."""
     from traceanalyzer.load.source import ByteSource
 
     buf = io.BytesIO(data)
     buf.name = name
     out = []
     with ByteSource(buf) as src:
+        if not src.compressed:
+            return data, True
         while chunk := src.read():
             out.append(chunk)
-    return b"".join(out)
+        return b"".join(out), src.truncated is None
 
 
 def analyse_rank_file(path: str, options: Options | None = None, cache: str = "") -> RankResult | SkippedFile:
@@ -78,11 +86,13 @@ def analyse_rank_file(path: str, options: Options | None = None, cache: str = ""
     folder = os.path.join(cache, rank_io.cache_key(data, options_key(opts))) if cache else ""
     if folder and (hit := rank_io.load_cached(RankResult, folder, path)) is not None:
         return hit
-    buf = io.BytesIO(data)
-    buf.name = path
     try:
+        # Inflated once: the loader reads the JSON (a damaged gzip stream it reads itself, and
+        # says what it lost), the collectives' metadata is read from it.
+        raw, whole = _inflated(data, path)
+        buf = io.BytesIO(raw if whole else data)
+        buf.name = path
         trace = load(buf)
-        raw = _inflate(data, path)
         comm, note = rank_io.comm_args(raw)
     except (NotATraceError, TraceReadError) as exc:
         return SkippedFile(path, exc.problem)

@@ -37,6 +37,7 @@ import polars as pl
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.health import SEVERITIES, worst_first
 from traceanalyzer.causes import CAUSES
+from traceanalyzer.jobs.rank_session import RankSession
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
 from traceanalyzer.options import Options, RankOptions
 from traceanalyzer.session import Session
@@ -143,7 +144,7 @@ def rank_result(
 ) -> RankResult:
     """One rank's contribution: a pure function of one trace (or of a Session over it), and of
     the collectives' metadata read from its raw JSON (`rank_io.comm_args`; None: none known)."""
-    ses = trace if isinstance(trace, Session) else Session(trace, options, comm_args=comm_args)
+    ses = trace if isinstance(trace, Session) else RankSession(trace, options, comm_args=comm_args)
     trace = ses.trace
     gaps = ses.gaps
     if trace.meta.rank is not None:
