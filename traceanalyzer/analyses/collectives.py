@@ -26,6 +26,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses import intervals
+from traceanalyzer.patterns import matches
 
 DTYPE_BYTES = {
     "float": 4,
@@ -101,29 +102,33 @@ COMM_ARGS_SCHEMA = {
 
 def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.DataFrame:
     """One rank's collective kernels (RANK_COLL_SCHEMA), time order, with their metadata."""
+    # a mask: each distinct kernel name matched once a process (`patterns.matches`), no query
+    is_coll = (gpu["kind"] == "kernel") & matches(gpu["name"], pattern)
     k = (
-        gpu.filter((pl.col("kind") == "kernel") & pl.col("name").str.contains(pattern))
+        gpu.select("name", "device", "ts_ns", "end_ns", "correlation", "external_id")
+        .filter(is_coll)
         .sort("ts_ns")
-        .select("name", "device", "ts_ns", "end_ns", "correlation", "external_id")
-        .with_columns(pl.col("device").cast(pl.Int64), k=pl.int_range(pl.len()).over("name").cast(pl.Int64))
+        .with_columns(
+            pl.col("device", "correlation", "external_id").cast(pl.Int64),
+            k=pl.int_range(pl.len()).over("name").cast(pl.Int64),
+        )
     )
     meta = ["coll_name", "pg_name", "group_size", "in_nelems", "out_nelems", "dtype"]
-    on_kernel = args.filter("is_kernel").unique("correlation", keep="first").select("correlation", *meta)
-    on_op = args.filter(~pl.col("is_kernel")).unique("external_id", keep="first").select("external_id", *meta)
-    k = k.with_columns(pl.col("correlation").cast(pl.Int64), pl.col("external_id").cast(pl.Int64))
-    k = k.join(on_kernel, on="correlation", how="left").join(on_op, on="external_id", how="left", suffix="_op")
-    k = k.with_columns([pl.coalesce(m, f"{m}_op").alias(m) for m in meta])
+    if args.height:
+        on_kernel = args.filter("is_kernel").unique("correlation", keep="first").select("correlation", *meta)
+        on_op = args.filter(~pl.col("is_kernel")).unique("external_id", keep="first").select("external_id", *meta)
+        k = k.join(on_kernel, on="correlation", how="left").join(on_op, on="external_id", how="left", suffix="_op")
+        k = k.with_columns([pl.coalesce(m, f"{m}_op").alias(m) for m in meta])
+    else:  # no metadata read (none in the trace, or not asked for): every field null, no join
+        k = k.with_columns(pl.lit(None, COMM_ARGS_SCHEMA[m]).alias(m) for m in meta)
     sizes = pl.col("dtype").map_elements(dtype_bytes, return_dtype=pl.Int64)
-    return (
-        k.with_columns(
-            cidx=pl.int_range(pl.len()).cast(pl.Int64),
-            coll=pl.coalesce("coll_name", "name").map_elements(kind_of, return_dtype=pl.String),
-            seq=pl.when(pl.col("pg_name").is_not_null()).then(pl.int_range(pl.len()).over("pg_name")).cast(pl.Int64),
-            bytes=pl.max_horizontal("in_nelems", "out_nelems") * sizes,
-        )
-        .select(list(RANK_COLL_SCHEMA))
-        .cast(RANK_COLL_SCHEMA)
-    )
+    made = {
+        "cidx": pl.int_range(pl.len()),
+        "coll": pl.coalesce("coll_name", "name").map_elements(kind_of, return_dtype=pl.String),
+        "seq": pl.when(pl.col("pg_name").is_not_null()).then(pl.int_range(pl.len()).over("pg_name")).cast(pl.Int64),
+        "bytes": pl.max_horizontal("in_nelems", "out_nelems") * sizes,
+    }
+    return k.select(made.get(c, pl.col(c)).cast(t).alias(c) for c, t in RANK_COLL_SCHEMA.items())
 
 
 def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:

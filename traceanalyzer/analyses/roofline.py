@@ -24,10 +24,12 @@ of the trace, is made from the µs shown (`units.us_expr`), as the outputs alway
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
@@ -114,7 +116,7 @@ def device_peaks(trace: Trace, opts: RooflineOptions) -> pl.DataFrame:
     """DEVICE_SCHEMA: every device the trace lists or runs work on, with its peaks (the table's,
     or the flags') and where they come from."""
     listed = {d.id: d for d in trace.meta.devices}
-    used = trace.gpu.select(pl.col("device").drop_nulls().unique().sort()).to_series().to_list()
+    used = windows.devices(trace)  # made once per Trace
     rows = []
     for dev in sorted(set(listed) | set(used)):
         d = listed.get(dev)
@@ -136,6 +138,7 @@ def device_peaks(trace: Trace, opts: RooflineOptions) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=DEVICE_SCHEMA, orient="row") if rows else pl.DataFrame(schema=DEVICE_SCHEMA)
 
 
+@functools.cache  # an expression is a value: built once
 def _roof() -> pl.Expr:
     memory = pl.col("family").is_in(MEMORY_FAMILIES)
     fp32 = (
@@ -158,6 +161,7 @@ def _roof() -> pl.Expr:
     )
 
 
+@functools.cache
 def _peak_tflops() -> pl.Expr:
     expr = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
     for r in COMPUTE_ROOFS:
@@ -224,11 +228,14 @@ def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
 
 
 def _unmodelled(
-    trace: Trace, gpu: pl.DataFrame, owned: pl.DataFrame, anc: pl.DataFrame, cand: pl.DataFrame, host: pl.DataFrame
+    trace: Trace, gpu: pl.DataFrame, owned: pl.DataFrame, anc: pl.DataFrame, cand: pl.DataFrame
 ) -> pl.DataFrame:
     """GPU time outside every reported op: by the innermost op around the launch that the model
     knows by name and could not model (with its reason), else by the op a user would name;
     copies between host and device in one row."""
+    host = trace.gpu.select("kind", "name", "dur_ns").filter(
+        (pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)
+    )
     host_row = pl.DataFrame(
         {
             "op": ["(copies between host and device)"],
@@ -275,12 +282,10 @@ def analyse_roofline(
     opts = Options.of(options).roofline
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
-    host_copy = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)
-    host = trace.gpu.select("gpu_id", "kind", "name", "dur_ns").filter(host_copy)
-    # the columns first: a join or a filter copies every column of the rows it keeps
-    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").join(
-        host.select("gpu_id"), on="gpu_id", how="anti"
-    )
+    # a mask, each distinct name matched once a process (`patterns.matches`): no query
+    host_copy = (trace.gpu["kind"] == "memcpy") & matches(trace.gpu["name"], HOST_COPY)
+    # the columns first: a filter copies every column of the rows it keeps
+    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy.fill_null(False))
     ops = trace.ops.select("op_id", "kind", *KEYS).filter(pl.col("kind") == "cpu_op").drop("kind")
     work = work_table(ops)
     cand = ops.join(work, on=KEYS, how="inner", nulls_equal=True)
@@ -340,9 +345,7 @@ def analyse_roofline(
         note = "the trace recorded no shapes (Input Dims): profile with record_shapes=True to model ops"
     return RooflineResult(
         ops_ns=table,
-        unmodelled_ns=Unread("RooflineResult.unmodelled_ns")
-        if lean
-        else _unmodelled(trace, gpu, owned, anc, cand, host),
+        unmodelled_ns=Unread("RooflineResult.unmodelled_ns") if lean else _unmodelled(trace, gpu, owned, anc, cand),
         devices=devices,
         gpu_ns=all_gpu_ns,
         modelled_gpu_ns=int(owned["dur_ns"].sum()) if owned.height else 0,
