@@ -241,7 +241,7 @@ class Session:
         """Every memcpy and memset (`analyse_copies`)."""
         from traceanalyzer.analyses.copies import analyse_copies
 
-        return analyse_copies(self.trace, self.options, blocking=self.blocking_calls)
+        return analyse_copies(self.trace, self.options, blocking=self.blocking_calls, lean=self.lean)
 
     @_result
     def steps(self) -> StepsResult:

@@ -29,7 +29,7 @@ from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
-from traceanalyzer.reprs import Compact
+from traceanalyzer.reprs import Compact, Unread
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown
 
@@ -159,10 +159,15 @@ _TOTALS = (
 
 
 def analyse_copies(
-    trace: Trace, options: Options | CopyOptions | None = None, *, blocking: pl.DataFrame | None = None
+    trace: Trace,
+    options: Options | CopyOptions | None = None,
+    *,
+    blocking: pl.DataFrame | None = None,
+    lean: bool = False,
 ) -> CopiesResult:
     """Every memcpy and memset with its cost and its site, by site and per step; `blocking` is
-    the trace's `cpu_activity.blocking_calls` when already computed (the Session passes it)."""
+    the trace's `cpu_activity.blocking_calls` when already computed (the Session passes it).
+    `lean` (a rank's row): `copies_ns` only, the by-site and per-step tables `reprs.Unread`."""
     bundle = Options.of(options)
     opts = bundle.copies
     t = copy_table(trace, bundle.patterns.collective_pattern, blocking)
@@ -200,6 +205,9 @@ def analyse_copies(
         step="step",
         name="name",
     )
+    if lean:
+        unread = Unread("CopiesResult.summary_ns / per_step_ns")
+        return CopiesResult(trace.path, opts, copies, unread, unread, trace.meta.origin_ns)
     summary = (
         copies.group_by("direction", "host_memory", "op", "range", "python_frame")
         .agg(*_TOTALS, median_gbps=pl.col("gbps").median())

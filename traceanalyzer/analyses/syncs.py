@@ -41,7 +41,7 @@ from traceanalyzer.analyses.cpu_activity import blocking_calls
 # that a sync's bubble is by construction the gap `gaps` blames on it.
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.options import Options, SyncOptions
-from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
+from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP, matches
 from traceanalyzer.reprs import Compact, Unread
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
@@ -155,7 +155,8 @@ def charged_gaps(
     if not trace.has_gpu_work:
         return pl.DataFrame(schema=schema)
     pieces = (classified or classify_gaps(trace, options)).pieces
-    return pieces.with_columns(runtime_id=pl.col("sync_call")).select(list(schema)).cast(schema)
+    named = {"runtime_id": pl.col("sync_call")}
+    return pieces.select(named.get(c, pl.col(c)).cast(t).alias(c) for c, t in schema.items())
 
 
 def analyse_syncs(
@@ -174,7 +175,7 @@ def analyse_syncs(
     bundle = Options.of(options)
     opts = bundle.syncs
     blocking = blocking if blocking is not None else blocking_calls(trace)
-    waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
+    waits = trace.runtime.filter(matches(trace.runtime["name"], GPU_WAIT_API))  # each name matched once a process
     calls = pl.concat(
         [blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))],
         how="diagonal_relaxed",
@@ -200,15 +201,12 @@ def analyse_syncs(
     # The gap the call returned into is its bubble; gaps that opened and closed while it still
     # held the CPU (a pageable copy staged in chunks, say) are idle time while blocked.
     ends = blocking.select("runtime_id", _call_end="end_ns")
+    gap_len, after = pl.col("end_ns") - pl.col("start_ns"), pl.col("end_ns") >= pl.col("_call_end")
     bubble = (
         gaps.filter(pl.col("runtime_id").is_not_null())
         .join(ends, on="runtime_id", how="left")
-        .with_columns(_len=pl.col("end_ns") - pl.col("start_ns"), _after=pl.col("end_ns") >= pl.col("_call_end"))
         .group_by("runtime_id")
-        .agg(
-            bubble_ns=pl.col("_len").filter(pl.col("_after")).sum(),
-            idle_while_blocked_ns=pl.col("_len").filter(~pl.col("_after")).sum(),
-        )
+        .agg(bubble_ns=gap_len.filter(after).sum(), idle_while_blocked_ns=gap_len.filter(~after).sum())
     )
     calls = sync_calls.without_lookups(calls) if lean else sync_calls.with_lookups(trace, calls)
     ctx = op_context(trace, calls["op_id"])
@@ -217,11 +215,7 @@ def analyse_syncs(
     lines = python_line_at(
         trace, calls.filter(pl.col("python_frame").is_null()).select("runtime_id", "pid", "tid", "ts_ns"), "runtime_id"
     )
-    calls = (
-        calls.join(lines.rename({"python_frame": "_line"}), on="runtime_id", how="left")
-        .with_columns(python_frame=pl.coalesce("python_frame", "_line"))
-        .drop("_line")
-    )
+    calls = calls.join(lines.rename({"python_frame": "_line"}), on="runtime_id", how="left")
     kind = (
         pl.when(~pl.col("_blocking"))
         .then(pl.lit(GPU_WAIT))
@@ -230,9 +224,16 @@ def analyse_syncs(
         .otherwise(pl.lit("explicit"))
     )
     blocked = pl.when(pl.col("_blocking")).then(pl.col("dur_ns")).otherwise(0)
-    table = calls.with_columns(kind=kind).select(
+    # One sync point per op instance: aten::to's cudaMemcpyAsync and the cudaStreamSynchronize
+    # after it are two calls but one place where user code waited.
+    point = (
+        pl.when(kind == "implicit")
+        .then(pl.lit("o") + pl.col("op_id").cast(pl.String))
+        .otherwise(pl.lit("r") + pl.col("runtime_id").cast(pl.String))
+    )
+    table = calls.select(
         sync_id=pl.col("runtime_id"),
-        kind="kind",
+        kind=kind,
         api=pl.col("name"),
         start_ns=pl.col("ts_ns"),
         blocked_ns=blocked,
@@ -242,21 +243,13 @@ def analyse_syncs(
         waited_for_stream=pl.when(pl.col("_blocking")).then(pl.col("waited_for_stream")),
         op="op",
         range="range",
-        python_frame="python_frame",
+        python_frame=pl.coalesce("python_frame", "_line"),  # else the Python line of a call outside any op
         op_chain="op_chain",
         step="step",
         tid="tid",
         device="device",
-        _op_id=pl.col("op_id"),
+        _point=point,
     )
-    # One sync point per op instance: aten::to's cudaMemcpyAsync and the cudaStreamSynchronize
-    # after it are two calls but one place where user code waited.
-    point = (
-        pl.when(pl.col("kind") == "implicit")
-        .then(pl.lit("o") + pl.col("_op_id").cast(pl.String))
-        .otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
-    )
-    table = table.with_columns(_point=point)
     stalls = table.filter(IS_STALL)
     summary = (
         stalls.group_by("kind", "op", "range", "python_frame")

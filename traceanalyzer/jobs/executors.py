@@ -68,7 +68,10 @@ def _inflated(data: bytes, name: str) -> tuple[bytes, bool]:
     with ByteSource(buf) as src:
         if not src.compressed:
             return data, True
-        while chunk := src.read():
+        # blocks of the size the trailer states (a read zeroes a block: 4 MB by default, ~1 ms a
+        # small rank), within bounds should the trailer lie
+        block = min(max(src.gzip_trailer_size() or 0, 1 << 16), 64 << 20) + 1
+        while chunk := src.read(block):
             out.append(chunk)
         return b"".join(out), src.truncated is None
 

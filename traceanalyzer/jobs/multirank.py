@@ -160,12 +160,10 @@ def rank_result(
     idle_schema = {"start_ns": pl.Int64, "end_ns": pl.Int64} | dict.fromkeys(("cause", "op", "python_frame"), pl.String)
     idle = (
         gaps.all_gaps_ns.select(
-            "start_ns",
-            end_ns=pl.col("start_ns") + pl.col("duration_ns"),
-            cause="cause",
-            op="op",
-            python_frame="python_frame",
-        ).cast(idle_schema)
+            pl.col("start_ns").cast(pl.Int64),
+            end_ns=(pl.col("start_ns") + pl.col("duration_ns")).cast(pl.Int64),
+            **{c: pl.col(c).cast(pl.String) for c in ("cause", "op", "python_frame")},
+        )
         if gaps.has_gpu_work
         else pl.DataFrame(schema=idle_schema)
     )
