@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses import intervals
+from traceanalyzer.analyses import chain, intervals
 from traceanalyzer.patterns import matches
 
 DTYPE_BYTES = {
@@ -144,9 +144,8 @@ def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     compute = gpu.filter(pl.col("kind") == "kernel").select(pl.col("device").cast(pl.Int64), "ts_ns", "end_ns")
     compute = compute.join(coll.select("device", "ts_ns", "end_ns"), on=["device", "ts_ns", "end_ns"], how="anti")
-    # The rest is one lazy query (the gaps collected once, read three times): on a small rank each
-    # eager step was a polars query of its own (~25 of them, ~1 ms). The answer is sorted by
-    # (cidx, start_ns), unique, so no step's row order reaches it.
+    # The rest is one query (`chain.collect`; the gaps collected once, read three times): on a
+    # small rank each eager step was a polars query of its own (~25 of them, ~1 ms).
     idle = _complement(intervals.merge(compute, ["device"]), coll["device"].unique()).lazy()
     c = coll.lazy().select(
         "cidx", "device", "ts_ns", "end_ns", _after=pl.col("ts_ns") + 1, _before=pl.col("end_ns") - 1
@@ -172,20 +171,20 @@ def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
         "cidx", "ts_ns", "end_ns", gid=pl.int_ranges("gid", pl.col("last") + 1)
     )
     seg = span.explode("gid").join(idle.select("gid", "gs", "ge"), on="gid", how="left")
-    return (
+    out = (
         seg.select("cidx", start_ns=pl.max_horizontal("gs", "ts_ns"), end_ns=pl.min_horizontal("ge", "end_ns"))
         .filter(pl.col("start_ns") < pl.col("end_ns"))
         .cast(schema)
         .sort("cidx", "start_ns")
-        .collect()
     )
+    return chain.collect(out)
 
 
 def _complement(union: pl.DataFrame, devices: pl.Series) -> pl.DataFrame:
     """device, gid, gs, ge: the time outside each device's disjoint sorted union, from -inf to
     +inf (a device with no compute is one gap), numbered globally in (device, gs) order."""
     lo, hi = -(2**62), 2**62
-    u = union.lazy().sort("device", "start_ns")  # one query: (device, gs) is unique, so is the order
+    u = union.sort("device", "start_ns").lazy()  # sorted once, read three times by one query
     gaps = pl.concat(
         [
             u.select("device", gs=pl.col("end_ns").shift(1, fill_value=lo).over("device"), ge="start_ns"),
@@ -200,8 +199,7 @@ def _complement(union: pl.DataFrame, devices: pl.Series) -> pl.DataFrame:
         gaps.filter(pl.col("gs") < pl.col("ge"))
         .sort("device", "gs")
         .with_columns(gid=pl.int_range(pl.len(), dtype=pl.Int64))
-        .collect()
-    )
+    ).pipe(chain.collect)
 
 
 def match_key(colls: pl.DataFrame) -> tuple[list[str], str]:

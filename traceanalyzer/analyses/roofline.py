@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses import windows
+from traceanalyzer.analyses import chain, windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
@@ -169,11 +169,11 @@ def _peak_tflops() -> pl.Expr:
     return expr.otherwise(pl.lit(None, pl.Float64))
 
 
-def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
-    """Achieved rates, roof, bound and share of each op/shape row."""
+def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
+    """Achieved rates, roof, bound and share of each op/shape row (one query)."""
     secs = pl.col("gpu_ns") / 1e9
     out = (
-        rows.join(devices.drop("name", "part", "found", "source"), on="device", how="left")
+        rows.join(devices.lazy().drop("name", "part", "found", "source"), on="device", how="left")
         .with_columns(roof=_roof())
         .with_columns(
             peak_tflops=_peak_tflops(),
@@ -222,9 +222,11 @@ def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
             pl.col("achieved_tflops") / tensor
         ),
     )
-    return out.sort(
-        ["headroom_us", "gpu_ns", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True
-    ).select(OP_COLUMNS)
+    return chain.collect(
+        out.sort(
+            ["headroom_us", "gpu_ns", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True
+        ).select(OP_COLUMNS)
+    )
 
 
 def _unmodelled(
@@ -286,21 +288,27 @@ def analyse_roofline(
     host_copy = (trace.gpu["kind"] == "memcpy") & matches(trace.gpu["name"], HOST_COPY)
     # the columns first: a filter copies every column of the rows it keeps
     gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy.fill_null(False))
-    ops = trace.ops.select("op_id", "kind", *KEYS).filter(pl.col("kind") == "cpu_op").drop("kind")
+    # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
+    ops = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(pl.col("kind") == "cpu_op").drop("kind"))
     work = work_table(ops)
     cand = ops.join(work, on=KEYS, how="inner", nulls_equal=True)
     modelled = cand.filter(pl.col("reason").is_null())
     # Report at the outermost modelled op: drop every modelled op that has one around it.
     around = (
         ancestors(trace.ops, modelled["op_id"])
+        .lazy()
         .filter(pl.col("level") > 0)
-        .join(modelled.select(ancestor_id="op_id"), on="ancestor_id", how="semi")
+        .join(modelled.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")
     )
-    reported = modelled.join(around.select("op_id").unique(), on="op_id", how="anti")
+    reported = chain.collect(modelled.lazy().join(around.select("op_id").unique(), on="op_id", how="anti"))
     # Each launch belongs to at most one reported op: reported ops never nest.
     anc = ancestors(trace.ops, gpu["op_id"].drop_nulls().unique())
-    owner = anc.join(reported.select(ancestor_id="op_id"), on="ancestor_id", how="semi").select("op_id", "ancestor_id")
-    owned = gpu.join(owner, on="op_id", how="inner")
+    owner = (
+        anc.lazy()
+        .join(reported.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")
+        .select("op_id", "ancestor_id")
+    )
+    owned = chain.collect(gpu.lazy().join(owner, on="op_id", how="inner"))
     # The kernels' patterns matched once per distinct name (a trace of 300 MB has ~100 among
     # 90k activities), then `any` per op; each op's device is the most frequent (the lowest of
     # equally frequent ones) by counting (device, op) pairs, not a `mode` per group.
@@ -312,12 +320,14 @@ def analyse_roofline(
         return is_kernel & pl.col("name").replace_strict(names, matched, default=None, return_dtype=pl.Boolean)
 
     per_op = (
-        owned.select("ancestor_id", "dur_ns", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
+        owned.lazy()
+        .select("ancestor_id", "dur_ns", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
         .group_by("ancestor_id")
         .agg(gpu_ns=pl.col("dur_ns").sum(), tensor_cores=pl.col("_tc").any(), fewer_flops=pl.col("_ff").any())
     )
     on_device = (
-        owned.filter(pl.col("device").is_not_null())
+        owned.lazy()
+        .filter(pl.col("device").is_not_null())
         .group_by("ancestor_id", "device")
         .agg(_n=pl.len())
         .group_by("ancestor_id")
@@ -327,7 +337,8 @@ def analyse_roofline(
         "ancestor_id", "gpu_ns", "device", "tensor_cores", "fewer_flops"
     )
     rows = (
-        reported.join(per_op, left_on="op_id", right_on="ancestor_id", how="inner")
+        reported.lazy()
+        .join(per_op, left_on="op_id", right_on="ancestor_id", how="inner")
         .filter(pl.col("gpu_ns") > 0)
         .group_by(*KEYS, "device", maintain_order=True)
         .agg(
