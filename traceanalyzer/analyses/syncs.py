@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer.analyses import sync_calls, windows
+from traceanalyzer.analyses import chain, sync_calls, windows
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 
@@ -176,10 +176,11 @@ def analyse_syncs(
     opts = bundle.syncs
     blocking = blocking if blocking is not None else blocking_calls(trace)
     waits = trace.runtime.filter(matches(trace.runtime["name"], GPU_WAIT_API))  # each name matched once a process
+    # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
     calls = pl.concat(
-        [blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))],
+        [blocking.lazy().with_columns(_blocking=pl.lit(True)), waits.lazy().with_columns(_blocking=pl.lit(False))],
         how="diagonal_relaxed",
-    )
+    ).pipe(chain.collect)
     step_table = windows.step_windows(trace).select("step", step_ns=pl.col("end_ns") - pl.col("start_ns"))
     n_steps = windows.step_count(trace)
     total_ns = int(step_table["step_ns"].sum() or 0)
@@ -203,19 +204,22 @@ def analyse_syncs(
     ends = blocking.select("runtime_id", _call_end="end_ns")
     gap_len, after = pl.col("end_ns") - pl.col("start_ns"), pl.col("end_ns") >= pl.col("_call_end")
     bubble = (
-        gaps.filter(pl.col("runtime_id").is_not_null())
-        .join(ends, on="runtime_id", how="left")
+        gaps.lazy()
+        .filter(pl.col("runtime_id").is_not_null())
+        .join(ends.lazy(), on="runtime_id", how="left")
         .group_by("runtime_id")
         .agg(bubble_ns=gap_len.filter(after).sum(), idle_while_blocked_ns=gap_len.filter(~after).sum())
     )
     calls = sync_calls.without_lookups(calls) if lean else sync_calls.with_lookups(trace, calls)
     ctx = op_context(trace, calls["op_id"])
-    calls = calls.join(ctx, on="op_id", how="left").join(bubble, on="runtime_id", how="left")
+    calls = chain.collect(
+        calls.lazy().join(ctx.lazy(), on="op_id", how="left").join(bubble, on="runtime_id", how="left")
+    )
     # A call outside any op (torch.cuda.synchronize() in the loop) is named by its Python line.
     lines = python_line_at(
         trace, calls.filter(pl.col("python_frame").is_null()).select("runtime_id", "pid", "tid", "ts_ns"), "runtime_id"
     )
-    calls = calls.join(lines.rename({"python_frame": "_line"}), on="runtime_id", how="left")
+    calls = calls.lazy().join(lines.lazy().rename({"python_frame": "_line"}), on="runtime_id", how="left")
     kind = (
         pl.when(~pl.col("_blocking"))
         .then(pl.lit(GPU_WAIT))
@@ -249,10 +253,11 @@ def analyse_syncs(
         tid="tid",
         device="device",
         _point=point,
-    )
+    ).pipe(chain.collect)
     stalls = table.filter(IS_STALL)
     summary = (
-        stalls.group_by("kind", "op", "range", "python_frame")
+        stalls.lazy()
+        .group_by("kind", "op", "range", "python_frame")
         .agg(
             calls=pl.len(),
             sync_points=pl.col("_point").n_unique(),
@@ -295,7 +300,7 @@ def analyse_syncs(
             "blocked_share",
             "bubble_share",
         )
-    )
+    ).pipe(chain.collect)
     totals = {
         "sync_idle_ns": int(stalls["bubble_ns"].sum() + stalls["idle_while_blocked_ns"].sum()),
         "blocked_ns": int(stalls["blocked_ns"].sum()),
@@ -303,10 +308,11 @@ def analyse_syncs(
         "origin_ns": trace.meta.origin_ns,
     }
     by_api = (
-        table.group_by("kind", "api")
+        table.lazy()
+        .group_by("kind", "api")
         .agg(calls=pl.len(), blocked_ns=pl.col("blocked_ns").sum(), bubble_ns=pl.col("bubble_ns").sum())
         .sort("calls", "kind", "api", descending=[True, False, False])  # ties in one order every run
-    )
+    ).pipe(chain.collect)
     if lean:
         unread = [Unread(f"SyncsResult.{name}") for name in ("syncs_ns", "per_step_ns", "sites")]
         return SyncsResult(trace.path, opts, unread[0], summary, by_api, unread[1], n_steps, **totals, sites=unread[2])
