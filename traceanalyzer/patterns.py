@@ -114,10 +114,13 @@ FEWER_FLOPS_KERNEL = r"(?i)winograd|fft"
 
 # A long pattern costs more to compile than to match: `str.contains(TENSOR_CORE_KERNEL)` is
 # ~0.45 ms a query on 77 names (2026-12-01, polars 2.1), most of it building the regex, and a
-# small rank asks for five such matches. What a name matches never changes, so distinct names
-# (kernel names: tens to a few thousand a trace, the same on every rank of a job) are matched
-# once a process and remembered, up to MEMO_NAMES per pattern.
-MEMO_NAMES = 50_000
+# small rank asks for five such matches. What a name matches never changes, so the names of a
+# short Series (distinct kernel names: tens to a few thousand a trace, the same on every rank of
+# a job) are matched once a process and remembered, up to MEMO_NAMES per pattern. A longer Series
+# is matched by polars: the names' walk in Python would cost more (34k runtime calls of an A100
+# trace: 3 ms against 0.2-1 ms), and so would a short pattern (its regex is quick to build):
+# use it for the long patterns.
+MEMO_NAMES = 4096
 _MATCHED: dict[str, dict[str | None, bool | None]] = {}
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.analyses import chain
 from traceanalyzer.analyses.intervals import reach
 from traceanalyzer.analyses.steps import Caveat
 from traceanalyzer.options import HealthOptions, Options
@@ -148,8 +149,12 @@ def _stream_overlap(trace: Trace, o: HealthOptions) -> HealthCheck | None:
     k = trace.gpu.lazy().filter(pl.col("kind") == "kernel").select("device", "stream", "ts_ns", "end_ns").collect()
     if k.is_empty():
         return None
-    k = k.sort("device", "stream", "ts_ns").with_columns(_reach=reach("end_ns", ["device", "stream"]))
-    over = k.filter(pl.col("ts_ns") < pl.col("_reach"))
+    over = chain.collect(  # one query, run as the eager calls were
+        k.lazy()
+        .sort("device", "stream", "ts_ns")
+        .with_columns(_reach=reach("end_ns", ["device", "stream"]))
+        .filter(pl.col("ts_ns") < pl.col("_reach"))
+    )
     share = over.height / k.height
     if share < o.stream_overlap_share:
         return None

@@ -145,8 +145,7 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
     `lean` (a rank's row): the totals and the census only, the tables `reprs.Unread`."""
     opts = Options.of(options).kernels
     k = trace.gpu.filter(pl.col("kind") == "kernel")
-    # a few distinct launch APIs: matched once a process (`patterns.matches`)
-    graph = matches(k["launch_api"].fill_null(""), GRAPH_LAUNCH).alias("graph")
+    graph = k["launch_api"].fill_null("").str.contains(GRAPH_LAUNCH).alias("graph")
     short = (k["dur_ns"] < int(opts.short_kernel_us * 1000)).alias("short")
     total_ns = int(k["dur_ns"].sum()) if k.height else 0
     if lean:

@@ -284,10 +284,9 @@ def analyse_roofline(
     opts = Options.of(options).roofline
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
-    # a mask, each distinct name matched once a process (`patterns.matches`): no query
-    host_copy = (trace.gpu["kind"] == "memcpy") & matches(trace.gpu["name"], HOST_COPY)
     # the columns first: a filter copies every column of the rows it keeps
-    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy.fill_null(False))
+    host_copy = ((pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)).fill_null(False)
+    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy)
     # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
     ops = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(pl.col("kind") == "cpu_op").drop("kind"))
     work = work_table(ops)

@@ -41,7 +41,7 @@ from traceanalyzer.analyses.cpu_activity import blocking_calls
 # that a sync's bubble is by construction the gap `gaps` blames on it.
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.options import Options, SyncOptions
-from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP, matches
+from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
 from traceanalyzer.reprs import Compact, Unread
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
@@ -175,7 +175,7 @@ def analyse_syncs(
     bundle = Options.of(options)
     opts = bundle.syncs
     blocking = blocking if blocking is not None else blocking_calls(trace)
-    waits = trace.runtime.filter(matches(trace.runtime["name"], GPU_WAIT_API))  # each name matched once a process
+    waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
     # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
     calls = pl.concat(
         [blocking.lazy().with_columns(_blocking=pl.lit(True)), waits.lazy().with_columns(_blocking=pl.lit(False))],
