@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.analyses import gpu_time
+from traceanalyzer.analyses import chain, gpu_time
 from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.findings.engine import Finding, Later, Rule, counted, severity, site
 from traceanalyzer.units import display_us, duration_us
@@ -220,13 +220,16 @@ def _not_overlapped(ses: Session) -> list[Finding]:
     if hideable.is_empty():
         return []
     compute_streams = (
-        ses.trace.gpu.filter(pl.col("kind") == "kernel")
+        ses.trace.gpu.lazy()
+        .filter(pl.col("kind") == "kernel")
         .select("device", "stream")
         .unique()
         .with_columns(_compute=pl.lit(True))
     )
-    hideable = hideable.join(compute_streams, on=["device", "stream"], how="left").filter(
-        pl.col("_compute").fill_null(False)
+    hideable = chain.collect(  # one query, run as the eager calls were
+        hideable.lazy()
+        .join(compute_streams, on=["device", "stream"], how="left")
+        .filter(pl.col("_compute").fill_null(False))
     )
     floor = ses.options.copies.copy_min_finding_us
     exposed = duration_us(hideable["exposed_ns"].sum()) if hideable.height else 0.0
@@ -259,8 +262,10 @@ def _dtod(ses: Session) -> list[Finding]:
     if c.is_empty() or not ses.gaps.has_gpu_work:
         return []
     dtod = c.filter(pl.col("direction") == "DtoD")
+    if dtod.is_empty():
+        return []
     busy = float(ses.gaps.devices["busy_us"].sum())
-    if dtod.is_empty() or busy <= 0:
+    if busy <= 0:
         return []
     duration = duration_us(int(dtod["duration_ns"].sum()))
     share = duration / busy

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer.analyses import chain
 from traceanalyzer.analyses.steps import Caveat
 from traceanalyzer.analyses.verdict import COMPILED_LAUNCH_HINT, compiled_model
 from traceanalyzer.analyses.windows import step_count
@@ -176,9 +177,15 @@ def _no_tensor_cores(ses: Session) -> list[Finding]:
 
 def _single_tensor(ses: Session) -> list[Finding]:
     t = ses.trace
-    names = pl.concat(
-        [t.ops.select("name"), t.python.select("name"), t.gpu.filter(pl.col("kind") == "kernel").select("name")]
-    ).filter(pl.col("name").fill_null("").str.contains(SINGLE_TENSOR_OPTIMIZER, literal=True))
+    names = chain.collect(  # one query, run as the eager calls were
+        pl.concat(
+            [
+                t.ops.lazy().select("name"),
+                t.python.lazy().select("name"),
+                t.gpu.lazy().filter(pl.col("kind") == "kernel").select("name"),
+            ]
+        ).filter(pl.col("name").fill_null("").str.contains(SINGLE_TENSOR_OPTIMIZER, literal=True))
+    )
     th = ses.options.findings.single_tensor_min
     if names.height < max(th, 1):
         return []
