@@ -70,11 +70,8 @@ def _blocked_idle(ses: Session, copies: pl.DataFrame) -> pl.DataFrame:
     if gpu.height <= GATHER_ROWS and is_row_number(gpu["gpu_id"]):  # the launches by row: Series, no query
         at = copies["copy_id"].filter(blocked).cast(pl.UInt32)
         calls = pl.DataFrame(
-            [gpu["gpu_id"].gather(at).alias("copy_id"), copies["blocked_ns"].filter(blocked)]
-            + [
-                gpu[c].gather(at).alias(n)
-                for c, n in (("device", "device"), ("launch_ts_ns", "_a"), ("launch_end_ns", "_b"))
-            ]
+            [gpu["gpu_id"][at].alias("copy_id"), copies["blocked_ns"].filter(blocked)]
+            + [gpu[c][at].alias(n) for c, n in (("device", "device"), ("launch_ts_ns", "_a"), ("launch_end_ns", "_b"))]
         )
     else:
         calls = copies.select("copy_id", "blocked_ns").join(
