@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.units import point_ms
 
 GPU_KINDS = {
@@ -220,12 +221,15 @@ def extend_steps(ranges: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         return steps.with_columns(
             start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"), gpu_end_ns=pl.col("cpu_end_ns")
         )
-    # narrow first: filtering the whole GPU table copied every column
-    launched = gpu.select("launch_ts_ns", "end_ns").filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
+    # narrow first: filtering the whole GPU table copied every column; each chain of steps is one
+    # polars query (`chain.collect`), run as the eager calls were
+    launched = (
+        gpu.lazy().select("launch_ts_ns", "end_ns").filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
+    )
     # The step a launch belongs to: the latest step starting at or before it, if it is inside.
     last_end = (
         launched.join_asof(
-            steps.select("step", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns"),
+            steps.lazy().select("step", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns"),
             left_on="launch_ts_ns",
             right_on="cpu_start_ns",
             strategy="backward",
@@ -234,11 +238,13 @@ def extend_steps(ranges: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         .group_by("step")
         .agg(gpu_end_ns=pl.col("end_ns").max())
     )
-    steps = steps.join(last_end, on="step", how="left").with_columns(
-        end_ns=pl.max_horizontal("cpu_end_ns", "gpu_end_ns")
+    steps = (
+        steps.lazy()
+        .join(last_end, on="step", how="left")
+        .with_columns(end_ns=pl.max_horizontal("cpu_end_ns", "gpu_end_ns"))
     )
     prev_end = pl.col("end_ns").shift(1)
-    return (
+    return chain.collect(
         steps.with_columns(
             start_ns=pl.when(prev_end.is_not_null() & (prev_end > pl.col("cpu_start_ns")))
             .then(prev_end)

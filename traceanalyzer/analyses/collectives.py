@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses import chain, intervals
+from traceanalyzer import chain
+from traceanalyzer.analyses import intervals
 from traceanalyzer.patterns import matches
 
 DTYPE_BYTES = {

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses import chain, collectives, windows
+from traceanalyzer import chain
+from traceanalyzer.analyses import collectives, windows
 from traceanalyzer.analyses.intervals import merge
 from traceanalyzer.reprs import Compact
 from traceanalyzer.trace import Trace

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses import chain, windows
+from traceanalyzer import chain
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import coverage_index, covered, merge

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses import chain
+from traceanalyzer import chain
 from traceanalyzer.analyses.intervals import reach
 from traceanalyzer.analyses.steps import Caveat
 from traceanalyzer.options import HealthOptions, Options

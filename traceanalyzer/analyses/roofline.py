@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.analyses import chain, windows
+from traceanalyzer import chain
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override

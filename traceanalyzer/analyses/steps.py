@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer.analyses import chain, gpu_time, windows
+from traceanalyzer import chain
+from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import data_loading_ranges
 from traceanalyzer.analyses.intervals import merge
 from traceanalyzer.analyses.step_detection import step_kind

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer.analyses import chain, sync_calls, windows
+from traceanalyzer import chain
+from traceanalyzer.analyses import sync_calls, windows
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 

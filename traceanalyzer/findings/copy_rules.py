@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.analyses import chain, gpu_time
+from traceanalyzer import chain
+from traceanalyzer.analyses import gpu_time
 from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.findings.engine import Finding, Later, Rule, counted, severity, site
 from traceanalyzer.units import display_us, duration_us

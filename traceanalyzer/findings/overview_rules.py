@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.analyses import chain
+from traceanalyzer import chain
 from traceanalyzer.analyses.steps import Caveat
 from traceanalyzer.analyses.verdict import COMPILED_LAUNCH_HINT, compiled_model
 from traceanalyzer.analyses.windows import step_count
