@@ -48,6 +48,9 @@ DROPPED = {
 }
 
 
+SMALL_TABLE_ROWS = 1 << 16  # up to this many rows `one_valued` reads every integer column's range at once
+
+
 def one_valued(df: pl.DataFrame) -> pl.DataFrame:
     """The table with every integer column that holds one value in all its rows (no null) kept
     as that value once: a polars scalar column, 0 bytes a row in place of 8 (ops.pid,
@@ -58,6 +61,15 @@ def one_valued(df: pl.DataFrame) -> pl.DataFrame:
     ints = [c for c, dtype in df.schema.items() if dtype.is_integer()]
     if not df.height or not ints:
         return df
+    if df.height <= SMALL_TABLE_ROWS:  # a pass over a few columns costs less than a second query
+        stats = df.select(
+            *(pl.col(c).null_count().alias(f"n{i}") for i, c in enumerate(ints)),
+            *(pl.col(c).min().alias(f"lo{i}") for i, c in enumerate(ints)),
+            *(pl.col(c).max().alias(f"hi{i}") for i, c in enumerate(ints)),
+        ).row(0)
+        k = len(ints)
+        same = [(c, stats[k + i]) for i, c in enumerate(ints) if stats[i] == 0 and stats[k + i] == stats[2 * k + i]]
+        return df.with_columns(pl.lit(v, dtype=df.schema[c]).alias(c) for c, v in same) if same else df
     # First the columns whose first and last rows agree, without nulls (no pass over the rows):
     # times and ids drop out here, and only the few left are scanned for their min and max.
     ends = df.select(
