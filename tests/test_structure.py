@@ -117,6 +117,7 @@ FLOORS = [
             "units",
             "wording",
             "reprs",
+            "chain",
             "load",
         ),
     ),

@@ -144,7 +144,9 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
     # back into the rows' own order
     back = ordered.get_column("_r").arg_sort()
     return df.with_columns(
-        ordered.get_column("depth").gather(back), parent.gather(back).alias("parent_id").cast(df.schema[id_col])
+        # indexed by positions (the same take as `gather`, no polars query)
+        ordered.get_column("depth")[back],
+        parent[back].alias("parent_id").cast(df.schema[id_col]),
     )
 
 
@@ -185,7 +187,7 @@ def innermost_containing(
         ids, ends, parents = intervals[id_col], intervals["end_ns"], intervals["parent_id"]
     else:
         by_id = intervals.select(pl.col(id_col).arg_sort()).to_series()
-        ids, ends, parents = (intervals[c].gather(by_id) for c in (id_col, "end_ns", "parent_id"))
+        ids, ends, parents = (intervals[c][by_id] for c in (id_col, "end_ns", "parent_id"))  # takes, no query
     # The points sorted by start, their keys only; what climbing needs is looked up by row.
     pts = points.select(*key, "ts_ns").with_row_index("_row").sort("ts_ns")
     cand = (

@@ -108,3 +108,35 @@ MATMUL_CONV_KERNEL = (
 # Convolution kernels that do fewer multiplications than the direct method counts (Winograd
 # transforms, FFT): their FLOPs per second, counted the direct way, can pass the peak.
 FEWER_FLOPS_KERNEL = r"(?i)winograd|fft"
+
+
+# -- matching distinct names ------------------------------------------------------------------
+
+# A long pattern costs more to compile than to match: `str.contains(TENSOR_CORE_KERNEL)` is
+# ~0.45 ms a query on 77 names (2026-12-01, polars 2.1), most of it building the regex, and a
+# small rank asks for five such matches. What a name matches never changes, so the names of a
+# short Series (distinct kernel names: tens to a few thousand a trace, the same on every rank of
+# a job) are matched once a process and remembered, up to MEMO_NAMES per pattern. A longer Series
+# is matched by polars: the names' walk in Python would cost more (34k runtime calls of an A100
+# trace: 3 ms against 0.2-1 ms), and so would a short pattern (its regex is quick to build):
+# use it for the long patterns.
+MEMO_NAMES = 4096
+_MATCHED: dict[str, dict[str | None, bool | None]] = {}
+
+
+def matches(names, pattern: str):
+    """Whether each of `names` (a polars String Series, best of distinct names) contains a match
+    of `pattern`, as `names.str.contains(pattern)` says (null for a null name): a Boolean Series
+    of the same name and length, each distinct name matched once a process."""
+    import polars as pl
+
+    if names.len() > MEMO_NAMES:
+        return names.str.contains(pattern)
+    memo = _MATCHED.setdefault(pattern, {})
+    values = names.to_list()
+    new = [v for v in dict.fromkeys(values) if v not in memo]
+    if new:
+        if len(memo) + len(new) > MEMO_NAMES:
+            memo.clear()
+        memo.update(zip(new, pl.Series(new, dtype=pl.String).str.contains(pattern).to_list(), strict=True))
+    return pl.Series(names.name, [memo[v] for v in values], dtype=pl.Boolean)

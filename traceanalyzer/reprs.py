@@ -50,3 +50,36 @@ class Compact:
 
     def _repr_html_(self) -> str:
         return html_table(type(self).__name__, fields(self))
+
+
+class UnreadError(AttributeError):
+    """A table read that a lean Session (a rank's row: `Session(lean=True)`) did not compute."""
+
+
+class Unread:
+    """Stands, in a result computed for a lean Session (a rank's row in directory mode, which
+    keeps only the rules' rule, severity and message and the health checks), for a table that
+    nothing there reads: not computed, and reading it raises `UnreadError`, so that a rule that
+    starts to read it fails its tests instead of reading an empty table."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def _unread(self, *_: Any) -> Any:
+        raise UnreadError(
+            f"{self.what} is not computed for a lean Session (a rank's row): compute the result "
+            "on a Session(lean=False), or read it in the lean analysis too"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)  # the protocols copy and pickle probe for
+        self._unread()
+
+    __getitem__ = __len__ = __iter__ = __bool__ = __eq__ = _unread
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Unread({self.what!r})"

@@ -85,6 +85,9 @@ class Session:
     `comm_args`: the collectives' metadata read from the trace's raw JSON (`rank_io.comm_args`;
     None: none known), which `collective_kernels` joins to the kernels."""
 
+    lean: ClassVar[bool] = False  # a rank's row (`jobs.rank_session`): tables it never reads left out
+    _OWN = ("trace", "options", "step_source", "loaded", "_released", "comm_args")  # attributes, not results
+
     def __init__(
         self, trace: Trace, options: Any = None, store: Any = None, comm_args: pl.DataFrame | None = None
     ) -> None:
@@ -126,9 +129,7 @@ class Session:
     def _repr_html_(self) -> str:
         from traceanalyzer.reprs import html_table
 
-        done = [
-            k for k in self.__dict__ if k not in ("trace", "options", "step_source", "loaded", "_released", "comm_args")
-        ]
+        done = [k for k in self.__dict__ if k not in self._OWN]
         return html_table("Session", [("trace", repr(self.trace)), ("computed", ", ".join(done) or "nothing yet")])
 
     path = property(lambda self: self.trace.path, doc="The trace's path.")
@@ -232,15 +233,15 @@ class Session:
         """Every sync, the bubble it left and its site (`analyse_syncs`)."""
         from traceanalyzer.analyses.syncs import analyse_syncs
 
-        classified = self.classified if self.trace.has_gpu_work else None
-        return analyse_syncs(self.trace, self.options, classified=classified, blocking=self.blocking_calls)
+        c = self.classified if self.trace.has_gpu_work else None
+        return analyse_syncs(self.trace, self.options, classified=c, blocking=self.blocking_calls, lean=self.lean)
 
     @_result
     def copies(self) -> CopiesResult:
         """Every memcpy and memset (`analyse_copies`)."""
         from traceanalyzer.analyses.copies import analyse_copies
 
-        return analyse_copies(self.trace, self.options, blocking=self.blocking_calls)
+        return analyse_copies(self.trace, self.options, blocking=self.blocking_calls, lean=self.lean)
 
     @_result
     def steps(self) -> StepsResult:
@@ -276,7 +277,7 @@ class Session:
         """Per-kernel time and the short-kernel census (`analyse_kernels`)."""
         from traceanalyzer.analyses.kernels import analyse_kernels
 
-        return analyse_kernels(self.trace, self.options)
+        return analyse_kernels(self.trace, self.options, lean=self.lean)
 
     @_result
     def memory(self) -> MemoryResult:
@@ -302,8 +303,7 @@ class Session:
         this first, so that it never builds a block a cached result does not need."""
         if name in self.__dict__:
             return True
-        store = self.store
-        if store is None or name in self.__dict__.get("_released", ()):
+        if (store := self.store) is None or name in self.__dict__.get("_released", ()):
             return False
         value = store.get(name)
         if value is not store.MISSING:
@@ -355,7 +355,7 @@ class Session:
         """Achieved FLOP/s and bandwidth per op and shape against the device's peaks (`analyse_roofline`)."""
         from traceanalyzer.analyses.roofline import analyse_roofline
 
-        return analyse_roofline(self.trace, self.options)
+        return analyse_roofline(self.trace, self.options, lean=self.lean)
 
     # -- findings --------------------------------------------------------------------------
     # The rules sit a floor above (`traceanalyzer.findings`) and read this Session; importing

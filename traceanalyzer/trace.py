@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.units import point_ms
 
 GPU_KINDS = {
@@ -47,6 +48,9 @@ DROPPED = {
 }
 
 
+SMALL_TABLE_ROWS = 1 << 16  # up to this many rows `one_valued` reads every integer column's range at once
+
+
 def one_valued(df: pl.DataFrame) -> pl.DataFrame:
     """The table with every integer column that holds one value in all its rows (no null) kept
     as that value once: a polars scalar column, 0 bytes a row in place of 8 (ops.pid,
@@ -57,6 +61,15 @@ def one_valued(df: pl.DataFrame) -> pl.DataFrame:
     ints = [c for c, dtype in df.schema.items() if dtype.is_integer()]
     if not df.height or not ints:
         return df
+    if df.height <= SMALL_TABLE_ROWS:  # a pass over a few columns costs less than a second query
+        stats = df.select(
+            *(pl.col(c).null_count().alias(f"n{i}") for i, c in enumerate(ints)),
+            *(pl.col(c).min().alias(f"lo{i}") for i, c in enumerate(ints)),
+            *(pl.col(c).max().alias(f"hi{i}") for i, c in enumerate(ints)),
+        ).row(0)
+        k = len(ints)
+        same = [(c, stats[k + i]) for i, c in enumerate(ints) if stats[i] == 0 and stats[k + i] == stats[2 * k + i]]
+        return df.with_columns(pl.lit(v, dtype=df.schema[c]).alias(c) for c, v in same) if same else df
     # First the columns whose first and last rows agree, without nulls (no pass over the rows):
     # times and ids drop out here, and only the few left are scanned for their min and max.
     ends = df.select(
@@ -220,12 +233,15 @@ def extend_steps(ranges: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         return steps.with_columns(
             start_ns=pl.col("cpu_start_ns"), end_ns=pl.col("cpu_end_ns"), gpu_end_ns=pl.col("cpu_end_ns")
         )
-    # narrow first: filtering the whole GPU table copied every column
-    launched = gpu.select("launch_ts_ns", "end_ns").filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
+    # narrow first: filtering the whole GPU table copied every column; each chain of steps is one
+    # polars query (`chain.collect`), run as the eager calls were
+    launched = (
+        gpu.lazy().select("launch_ts_ns", "end_ns").filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
+    )
     # The step a launch belongs to: the latest step starting at or before it, if it is inside.
     last_end = (
         launched.join_asof(
-            steps.select("step", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns"),
+            steps.lazy().select("step", "cpu_start_ns", "cpu_end_ns").sort("cpu_start_ns"),
             left_on="launch_ts_ns",
             right_on="cpu_start_ns",
             strategy="backward",
@@ -234,11 +250,13 @@ def extend_steps(ranges: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         .group_by("step")
         .agg(gpu_end_ns=pl.col("end_ns").max())
     )
-    steps = steps.join(last_end, on="step", how="left").with_columns(
-        end_ns=pl.max_horizontal("cpu_end_ns", "gpu_end_ns")
+    steps = (
+        steps.lazy()
+        .join(last_end, on="step", how="left")
+        .with_columns(end_ns=pl.max_horizontal("cpu_end_ns", "gpu_end_ns"))
     )
     prev_end = pl.col("end_ns").shift(1)
-    return (
+    return chain.collect(
         steps.with_columns(
             start_ns=pl.when(prev_end.is_not_null() & (prev_end > pl.col("cpu_start_ns")))
             .then(prev_end)

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses import intervals
+from traceanalyzer.patterns import matches
 
 DTYPE_BYTES = {
     "float": 4,
@@ -101,29 +103,33 @@ COMM_ARGS_SCHEMA = {
 
 def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.DataFrame:
     """One rank's collective kernels (RANK_COLL_SCHEMA), time order, with their metadata."""
+    # a mask: each distinct kernel name matched once a process (`patterns.matches`), no query
+    is_coll = (gpu["kind"] == "kernel") & matches(gpu["name"], pattern)
     k = (
-        gpu.filter((pl.col("kind") == "kernel") & pl.col("name").str.contains(pattern))
+        gpu.select("name", "device", "ts_ns", "end_ns", "correlation", "external_id")
+        .filter(is_coll)
         .sort("ts_ns")
-        .select("name", "device", "ts_ns", "end_ns", "correlation", "external_id")
-        .with_columns(pl.col("device").cast(pl.Int64), k=pl.int_range(pl.len()).over("name").cast(pl.Int64))
+        .with_columns(
+            pl.col("device", "correlation", "external_id").cast(pl.Int64),
+            k=pl.int_range(pl.len()).over("name").cast(pl.Int64),
+        )
     )
     meta = ["coll_name", "pg_name", "group_size", "in_nelems", "out_nelems", "dtype"]
-    on_kernel = args.filter("is_kernel").unique("correlation", keep="first").select("correlation", *meta)
-    on_op = args.filter(~pl.col("is_kernel")).unique("external_id", keep="first").select("external_id", *meta)
-    k = k.with_columns(pl.col("correlation").cast(pl.Int64), pl.col("external_id").cast(pl.Int64))
-    k = k.join(on_kernel, on="correlation", how="left").join(on_op, on="external_id", how="left", suffix="_op")
-    k = k.with_columns([pl.coalesce(m, f"{m}_op").alias(m) for m in meta])
+    if args.height:
+        on_kernel = args.filter("is_kernel").unique("correlation", keep="first").select("correlation", *meta)
+        on_op = args.filter(~pl.col("is_kernel")).unique("external_id", keep="first").select("external_id", *meta)
+        k = k.join(on_kernel, on="correlation", how="left").join(on_op, on="external_id", how="left", suffix="_op")
+        k = k.with_columns([pl.coalesce(m, f"{m}_op").alias(m) for m in meta])
+    else:  # no metadata read (none in the trace, or not asked for): every field null, no join
+        k = k.with_columns(pl.lit(None, COMM_ARGS_SCHEMA[m]).alias(m) for m in meta)
     sizes = pl.col("dtype").map_elements(dtype_bytes, return_dtype=pl.Int64)
-    return (
-        k.with_columns(
-            cidx=pl.int_range(pl.len()).cast(pl.Int64),
-            coll=pl.coalesce("coll_name", "name").map_elements(kind_of, return_dtype=pl.String),
-            seq=pl.when(pl.col("pg_name").is_not_null()).then(pl.int_range(pl.len()).over("pg_name")).cast(pl.Int64),
-            bytes=pl.max_horizontal("in_nelems", "out_nelems") * sizes,
-        )
-        .select(list(RANK_COLL_SCHEMA))
-        .cast(RANK_COLL_SCHEMA)
-    )
+    made = {
+        "cidx": pl.int_range(pl.len()),
+        "coll": pl.coalesce("coll_name", "name").map_elements(kind_of, return_dtype=pl.String),
+        "seq": pl.when(pl.col("pg_name").is_not_null()).then(pl.int_range(pl.len()).over("pg_name")).cast(pl.Int64),
+        "bytes": pl.max_horizontal("in_nelems", "out_nelems") * sizes,
+    }
+    return k.select(made.get(c, pl.col(c)).cast(t).alias(c) for c, t in RANK_COLL_SCHEMA.items())
 
 
 def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
@@ -139,8 +145,12 @@ def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     compute = gpu.filter(pl.col("kind") == "kernel").select(pl.col("device").cast(pl.Int64), "ts_ns", "end_ns")
     compute = compute.join(coll.select("device", "ts_ns", "end_ns"), on=["device", "ts_ns", "end_ns"], how="anti")
-    idle = _complement(intervals.merge(compute, ["device"]), coll["device"].unique())
-    c = coll.select("cidx", "device", "ts_ns", "end_ns", _after=pl.col("ts_ns") + 1, _before=pl.col("end_ns") - 1)
+    # The rest is one query (`chain.collect`; the gaps collected once, read three times): on a
+    # small rank each eager step was a polars query of its own (~25 of them, ~1 ms).
+    idle = _complement(intervals.merge(compute, ["device"]), coll["device"].unique()).lazy()
+    c = coll.lazy().select(
+        "cidx", "device", "ts_ns", "end_ns", _after=pl.col("ts_ns") + 1, _before=pl.col("end_ns") - 1
+    )
     # first gap ending after the kernel starts, last gap starting before it ends
     first = c.sort("_after").join_asof(
         idle.select("device", "gid", _ge="ge").sort("_ge"),
@@ -162,24 +172,25 @@ def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
         "cidx", "ts_ns", "end_ns", gid=pl.int_ranges("gid", pl.col("last") + 1)
     )
     seg = span.explode("gid").join(idle.select("gid", "gs", "ge"), on="gid", how="left")
-    return (
+    out = (
         seg.select("cidx", start_ns=pl.max_horizontal("gs", "ts_ns"), end_ns=pl.min_horizontal("ge", "end_ns"))
         .filter(pl.col("start_ns") < pl.col("end_ns"))
         .cast(schema)
         .sort("cidx", "start_ns")
     )
+    return chain.collect(out)
 
 
 def _complement(union: pl.DataFrame, devices: pl.Series) -> pl.DataFrame:
     """device, gid, gs, ge: the time outside each device's disjoint sorted union, from -inf to
     +inf (a device with no compute is one gap), numbered globally in (device, gs) order."""
     lo, hi = -(2**62), 2**62
-    u = union.sort("device", "start_ns")
+    u = union.sort("device", "start_ns").lazy()  # sorted once, read three times by one query
     gaps = pl.concat(
         [
             u.select("device", gs=pl.col("end_ns").shift(1, fill_value=lo).over("device"), ge="start_ns"),
             u.group_by("device").agg(gs=pl.col("end_ns").max()).with_columns(ge=pl.lit(hi, pl.Int64)),
-            pl.DataFrame({"device": devices.cast(pl.Int64)})
+            pl.LazyFrame({"device": devices.cast(pl.Int64)})
             .join(u.select("device").unique(), on="device", how="anti")
             .with_columns(gs=pl.lit(lo, pl.Int64), ge=pl.lit(hi, pl.Int64)),
         ],
@@ -189,7 +200,7 @@ def _complement(union: pl.DataFrame, devices: pl.Series) -> pl.DataFrame:
         gaps.filter(pl.col("gs") < pl.col("ge"))
         .sort("device", "gs")
         .with_columns(gid=pl.int_range(pl.len(), dtype=pl.Int64))
-    )
+    ).pipe(chain.collect)
 
 
 def match_key(colls: pl.DataFrame) -> tuple[list[str], str]:

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import coverage_index, covered, merge
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
-from traceanalyzer.reprs import Compact
+from traceanalyzer.reprs import Compact, Unread
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown
 
@@ -108,7 +109,8 @@ def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern
 def copy_table(trace: Trace, collective_pattern: str, blocking: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per-copy facts in ns (internal): the frame behind `CopiesResult.copies`; `blocking` is
     the trace's `cpu_activity.blocking_calls` when already computed."""
-    gpu = trace.gpu.filter(pl.col("kind").is_in(["memcpy", "memset"]))
+    # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
+    gpu = trace.gpu.lazy().filter(pl.col("kind").is_in(["memcpy", "memset"]))
     name = pl.col("name").fill_null("")
     host = (
         pl.when(pl.col("kind") == "memset")
@@ -126,18 +128,26 @@ def copy_table(trace: Trace, collective_pattern: str, blocking: pl.DataFrame | N
         .then(pl.lit("memset"))
         .otherwise(name.str.extract(COPY_DIRECTION, 1))
     ).with_columns(host_memory=host)
-    blocking = (blocking if blocking is not None else blocking_calls(trace)).select(
-        "runtime_id", _blocking=pl.lit(True)
+    blocking = (
+        (blocking if blocking is not None else blocking_calls(trace))
+        .lazy()
+        .select("runtime_id", _blocking=pl.lit(True))
     )
-    calls = trace.runtime.select("runtime_id", pl.col("dur_ns").alias("_call_ns")).join(
-        blocking, on="runtime_id", how="left"
+    calls = (
+        trace.runtime.lazy()
+        .select("runtime_id", pl.col("dur_ns").alias("_call_ns"))
+        .join(blocking, on="runtime_id", how="left")
     )
-    gpu = gpu.join(calls, on="runtime_id", how="left").with_columns(
-        blocked_ns=pl.when(pl.col("runtime_id").is_null())
-        .then(pl.lit(None, pl.Int64))
-        .when(pl.col("_blocking").fill_null(False))
-        .then(pl.col("_call_ns"))
-        .otherwise(pl.lit(0, pl.Int64))
+    gpu = (
+        gpu.join(calls, on="runtime_id", how="left")
+        .with_columns(
+            blocked_ns=pl.when(pl.col("runtime_id").is_null())
+            .then(pl.lit(None, pl.Int64))
+            .when(pl.col("_blocking").fill_null(False))
+            .then(pl.col("_call_ns"))
+            .otherwise(pl.lit(0, pl.Int64))
+        )
+        .pipe(chain.collect)
     )
     gpu = _overlap_with_compute(trace, gpu, collective_pattern)
     cpu_step = windows.step_of(gpu, trace.steps, "launch_ts_ns").rename({"step": "_cpu_step"})
@@ -159,10 +169,15 @@ _TOTALS = (
 
 
 def analyse_copies(
-    trace: Trace, options: Options | CopyOptions | None = None, *, blocking: pl.DataFrame | None = None
+    trace: Trace,
+    options: Options | CopyOptions | None = None,
+    *,
+    blocking: pl.DataFrame | None = None,
+    lean: bool = False,
 ) -> CopiesResult:
     """Every memcpy and memset with its cost and its site, by site and per step; `blocking` is
-    the trace's `cpu_activity.blocking_calls` when already computed (the Session passes it)."""
+    the trace's `cpu_activity.blocking_calls` when already computed (the Session passes it).
+    `lean` (a rank's row): `copies_ns` only, the by-site and per-step tables `reprs.Unread`."""
     bundle = Options.of(options)
     opts = bundle.copies
     t = copy_table(trace, bundle.patterns.collective_pattern, blocking)
@@ -178,30 +193,39 @@ def analyse_copies(
             note="no GPU memcpy or memset in this trace",
         )
     dur = pl.col("end_ns") - pl.col("ts_ns")
-    copies = t.sort("blocked_ns", "ts_ns", descending=[True, False], nulls_last=True).select(
-        copy_id=pl.col("gpu_id"),
-        kind="kind",
-        direction="direction",
-        host_memory="host_memory",
-        bytes="bytes",
-        start_ns=pl.col("ts_ns"),
-        duration_ns=dur,
-        gbps=pl.when((dur > 0) & pl.col("bytes").is_not_null()).then(pl.col("bytes") / dur),
-        overlap_fraction=pl.when(dur > 0).then(pl.col("overlap_ns") / dur).otherwise(0.0),
-        exposed_ns=(dur - pl.col("overlap_ns")).clip(0),
-        blocked_ns=pl.col("blocked_ns"),
-        device="device",
-        stream="stream",
-        api=pl.col("launch_api"),
-        op="op",
-        range="range",
-        python_frame="python_frame",
-        op_chain="op_chain",
-        step="step",
-        name="name",
+    copies = (
+        t.lazy()
+        .sort("blocked_ns", "ts_ns", descending=[True, False], nulls_last=True)
+        .select(
+            copy_id=pl.col("gpu_id"),
+            kind="kind",
+            direction="direction",
+            host_memory="host_memory",
+            bytes="bytes",
+            start_ns=pl.col("ts_ns"),
+            duration_ns=dur,
+            gbps=pl.when((dur > 0) & pl.col("bytes").is_not_null()).then(pl.col("bytes") / dur),
+            overlap_fraction=pl.when(dur > 0).then(pl.col("overlap_ns") / dur).otherwise(0.0),
+            exposed_ns=(dur - pl.col("overlap_ns")).clip(0),
+            blocked_ns=pl.col("blocked_ns"),
+            device="device",
+            stream="stream",
+            api=pl.col("launch_api"),
+            op="op",
+            range="range",
+            python_frame="python_frame",
+            op_chain="op_chain",
+            step="step",
+            name="name",
+        )
+        .pipe(chain.collect)
     )
+    if lean:
+        unread = Unread("CopiesResult.summary_ns / per_step_ns")
+        return CopiesResult(trace.path, opts, copies, unread, unread, trace.meta.origin_ns)
     summary = (
-        copies.group_by("direction", "host_memory", "op", "range", "python_frame")
+        copies.lazy()
+        .group_by("direction", "host_memory", "op", "range", "python_frame")
         .agg(*_TOTALS, median_gbps=pl.col("gbps").median())
         # ties broken by the site itself: the same trace gives the same JSON every run
         .sort(
@@ -209,7 +233,7 @@ def analyse_copies(
             descending=[True, True, False, False, False, False, False],
             nulls_last=True,
         )
-    )
+    ).pipe(chain.collect)
     # Without ProfilerStep the trace is one step (step null): every copy counts in it.
     counted = copies if trace.steps.is_empty() else copies.filter(pl.col("step").is_not_null())
     per_step = counted.group_by("step").agg(*_TOTALS).sort("step")

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses.intervals import reach
 from traceanalyzer.analyses.steps import Caveat
 from traceanalyzer.options import HealthOptions, Options
@@ -148,8 +149,12 @@ def _stream_overlap(trace: Trace, o: HealthOptions) -> HealthCheck | None:
     k = trace.gpu.lazy().filter(pl.col("kind") == "kernel").select("device", "stream", "ts_ns", "end_ns").collect()
     if k.is_empty():
         return None
-    k = k.sort("device", "stream", "ts_ns").with_columns(_reach=reach("end_ns", ["device", "stream"]))
-    over = k.filter(pl.col("ts_ns") < pl.col("_reach"))
+    over = chain.collect(  # one query, run as the eager calls were
+        k.lazy()
+        .sort("device", "stream", "ts_ns")
+        .with_columns(_reach=reach("end_ns", ["device", "stream"]))
+        .filter(pl.col("ts_ns") < pl.col("_reach"))
+    )
     share = over.height / k.height
     if share < o.stream_overlap_share:
         return None
@@ -259,6 +264,11 @@ def _sampled(trace: Trace, o: HealthOptions) -> HealthCheck | None:
     )
 
 
+# Up to this many rows a table's threads are swept in one query (windows over pid, tid): their
+# temporaries are small, and a small rank has several threads a table (~25 µs a query each).
+SMALL_TABLE_ROWS = 100_000
+
+
 def crossing_events(df: pl.DataFrame) -> int:
     """Events of a CPU table (pid, tid, ts_ns, end_ns) that start inside an earlier event on
     their thread and end after it: witnessed by the one just before, or by the one reaching
@@ -272,6 +282,10 @@ def crossing_events(df: pl.DataFrame) -> int:
     furthest, prev = reach("end_ns"), pl.col("end_ns").shift(1)
     ts, end = pl.col("ts_ns"), pl.col("end_ns")
     crosses = ((ts < furthest) & (furthest < end)) | ((ts < prev) & (prev < end))
+    if df.height <= SMALL_TABLE_ROWS:  # one query, the windows per thread: two in all, not two a thread
+        order = ["pid", "tid", "ts_ns", "end_ns"]
+        ordered = df.select(order).sort(order, descending=[False, False, False, True], nulls_last=True)
+        return int(ordered.select(crosses.fill_null(False).over(["pid", "tid"]).sum()).item())
     n = 0
     for thread in df.select("pid", "tid", "ts_ns", "end_ns").partition_by(["pid", "tid"], include_key=False):
         ordered = thread.sort(["ts_ns", "end_ns"], descending=[False, True], nulls_last=True)

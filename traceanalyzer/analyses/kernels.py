@@ -24,8 +24,14 @@ import polars as pl
 
 from traceanalyzer.analyses.attribution import named_ops
 from traceanalyzer.options import KernelOptions, Options
-from traceanalyzer.patterns import GRAPH_LAUNCH, MATMUL_CONV_KERNEL, TENSOR_CORE_KERNEL, TENSOR_CORE_PRECISION
-from traceanalyzer.reprs import Compact
+from traceanalyzer.patterns import (
+    GRAPH_LAUNCH,
+    MATMUL_CONV_KERNEL,
+    TENSOR_CORE_KERNEL,
+    TENSOR_CORE_PRECISION,
+    matches,
+)
+from traceanalyzer.reprs import Compact, Unread
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us, us_expr
 
@@ -134,11 +140,12 @@ def _launchers(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None) -> KernelsResult:
-    """Per kernel name: time, shape, Tensor Core use, launching ops; the short-kernel census."""
+def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None, lean: bool = False) -> KernelsResult:
+    """Per kernel name: time, shape, Tensor Core use, launching ops; the short-kernel census.
+    `lean` (a rank's row): the totals and the census only, the tables `reprs.Unread`."""
     opts = Options.of(options).kernels
     # the columns read, then the rows: a filter copies every column it keeps (the GPU table's
-    # 23 columns: +58 MB of peak at 311 MB, against +X)
+    # 23 columns: +58 MB of peak at 311 MB, these ~+19 MB)
     k = (
         trace.gpu.select(
             "name",
@@ -153,10 +160,12 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
         .filter(pl.col("kind") == "kernel")
         .drop("kind")
     )
+    graph, short = k["graph"], k["short"]
     total_ns = int(k["dur_ns"].sum()) if k.height else 0
-    table = (
-        k.group_by("name")
-        .agg(
+    if lean:
+        per = k.group_by("name").agg(total_ns=pl.col("dur_ns").sum())
+    else:
+        per = k.group_by("name").agg(
             calls=pl.len().cast(pl.Int64),
             total_ns=pl.col("dur_ns").sum(),
             mean_ns=pl.col("dur_ns").mean(),
@@ -166,41 +175,50 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
             block=_mode("block"),
             graph_replayed=pl.col("graph").sum().cast(pl.Int64),
         )
-        .with_columns(
-            # over the µs as shown (units), as the outputs always gave it: a ratio of the ns would
-            # move the last digit of most shares in every table
-            share=us_expr("total_ns", 0) / duration_us(total_ns) if total_ns else pl.lit(None, pl.Float64),
-            tensor_cores=pl.col("name").str.contains(TENSOR_CORE_KERNEL)
-            | (pl.col("name").str.contains(MATMUL_CONV_KERNEL) & pl.col("name").str.contains(TENSOR_CORE_PRECISION)),
-            matmul_conv=pl.col("name").str.contains(MATMUL_CONV_KERNEL),
+    names = per["name"]  # distinct: each matched once a process (`patterns.matches`)
+    mm = matches(names, MATMUL_CONV_KERNEL).alias("matmul_conv")
+    tc = (matches(names, TENSOR_CORE_KERNEL) | (mm & matches(names, TENSOR_CORE_PRECISION))).alias("tensor_cores")
+    mm_ns = int(per["total_ns"].filter(mm).sum())
+    no_tc_ns = int(per["total_ns"].filter(mm & ~tc).sum())
+    if lean:
+        table = short_names = Unread("KernelsResult.table_ns / short_names_ns")
+    else:
+        table = (
+            per.with_columns(
+                # over the µs as shown (units), as the outputs always gave it: a ratio of the ns would
+                # move the last digit of most shares in every table
+                share=us_expr("total_ns", 0) / duration_us(total_ns) if total_ns else pl.lit(None, pl.Float64),
+                tensor_cores=tc,
+                matmul_conv=mm,
+            )
+            .join(_launchers(trace, k), on="name", how="left")
+            .rename({"name": "kernel"})
+            .sort(["total_ns", "kernel"], descending=[True, False])
+            .select(KERNEL_COLUMNS)
         )
-        .join(_launchers(trace, k), on="name", how="left")
-        .rename({"name": "kernel"})
-        .sort(["total_ns", "kernel"], descending=[True, False])
-        .select(KERNEL_COLUMNS)
-    )
-    short = k.filter(pl.col("short"))
-    short_names = (
-        short.group_by("name")
-        .agg(calls=pl.len(), total_ns=pl.col("dur_ns").sum())
-        .sort(["calls", "name"], descending=[True, False])
-    )
-    outside = k.filter(~pl.col("graph"))
-    short_out = outside.filter(pl.col("short")).height
+        short_names = (
+            k.filter(short)
+            .group_by("name")
+            .agg(calls=pl.len(), total_ns=pl.col("dur_ns").sum())
+            .sort(["calls", "name"], descending=[True, False])
+        )
+    # the census from the two masks: Series sums, no query
+    n_short = int(short.sum())
+    outside = ~graph
+    n_outside = int(outside.sum())
+    short_out = int((short & outside).sum())
+    short_ns = int(k["dur_ns"].filter(short).sum())
     census = ShortKernels(
         threshold_us=opts.short_kernel_us,
-        count=short.height,
+        count=n_short,
         total=k.height,
-        count_share=short.height / k.height if k.height else None,
-        time_ns=int(short["dur_ns"].sum()) if short.height else 0,
-        time_share=short["dur_ns"].sum() / total_ns if total_ns else None,
+        count_share=n_short / k.height if k.height else None,
+        time_ns=short_ns,
+        time_share=short_ns / total_ns if total_ns else None,
         count_outside_graphs=short_out,
-        total_outside_graphs=outside.height,
-        count_share_outside_graphs=short_out / outside.height if outside.height else None,
+        total_outside_graphs=n_outside,
+        count_share_outside_graphs=short_out / n_outside if n_outside else None,
     )
-    mm = table.filter(pl.col("matmul_conv"))
-    mm_ns = int(mm["total_ns"].sum()) if mm.height else 0
-    no_tc_ns = int(mm.filter(~pl.col("tensor_cores"))["total_ns"].sum()) if mm.height else 0
     return KernelsResult(
         options=opts,
         table_ns=table,

@@ -24,17 +24,20 @@ of the trace, is made from the µs shown (`units.us_expr`), as the outputs alway
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer import chain
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
 from traceanalyzer.analyses.work_model import KEYS, NO_MODEL, work_table
 from traceanalyzer.options import Options, RooflineOptions
-from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL
-from traceanalyzer.reprs import Compact
+from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL, matches
+from traceanalyzer.reprs import Compact, Unread
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us, us_expr
 
@@ -114,7 +117,7 @@ def device_peaks(trace: Trace, opts: RooflineOptions) -> pl.DataFrame:
     """DEVICE_SCHEMA: every device the trace lists or runs work on, with its peaks (the table's,
     or the flags') and where they come from."""
     listed = {d.id: d for d in trace.meta.devices}
-    used = trace.gpu.select(pl.col("device").drop_nulls().unique().sort()).to_series().to_list()
+    used = windows.devices(trace)  # made once per Trace
     rows = []
     for dev in sorted(set(listed) | set(used)):
         d = listed.get(dev)
@@ -136,6 +139,7 @@ def device_peaks(trace: Trace, opts: RooflineOptions) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=DEVICE_SCHEMA, orient="row") if rows else pl.DataFrame(schema=DEVICE_SCHEMA)
 
 
+@functools.cache  # an expression is a value: built once
 def _roof() -> pl.Expr:
     memory = pl.col("family").is_in(MEMORY_FAMILIES)
     fp32 = (
@@ -158,6 +162,7 @@ def _roof() -> pl.Expr:
     )
 
 
+@functools.cache
 def _peak_tflops() -> pl.Expr:
     expr = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
     for r in COMPUTE_ROOFS:
@@ -165,11 +170,11 @@ def _peak_tflops() -> pl.Expr:
     return expr.otherwise(pl.lit(None, pl.Float64))
 
 
-def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
-    """Achieved rates, roof, bound and share of each op/shape row."""
+def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
+    """Achieved rates, roof, bound and share of each op/shape row (one query)."""
     secs = pl.col("gpu_ns") / 1e9
     out = (
-        rows.join(devices.drop("name", "part", "found", "source"), on="device", how="left")
+        rows.join(devices.lazy().drop("name", "part", "found", "source"), on="device", how="left")
         .with_columns(roof=_roof())
         .with_columns(
             peak_tflops=_peak_tflops(),
@@ -218,17 +223,22 @@ def _judge(rows: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
             pl.col("achieved_tflops") / tensor
         ),
     )
-    return out.sort(
-        ["headroom_us", "gpu_ns", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True
-    ).select(OP_COLUMNS)
+    return chain.collect(
+        out.sort(
+            ["headroom_us", "gpu_ns", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True
+        ).select(OP_COLUMNS)
+    )
 
 
 def _unmodelled(
-    trace: Trace, gpu: pl.DataFrame, owned: pl.DataFrame, anc: pl.DataFrame, cand: pl.DataFrame, host: pl.DataFrame
+    trace: Trace, gpu: pl.DataFrame, owned: pl.DataFrame, anc: pl.DataFrame, cand: pl.DataFrame
 ) -> pl.DataFrame:
     """GPU time outside every reported op: by the innermost op around the launch that the model
     knows by name and could not model (with its reason), else by the op a user would name;
     copies between host and device in one row."""
+    host = trace.gpu.select("kind", "name", "dur_ns").filter(
+        (pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)
+    )
     host_row = pl.DataFrame(
         {
             "op": ["(copies between host and device)"],
@@ -266,33 +276,39 @@ def _unmodelled(
     return pl.concat([per.select(list(UNMODELLED_SCHEMA)), host_row]).sort(["gpu_ns", "op"], descending=[True, False])
 
 
-def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = None) -> RooflineResult:
+def analyse_roofline(
+    trace: Trace, options: Options | RooflineOptions | None = None, lean: bool = False
+) -> RooflineResult:
     """Per op, shape and device: FLOPs and bytes per call, GPU time, achieved TFLOP/s and GB/s,
-    arithmetic intensity, the bound and the share of the peak at that bound (see the module)."""
+    arithmetic intensity, the bound and the share of the peak at that bound (see the module).
+    `lean` (a rank's row): `unmodelled_ns` is `reprs.Unread`."""
     opts = Options.of(options).roofline
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
-    host_copy = (pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)
-    host = trace.gpu.select("gpu_id", "kind", "name", "dur_ns").filter(host_copy)
-    # the columns first: a join or a filter copies every column of the rows it keeps
-    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").join(
-        host.select("gpu_id"), on="gpu_id", how="anti"
-    )
-    ops = trace.ops.select("op_id", "kind", *KEYS).filter(pl.col("kind") == "cpu_op").drop("kind")
+    # the columns first: a filter copies every column of the rows it keeps
+    host_copy = ((pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)).fill_null(False)
+    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy)
+    # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
+    ops = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(pl.col("kind") == "cpu_op").drop("kind"))
     work = work_table(ops)
     cand = ops.join(work, on=KEYS, how="inner", nulls_equal=True)
     modelled = cand.filter(pl.col("reason").is_null())
     # Report at the outermost modelled op: drop every modelled op that has one around it.
     around = (
         ancestors(trace.ops, modelled["op_id"])
+        .lazy()
         .filter(pl.col("level") > 0)
-        .join(modelled.select(ancestor_id="op_id"), on="ancestor_id", how="semi")
+        .join(modelled.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")
     )
-    reported = modelled.join(around.select("op_id").unique(), on="op_id", how="anti")
+    reported = chain.collect(modelled.lazy().join(around.select("op_id").unique(), on="op_id", how="anti"))
     # Each launch belongs to at most one reported op: reported ops never nest.
     anc = ancestors(trace.ops, gpu["op_id"].drop_nulls().unique())
-    owner = anc.join(reported.select(ancestor_id="op_id"), on="ancestor_id", how="semi").select("op_id", "ancestor_id")
-    owned = gpu.join(owner, on="op_id", how="inner")
+    owner = (
+        anc.lazy()
+        .join(reported.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")
+        .select("op_id", "ancestor_id")
+    )
+    owned = chain.collect(gpu.lazy().join(owner, on="op_id", how="inner"))
     # The kernels' patterns matched once per distinct name (a trace of 300 MB has ~100 among
     # 90k activities), then `any` per op; each op's device is the most frequent (the lowest of
     # equally frequent ones) by counting (device, op) pairs, not a `mode` per group.
@@ -300,16 +316,18 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
     is_kernel = pl.col("kind") == "kernel"
 
     def flag(pattern: str) -> pl.Expr:
-        matched = names.str.contains(pattern)
+        matched = matches(names, pattern)  # each distinct name once a process
         return is_kernel & pl.col("name").replace_strict(names, matched, default=None, return_dtype=pl.Boolean)
 
     per_op = (
-        owned.select("ancestor_id", "dur_ns", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
+        owned.lazy()
+        .select("ancestor_id", "dur_ns", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
         .group_by("ancestor_id")
         .agg(gpu_ns=pl.col("dur_ns").sum(), tensor_cores=pl.col("_tc").any(), fewer_flops=pl.col("_ff").any())
     )
     on_device = (
-        owned.filter(pl.col("device").is_not_null())
+        owned.lazy()
+        .filter(pl.col("device").is_not_null())
         .group_by("ancestor_id", "device")
         .agg(_n=pl.len())
         .group_by("ancestor_id")
@@ -319,7 +337,8 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
         "ancestor_id", "gpu_ns", "device", "tensor_cores", "fewer_flops"
     )
     rows = (
-        reported.join(per_op, left_on="op_id", right_on="ancestor_id", how="inner")
+        reported.lazy()
+        .join(per_op, left_on="op_id", right_on="ancestor_id", how="inner")
         .filter(pl.col("gpu_ns") > 0)
         .group_by(*KEYS, "device", maintain_order=True)
         .agg(
@@ -337,7 +356,7 @@ def analyse_roofline(trace: Trace, options: Options | RooflineOptions | None = N
         note = "the trace recorded no shapes (Input Dims): profile with record_shapes=True to model ops"
     return RooflineResult(
         ops_ns=table,
-        unmodelled_ns=_unmodelled(trace, gpu, owned, anc, cand, host),
+        unmodelled_ns=Unread("RooflineResult.unmodelled_ns") if lean else _unmodelled(trace, gpu, owned, anc, cand),
         devices=devices,
         gpu_ns=all_gpu_ns,
         modelled_gpu_ns=int(owned["dur_ns"].sum()) if owned.height else 0,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import data_loading_ranges
 from traceanalyzer.analyses.intervals import merge
@@ -115,9 +116,9 @@ def _warmup(durations: pl.Series, factor: float) -> pl.Series:
 def _durations(trace: Trace, opts: StepOptions) -> pl.DataFrame:
     """One row per analysis window (the ProfilerSteps, or the trace as one step: step null): step,
     name, start_ns, kind, duration_ns, cpu_duration_ns, outlier, warmup; no GPU time."""
-    steps = windows.step_windows(trace)
+    steps = windows.step_windows(trace).lazy()  # one query (`chain.collect`), run as the eager calls were
     if trace.steps.height:
-        cpu = trace.steps.select("step", "name", cpu_ns=pl.col("cpu_end_ns") - pl.col("cpu_start_ns"))
+        cpu = trace.steps.lazy().select("step", "name", cpu_ns=pl.col("cpu_end_ns") - pl.col("cpu_start_ns"))
         steps = steps.join(cpu, on="step", how="left")
     else:
         steps = steps.with_columns(name=pl.lit(None, pl.String), cpu_ns=pl.col("end_ns") - pl.col("start_ns"))
@@ -128,10 +129,12 @@ def _durations(trace: Trace, opts: StepOptions) -> pl.DataFrame:
         kind=step_kind(pl.col("name")),
         duration_ns=pl.col("end_ns") - pl.col("start_ns"),
         cpu_duration_ns=pl.col("cpu_ns"),
-    )
+    ).pipe(chain.collect)
     median = t["duration_ns"].median()
-    t = t.with_columns(outlier=pl.col("duration_ns") > opts.outlier_factor * median)
-    return t.with_columns(warmup=_warmup(t["duration_ns"], opts.outlier_factor))
+    return t.with_columns(
+        outlier=pl.col("duration_ns") > opts.outlier_factor * median,
+        warmup=_warmup(t["duration_ns"], opts.outlier_factor),
+    )
 
 
 def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
@@ -204,16 +207,17 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern:
     data = data_loading_ranges(trace, data_pattern)
     if data.height and trace.steps.height:
         inside = (
-            data.select("op_id", "ts_ns", "end_ns")
+            data.lazy()
+            .select("op_id", "ts_ns", "end_ns")
             .join_where(
-                trace.steps.select(s="start_ns", e="end_ns"),
+                trace.steps.lazy().select(s="start_ns", e="end_ns"),
                 pl.col("ts_ns") < pl.col("e"),
                 pl.col("end_ns") > pl.col("s"),
             )
             .select("op_id")
             .unique()
         )
-        outside = data.join(inside, on="op_id", how="anti")
+        outside = chain.collect(data.lazy().join(inside, on="op_id", how="anti"))
         if outside.height:
             out.append(
                 Caveat(

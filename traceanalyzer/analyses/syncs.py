@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer.analyses import windows
+from traceanalyzer import chain
+from traceanalyzer.analyses import sync_calls, windows
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 
@@ -42,7 +43,7 @@ from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.options import Options, SyncOptions
 from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
-from traceanalyzer.reprs import Compact
+from traceanalyzer.reprs import Compact, Unread
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
 
@@ -155,53 +156,8 @@ def charged_gaps(
     if not trace.has_gpu_work:
         return pl.DataFrame(schema=schema)
     pieces = (classified or classify_gaps(trace, options)).pieces
-    return pieces.with_columns(runtime_id=pl.col("sync_call")).select(list(schema)).cast(schema)
-
-
-def _device_of_calls(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
-    """Add `device`: that of the call's own GPU activity (a memcpy), else of the latest work the
-    same thread launched before it, else the trace's only (or first) device."""
-    own = (
-        trace.gpu.select("runtime_id", _own="device")
-        .filter(pl.col("runtime_id").is_not_null())
-        .unique("runtime_id", keep="first")
-    )
-    launched = (
-        trace.gpu.select(pid="launch_pid", tid="launch_tid", _lts="launch_ts_ns", _ldev="device")
-        .filter(pl.col("_lts").is_not_null())
-        .sort("_lts")
-    )
-    devs = windows.devices(trace)
-    calls = calls.join(own, on="runtime_id", how="left").sort("ts_ns")
-    if launched.height:
-        calls = calls.join_asof(
-            launched, left_on="ts_ns", right_on="_lts", by=["pid", "tid"], strategy="backward", check_sortedness=False
-        ).drop("_lts")
-    else:
-        calls = calls.with_columns(_ldev=pl.lit(None, pl.Int64))
-    return calls.with_columns(device=pl.coalesce("_own", "_ldev", pl.lit(devs[0] if devs else None, pl.Int64))).drop(
-        "_own", "_ldev"
-    )
-
-
-def _waited_for(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
-    """Add `waited_for` / `waited_for_stream`: the GPU activity on the call's device that ended
-    last while the call was in progress."""
-    gpu = (
-        trace.gpu.select("device", _gend="end_ns", waited_for="name", waited_for_stream="stream")
-        .filter(pl.col("device").is_not_null())
-        .sort("_gend")
-    )
-    if gpu.is_empty() or calls.is_empty():
-        return calls.with_columns(waited_for=pl.lit(None, pl.String), waited_for_stream=pl.lit(None, pl.Int64))
-    j = calls.sort("end_ns").join_asof(
-        gpu, left_on="end_ns", right_on="_gend", by="device", strategy="backward", check_sortedness=False
-    )
-    inside = pl.col("_gend") >= pl.col("ts_ns")
-    return j.with_columns(
-        waited_for=pl.when(inside).then(pl.col("waited_for")),
-        waited_for_stream=pl.when(inside).then(pl.col("waited_for_stream")),
-    ).drop("_gend")
+    named = {"runtime_id": pl.col("sync_call")}
+    return pieces.select(named.get(c, pl.col(c)).cast(t).alias(c) for c, t in schema.items())
 
 
 def analyse_syncs(
@@ -210,18 +166,22 @@ def analyse_syncs(
     *,
     classified: ClassifiedGaps | None = None,
     blocking: pl.DataFrame | None = None,
+    lean: bool = False,
 ) -> SyncsResult:
     """Every sync, its bubble and its site; `classified` is the trace's `classify_gaps` result
     when already computed with the same options (the bubbles come from it), `blocking` its
-    `cpu_activity.blocking_calls` (the Session passes both)."""
+    `cpu_activity.blocking_calls` (the Session passes both). `lean` (a rank's row): the totals,
+    `summary_ns` and `by_api_ns` only, the other tables `reprs.Unread` (each call's device, step
+    and the work it waited for are not looked up)."""
     bundle = Options.of(options)
     opts = bundle.syncs
     blocking = blocking if blocking is not None else blocking_calls(trace)
     waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
+    # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
     calls = pl.concat(
-        [blocking.with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))],
+        [blocking.lazy().with_columns(_blocking=pl.lit(True)), waits.lazy().with_columns(_blocking=pl.lit(False))],
         how="diagonal_relaxed",
-    )
+    ).pipe(chain.collect)
     step_table = windows.step_windows(trace).select("step", step_ns=pl.col("end_ns") - pl.col("start_ns"))
     n_steps = windows.step_count(trace)
     total_ns = int(step_table["step_ns"].sum() or 0)
@@ -243,30 +203,24 @@ def analyse_syncs(
     # The gap the call returned into is its bubble; gaps that opened and closed while it still
     # held the CPU (a pageable copy staged in chunks, say) are idle time while blocked.
     ends = blocking.select("runtime_id", _call_end="end_ns")
+    gap_len, after = pl.col("end_ns") - pl.col("start_ns"), pl.col("end_ns") >= pl.col("_call_end")
     bubble = (
-        gaps.filter(pl.col("runtime_id").is_not_null())
-        .join(ends, on="runtime_id", how="left")
-        .with_columns(_len=pl.col("end_ns") - pl.col("start_ns"), _after=pl.col("end_ns") >= pl.col("_call_end"))
+        gaps.lazy()
+        .filter(pl.col("runtime_id").is_not_null())
+        .join(ends.lazy(), on="runtime_id", how="left")
         .group_by("runtime_id")
-        .agg(
-            bubble_ns=pl.col("_len").filter(pl.col("_after")).sum(),
-            idle_while_blocked_ns=pl.col("_len").filter(~pl.col("_after")).sum(),
-        )
+        .agg(bubble_ns=gap_len.filter(after).sum(), idle_while_blocked_ns=gap_len.filter(~after).sum())
     )
-    calls = _device_of_calls(trace, calls)
-    calls = _waited_for(trace, calls)
-    calls = windows.step_of(calls, trace.steps, "ts_ns")
+    calls = sync_calls.without_lookups(calls) if lean else sync_calls.with_lookups(trace, calls)
     ctx = op_context(trace, calls["op_id"])
-    calls = calls.join(ctx, on="op_id", how="left").join(bubble, on="runtime_id", how="left")
+    calls = chain.collect(
+        calls.lazy().join(ctx.lazy(), on="op_id", how="left").join(bubble, on="runtime_id", how="left")
+    )
     # A call outside any op (torch.cuda.synchronize() in the loop) is named by its Python line.
     lines = python_line_at(
         trace, calls.filter(pl.col("python_frame").is_null()).select("runtime_id", "pid", "tid", "ts_ns"), "runtime_id"
     )
-    calls = (
-        calls.join(lines.rename({"python_frame": "_line"}), on="runtime_id", how="left")
-        .with_columns(python_frame=pl.coalesce("python_frame", "_line"))
-        .drop("_line")
-    )
+    calls = calls.lazy().join(lines.lazy().rename({"python_frame": "_line"}), on="runtime_id", how="left")
     kind = (
         pl.when(~pl.col("_blocking"))
         .then(pl.lit(GPU_WAIT))
@@ -275,9 +229,16 @@ def analyse_syncs(
         .otherwise(pl.lit("explicit"))
     )
     blocked = pl.when(pl.col("_blocking")).then(pl.col("dur_ns")).otherwise(0)
-    table = calls.with_columns(kind=kind).select(
+    # One sync point per op instance: aten::to's cudaMemcpyAsync and the cudaStreamSynchronize
+    # after it are two calls but one place where user code waited.
+    point = (
+        pl.when(kind == "implicit")
+        .then(pl.lit("o") + pl.col("op_id").cast(pl.String))
+        .otherwise(pl.lit("r") + pl.col("runtime_id").cast(pl.String))
+    )
+    table = calls.select(
         sync_id=pl.col("runtime_id"),
-        kind="kind",
+        kind=kind,
         api=pl.col("name"),
         start_ns=pl.col("ts_ns"),
         blocked_ns=blocked,
@@ -287,24 +248,17 @@ def analyse_syncs(
         waited_for_stream=pl.when(pl.col("_blocking")).then(pl.col("waited_for_stream")),
         op="op",
         range="range",
-        python_frame="python_frame",
+        python_frame=pl.coalesce("python_frame", "_line"),  # else the Python line of a call outside any op
         op_chain="op_chain",
         step="step",
         tid="tid",
         device="device",
-        _op_id=pl.col("op_id"),
-    )
-    # One sync point per op instance: aten::to's cudaMemcpyAsync and the cudaStreamSynchronize
-    # after it are two calls but one place where user code waited.
-    point = (
-        pl.when(pl.col("kind") == "implicit")
-        .then(pl.lit("o") + pl.col("_op_id").cast(pl.String))
-        .otherwise(pl.lit("r") + pl.col("sync_id").cast(pl.String))
-    )
-    table = table.with_columns(_point=point)
+        _point=point,
+    ).pipe(chain.collect)
     stalls = table.filter(IS_STALL)
     summary = (
-        stalls.group_by("kind", "op", "range", "python_frame")
+        stalls.lazy()
+        .group_by("kind", "op", "range", "python_frame")
         .agg(
             calls=pl.len(),
             sync_points=pl.col("_point").n_unique(),
@@ -347,7 +301,22 @@ def analyse_syncs(
             "blocked_share",
             "bubble_share",
         )
-    )
+    ).pipe(chain.collect)
+    totals = {
+        "sync_idle_ns": int(stalls["bubble_ns"].sum() + stalls["idle_while_blocked_ns"].sum()),
+        "blocked_ns": int(stalls["blocked_ns"].sum()),
+        "window_ns": total_ns,
+        "origin_ns": trace.meta.origin_ns,
+    }
+    by_api = (
+        table.lazy()
+        .group_by("kind", "api")
+        .agg(calls=pl.len(), blocked_ns=pl.col("blocked_ns").sum(), bubble_ns=pl.col("bubble_ns").sum())
+        .sort("calls", "kind", "api", descending=[True, False, False])  # ties in one order every run
+    ).pipe(chain.collect)
+    if lean:
+        unread = [Unread(f"SyncsResult.{name}") for name in ("syncs_ns", "per_step_ns", "sites")]
+        return SyncsResult(trace.path, opts, unread[0], summary, by_api, unread[1], n_steps, **totals, sites=unread[2])
     agg = (
         stalls.filter(pl.col("step").is_not_null() | pl.lit(trace.steps.is_empty()))
         .group_by("step")
@@ -373,11 +342,6 @@ def analyse_syncs(
         )
         .sort("step")
     )
-    by_api = (
-        table.group_by("kind", "api")
-        .agg(calls=pl.len(), blocked_ns=pl.col("blocked_ns").sum(), bubble_ns=pl.col("bubble_ns").sum())
-        .sort("calls", "kind", "api", descending=[True, False, False])  # ties in one order every run
-    )
     listed = table.filter(~IS_STALL | (pl.col("blocked_ns") >= opts.min_blocked_us * 1000))
     listed = listed.sort("blocked_ns", "sync_id", descending=[True, False]).select(SYNC_COLUMNS)
     return SyncsResult(
@@ -388,9 +352,6 @@ def analyse_syncs(
         by_api,
         per_step,
         n_steps,
-        sync_idle_ns=int(stalls["bubble_ns"].sum() + stalls["idle_while_blocked_ns"].sum()),
-        blocked_ns=int(stalls["blocked_ns"].sum()),
-        window_ns=total_ns,
-        origin_ns=trace.meta.origin_ns,
+        **totals,
         sites=stalls.select("sync_id", "kind", "op", "range", "python_frame"),
     )

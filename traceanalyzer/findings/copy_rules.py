@@ -5,12 +5,15 @@ Times are summed in integer ns (`CopiesResult.copies_ns`) and shown in µs."""
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses import gpu_time
-from traceanalyzer.findings.engine import Finding, Rule, counted, severity, site
+from traceanalyzer.analyses.op_tree import is_row_number
+from traceanalyzer.findings.engine import Finding, Later, Rule, counted, severity, site
 from traceanalyzer.units import display_us, duration_us
 
 if TYPE_CHECKING:
@@ -35,22 +38,50 @@ def _copies(ses: Session) -> pl.DataFrame:
     c = ses.copies.copies_ns
     if c.is_empty() or "host_memory" not in c.columns:
         return pl.DataFrame()
-    return c.with_columns(_step=pl.col("step") if ses.trace.steps.height else pl.lit(0, pl.Int64))
+    # a column added as a Series: no query (five rules ask)
+    step = c["step"] if ses.trace.steps.height else pl.Series([0], dtype=pl.Int64).new_from_index(0, c.height)
+    return c.hstack([step.alias("_step")])
+
+
+GATHER_ROWS = 1 << 16  # up to this many GPU activities a copy's launch is read by row
+
+
+# Each Session's blocking copies with the GPU idle while they held the CPU, worked out once: the
+# pageable-copy and device-to-host rules ask for mostly the same calls (~1.5 ms each a DLRM rank).
+_BLOCKED_IDLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _idle_while_blocked_us(ses: Session, copies: pl.DataFrame) -> float:
     """GPU idle on the copies' devices while their calls held the CPU: the GPU time a blocking
-    copy cost (a CPU blocked on a busy GPU costs nothing)."""
+    copy cost (a CPU blocked on a busy GPU costs nothing). Each call's idle is its own (the
+    idle pieces inside its span), so it is summed over `copies` from the Session's table."""
     if copies.is_empty() or not ses.trace.has_gpu_work:
         return 0.0
-    calls = copies.select("copy_id", "blocked_ns").join(
-        ses.trace.gpu.select(copy_id="gpu_id", device="device", _a="launch_ts_ns", _b="launch_end_ns"),
-        on="copy_id",
-        how="left",
-    )
-    calls = calls.filter(pl.col("blocked_ns").fill_null(0) > 0)
-    idle = gpu_time.idle_within(ses.classified.pieces, calls, "_a", "_b", "_idle_ns")
-    return duration_us(int(idle["_idle_ns"].sum())) if idle.height else 0.0
+    idle = _BLOCKED_IDLE.get(ses)
+    if idle is None:
+        idle = _BLOCKED_IDLE[ses] = _blocked_idle(ses, ses.copies.copies_ns)
+    return duration_us(int(idle["_idle_ns"].filter(idle["copy_id"].is_in(copies["copy_id"].implode())).sum()))
+
+
+def _blocked_idle(ses: Session, copies: pl.DataFrame) -> pl.DataFrame:
+    """copy_id, _idle_ns: each copy of `copies` whose call held the CPU, and the GPU idle on its
+    device while it did."""
+    gpu = ses.trace.gpu
+    blocked = copies["blocked_ns"].fill_null(0) > 0
+    if gpu.height <= GATHER_ROWS and is_row_number(gpu["gpu_id"]):  # the launches by row: Series, no query
+        at = copies["copy_id"].filter(blocked).cast(pl.UInt32)
+        calls = pl.DataFrame(
+            [gpu["gpu_id"][at].alias("copy_id"), copies["blocked_ns"].filter(blocked)]
+            + [gpu[c][at].alias(n) for c, n in (("device", "device"), ("launch_ts_ns", "_a"), ("launch_end_ns", "_b"))]
+        )
+    else:
+        calls = copies.select("copy_id", "blocked_ns").join(
+            gpu.select(copy_id="gpu_id", device="device", _a="launch_ts_ns", _b="launch_end_ns"),
+            on="copy_id",
+            how="left",
+        )
+        calls = calls.filter(pl.col("blocked_ns").fill_null(0) > 0)
+    return gpu_time.idle_within(ses.classified.pieces, calls, "_a", "_b", "_idle_ns").select("copy_id", "_idle_ns")
 
 
 def _pageable(ses: Session) -> list[Finding]:
@@ -83,13 +114,15 @@ def _pageable(ses: Session) -> list[Finding]:
                 "top_site": site(s),
             },
             PINNED_ADVICE,
-            tuple(
-                display_us(
-                    pageable.sort("blocked_ns", "bytes", descending=True, nulls_last=True)
-                    .head(5)
-                    .select("direction", "bytes", "start_ns", "duration_ns", "blocked_ns", "op", "python_frame"),
-                    ses.copies.origin_ns,
-                ).to_dicts()
+            Later(
+                lambda: tuple(
+                    display_us(
+                        pageable.sort("blocked_ns", "bytes", descending=True, nulls_last=True)
+                        .head(5)
+                        .select("direction", "bytes", "start_ns", "duration_ns", "blocked_ns", "op", "python_frame"),
+                        ses.copies.origin_ns,
+                    ).to_dicts()
+                )
             ),
             at_stake_us=duration + _idle_while_blocked_us(ses, pageable),
         )
@@ -180,16 +213,21 @@ def _not_overlapped(ses: Session) -> list[Finding]:
     c = _copies(ses)
     if c.is_empty():
         return []
+    # the host-device copies not hidden first: most traces have none, and then no stream is looked up
+    hideable = c.filter(pl.col("direction").is_in(["HtoD", "DtoH"]) & (pl.col("exposed_ns") > 0))
+    if hideable.is_empty():
+        return []
     compute_streams = (
-        ses.trace.gpu.filter(pl.col("kind") == "kernel")
+        ses.trace.gpu.lazy()
+        .filter(pl.col("kind") == "kernel")
         .select("device", "stream")
         .unique()
         .with_columns(_compute=pl.lit(True))
     )
-    hideable = (
-        c.filter(pl.col("direction").is_in(["HtoD", "DtoH"]))
+    hideable = chain.collect(  # one query, run as the eager calls were
+        hideable.lazy()
         .join(compute_streams, on=["device", "stream"], how="left")
-        .filter(pl.col("_compute").fill_null(False) & (pl.col("exposed_ns") > 0))
+        .filter(pl.col("_compute").fill_null(False))
     )
     floor = ses.options.copies.copy_min_finding_us
     exposed = duration_us(hideable["exposed_ns"].sum()) if hideable.height else 0.0
@@ -222,8 +260,10 @@ def _dtod(ses: Session) -> list[Finding]:
     if c.is_empty() or not ses.gaps.has_gpu_work:
         return []
     dtod = c.filter(pl.col("direction") == "DtoD")
+    if dtod.is_empty():
+        return []
     busy = float(ses.gaps.devices["busy_us"].sum())
-    if dtod.is_empty() or busy <= 0:
+    if busy <= 0:
         return []
     duration = duration_us(int(dtod["duration_ns"].sum()))
     share = duration / busy

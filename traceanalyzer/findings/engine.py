@@ -43,7 +43,7 @@ class Finding:
     message: str
     evidence: dict[str, Any]
     recommendation: str
-    events: tuple[dict[str, Any], ...] = ()
+    events: tuple[dict[str, Any], ...] = ()  # a rule may hand a `Later` of them (see `Later`)
     thresholds: dict[str, Any] = field(default_factory=dict)
     at_stake_us: float | None = None  # GPU time at stake (None: the finding is not about GPU time)
     at_stake_share: float | None = None  # of the analysed window (`Rule.run` fills it in)
@@ -61,7 +61,8 @@ class Later:
     """An evidence value that needs an analysis of its own (the pipeline stages, say), not the
     ones the rule's test and message read: `Rule.run` computes it for findings shown in full, and
     leaves the key out where only the rule, severity and message are read (`full=False`: a
-    rank's row in directory mode)."""
+    rank's row in directory mode). A finding's `events` may be one too (`full=False`: none):
+    on a small rank the few queries that pick and shape them cost more than the rule's test."""
 
     compute: Callable[[], Any]
 
@@ -101,7 +102,10 @@ class Rule:
                 for k, v in f.evidence.items()
                 if full or not isinstance(v, Later)
             }
-            found = Finding(f.rule, sev, f.message, evidence, f.recommendation, f.events, values, f.at_stake_us, share)
+            events = f.events
+            if isinstance(events, Later):
+                events = events.compute() if full else ()
+            found = Finding(f.rule, sev, f.message, evidence, f.recommendation, events, values, f.at_stake_us, share)
             out.append(self.estimate(ses, found) if estimate else found)
         return out
 

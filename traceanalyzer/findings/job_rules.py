@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.findings.engine import Finding, Rule, ordered, severity
+from traceanalyzer.findings.engine import Finding, Later, Rule, ordered, severity
 from traceanalyzer.units import display_us, duration_us
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def _exposed_single(ses) -> list[Finding]:
             + "); whether that was waiting for peers or the transfer needs the other ranks (`summary DIR`)",
             {"exposed_us": exposed, "comm_us": total, "share": share, "window_us": window, "steps": n},
             EXPOSED_ADVICE,
-            tuple(comm.per_step.sort("exposed_us", descending=True).head(5).to_dicts()),
+            Later(lambda: tuple(comm.per_step.sort("exposed_us", descending=True).head(5).to_dicts())),
             at_stake_us=exposed,
         )
     ]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses.steps import Caveat
 from traceanalyzer.analyses.verdict import COMPILED_LAUNCH_HINT, compiled_model
 from traceanalyzer.analyses.windows import step_count
@@ -36,7 +37,7 @@ def _data_loading(ses: Session) -> list[Finding]:
     th = ses.options.findings.data_loading_share
     if share < th:
         return []
-    ranges = ses.activity.data_ranges.sort("dur_ns", descending=True)
+    ranges = ses.activity.data_ranges
     per = per_unit(ses)
     n = step_count(ses.trace)
     return [
@@ -54,7 +55,7 @@ def _data_loading(ses: Session) -> list[Finding]:
                 "ranges": ranges.height,
             },
             DATA_ADVICE,
-            events_of(ranges, ses.trace.meta.origin_ns, "name"),
+            Later(lambda: events_of(ranges.sort("dur_ns", descending=True), ses.trace.meta.origin_ns, "name")),
             at_stake_us=idle,
         )
     ]
@@ -106,7 +107,6 @@ def _launch_bound(ses: Session) -> list[Finding]:
     th = o.launch_bound_short_share
     if s.count_share_outside_graphs < th or busy >= o.low_gpu_utilization or latency_share < o.launch_latency_share:
         return []
-    short_names = ses.kernels.short_names.head(MAX_EVENTS)
     return [
         Finding(
             "launch_bound",
@@ -123,7 +123,7 @@ def _launch_bound(ses: Session) -> list[Finding]:
                 "launch_latency_share": latency_share,
             },
             _launch_advice(ses),
-            tuple(short_names.to_dicts()),
+            Later(lambda: tuple(ses.kernels.short_names.head(MAX_EVENTS).to_dicts())),
             at_stake_us=latency_us,
         )
     ]
@@ -148,7 +148,6 @@ def _no_tensor_cores(ses: Session) -> list[Finding]:
     th = ses.options.findings.no_tensor_cores_share
     if share < th:
         return []
-    top = k.table.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores")).head(MAX_EVENTS)
     return [
         Finding(
             "no_tensor_cores",
@@ -163,7 +162,14 @@ def _no_tensor_cores(ses: Session) -> list[Finding]:
             "use mixed precision (torch.autocast with bfloat16/float16) and, on Ampere or newer, allow TF32: "
             "torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True "
             "(or torch.set_float32_matmul_precision('high'))",
-            tuple(top.select("kernel", "calls", "total_us", "share").to_dicts()),
+            Later(
+                lambda: tuple(
+                    k.table.filter(pl.col("matmul_conv") & ~pl.col("tensor_cores"))
+                    .head(MAX_EVENTS)
+                    .select("kernel", "calls", "total_us", "share")
+                    .to_dicts()
+                )
+            ),
             at_stake_us=k.matmul_conv_no_tc_us,
         )
     ]
@@ -171,9 +177,15 @@ def _no_tensor_cores(ses: Session) -> list[Finding]:
 
 def _single_tensor(ses: Session) -> list[Finding]:
     t = ses.trace
-    names = pl.concat(
-        [t.ops.select("name"), t.python.select("name"), t.gpu.filter(pl.col("kind") == "kernel").select("name")]
-    ).filter(pl.col("name").fill_null("").str.contains(SINGLE_TENSOR_OPTIMIZER, literal=True))
+    names = chain.collect(  # one query, run as the eager calls were
+        pl.concat(
+            [
+                t.ops.lazy().select("name"),
+                t.python.lazy().select("name"),
+                t.gpu.lazy().filter(pl.col("kind") == "kernel").select("name"),
+            ]
+        ).filter(pl.col("name").fill_null("").str.contains(SINGLE_TENSOR_OPTIMIZER, literal=True))
+    )
     th = ses.options.findings.single_tensor_min
     if names.height < max(th, 1):
         return []
@@ -217,14 +229,16 @@ def _low_gpu_utilization(ses: Session) -> list[Finding]:
                 "idle_by_cause": {r["cause"]: r["idle_us"] for r in g.steady_idle_by_cause.iter_rows(named=True)},
             },
             "see `traceanalyzer gaps` for every idle gap and the op and Python line behind it",
-            tuple(g.culprits.filter(pl.col("phase") == "steady").head(MAX_EVENTS).to_dicts()),
+            Later(lambda: tuple(g.culprits.filter(pl.col("phase") == "steady").head(MAX_EVENTS).to_dicts())),
             at_stake_us=g.steady_idle_us(),
         )
     ]
 
 
 def _capture_caveats(ses: Session) -> list[Finding]:
-    cav = list(ses.steps.caveats)
+    # The caveats read the steps' durations only (`Session.step_caveats`: those of `steps` when
+    # computed): a rank's row does not pay for each step's GPU busy time (~5 ms of a DLRM rank).
+    cav = list(ses.step_caveats)
     g = ses.gaps
     if g.has_gpu_work and g.window_us and g.startup_window_us * 2 >= g.window_us:
         cav.append(
@@ -243,7 +257,7 @@ def _capture_caveats(ses: Session) -> list[Finding]:
             "capture_caveats",
             "info",
             "; ".join(c.message for c in cav),
-            {"caveats": [c.kind for c in cav], "steps": ses.steps.count},
+            {"caveats": [c.kind for c in cav], "steps": Later(lambda: ses.steps.count)},
             "profile with torch.profiler.schedule(wait=1, warmup=1, active=5) and call prof.step() once per "
             "iteration, after fetching the batch",
             tuple({"kind": c.kind, **c.evidence} for c in cav),

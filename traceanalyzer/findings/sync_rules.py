@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.findings.engine import MAX_EVENTS, Finding, Rule, counted, per_unit, severity, site
+from traceanalyzer.findings.engine import MAX_EVENTS, Finding, Later, Rule, counted, per_unit, severity, site
 
 if TYPE_CHECKING:
     from traceanalyzer.session import Session
@@ -34,13 +34,9 @@ def _sync_stalls(ses: Session) -> list[Finding]:
     th = ses.options.syncs.sync_stall_share
     if share < th:
         return []
-    stalls = s.stalls
     every = s.stall_apis
     apis = every.group_by("api").agg(pl.col("calls").sum()).sort(["calls", "api"], descending=[True, False])
     by_api = ", ".join(f"{r['api']} ×{r['calls']}" for r in apis.iter_rows(named=True))
-    top = stalls.with_columns(_idle=pl.col("bubble_us") + pl.col("idle_while_blocked_us")).sort(
-        "_idle", descending=True
-    )
     return [
         Finding(
             "sync_stalls",
@@ -56,10 +52,14 @@ def _sync_stalls(ses: Session) -> list[Finding]:
                 "sync_calls": int(every["calls"].sum()),
             },
             SYNC_ADVICE,
-            tuple(
-                top.head(MAX_EVENTS)
-                .select("api", "start_us", "blocked_us", "bubble_us", "idle_while_blocked_us", "op", "python_frame")
-                .to_dicts()
+            Later(
+                lambda: tuple(
+                    s.stalls.with_columns(_idle=pl.col("bubble_us") + pl.col("idle_while_blocked_us"))
+                    .sort("_idle", descending=True)
+                    .head(MAX_EVENTS)
+                    .select("api", "start_us", "blocked_us", "bubble_us", "idle_while_blocked_us", "op", "python_frame")
+                    .to_dicts()
+                )
             ),
             at_stake_us=s.sync_idle_us,
         )

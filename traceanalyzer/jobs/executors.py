@@ -54,15 +54,26 @@ def rank_files(path: str | os.PathLike[str]) -> list[str]:
 
 
 def _inflate(data: bytes, name: str) -> bytes:
+    """The JSON of a rank file's bytes (inflated when gzip)."""
+    return _inflated(data, name)[0]
+
+
+def _inflated(data: bytes, name: str) -> tuple[bytes, bool]:
+    """(the JSON of a rank file's bytes, whether it read whole: plain, or gzip to its end)."""
     from traceanalyzer.load.source import ByteSource
 
     buf = io.BytesIO(data)
     buf.name = name
     out = []
     with ByteSource(buf) as src:
-        while chunk := src.read():
+        if not src.compressed:
+            return data, True
+        # blocks of the size the trailer states (a read zeroes a block: 4 MB by default, ~1 ms a
+        # small rank), within bounds should the trailer lie
+        block = min(max(src.gzip_trailer_size() or 0, 1 << 16), 64 << 20) + 1
+        while chunk := src.read(block):
             out.append(chunk)
-    return b"".join(out)
+        return b"".join(out), src.truncated is None
 
 
 def analyse_rank_file(path: str, options: Options | None = None, cache: str = "") -> RankResult | SkippedFile:
@@ -78,11 +89,13 @@ def analyse_rank_file(path: str, options: Options | None = None, cache: str = ""
     folder = os.path.join(cache, rank_io.cache_key(data, options_key(opts))) if cache else ""
     if folder and (hit := rank_io.load_cached(RankResult, folder, path)) is not None:
         return hit
-    buf = io.BytesIO(data)
-    buf.name = path
     try:
+        # Inflated once: the loader reads the JSON (a damaged gzip stream it reads itself, and
+        # says what it lost), the collectives' metadata is read from it.
+        raw, whole = _inflated(data, path)
+        buf = io.BytesIO(raw if whole else data)
+        buf.name = path
         trace = load(buf)
-        raw = _inflate(data, path)
         comm, note = rank_io.comm_args(raw)
     except (NotATraceError, TraceReadError) as exc:
         return SkippedFile(path, exc.problem)

@@ -37,6 +37,7 @@ import polars as pl
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.health import SEVERITIES, worst_first
 from traceanalyzer.causes import CAUSES
+from traceanalyzer.jobs.rank_session import RankSession
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
 from traceanalyzer.options import Options, RankOptions
 from traceanalyzer.session import Session
@@ -143,7 +144,7 @@ def rank_result(
 ) -> RankResult:
     """One rank's contribution: a pure function of one trace (or of a Session over it), and of
     the collectives' metadata read from its raw JSON (`rank_io.comm_args`; None: none known)."""
-    ses = trace if isinstance(trace, Session) else Session(trace, options, comm_args=comm_args)
+    ses = trace if isinstance(trace, Session) else RankSession(trace, options, comm_args=comm_args)
     trace = ses.trace
     gaps = ses.gaps
     if trace.meta.rank is not None:
@@ -159,12 +160,10 @@ def rank_result(
     idle_schema = {"start_ns": pl.Int64, "end_ns": pl.Int64} | dict.fromkeys(("cause", "op", "python_frame"), pl.String)
     idle = (
         gaps.all_gaps_ns.select(
-            "start_ns",
-            end_ns=pl.col("start_ns") + pl.col("duration_ns"),
-            cause="cause",
-            op="op",
-            python_frame="python_frame",
-        ).cast(idle_schema)
+            pl.col("start_ns").cast(pl.Int64),
+            end_ns=(pl.col("start_ns") + pl.col("duration_ns")).cast(pl.Int64),
+            **{c: pl.col(c).cast(pl.String) for c in ("cause", "op", "python_frame")},
+        )
         if gaps.has_gpu_work
         else pl.DataFrame(schema=idle_schema)
     )

@@ -5,6 +5,7 @@ salvaged up to the cut instead of losing the last block."""
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import queue
@@ -59,6 +60,7 @@ class ByteSource:
         self.path: str | None = os.fsdecode(path) if self._owns else None
         self.serial_only = serial_only  # set on a re-read after the parallel path gave up
         self.regular = False  # a local regular file (set by `_open`): read ahead by the kernel
+        self.in_memory = isinstance(path, io.BytesIO)  # bytes at hand: nothing to fetch ahead
         self._fh: BinaryIO = self._open(path) if self._owns else path  # type: ignore[assignment]
         self.total_size = self._size()
         self.raw_read = 0
