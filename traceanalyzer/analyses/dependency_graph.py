@@ -38,6 +38,7 @@ what depends on it through the same edges.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.calibration import calibrate
@@ -62,16 +63,37 @@ NARROW = ["runtime_id", "op_id", "gpu_id", "wait_ns"]
 LANES = pl.Enum(["cpu", "gpu"])
 
 
-def _pairs(
-    df: pl.DataFrame, src: str, dst: str, etype: str, from_start: bool = False, to_end: bool = False
-) -> pl.DataFrame:
-    return (
-        df.select(
-            src=pl.col(src), dst=pl.col(dst), etype=pl.lit(etype), from_start=pl.lit(from_start), to_end=pl.lit(to_end)
-        )
-        .drop_nulls(["src", "dst"])
-        .cast(EDGE_SCHEMA)
-    )
+def _pairs(df: pl.DataFrame, src: str, dst: str, etype: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """The edges (etype, sources, destinations) of the rows of `df` with both ends, less loops."""
+    both = df.select(pl.col(src).cast(pl.Int64), pl.col(dst).cast(pl.Int64)).drop_nulls()
+    return _part(etype, both[:, 0].to_numpy(), both[:, 1].to_numpy())
+
+
+def _part(etype: str, src: np.ndarray, dst: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:
+    loop = src == dst  # a blocking call's own copy can also be the work it waited for, and so on
+    return (etype, src[~loop], dst[~loop]) if loop.any() else (etype, src, dst)
+
+
+def _edge_table(parts: list[tuple[str, np.ndarray, np.ndarray]]) -> pl.DataFrame:
+    """The edges of every part, in one chunk: each part's arrays once into the table's columns (a
+    frame per part, their concatenation and its filter and unique were four copies of a million
+    edges). `from_start` is the launches', `to_end` the syncs'; only sync edges repeat (a call's
+    own copy, the work it waited for and its thread's last launch can be one activity): the first
+    of each is kept, after every other edge."""
+    parts = [p for p in parts if p[0] != "sync"] + [p for p in parts if p[0] == "sync"]
+    sync = [p for p in parts if p[0] == "sync"]
+    if sync:
+        pairs = pl.DataFrame({"s": np.concatenate([p[1] for p in sync]), "d": np.concatenate([p[2] for p in sync])})
+        pairs = pairs.unique(maintain_order=True, keep="first")
+        parts = [p for p in parts if p[0] != "sync"] + [("sync", pairs["s"].to_numpy(), pairs["d"].to_numpy())]
+    parts = parts or [("serial", np.zeros(0, np.int64), np.zeros(0, np.int64))]
+    code = np.concatenate([np.full(len(p[1]), ETYPES.index(p[0]), dtype=np.uint8) for p in parts])
+    src, dst = (np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in (1, 2))
+    del parts, sync
+    etype = pl.Series("etype", ETYPES, dtype=EDGE_SCHEMA["etype"]).gather(code)
+    ends = {"from_start": code == ETYPES.index("launch"), "to_end": code == ETYPES.index("sync")}
+    cols = [pl.Series("src", src, dtype=pl.Int64), pl.Series("dst", dst, dtype=pl.Int64), etype]
+    return pl.DataFrame([*cols, *(pl.Series(k, v, dtype=pl.Boolean) for k, v in ends.items())])
 
 
 def build_graph(
@@ -96,23 +118,41 @@ def build_graph(
     edges = []
     # serial
     # (the slices are in (pid, tid, ts_ns) order: a thread's next slice is the next row of that thread)
-    same_thread = (pl.col("pid") == pl.col("pid").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
-    serial = cpu.select("node", _next=pl.when(same_thread).then(pl.col("node").shift(-1)))
-    edges.append(_pairs(serial, "node", "_next", "serial"))
-    del serial
+    # (node v is row v: an edge from each row to the next where both are of one thread)
+    if "_th" in cpu.columns:
+        th = cpu["_th"].to_numpy()
+        same = th[1:] == th[:-1]
+    else:
+        same = (
+            cpu.select((pl.col("pid") == pl.col("pid").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1)))
+            .to_series()[:-1]
+            .fill_null(False)
+            .to_numpy()
+        )
+    src = np.flatnonzero(same).astype(np.int64)
+    edges.append(("serial", src, src + 1))
+    del same, src
     # launch: the slice that begins the launch call
     calls = trace.runtime.select("runtime_id", *THREAD, "ts_ns")
-    launch = gpu.select("node", "runtime_id").join(calls, on="runtime_id", how="inner")
-    edges.append(
-        _pairs(launch.with_columns(_slice=starting(launch, "ts_ns")), "_slice", "node", "launch", from_start=True)
-    )
+    if _by_row(trace.runtime["runtime_id"], gpu["runtime_id"]):  # a gather, not a join of 300k activities
+        launch = calls.select(pl.col(*THREAD, "ts_ns").gather(gpu["runtime_id"])).with_columns(node=gpu["node"])
+    else:
+        launch = gpu.select("node", "runtime_id").join(calls, on="runtime_id", how="inner")
+    edges.append(_pairs(launch.with_columns(_slice=starting(launch, "ts_ns")), "_slice", "node", "launch"))
     del launch, calls
     # stream order
-    gs = gpu.sort("device", "stream", "ts_ns", "gpu_id").with_columns(
-        _next=pl.col("node").shift(-1).over("device", "stream")
-    )
-    edges.append(_pairs(gs, "node", "_next", "stream"))
-    del gs  # a sorted copy of the GPU nodes: each table left here lives on through the calibration
+    # (in (device, stream, ts_ns, gpu_id) order, a stream's next activity is the next row of that
+    # stream: neighbours compared, no window over the groups, no sorted copy of the GPU nodes)
+    order = gpu.select(pl.arg_sort_by("device", "stream", "ts_ns", "gpu_id")).to_series()
+    lane = gpu.select(pl.col("device", "stream").gather(order))
+    same = lane.select(
+        pl.col("device").eq_missing(pl.col("device").shift(-1))
+        & pl.col("stream").eq_missing(pl.col("stream").shift(-1))
+    ).to_series()[:-1]
+    at = order.cast(pl.Int64).to_numpy() + cpu.height
+    same = same.to_numpy()
+    edges.append(("stream", at[:-1][same], at[1:][same]))
+    del order, lane, same, at
     launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select(
         "node", "device", "stream", "launch_ts_ns", "launch_pid", "launch_tid", "gpu_id"
     )
@@ -154,6 +194,7 @@ def build_graph(
     bl = bl.with_columns(_slice=ending(bl, "end_ns")).filter(pl.col("_slice").is_not_null())
     if bl.height and gpu.height:
         own = bl.join(gpu.select("runtime_id", _src="node"), on="runtime_id", how="inner")
+        g_end, g_dev = gpu["end_ns"], gpu["device"]  # by GPU node: row node - cpu.height
         # the device of the call: its own copy's, else of the last work its thread launched
         prior = bl.sort("ts_ns").join_asof(
             launched.sort("launch_ts_ns")
@@ -166,7 +207,7 @@ def build_graph(
             allow_exact_matches=False,
             check_sortedness=False,
         )
-        own_dev = own.join(gpu.select(_src="node", _odev="device"), on="_src", how="left").select("runtime_id", "_odev")
+        own_dev = own.select("runtime_id", _odev=g_dev.gather(own["_src"] - cpu.height))
         dev = prior.join(own_dev.unique("runtime_id"), on="runtime_id", how="left").with_columns(
             _dev=pl.coalesce("_odev", "_dev", pl.lit(gpu["device"].min()))
         )
@@ -186,13 +227,11 @@ def build_graph(
         )
         # only work that was done when the call returned: a small pageable copy is staged and
         # runs after its call has returned, and the call did not wait for it
-        done = gpu.select(_s="node", _send="end_ns")
         for part, col in ((own, "_src"), (prior, "_src"), (waited, "_src_w")):
-            waited_on = part.join(done.rename({"_s": col}), on=col, how="inner").filter(
-                pl.col("_send") <= pl.col("end_ns")
-            )
-            edges.append(_pairs(waited_on, col, "_slice", "sync", to_end=True))
-        del own, prior, own_dev, dev, ended, waited, done, part, waited_on
+            done = g_end.gather(part[col] - cpu.height)
+            waited_on = part.filter(done <= part["end_ns"])
+            edges.append(_pairs(waited_on, col, "_slice", "sync"))
+        del own, prior, own_dev, dev, ended, waited, done, part, waited_on, g_end, g_dev
     # fork / join with the other launching threads
     if forks.height:
         # the columns first, and one filter: an eager filter copies every column of the rows it keeps
@@ -225,13 +264,8 @@ def build_graph(
         edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
         del other, f
-    # a blocking call's own copy can also be the work it waited for: only sync edges repeat
-    e = pl.concat(edges).filter(pl.col("src") != pl.col("dst"))
+    e = _edge_table(edges)  # one chunk: the calibration reads its columns as numpy arrays in place
     del edges  # the parts, a copy of every edge, would live on through the calibration
-    e = pl.concat(
-        [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
-    )
-    e = one_chunk(e)  # the calibration reads them as numpy arrays: one chunk is read in place, two are copied
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
     del starting, ending  # they hold the slices' keys
@@ -271,6 +305,15 @@ def build_graph(
     parts = {"layer_times": layer_times, "layer_of": layer_of, "gpu_lanes": lanes, "gpu": gpu_only, "threads": threads}
     parts["own"] = narrow(own, ["node", "own_ns"])
     return DependencyGraph(nodes, e, steps, *names, **parts)
+
+
+def _by_row(ids: pl.Series, wanted: pl.Series) -> bool:
+    """Whether `ids` are their row numbers (as the loader numbers them) and every `wanted` is one."""
+    n = ids.len()
+    if not n or ids.null_count() or ids[0] != 0 or ids[-1] != n - 1 or (n > 1 and ids.diff().drop_nulls().min() < 1):
+        return False
+    known = wanted.drop_nulls()
+    return not known.len() or (known.min() >= 0 and known.max() < n)
 
 
 def _node_index() -> pl.Expr:
