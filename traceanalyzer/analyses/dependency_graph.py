@@ -238,24 +238,9 @@ def build_graph(
         main = main_thread(trace)
         on_main = (pl.col("pid") == main[0]) & (pl.col("tid") == main[1])
         keep = (pl.col("kind") != "thread_wait") & ~on_main
-        other = cpu.select("pid", "node", "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
-        f = forks.sort("gap_a")
-        f = f.join_asof(
-            other.select("pid", _dst="node", _ts="ts_ns").sort("_ts"),
-            left_on="gap_a",
-            right_on="_ts",
-            by="pid",
-            strategy="forward",
-            check_sortedness=False,
-        )
-        f = f.sort("gap_b").join_asof(
-            other.select("pid", _jsrc="node", _te="end_ns").sort("_te"),
-            left_on="gap_b",
-            right_on="_te",
-            by="pid",
-            strategy="backward",
-            check_sortedness=False,
-        )
+        f = _forks_on_clock(cpu, forks, keep, clock) if clock is not None and "_th" in cpu.columns else None
+        if f is None:
+            f = _forks_by_joins(cpu, forks, keep)
         # the main thread's slices that end and begin each gap: a search in the slices' keys (a
         # join against all the main thread's slices cost 60 ms at 311 MB)
         on_main = f.with_columns(tid=pl.lit(main[1], pl.Int64))
@@ -263,7 +248,7 @@ def build_graph(
         del on_main
         edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
-        del other, f
+        del f
     e = _edge_table(edges)  # one chunk: the calibration reads its columns as numpy arrays in place
     del edges  # the parts, a copy of every edge, would live on through the calibration
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
@@ -305,6 +290,68 @@ def build_graph(
     parts = {"layer_times": layer_times, "layer_of": layer_of, "gpu_lanes": lanes, "gpu": gpu_only, "threads": threads}
     parts["own"] = narrow(own, ["node", "own_ns"])
     return DependencyGraph(nodes, e, steps, *names, **parts)
+
+
+def _forks_by_joins(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+    """Per fork (pid, gap_a, gap_b), the first slice `keep` admits of its process to start at or
+    after gap_a (_dst, _ts) and the last to end at or before gap_b (_jsrc, _te): as-of joins."""
+    # the columns first, and one filter: an eager filter copies every column of the rows it keeps
+    other = cpu.select("pid", "node", "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
+    f = forks.sort("gap_a")
+    f = f.join_asof(
+        other.select("pid", _dst="node", _ts="ts_ns").sort("_ts"),
+        left_on="gap_a",
+        right_on="_ts",
+        by="pid",
+        strategy="forward",
+        check_sortedness=False,
+    )
+    f = f.sort("gap_b").join_asof(
+        other.select("pid", _jsrc="node", _te="end_ns").sort("_te"),
+        left_on="gap_b",
+        right_on="_te",
+        by="pid",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return f
+
+
+def _forks_on_clock(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr, clock: ThreadClock) -> pl.DataFrame | None:
+    """`_forks_by_joins` by searches in the kept slices' keys, a thread of the fork's process at a
+    time (a few threads; no sort of the million slices by time, twice). None where two threads
+    tie (the joins' choice between them is theirs): the joins then decide."""
+    kept = np.flatnonzero(cpu.select(keep.fill_null(False)).to_series().to_numpy())
+    th = cpu["_th"].cast(pl.Int64).to_numpy()[kept]
+    a, b = (cpu[c].cast(pl.Int64).to_numpy()[kept] for c in ("ts_ns", "end_ns"))
+    ka, kb = th * clock.span + (a - clock.lo), th * clock.span + (b - clock.lo)
+    pid, ga, gb = (forks[c].cast(pl.Int64).to_numpy() for c in ("pid", "gap_a", "gap_b"))
+    n, m = len(kept), len(pid)
+    first, last = np.full(m, -1, np.int64), np.full(m, -1, np.int64)  # rows of `kept`
+    owner = clock.threads["pid"].to_numpy()
+    for t in np.flatnonzero(np.isin(owner, pid)):
+        mine = pid == owner[t]
+        base = int(t) * clock.span - clock.lo
+        i = np.searchsorted(ka, ga + base, side="left")  # its first kept slice starting at or after gap_a
+        ok = mine & (i < n) & (th[np.minimum(i, n - 1)] == t)
+        j = np.searchsorted(kb, gb + base, side="right") - 1  # its last one ending at or before gap_b
+        okj = mine & (j >= 0) & (th[np.maximum(j, 0)] == t)
+        i, j = np.minimum(i, n - 1), np.maximum(j, 0)
+        now_a, now_b = a[first], b[last]
+        if (ok & (first >= 0) & (a[i] == now_a)).any() or (okj & (last >= 0) & (b[j] == now_b)).any():
+            return None
+        first = np.where(ok & ((first < 0) | (a[i] < now_a)), i, first)
+        last = np.where(okj & ((last < 0) | (b[j] > now_b)), j, last)
+    node = pl.Series(kept)
+    got = {"_dst": first, "_jsrc": last}
+    cols = {c: pl.Series(v).cast(pl.Int64) for c, v in got.items()}
+    out = forks.with_columns(
+        _dst=pl.when(cols["_dst"] >= 0).then(node.gather(cols["_dst"].clip(0))).cast(pl.Int64),
+        _ts=pl.when(cols["_dst"] >= 0).then(pl.Series(a).gather(cols["_dst"].clip(0))),
+        _jsrc=pl.when(cols["_jsrc"] >= 0).then(node.gather(cols["_jsrc"].clip(0))).cast(pl.Int64),
+        _te=pl.when(cols["_jsrc"] >= 0).then(pl.Series(b).gather(cols["_jsrc"].clip(0))),
+    )
+    return out
 
 
 def _by_row(ids: pl.Series, wanted: pl.Series) -> bool:
