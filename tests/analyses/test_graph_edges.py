@@ -112,3 +112,21 @@ def test_the_graph_by_row_lookups_is_the_graph_by_joins(SHARED_TRACES: Path, mon
     slow = dg.build_graph(ses.trace, ses.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
     for part in ("nodes", "edges", "steps"):
         assert getattr(fast, part).equals(getattr(slow, part)), part
+
+
+def test_stream_order_by_numpy_sorts_is_polars_sort():
+    """Ties in time broken by gpu_id, lanes by device then stream; a null stream or gpu_ids out
+    of order take polars' sort, whose order is the rule."""
+    gpu = pl.DataFrame(
+        {
+            "device": [1, 0, 0, 0, 1, 0],
+            "stream": [7, 9, 7, 7, 7, 9],
+            "ts_ns": [5, 3, 8, 8, 1, 2],
+            "gpu_id": [0, 1, 2, 3, 4, 5],
+        }
+    )
+    # (0, 7): rows 2, 3 at 8 (gpu_id 2 first); (0, 9): row 5 at 2, row 1 at 3; (1, 7): row 4, row 0
+    assert dg._stream_order(gpu).to_list() == [2, 3, 5, 1, 4, 0]
+    for other in (gpu.with_columns(stream=pl.Series([7, None, 7, 7, 7, 9])), gpu.reverse()):
+        rule = other.select(pl.arg_sort_by("device", "stream", "ts_ns", "gpu_id")).to_series()
+        assert dg._stream_order(other).cast(pl.Int64).to_list() == rule.cast(pl.Int64).to_list()

@@ -143,7 +143,7 @@ def build_graph(
     # stream order
     # (in (device, stream, ts_ns, gpu_id) order, a stream's next activity is the next row of that
     # stream: neighbours compared, no window over the groups, no sorted copy of the GPU nodes)
-    order = gpu.select(pl.arg_sort_by("device", "stream", "ts_ns", "gpu_id")).to_series()
+    order = _stream_order(gpu)
     lane = gpu.select(pl.col("device", "stream").gather(order))
     same = lane.select(
         pl.col("device").eq_missing(pl.col("device").shift(-1))
@@ -153,9 +153,10 @@ def build_graph(
     same = same.to_numpy()
     edges.append(("stream", at[:-1][same], at[1:][same]))
     del order, lane, same, at
-    launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select(
-        "node", "device", "stream", "launch_ts_ns", "launch_pid", "launch_tid", "gpu_id"
-    )
+    # the launched activities in launch order, sorted once for the waits and the syncs (the
+    # columns first: a sort or filter copies every column it carries)
+    cols = ("node", "device", "stream", "launch_ts_ns", "launch_pid", "launch_tid", "gpu_id")
+    launched = gpu.select(cols).filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
     # cross-stream waits
     waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API)).select("correlation", w_ts="ts_ns")
     marks = trace.sync_markers
@@ -164,7 +165,7 @@ def build_graph(
             "correlation", "device", "stream", "wait_on_stream"
         )
         w = waits.join(m, on="correlation", how="inner").sort("w_ts")
-        by_launch = launched.sort("launch_ts_ns")
+        by_launch = launched
         before = w.join_asof(
             by_launch.select(_src="node", device="device", wait_on_stream="stream", _l="launch_ts_ns"),
             left_on="w_ts",
@@ -197,9 +198,9 @@ def build_graph(
         g_end, g_dev = gpu["end_ns"], gpu["device"]  # by GPU node: row node - cpu.height
         # the device of the call: its own copy's, else of the last work its thread launched
         prior = bl.sort("ts_ns").join_asof(
-            launched.sort("launch_ts_ns")
-            .select(pid="launch_pid", tid="launch_tid", _l="launch_ts_ns", _src="node", _dev="device")
-            .cast({"pid": pl.Int64, "tid": pl.Int64}),
+            launched.select(pid="launch_pid", tid="launch_tid", _l="launch_ts_ns", _src="node", _dev="device").cast(
+                {"pid": pl.Int64, "tid": pl.Int64}
+            ),
             left_on="ts_ns",
             right_on="_l",
             by=THREAD,
@@ -352,6 +353,23 @@ def _forks_on_clock(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr, clock
         _te=pl.when(cols["_jsrc"] >= 0).then(pl.Series(b).gather(cols["_jsrc"].clip(0))),
     )
     return out
+
+
+def _stream_order(gpu: pl.DataFrame) -> pl.Series:
+    """The GPU nodes' rows in (device, stream, ts_ns, gpu_id) order: two stable numpy sorts (by
+    time, on rows in gpu_id order, then by lane) where every key is known and a lane fits one
+    int64, else polars' sort of the four (11 ms for 93k activities at 311 MB)."""
+    keys = gpu.select("device", "stream", "ts_ns", "gpu_id")
+    lanes = keys.select(pl.col("device", "stream").min().name.suffix("_lo"), pl.col("device", "stream").max())
+    fits = keys.null_count().sum_horizontal().item() == 0 and keys["gpu_id"].is_sorted()
+    if fits and keys.height:
+        d_lo, s_lo, d_hi, s_hi = lanes.row(0)
+        fits = d_lo >= 0 and s_lo >= 0 and d_hi < 1 << 31 and s_hi < 1 << 32
+    if not fits:
+        return keys.select(pl.arg_sort_by("device", "stream", "ts_ns", "gpu_id")).to_series()
+    by_time = np.argsort(keys["ts_ns"].cast(pl.Int64).to_numpy(), kind="stable")
+    lane = keys["device"].cast(pl.Int64).to_numpy() * (1 << 32) + keys["stream"].cast(pl.Int64).to_numpy()
+    return pl.Series(by_time[np.argsort(lane[by_time], kind="stable")])
 
 
 def _by_row(ids: pl.Series, wanted: pl.Series) -> bool:
