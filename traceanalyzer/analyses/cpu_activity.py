@@ -170,7 +170,10 @@ def is_launch(trace: Trace) -> pl.Expr:
     activity, or it is named like a launch: `cudaLaunchKernel`, `cudaGraphLaunch`, async memcpy
     or memset, even when its work was not recorded)."""
     with_work = trace.gpu.select(pl.col("runtime_id").drop_nulls().unique().implode()).to_series()  # one query
-    return pl.col("runtime_id").is_in(with_work) | pl.col("name").str.contains(LAUNCH_API)
+    # the pattern tried once per distinct name (a few hundred), not per call (400k at 311 MB: 13 ms)
+    names = trace.runtime.select(pl.col("name").unique()).to_series()
+    named = names.filter(names.str.contains(LAUNCH_API)).implode()
+    return pl.col("runtime_id").is_in(with_work) | pl.col("name").is_in(named)  # null where a name is, as before
 
 
 def launch_calls(trace: Trace, runtime: pl.DataFrame | None = None) -> pl.DataFrame:

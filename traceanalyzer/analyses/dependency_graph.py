@@ -38,6 +38,7 @@ what depends on it through the same edges.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.calibration import calibrate
@@ -62,16 +63,37 @@ NARROW = ["runtime_id", "op_id", "gpu_id", "wait_ns"]
 LANES = pl.Enum(["cpu", "gpu"])
 
 
-def _pairs(
-    df: pl.DataFrame, src: str, dst: str, etype: str, from_start: bool = False, to_end: bool = False
-) -> pl.DataFrame:
-    return (
-        df.select(
-            src=pl.col(src), dst=pl.col(dst), etype=pl.lit(etype), from_start=pl.lit(from_start), to_end=pl.lit(to_end)
-        )
-        .drop_nulls(["src", "dst"])
-        .cast(EDGE_SCHEMA)
-    )
+def _pairs(df: pl.DataFrame, src: str, dst: str, etype: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """The edges (etype, sources, destinations) of the rows of `df` with both ends, less loops."""
+    both = df.select(pl.col(src).cast(pl.Int64), pl.col(dst).cast(pl.Int64)).drop_nulls()
+    return _part(etype, both[:, 0].to_numpy(), both[:, 1].to_numpy())
+
+
+def _part(etype: str, src: np.ndarray, dst: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:
+    loop = src == dst  # a blocking call's own copy can also be the work it waited for, and so on
+    return (etype, src[~loop], dst[~loop]) if loop.any() else (etype, src, dst)
+
+
+def _edge_table(parts: list[tuple[str, np.ndarray, np.ndarray]]) -> pl.DataFrame:
+    """The edges of every part, in one chunk: each part's arrays once into the table's columns (a
+    frame per part, their concatenation and its filter and unique were four copies of a million
+    edges). `from_start` is the launches', `to_end` the syncs'; only sync edges repeat (a call's
+    own copy, the work it waited for and its thread's last launch can be one activity): the first
+    of each is kept, after every other edge."""
+    parts = [p for p in parts if p[0] != "sync"] + [p for p in parts if p[0] == "sync"]
+    sync = [p for p in parts if p[0] == "sync"]
+    if sync:
+        pairs = pl.DataFrame({"s": np.concatenate([p[1] for p in sync]), "d": np.concatenate([p[2] for p in sync])})
+        pairs = pairs.unique(maintain_order=True, keep="first")
+        parts = [p for p in parts if p[0] != "sync"] + [("sync", pairs["s"].to_numpy(), pairs["d"].to_numpy())]
+    parts = parts or [("serial", np.zeros(0, np.int64), np.zeros(0, np.int64))]
+    code = np.concatenate([np.full(len(p[1]), ETYPES.index(p[0]), dtype=np.uint8) for p in parts])
+    src, dst = (np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in (1, 2))
+    del parts, sync
+    etype = pl.Series("etype", ETYPES, dtype=EDGE_SCHEMA["etype"]).gather(code)
+    ends = {"from_start": code == ETYPES.index("launch"), "to_end": code == ETYPES.index("sync")}
+    cols = [pl.Series("src", src, dtype=pl.Int64), pl.Series("dst", dst, dtype=pl.Int64), etype]
+    return pl.DataFrame([*cols, *(pl.Series(k, v, dtype=pl.Boolean) for k, v in ends.items())])
 
 
 def build_graph(
@@ -96,26 +118,45 @@ def build_graph(
     edges = []
     # serial
     # (the slices are in (pid, tid, ts_ns) order: a thread's next slice is the next row of that thread)
-    same_thread = (pl.col("pid") == pl.col("pid").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
-    serial = cpu.select("node", _next=pl.when(same_thread).then(pl.col("node").shift(-1)))
-    edges.append(_pairs(serial, "node", "_next", "serial"))
-    del serial
+    # (node v is row v: an edge from each row to the next where both are of one thread)
+    if "_th" in cpu.columns:
+        th = cpu["_th"].to_numpy()
+        same = th[1:] == th[:-1]
+    else:
+        same = (
+            cpu.select((pl.col("pid") == pl.col("pid").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1)))
+            .to_series()[:-1]
+            .fill_null(False)
+            .to_numpy()
+        )
+    src = np.flatnonzero(same).astype(np.int64)
+    edges.append(("serial", src, src + 1))
+    del same, src
     # launch: the slice that begins the launch call
     calls = trace.runtime.select("runtime_id", *THREAD, "ts_ns")
-    launch = gpu.select("node", "runtime_id").join(calls, on="runtime_id", how="inner")
-    edges.append(
-        _pairs(launch.with_columns(_slice=starting(launch, "ts_ns")), "_slice", "node", "launch", from_start=True)
-    )
+    if _by_row(trace.runtime["runtime_id"], gpu["runtime_id"]):  # a gather, not a join of 300k activities
+        launch = calls.select(pl.col(*THREAD, "ts_ns").gather(gpu["runtime_id"])).with_columns(node=gpu["node"])
+    else:
+        launch = gpu.select("node", "runtime_id").join(calls, on="runtime_id", how="inner")
+    edges.append(_pairs(launch.with_columns(_slice=starting(launch, "ts_ns")), "_slice", "node", "launch"))
     del launch, calls
     # stream order
-    gs = gpu.sort("device", "stream", "ts_ns", "gpu_id").with_columns(
-        _next=pl.col("node").shift(-1).over("device", "stream")
-    )
-    edges.append(_pairs(gs, "node", "_next", "stream"))
-    del gs  # a sorted copy of the GPU nodes: each table left here lives on through the calibration
-    launched = gpu.filter(pl.col("launch_ts_ns").is_not_null()).select(
-        "node", "device", "stream", "launch_ts_ns", "launch_pid", "launch_tid", "gpu_id"
-    )
+    # (in (device, stream, ts_ns, gpu_id) order, a stream's next activity is the next row of that
+    # stream: neighbours compared, no window over the groups, no sorted copy of the GPU nodes)
+    order = _stream_order(gpu)
+    lane = gpu.select(pl.col("device", "stream").gather(order))
+    same = lane.select(
+        pl.col("device").eq_missing(pl.col("device").shift(-1))
+        & pl.col("stream").eq_missing(pl.col("stream").shift(-1))
+    ).to_series()[:-1]
+    at = order.cast(pl.Int64).to_numpy() + cpu.height
+    same = same.to_numpy()
+    edges.append(("stream", at[:-1][same], at[1:][same]))
+    del order, lane, same, at
+    # the launched activities in launch order, sorted once for the waits and the syncs (the
+    # columns first: a sort or filter copies every column it carries)
+    cols = ("node", "device", "stream", "launch_ts_ns", "launch_pid", "launch_tid", "gpu_id")
+    launched = gpu.select(cols).filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
     # cross-stream waits
     waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API)).select("correlation", w_ts="ts_ns")
     marks = trace.sync_markers
@@ -124,7 +165,7 @@ def build_graph(
             "correlation", "device", "stream", "wait_on_stream"
         )
         w = waits.join(m, on="correlation", how="inner").sort("w_ts")
-        by_launch = launched.sort("launch_ts_ns")
+        by_launch = launched
         before = w.join_asof(
             by_launch.select(_src="node", device="device", wait_on_stream="stream", _l="launch_ts_ns"),
             left_on="w_ts",
@@ -154,11 +195,12 @@ def build_graph(
     bl = bl.with_columns(_slice=ending(bl, "end_ns")).filter(pl.col("_slice").is_not_null())
     if bl.height and gpu.height:
         own = bl.join(gpu.select("runtime_id", _src="node"), on="runtime_id", how="inner")
+        g_end, g_dev = gpu["end_ns"], gpu["device"]  # by GPU node: row node - cpu.height
         # the device of the call: its own copy's, else of the last work its thread launched
         prior = bl.sort("ts_ns").join_asof(
-            launched.sort("launch_ts_ns")
-            .select(pid="launch_pid", tid="launch_tid", _l="launch_ts_ns", _src="node", _dev="device")
-            .cast({"pid": pl.Int64, "tid": pl.Int64}),
+            launched.select(pid="launch_pid", tid="launch_tid", _l="launch_ts_ns", _src="node", _dev="device").cast(
+                {"pid": pl.Int64, "tid": pl.Int64}
+            ),
             left_on="ts_ns",
             right_on="_l",
             by=THREAD,
@@ -166,7 +208,7 @@ def build_graph(
             allow_exact_matches=False,
             check_sortedness=False,
         )
-        own_dev = own.join(gpu.select(_src="node", _odev="device"), on="_src", how="left").select("runtime_id", "_odev")
+        own_dev = own.select("runtime_id", _odev=g_dev.gather(own["_src"] - cpu.height))
         dev = prior.join(own_dev.unique("runtime_id"), on="runtime_id", how="left").with_columns(
             _dev=pl.coalesce("_odev", "_dev", pl.lit(gpu["device"].min()))
         )
@@ -186,37 +228,20 @@ def build_graph(
         )
         # only work that was done when the call returned: a small pageable copy is staged and
         # runs after its call has returned, and the call did not wait for it
-        done = gpu.select(_s="node", _send="end_ns")
         for part, col in ((own, "_src"), (prior, "_src"), (waited, "_src_w")):
-            waited_on = part.join(done.rename({"_s": col}), on=col, how="inner").filter(
-                pl.col("_send") <= pl.col("end_ns")
-            )
-            edges.append(_pairs(waited_on, col, "_slice", "sync", to_end=True))
-        del own, prior, own_dev, dev, ended, waited, done, part, waited_on
+            done = g_end.gather(part[col] - cpu.height)
+            waited_on = part.filter(done <= part["end_ns"])
+            edges.append(_pairs(waited_on, col, "_slice", "sync"))
+        del own, prior, own_dev, dev, ended, waited, done, part, waited_on, g_end, g_dev
     # fork / join with the other launching threads
     if forks.height:
         # the columns first, and one filter: an eager filter copies every column of the rows it keeps
         main = main_thread(trace)
         on_main = (pl.col("pid") == main[0]) & (pl.col("tid") == main[1])
         keep = (pl.col("kind") != "thread_wait") & ~on_main
-        other = cpu.select("pid", "node", "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
-        f = forks.sort("gap_a")
-        f = f.join_asof(
-            other.select("pid", _dst="node", _ts="ts_ns").sort("_ts"),
-            left_on="gap_a",
-            right_on="_ts",
-            by="pid",
-            strategy="forward",
-            check_sortedness=False,
-        )
-        f = f.sort("gap_b").join_asof(
-            other.select("pid", _jsrc="node", _te="end_ns").sort("_te"),
-            left_on="gap_b",
-            right_on="_te",
-            by="pid",
-            strategy="backward",
-            check_sortedness=False,
-        )
+        f = _forks_on_clock(cpu, forks, keep, clock) if clock is not None and "_th" in cpu.columns else None
+        if f is None:
+            f = _forks_by_joins(cpu, forks, keep)
         # the main thread's slices that end and begin each gap: a search in the slices' keys (a
         # join against all the main thread's slices cost 60 ms at 311 MB)
         on_main = f.with_columns(tid=pl.lit(main[1], pl.Int64))
@@ -224,14 +249,9 @@ def build_graph(
         del on_main
         edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
-        del other, f
-    # a blocking call's own copy can also be the work it waited for: only sync edges repeat
-    e = pl.concat(edges).filter(pl.col("src") != pl.col("dst"))
+        del f
+    e = _edge_table(edges)  # one chunk: the calibration reads its columns as numpy arrays in place
     del edges  # the parts, a copy of every edge, would live on through the calibration
-    e = pl.concat(
-        [e.filter(~pl.col("to_end")), e.filter("to_end").unique(["src", "dst"], keep="first", maintain_order=True)]
-    )
-    e = one_chunk(e)  # the calibration reads them as numpy arrays: one chunk is read in place, two are copied
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
     del starting, ending  # they hold the slices' keys
@@ -271,6 +291,94 @@ def build_graph(
     parts = {"layer_times": layer_times, "layer_of": layer_of, "gpu_lanes": lanes, "gpu": gpu_only, "threads": threads}
     parts["own"] = narrow(own, ["node", "own_ns"])
     return DependencyGraph(nodes, e, steps, *names, **parts)
+
+
+def _forks_by_joins(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+    """Per fork (pid, gap_a, gap_b), the first slice `keep` admits of its process to start at or
+    after gap_a (_dst, _ts) and the last to end at or before gap_b (_jsrc, _te): as-of joins."""
+    # the columns first, and one filter: an eager filter copies every column of the rows it keeps
+    other = cpu.select("pid", "node", "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
+    f = forks.sort("gap_a")
+    f = f.join_asof(
+        other.select("pid", _dst="node", _ts="ts_ns").sort("_ts"),
+        left_on="gap_a",
+        right_on="_ts",
+        by="pid",
+        strategy="forward",
+        check_sortedness=False,
+    )
+    f = f.sort("gap_b").join_asof(
+        other.select("pid", _jsrc="node", _te="end_ns").sort("_te"),
+        left_on="gap_b",
+        right_on="_te",
+        by="pid",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return f
+
+
+def _forks_on_clock(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr, clock: ThreadClock) -> pl.DataFrame | None:
+    """`_forks_by_joins` by searches in the kept slices' keys, a thread of the fork's process at a
+    time (a few threads; no sort of the million slices by time, twice). None where two threads
+    tie (the joins' choice between them is theirs): the joins then decide."""
+    kept = np.flatnonzero(cpu.select(keep.fill_null(False)).to_series().to_numpy())
+    th = cpu["_th"].cast(pl.Int64).to_numpy()[kept]
+    a, b = (cpu[c].cast(pl.Int64).to_numpy()[kept] for c in ("ts_ns", "end_ns"))
+    ka, kb = th * clock.span + (a - clock.lo), th * clock.span + (b - clock.lo)
+    pid, ga, gb = (forks[c].cast(pl.Int64).to_numpy() for c in ("pid", "gap_a", "gap_b"))
+    n, m = len(kept), len(pid)
+    first, last = np.full(m, -1, np.int64), np.full(m, -1, np.int64)  # rows of `kept`
+    owner = clock.threads["pid"].to_numpy()
+    for t in np.flatnonzero(np.isin(owner, pid)):
+        mine = pid == owner[t]
+        base = int(t) * clock.span - clock.lo
+        i = np.searchsorted(ka, ga + base, side="left")  # its first kept slice starting at or after gap_a
+        ok = mine & (i < n) & (th[np.minimum(i, n - 1)] == t)
+        j = np.searchsorted(kb, gb + base, side="right") - 1  # its last one ending at or before gap_b
+        okj = mine & (j >= 0) & (th[np.maximum(j, 0)] == t)
+        i, j = np.minimum(i, n - 1), np.maximum(j, 0)
+        now_a, now_b = a[first], b[last]
+        if (ok & (first >= 0) & (a[i] == now_a)).any() or (okj & (last >= 0) & (b[j] == now_b)).any():
+            return None
+        first = np.where(ok & ((first < 0) | (a[i] < now_a)), i, first)
+        last = np.where(okj & ((last < 0) | (b[j] > now_b)), j, last)
+    node = pl.Series(kept)
+    got = {"_dst": first, "_jsrc": last}
+    cols = {c: pl.Series(v).cast(pl.Int64) for c, v in got.items()}
+    out = forks.with_columns(
+        _dst=pl.when(cols["_dst"] >= 0).then(node.gather(cols["_dst"].clip(0))).cast(pl.Int64),
+        _ts=pl.when(cols["_dst"] >= 0).then(pl.Series(a).gather(cols["_dst"].clip(0))),
+        _jsrc=pl.when(cols["_jsrc"] >= 0).then(node.gather(cols["_jsrc"].clip(0))).cast(pl.Int64),
+        _te=pl.when(cols["_jsrc"] >= 0).then(pl.Series(b).gather(cols["_jsrc"].clip(0))),
+    )
+    return out
+
+
+def _stream_order(gpu: pl.DataFrame) -> pl.Series:
+    """The GPU nodes' rows in (device, stream, ts_ns, gpu_id) order: two stable numpy sorts (by
+    time, on rows in gpu_id order, then by lane) where every key is known and a lane fits one
+    int64, else polars' sort of the four (11 ms for 93k activities at 311 MB)."""
+    keys = gpu.select("device", "stream", "ts_ns", "gpu_id")
+    lanes = keys.select(pl.col("device", "stream").min().name.suffix("_lo"), pl.col("device", "stream").max())
+    fits = keys.null_count().sum_horizontal().item() == 0 and keys["gpu_id"].is_sorted()
+    if fits and keys.height:
+        d_lo, s_lo, d_hi, s_hi = lanes.row(0)
+        fits = d_lo >= 0 and s_lo >= 0 and d_hi < 1 << 31 and s_hi < 1 << 32
+    if not fits:
+        return keys.select(pl.arg_sort_by("device", "stream", "ts_ns", "gpu_id")).to_series()
+    by_time = np.argsort(keys["ts_ns"].cast(pl.Int64).to_numpy(), kind="stable")
+    lane = keys["device"].cast(pl.Int64).to_numpy() * (1 << 32) + keys["stream"].cast(pl.Int64).to_numpy()
+    return pl.Series(by_time[np.argsort(lane[by_time], kind="stable")])
+
+
+def _by_row(ids: pl.Series, wanted: pl.Series) -> bool:
+    """Whether `ids` are their row numbers (as the loader numbers them) and every `wanted` is one."""
+    n = ids.len()
+    if not n or ids.null_count() or ids[0] != 0 or ids[-1] != n - 1 or (n > 1 and ids.diff().drop_nulls().min() < 1):
+        return False
+    known = wanted.drop_nulls()
+    return not known.len() or (known.min() >= 0 and known.max() < n)
 
 
 def _node_index() -> pl.Expr:
