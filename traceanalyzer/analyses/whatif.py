@@ -119,8 +119,9 @@ class Model:
         )
         # The captured times live on in `prepared.ts` and the replay of the capture (`base`,
         # which reproduces them), the edges' destinations in its adjacency (`prepared`, read by
-        # `_sync_edges_into`): the tables need not hold them too (24 MB at 311 MB).
-        self.graph = replace(self.graph, nodes=n.drop("ts_ns", "end_ns"), edges=e.drop("dst"))
+        # `_sync_edges_into`) and their sources in `prepared.src` (int32): the tables need not
+        # hold them too (32 MB at 311 MB).
+        self.graph = replace(self.graph, nodes=n.drop("ts_ns", "end_ns"), edges=e.drop("src", "dst"))
         trim_heap()  # the build's numpy transients, under the arrays held from here on
 
     def _replay_capture(self) -> Schedule:
@@ -132,7 +133,7 @@ class Model:
     @property
     def base(self) -> Schedule:
         """The replay of the capture with nothing changed (it reproduces the captured times).
-        `critical_path` lets it go once walked (four arrays of 8 bytes per node: 32 MB at 311
+        `critical_path` lets it go once walked (two arrays of 8 bytes and two of 4 per node: 24 MB at 311
         MB, held through every what-if, which reads only its step times, kept); asked for
         again, it is replayed again (milliseconds with the native loop)."""
         if self._base is None:
@@ -202,7 +203,7 @@ class Model:
             empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Int64 for c in STEP_COLUMNS}})
             return WhatIf(scenario, empty, None, None, None, None, origin)
         dur, own, lag, cut = self._apply(scenario)
-        sched = replay(self.prepared, dur, own, lag, cut)
+        sched = replay(self.prepared, dur, own, lag, cut, binds=False)  # times are all it reads
         captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
         if self._replayed is None:  # the capture's replay is the same for every scenario
             self._replayed = self.windows(self.base).select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))
