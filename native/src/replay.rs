@@ -79,15 +79,20 @@ struct Out<'a> {
     binds: Option<(&'a mut [i32], &'a mut [i32])>,
 }
 
-fn run(g: &Graph, o: &mut Out) {
+/// `sync_ids`: the syncs' nodes in order when `own` has one value per sync (None: per node).
+fn run(g: &Graph, sync_ids: Option<&[i32]>, o: &mut Out) {
     let n = g.ts.len();
     let live = |k: usize| g.cut.is_none_or(|c| c[k] == 0);
+    let own = |v: usize| match sync_ids {
+        None => g.own[v],
+        Some(ids) => ids.binary_search(&(v as i32)).map_or(0, |j| g.own[j]),
+    };
     for &x in g.order {
         let x = x as usize;
         if x >= n {
             // a sync's end: its own time, or the GPU work it waits for and its return
             let v = x - n;
-            let mut e = o.start[v].wrapping_add(g.own[v]);
+            let mut e = o.start[v].wrapping_add(own(v));
             let mut eb = -1i32;
             for &k in &g.end_idx[g.end_off[v] as usize..g.end_off[v + 1] as usize] {
                 let k = k as usize;
@@ -133,7 +138,8 @@ fn run(g: &Graph, o: &mut Out) {
 /// Replay a prepared graph (see `traceanalyzer.analyses.replay`): `order` the items (int32:
 /// node v's start, or n + v a sync's end), `ts` captured starts (int64), per edge `src` (int32),
 /// `lag` (int64), `from_start` (bool), CSR `start_off`/`start_idx` and `end_off`/`end_idx`
-/// (int32), per node `dur` and `own` (int64), per edge `cut` (bool) or None; writes `start`,
+/// (int32), per node `dur` (int64), `own` (int64: per node, or per sync in node order), per edge
+/// `cut` (bool) or None; writes `start`,
 /// `end` (int64 arrays of n) and, unless None, `bind`, `end_bind` (int32 arrays of n).
 #[pyfunction]
 #[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind))]
@@ -194,8 +200,8 @@ pub fn replay(
         cut: cut_view.as_ref().map(|c| c.bytes()),
     };
     let (n, m) = (g.ts.len(), g.src.len());
-    if g.dur.len() != n || g.own.len() != n {
-        return Err(err("dur and own need one value per node"));
+    if g.dur.len() != n {
+        return Err(err("dur needs one value per node"));
     }
     if g.lag.len() != m || g.from_start.len() != m || g.cut.is_some_and(|c| c.len() != m) {
         return Err(err("lag, from_start and cut need one value per edge"));
@@ -213,10 +219,19 @@ pub fn replay(
     check_csr(g.end_off, g.end_idx, n, m, "end edges")?;
     // every node's start once and every sync's end once (the buffers carry no dtype: an int64
     // array where an int32 one belongs fails this or another length check)
-    let syncs = g.end_off.windows(2).filter(|w| w[1] > w[0]).count();
-    if g.order.len() != n + syncs {
+    let is_sync = |v: usize| g.end_off[v + 1] > g.end_off[v];
+    let syncs = (0..n).filter(|&v| is_sync(v)).count();
+    if g.order.len() != n + syncs || g.order.iter().any(|&x| x as usize >= n && !is_sync(x as usize - n)) {
         return Err(err("the order needs one item per node and one per sync"));
     }
+    // own: a sync's own time, read only at a sync's end: one value per node, or one per sync
+    let sync_ids: Option<Vec<i32>> = if g.own.len() == n {
+        None
+    } else if g.own.len() == syncs {
+        Some((0..n).filter(|&v| is_sync(v)).map(|v| v as i32).collect())
+    } else {
+        return Err(err("own needs one value per node or one per sync"));
+    };
     let (times, binds) = outs.split_at_mut(2);
     let [a, b] = times else { unreachable!() };
     let (start, end) = (i64s_mut(a.bytes_mut(), "start")?, i64s_mut(b.bytes_mut(), "end")?);
@@ -234,6 +249,6 @@ pub fn replay(
         _ => None,
     };
     let mut o = Out { start, end, binds };
-    py.allow_threads(|| run(&g, &mut o));
+    py.allow_threads(|| run(&g, sync_ids.as_deref(), &mut o));
     Ok(())
 }

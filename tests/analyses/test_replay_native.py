@@ -65,6 +65,16 @@ def _both(p: rp.Prepared, *args, binds: bool = True) -> rp.Schedule:
     _equal(fast, slow)
     if binds:  # the times alone are the same times
         _equal(rp.replay(p, *args, binds=False), replace(fast, bind=None, end_bind=None))
+    # own given per node or per sync (the only nodes whose own time a replay reads): one schedule
+    dur, own, *rest = args
+    syncs = p.sync_nodes()
+    if len(own) == len(p.ts):
+        other = np.asarray(own)[syncs]
+    else:
+        other = np.zeros(len(p.ts), np.int64)
+        other[syncs] = own
+    for use_native in (True, False):
+        _equal(rp.replay(p, dur, other, *rest, use_native=use_native, binds=binds), fast)
     return fast
 
 
@@ -120,6 +130,9 @@ def test_native_checks_its_arrays():
         rp.replay(p, dur[:3], own, use_native=True)
     with pytest.raises(ValueError, match="one value per edge"):
         rp.replay(p, dur, own, None, np.zeros(5, bool), use_native=True)
+    assert p.sync_nodes().tolist() == [2]  # own: 4 values (per node) or 1 (per sync), nothing else
+    with pytest.raises(ValueError, match="own needs one value per node or one per sync"):
+        rp.replay(p, dur, own[:2], use_native=True)
     fn = ln.replay_loop(force=True)
     n = np.zeros(4, np.int64)
     b = np.zeros(4, np.int32)
