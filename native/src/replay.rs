@@ -69,6 +69,7 @@ struct Graph<'a> {
     dur: &'a [i64],
     own: &'a [i64],
     cut: Option<&'a [u8]>,
+    zero_lag: Option<&'a [u8]>,
 }
 
 /// The schedule: start, end, and when asked for the edge that set each start and the edge that
@@ -83,6 +84,7 @@ struct Out<'a> {
 fn run(g: &Graph, sync_ids: Option<&[i32]>, o: &mut Out) {
     let n = g.ts.len();
     let live = |k: usize| g.cut.is_none_or(|c| c[k] == 0);
+    let lag = |k: usize| if g.zero_lag.is_some_and(|z| z[k] != 0) { 0 } else { g.lag[k] };
     let own = |v: usize| match sync_ids {
         None => g.own[v],
         Some(ids) => ids.binary_search(&(v as i32)).map_or(0, |j| g.own[j]),
@@ -99,7 +101,7 @@ fn run(g: &Graph, sync_ids: Option<&[i32]>, o: &mut Out) {
                 if !live(k) {
                     continue;
                 }
-                let r = o.end[g.src[k] as usize].wrapping_add(g.lag[k]);
+                let r = o.end[g.src[k] as usize].wrapping_add(lag(k));
                 if r > e {
                     e = r;
                     eb = k as i32;
@@ -119,7 +121,7 @@ fn run(g: &Graph, sync_ids: Option<&[i32]>, o: &mut Out) {
                 continue;
             }
             let u = g.src[k] as usize;
-            let r = (if g.from_start[k] != 0 { o.start[u] } else { o.end[u] }).wrapping_add(g.lag[k]);
+            let r = (if g.from_start[k] != 0 { o.start[u] } else { o.end[u] }).wrapping_add(lag(k));
             if b < 0 || r > s {
                 s = r;
                 b = k as i32;
@@ -139,10 +141,10 @@ fn run(g: &Graph, sync_ids: Option<&[i32]>, o: &mut Out) {
 /// node v's start, or n + v a sync's end), `ts` captured starts (int64), per edge `src` (int32),
 /// `lag` (int64), `from_start` (bool), CSR `start_off`/`start_idx` and `end_off`/`end_idx`
 /// (int32), per node `dur` (int64), `own` (int64: per node, or per sync in node order), per edge
-/// `cut` (bool) or None; writes `start`,
+/// `cut` (bool) or None, `zero_lag` (bool: the edge's lag taken as 0) or None; writes `start`,
 /// `end` (int64 arrays of n) and, unless None, `bind`, `end_bind` (int32 arrays of n).
 #[pyfunction]
-#[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind))]
+#[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind, zero_lag=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn replay(
     py: Python<'_>,
@@ -162,12 +164,14 @@ pub fn replay(
     end: &Bound<'_, PyAny>,
     bind: Option<&Bound<'_, PyAny>>,
     end_bind: Option<&Bound<'_, PyAny>>,
+    zero_lag: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let ins = [order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own]
         .iter()
         .map(|o| View::new(o))
         .collect::<PyResult<Vec<View>>>()?;
     let cut_view = cut.map(View::new).transpose()?;
+    let zero_view = zero_lag.map(View::new).transpose()?;
     if bind.is_some() != end_bind.is_some() {
         return Err(err("bind and end_bind are both arrays or both None"));
     }
@@ -178,7 +182,7 @@ pub fn replay(
         .collect::<PyResult<Vec<View>>>()?;
     // the outputs are written while the inputs are read: no two may share memory
     for (i, a) in outs.iter().enumerate() {
-        let others = outs.iter().skip(i + 1).chain(ins.iter()).chain(cut_view.iter());
+        let others = outs.iter().skip(i + 1).chain(ins.iter()).chain(cut_view.iter()).chain(zero_view.iter());
         if others.into_iter().any(|b| !disjoint(a.bytes(), b.bytes())) {
             return Err(err("an output array shares memory with another array"));
         }
@@ -198,13 +202,15 @@ pub fn replay(
         dur: wide(9, "dur")?,
         own: wide(10, "own")?,
         cut: cut_view.as_ref().map(|c| c.bytes()),
+        zero_lag: zero_view.as_ref().map(|z| z.bytes()),
     };
     let (n, m) = (g.ts.len(), g.src.len());
     if g.dur.len() != n {
         return Err(err("dur needs one value per node"));
     }
-    if g.lag.len() != m || g.from_start.len() != m || g.cut.is_some_and(|c| c.len() != m) {
-        return Err(err("lag, from_start and cut need one value per edge"));
+    let per_edge = |a: Option<&[u8]>| a.is_some_and(|a| a.len() != m);
+    if g.lag.len() != m || g.from_start.len() != m || per_edge(g.cut) || per_edge(g.zero_lag) {
+        return Err(err("lag, from_start, cut and zero_lag need one value per edge"));
     }
     if 2 * n > i32::MAX as usize || m > i32::MAX as usize {
         return Err(err("the graph has too many nodes or edges for int32 indexes"));

@@ -59,12 +59,13 @@ def _equal(a: rp.Schedule, b: rp.Schedule) -> None:
         assert np.array_equal(x, y), f"{f}: first difference at node {int(np.flatnonzero(x != y)[0])}"
 
 
-def _both(p: rp.Prepared, *args, binds: bool = True) -> rp.Schedule:
-    fast = rp.replay(p, *args, use_native=True, binds=binds)
-    slow = rp.replay(p, *args, use_native=False, binds=binds)
+def _both(p: rp.Prepared, *args, binds: bool = True, zero_lag: np.ndarray | None = None) -> rp.Schedule:
+    kw = {"binds": binds, "zero_lag": zero_lag}
+    fast = rp.replay(p, *args, use_native=True, **kw)
+    slow = rp.replay(p, *args, use_native=False, **kw)
     _equal(fast, slow)
     if binds:  # the times alone are the same times
-        _equal(rp.replay(p, *args, binds=False), replace(fast, bind=None, end_bind=None))
+        _equal(rp.replay(p, *args, binds=False, zero_lag=zero_lag), replace(fast, bind=None, end_bind=None))
     # own given per node or per sync (the only nodes whose own time a replay reads): one schedule
     dur, own, *rest = args
     syncs = p.sync_nodes()
@@ -74,7 +75,7 @@ def _both(p: rp.Prepared, *args, binds: bool = True) -> rp.Schedule:
         other = np.zeros(len(p.ts), np.int64)
         other[syncs] = own
     for use_native in (True, False):
-        _equal(rp.replay(p, dur, other, *rest, use_native=use_native, binds=binds), fast)
+        _equal(rp.replay(p, dur, other, *rest, use_native=use_native, **kw), fast)
     return fast
 
 
@@ -121,6 +122,9 @@ def test_small_graph_by_hand():
     s = _both(p, dur, own, np.array([0, 0, 0, -5, 0, 0]), np.array([False, False, False, False, True, True]))
     assert s.start_ns.tolist() == [0, 0, 10, 15] and s.bind.tolist() == [-1, 0, 1, 3]
     assert s.end_ns.tolist() == [10, 20, 20, 25] and s.end_bind.tolist() == [-1, -1, 2, -1]
+    # the launch's lag taken away (e0): node 1 runs [0, 20), the call ends at max(12, 20 + 5) = 25
+    s = _both(p, dur, own, zero_lag=np.array([True, False, False, False, False, False]))
+    assert s.start_ns.tolist()[:3] == [0, 0, 10] and s.end_ns.tolist()[:3] == [10, 20, 25]
 
 
 @native
@@ -130,6 +134,8 @@ def test_native_checks_its_arrays():
         rp.replay(p, dur[:3], own, use_native=True)
     with pytest.raises(ValueError, match="one value per edge"):
         rp.replay(p, dur, own, None, np.zeros(5, bool), use_native=True)
+    with pytest.raises(ValueError, match="zero_lag need one value per edge"):
+        rp.replay(p, dur, own, zero_lag=np.zeros(5, bool), use_native=True)
     assert p.sync_nodes().tolist() == [2]  # own: 4 values (per node) or 1 (per sync), nothing else
     with pytest.raises(ValueError, match="own needs one value per node or one per sync"):
         rp.replay(p, dur, own[:2], use_native=True)
@@ -187,8 +193,11 @@ def test_shared_traces_same_schedule(name):
     p = model.prepared
     assert len(p.ts) > 1000  # a real graph
     for sc in SCENARIOS:
-        dur, own, lag, cut = model._apply(sc)
-        s = _both(p, dur, own, lag, cut)
+        dur, own, zero_lag, cut = model._apply(sc)
+        s = _both(p, dur, own, None, cut, zero_lag=zero_lag)
+        if zero_lag is not None:  # the lags taken away are those lags set to 0
+            assert zero_lag.any()
+            _equal(_both(p, dur, own, np.where(zero_lag, 0, p.lag), cut), s)
         if sc == Scenario():
             _equal(s, model.base)
             # nothing changed: the lags reproduce every captured start

@@ -203,8 +203,8 @@ class Model:
         if self.graph.nodes.is_empty():
             empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Int64 for c in STEP_COLUMNS}})
             return WhatIf(scenario, empty, None, None, None, None, origin)
-        dur, own, lag, cut = self._apply(scenario)
-        sched = replay(self.prepared, dur, own, lag, cut, binds=False)  # times are all it reads
+        dur, own, zero_lag, cut = self._apply(scenario)
+        sched = replay(self.prepared, dur, own, None, cut, binds=False, zero_lag=zero_lag)  # times are all it reads
         captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
         if self._replayed is None:  # the capture's replay is the same for every scenario
             self._replayed = self.windows(self.base).select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))
@@ -217,16 +217,16 @@ class Model:
             .select("step", "step_ns", "replayed_ns", "predicted_ns")
             .with_columns(saving_ns=pl.col("replayed_ns") - pl.col("predicted_ns"))
         )
-        del sched, dur, own, lag, cut
+        del sched, dur, own, zero_lag, cut
         trim_heap()  # the scenario's arrays
         med = lambda c: steps[c].median() if steps.height else None  # noqa: E731
         m, r, p = med("step_ns"), med("replayed_ns"), med("predicted_ns")
         err = abs(r - m) / m if m and r is not None else None
         return WhatIf(scenario, steps, m, r, p, err, origin)
 
-    def _apply(self, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """Per node durations, per sync (`Prepared.sync_nodes`) own times, per edge lags and cuts
-        (None: none) under `sc`."""
+    def _apply(self, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Per node durations, per sync (`Prepared.sync_nodes`) own times, per edge the lags taken
+        away (`replay`'s `zero_lag`) and the edges cut (each None: none) under `sc`."""
         n = self.graph.nodes
         e = self.graph.edges
         cpu = pl.col("lane") == "cpu"
@@ -290,21 +290,21 @@ class Model:
         dur_l = _per_slice(frame, dur_x.clip(0).round().cast(pl.Int64), np.int64)
         drop = _per_slice(frame, dropped.fill_null(False), np.bool_) if sc.drop or sc.unsync else None
         del frame
-        lag = None
+        zero_lag = None  # the edges whose lag the scenario takes away (a byte per edge, not a copy of the lags)
         if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
             gpu_edge = e["etype"].is_in(["stream", "event"])
             spacing = e["lag_ns"] <= self.kernel_spacing_ns
             hit = (gpu_edge & (e["lag_ns"] > 0)) & (spacing if "gpu_wait" not in sc.without else ~spacing)
             if "gpu_wait" in sc.without and "kernel_spacing" in sc.without:
                 hit = gpu_edge & (e["lag_ns"] > 0)
-            lag = e.select(pl.when(hit).then(0).otherwise(pl.col("lag_ns"))).to_series().cast(pl.Int64).to_numpy()
+            zero_lag = hit.fill_null(False).to_numpy()
         cut = None
         stop = e["to_end"].to_numpy().copy() if "sync" in sc.without else np.zeros(e.height, dtype=np.bool_)
         if sc.drop or sc.unsync:
             self._sync_edges_into(stop, np.flatnonzero(drop))  # node v is row v
         if stop.any():
             cut = stop
-        return dur_l, own_l, lag if lag is not None else self.prepared.lag, cut
+        return dur_l, own_l, zero_lag, cut
 
     def _sync_edges_into(self, stop: np.ndarray, nodes: np.ndarray) -> None:
         """Set `stop` (per edge) on the `to_end` edges of `nodes`: those the adjacency lists as
