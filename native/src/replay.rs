@@ -2,10 +2,12 @@
 //! Python, the fallback): every node starts at the latest of its start edges' ready times and
 //! ends after its duration, or, for a sync, at the later of its own time and its `to_end` edges.
 //!
-//! The graph comes flattened into int64 arrays (CSR adjacency: per node an offset into the edge
-//! indexes of its start edges and of its `to_end` edges); the schedule is written into four
-//! int64 arrays the caller made. Everything is checked before the loop, which runs with the GIL
-//! released and cannot index out of bounds.
+//! The graph comes flattened into arrays: times and lags int64, every index (the order's items,
+//! the edges' sources, the CSR adjacency: per node an offset into the edge indexes of its start
+//! edges and of its `to_end` edges) int32, half the memory of the model held for the what-ifs.
+//! The schedule is written into two int64 arrays the caller made, and the binding edges into two
+//! int32 arrays when asked for (the critical path's walk reads them; a what-if does not). Everything
+//! is checked before the loop, which runs with the GIL released and cannot index out of bounds.
 
 use crate::buffer::{self, disjoint, View};
 use pyo3::exceptions::PyValueError;
@@ -23,8 +25,27 @@ fn i64s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i64]> {
     buffer::i64s_mut(b, "replay", what)
 }
 
+/// int32 values of a C-contiguous, aligned buffer (the graph's indexes); `who` names the caller.
+pub(crate) fn i32s<'a>(b: &'a [u8], who: &str, what: &str) -> PyResult<&'a [i32]> {
+    // SAFETY: every bit pattern is an i32; align_to leaves any unaligned bytes outside `mid`.
+    let (pre, mid, post) = unsafe { b.align_to::<i32>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(PyValueError::new_err(format!("{who}: {what}: not an aligned int32 array")));
+    }
+    Ok(mid)
+}
+
+fn i32s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i32]> {
+    // SAFETY: as in `i32s`; the view is writable and no other slice of it is alive.
+    let (pre, mid, post) = unsafe { b.align_to_mut::<i32>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(err(&format!("{what}: not an aligned int32 array")));
+    }
+    Ok(mid)
+}
+
 /// Offsets `off` (n + 1, from 0, non-decreasing) into edge indexes `idx` (each < m).
-fn check_csr(off: &[i64], idx: &[i64], n: usize, m: usize, what: &str) -> PyResult<()> {
+fn check_csr(off: &[i32], idx: &[i32], n: usize, m: usize, what: &str) -> PyResult<()> {
     if off.len() != n + 1 || off[0] != 0 || off[n] as usize != idx.len() || off.windows(2).any(|w| w[1] < w[0]) {
         return Err(err(&format!("{what}: offsets do not index the edges")));
     }
@@ -36,81 +57,94 @@ fn check_csr(off: &[i64], idx: &[i64], n: usize, m: usize, what: &str) -> PyResu
 
 /// The graph and the changes, borrowed from the arrays.
 struct Graph<'a> {
-    order: &'a [i64],
+    order: &'a [i32],
     ts: &'a [i64],
-    src: &'a [i64],
+    src: &'a [i32],
     lag: &'a [i64],
     from_start: &'a [u8],
-    start_off: &'a [i64],
-    start_idx: &'a [i64],
-    end_off: &'a [i64],
-    end_idx: &'a [i64],
+    start_off: &'a [i32],
+    start_idx: &'a [i32],
+    end_off: &'a [i32],
+    end_idx: &'a [i32],
     dur: &'a [i64],
     own: &'a [i64],
     cut: Option<&'a [u8]>,
+    zero_lag: Option<&'a [u8]>,
 }
 
-/// The schedule: start, end, the edge that set each start, the edge that set a sync's end.
+/// The schedule: start, end, and when asked for the edge that set each start and the edge that
+/// set a sync's end (-1: none).
 struct Out<'a> {
     start: &'a mut [i64],
     end: &'a mut [i64],
-    bind: &'a mut [i64],
-    end_bind: &'a mut [i64],
+    binds: Option<(&'a mut [i32], &'a mut [i32])>,
 }
 
-fn run(g: &Graph, o: &mut Out) {
+/// `sync_ids`: the syncs' nodes in order when `own` has one value per sync (None: per node).
+fn run(g: &Graph, sync_ids: Option<&[i32]>, o: &mut Out) {
     let n = g.ts.len();
     let live = |k: usize| g.cut.is_none_or(|c| c[k] == 0);
+    let lag = |k: usize| if g.zero_lag.is_some_and(|z| z[k] != 0) { 0 } else { g.lag[k] };
+    let own = |v: usize| match sync_ids {
+        None => g.own[v],
+        Some(ids) => ids.binary_search(&(v as i32)).map_or(0, |j| g.own[j]),
+    };
     for &x in g.order {
         let x = x as usize;
         if x >= n {
             // a sync's end: its own time, or the GPU work it waits for and its return
             let v = x - n;
-            let mut e = o.start[v].wrapping_add(g.own[v]);
-            let mut eb = -1i64;
+            let mut e = o.start[v].wrapping_add(own(v));
+            let mut eb = -1i32;
             for &k in &g.end_idx[g.end_off[v] as usize..g.end_off[v + 1] as usize] {
                 let k = k as usize;
                 if !live(k) {
                     continue;
                 }
-                let r = o.end[g.src[k] as usize].wrapping_add(g.lag[k]);
+                let r = o.end[g.src[k] as usize].wrapping_add(lag(k));
                 if r > e {
                     e = r;
-                    eb = k as i64;
+                    eb = k as i32;
                 }
             }
             o.end[v] = e;
-            o.end_bind[v] = eb;
+            if let Some((_, end_bind)) = o.binds.as_mut() {
+                end_bind[v] = eb;
+            }
             continue;
         }
         let mut s = g.ts[x];
-        let mut b = -1i64;
+        let mut b = -1i32;
         for &k in &g.start_idx[g.start_off[x] as usize..g.start_off[x + 1] as usize] {
             let k = k as usize;
             if !live(k) {
                 continue;
             }
             let u = g.src[k] as usize;
-            let r = (if g.from_start[k] != 0 { o.start[u] } else { o.end[u] }).wrapping_add(g.lag[k]);
+            let r = (if g.from_start[k] != 0 { o.start[u] } else { o.end[u] }).wrapping_add(lag(k));
             if b < 0 || r > s {
                 s = r;
-                b = k as i64;
+                b = k as i32;
             }
         }
         o.start[x] = s;
-        o.bind[x] = b;
+        if let Some((bind, _)) = o.binds.as_mut() {
+            bind[x] = b;
+        }
         if g.end_off[x] == g.end_off[x + 1] {
             o.end[x] = s.wrapping_add(g.dur[x]);
         }
     }
 }
 
-/// Replay a prepared graph (see `traceanalyzer.analyses.replay`): `order` the items (node v's
-/// start, or n + v a sync's end), `ts` captured starts, per edge `src`, `lag`, `from_start`
-/// (bool), CSR `start_off`/`start_idx` and `end_off`/`end_idx`, per node `dur` and `own`, per
-/// edge `cut` (bool) or None; writes `start`, `end`, `bind`, `end_bind` (int64 arrays of n).
+/// Replay a prepared graph (see `traceanalyzer.analyses.replay`): `order` the items (int32:
+/// node v's start, or n + v a sync's end), `ts` captured starts (int64), per edge `src` (int32),
+/// `lag` (int64), `from_start` (bool), CSR `start_off`/`start_idx` and `end_off`/`end_idx`
+/// (int32), per node `dur` (int64), `own` (int64: per node, or per sync in node order), per edge
+/// `cut` (bool) or None, `zero_lag` (bool: the edge's lag taken as 0) or None; writes `start`,
+/// `end` (int64 arrays of n) and, unless None, `bind`, `end_bind` (int32 arrays of n).
 #[pyfunction]
-#[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind))]
+#[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind, zero_lag=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn replay(
     py: Python<'_>,
@@ -128,47 +162,58 @@ pub fn replay(
     cut: Option<&Bound<'_, PyAny>>,
     start: &Bound<'_, PyAny>,
     end: &Bound<'_, PyAny>,
-    bind: &Bound<'_, PyAny>,
-    end_bind: &Bound<'_, PyAny>,
+    bind: Option<&Bound<'_, PyAny>>,
+    end_bind: Option<&Bound<'_, PyAny>>,
+    zero_lag: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let ins = [order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own]
         .iter()
         .map(|o| View::new(o))
         .collect::<PyResult<Vec<View>>>()?;
     let cut_view = cut.map(View::new).transpose()?;
-    let mut outs = [start, end, bind, end_bind].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
+    let zero_view = zero_lag.map(View::new).transpose()?;
+    if bind.is_some() != end_bind.is_some() {
+        return Err(err("bind and end_bind are both arrays or both None"));
+    }
+    let mut outs = [Some(start), Some(end), bind, end_bind]
+        .iter()
+        .flatten()
+        .map(|o| View::writable(o))
+        .collect::<PyResult<Vec<View>>>()?;
     // the outputs are written while the inputs are read: no two may share memory
     for (i, a) in outs.iter().enumerate() {
-        let others = outs.iter().skip(i + 1).chain(ins.iter()).chain(cut_view.iter());
+        let others = outs.iter().skip(i + 1).chain(ins.iter()).chain(cut_view.iter()).chain(zero_view.iter());
         if others.into_iter().any(|b| !disjoint(a.bytes(), b.bytes())) {
             return Err(err("an output array shares memory with another array"));
         }
     }
-    let names = ["order", "ts", "src", "lag", "", "start_off", "start_idx", "end_off", "end_idx", "dur", "own"];
-    let mut v: Vec<&[i64]> = Vec::with_capacity(ins.len());
-    for (view, name) in ins.iter().zip(names) {
-        v.push(if name.is_empty() { &[] } else { i64s(view.bytes(), name)? });
-    }
+    let wide = |i: usize, name: &str| i64s(ins[i].bytes(), name);
+    let narrow = |i: usize, name: &str| i32s(ins[i].bytes(), "replay", name);
     let g = Graph {
-        order: v[0],
-        ts: v[1],
-        src: v[2],
-        lag: v[3],
+        order: narrow(0, "order")?,
+        ts: wide(1, "ts")?,
+        src: narrow(2, "src")?,
+        lag: wide(3, "lag")?,
         from_start: ins[4].bytes(),
-        start_off: v[5],
-        start_idx: v[6],
-        end_off: v[7],
-        end_idx: v[8],
-        dur: v[9],
-        own: v[10],
+        start_off: narrow(5, "start_off")?,
+        start_idx: narrow(6, "start_idx")?,
+        end_off: narrow(7, "end_off")?,
+        end_idx: narrow(8, "end_idx")?,
+        dur: wide(9, "dur")?,
+        own: wide(10, "own")?,
         cut: cut_view.as_ref().map(|c| c.bytes()),
+        zero_lag: zero_view.as_ref().map(|z| z.bytes()),
     };
     let (n, m) = (g.ts.len(), g.src.len());
-    if g.dur.len() != n || g.own.len() != n {
-        return Err(err("dur and own need one value per node"));
+    if g.dur.len() != n {
+        return Err(err("dur needs one value per node"));
     }
-    if g.lag.len() != m || g.from_start.len() != m || g.cut.is_some_and(|c| c.len() != m) {
-        return Err(err("lag, from_start and cut need one value per edge"));
+    let per_edge = |a: Option<&[u8]>| a.is_some_and(|a| a.len() != m);
+    if g.lag.len() != m || g.from_start.len() != m || per_edge(g.cut) || per_edge(g.zero_lag) {
+        return Err(err("lag, from_start, cut and zero_lag need one value per edge"));
+    }
+    if 2 * n > i32::MAX as usize || m > i32::MAX as usize {
+        return Err(err("the graph has too many nodes or edges for int32 indexes"));
     }
     if g.src.iter().any(|&u| u < 0 || u as usize >= n) {
         return Err(err("an edge's source is not a node"));
@@ -178,16 +223,38 @@ pub fn replay(
     }
     check_csr(g.start_off, g.start_idx, n, m, "start edges")?;
     check_csr(g.end_off, g.end_idx, n, m, "end edges")?;
-    let [a, b, c, d] = &mut outs[..] else { unreachable!() };
-    let mut o = Out {
-        start: i64s_mut(a.bytes_mut(), "start")?,
-        end: i64s_mut(b.bytes_mut(), "end")?,
-        bind: i64s_mut(c.bytes_mut(), "bind")?,
-        end_bind: i64s_mut(d.bytes_mut(), "end_bind")?,
-    };
-    if [o.start.len(), o.end.len(), o.bind.len(), o.end_bind.len()].iter().any(|&l| l != n) {
-        return Err(err("start, end, bind and end_bind need one writable value per node"));
+    // every node's start once and every sync's end once (the buffers carry no dtype: an int64
+    // array where an int32 one belongs fails this or another length check)
+    let is_sync = |v: usize| g.end_off[v + 1] > g.end_off[v];
+    let syncs = (0..n).filter(|&v| is_sync(v)).count();
+    if g.order.len() != n + syncs || g.order.iter().any(|&x| x as usize >= n && !is_sync(x as usize - n)) {
+        return Err(err("the order needs one item per node and one per sync"));
     }
-    py.allow_threads(|| run(&g, &mut o));
+    // own: a sync's own time, read only at a sync's end: one value per node, or one per sync
+    let sync_ids: Option<Vec<i32>> = if g.own.len() == n {
+        None
+    } else if g.own.len() == syncs {
+        Some((0..n).filter(|&v| is_sync(v)).map(|v| v as i32).collect())
+    } else {
+        return Err(err("own needs one value per node or one per sync"));
+    };
+    let (times, binds) = outs.split_at_mut(2);
+    let [a, b] = times else { unreachable!() };
+    let (start, end) = (i64s_mut(a.bytes_mut(), "start")?, i64s_mut(b.bytes_mut(), "end")?);
+    if start.len() != n || end.len() != n {
+        return Err(err("start and end need one writable value per node"));
+    }
+    let binds = match binds {
+        [c, d] => {
+            let (bind, end_bind) = (i32s_mut(c.bytes_mut(), "bind")?, i32s_mut(d.bytes_mut(), "end_bind")?);
+            if bind.len() != n || end_bind.len() != n {
+                return Err(err("bind and end_bind need one writable value per node"));
+            }
+            Some((bind, end_bind))
+        }
+        _ => None,
+    };
+    let mut o = Out { start, end, binds };
+    py.allow_threads(|| run(&g, sync_ids.as_deref(), &mut o));
     Ok(())
 }

@@ -73,11 +73,11 @@ struct Walk<'a> {
     wait_code: &'a [u8],
     start: &'a [i64],
     end: &'a [i64],
-    bind: &'a [i64],
-    end_bind: &'a [i64],
-    src: &'a [i64],
+    bind: &'a [i32],
+    end_bind: &'a [i32],
+    src: &'a [i32],
     from_start: &'a [u8],
-    end_off: &'a [i64],
+    end_off: &'a [i32],
 }
 
 fn run(g: &Walk) -> Segments {
@@ -97,7 +97,7 @@ fn run(g: &Walk) -> Segments {
             let eb = if !at_start && is_sync { g.end_bind[x] } else { -1 };
             if eb >= 0 {
                 // the call returned after the GPU work it waited for: its wait is the GPU's time
-                let u = g.src[eb as usize];
+                let u = g.src[eb as usize] as i64;
                 c = out.emit(w, c, ws, SYNC, v, v, g.end[u as usize]);
                 v = u;
                 at_start = false;
@@ -114,7 +114,7 @@ fn run(g: &Walk) -> Segments {
                 break;
             }
             let b = b as usize;
-            let u = g.src[b];
+            let u = g.src[b] as i64;
             let fs = g.from_start[b] != 0;
             let reference = if fs { g.start[u as usize] } else { g.end[u as usize] };
             match g.wait_code[b] {
@@ -145,7 +145,8 @@ fn as_bytes<'py>(py: Python<'py>, v: &[i64]) -> Bound<'py, PyBytes> {
 /// collective that waited for peers), `wait` (its wait), the schedule's `start`, `end`, `bind`,
 /// `end_bind`, and `end_off` (n + 1: a node with `to_end` edges is a sync); per edge
 /// `wait_code` (uint8: 0 none, 1 launch, 2 gpu_wait, 3 thread_wait), `src`, `from_start`
-/// (bool). Returns the six segment arrays as bytes (w, kind, named, lane, a, b).
+/// (bool); the indexes (`bind`, `end_bind`, `src`, `end_off`) int32, as the replay keeps them,
+/// the rest int64 (`coll_wait`, `wait_code`, `from_start` bytes). Returns the six segment arrays as bytes (w, kind, named, lane, a, b).
 #[pyfunction]
 #[pyo3(signature = (ws, we, end_nodes, coll_wait, wait, wait_code, start, end, bind, end_bind, src, from_start, end_off))]
 #[allow(clippy::too_many_arguments)]
@@ -169,25 +170,22 @@ pub fn walk<'py>(
         .iter()
         .map(|o| View::new(o))
         .collect::<PyResult<Vec<View>>>()?;
-    let names = ["ws", "we", "end_nodes", "", "wait", "", "start", "end", "bind", "end_bind", "src", "", "end_off"];
-    let mut v: Vec<&[i64]> = Vec::with_capacity(views.len());
-    for (view, name) in views.iter().zip(names) {
-        v.push(if name.is_empty() { &[] } else { i64s(view.bytes(), name)? });
-    }
+    let wide = |i: usize, name: &str| i64s(views[i].bytes(), name);
+    let narrow = |i: usize, name: &str| crate::replay::i32s(views[i].bytes(), "walk", name);
     let g = Walk {
-        ws: v[0],
-        we: v[1],
-        end_nodes: v[2],
+        ws: wide(0, "ws")?,
+        we: wide(1, "we")?,
+        end_nodes: wide(2, "end_nodes")?,
         coll_wait: views[3].bytes(),
-        wait: v[4],
+        wait: wide(4, "wait")?,
         wait_code: views[5].bytes(),
-        start: v[6],
-        end: v[7],
-        bind: v[8],
-        end_bind: v[9],
-        src: v[10],
+        start: wide(6, "start")?,
+        end: wide(7, "end")?,
+        bind: narrow(8, "bind")?,
+        end_bind: narrow(9, "end_bind")?,
+        src: narrow(10, "src")?,
         from_start: views[11].bytes(),
-        end_off: v[12],
+        end_off: narrow(12, "end_off")?,
     };
     let (n, m) = (g.start.len(), g.src.len());
     if g.we.len() != g.ws.len() || g.end_nodes.len() != g.ws.len() {
@@ -202,8 +200,8 @@ pub fn walk<'py>(
         return Err(err("wait_code and from_start need one value per edge"));
     }
     let node = |x: i64| x >= 0 && (x as usize) < n;
-    let edge = |k: i64| k < 0 || (k as usize) < m; // -1: none
-    if !g.end_nodes.iter().all(|&x| x < 0 || node(x)) || !g.src.iter().all(|&u| node(u)) {
+    let edge = |k: i32| k < 0 || (k as usize) < m; // -1: none
+    if !g.end_nodes.iter().all(|&x| x < 0 || node(x)) || !g.src.iter().all(|&u| node(u as i64)) {
         return Err(err("a window's end node or an edge's source is not a node"));
     }
     if !g.bind.iter().chain(g.end_bind).all(|&k| edge(k)) {

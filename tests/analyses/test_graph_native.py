@@ -100,9 +100,10 @@ def test_native_walk_on_every_synthetic_case(tmp_path, monkeypatch):
 def test_native_walk_checks_its_arrays():
     fn = native_kernel("walk", force=True)
     i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    j = lambda *v: np.array(v, dtype=np.int32)  # noqa: E731  the indexes, as the replay keeps them
     u8 = lambda *v: np.array(v, dtype=np.uint8)  # noqa: E731
     # two nodes, one edge 0 -> 1; one window [0, 10) ending at node 1
-    ok = [i(0), i(10), i(1), u8(0, 0), i(0, 0), u8(0), i(0, 5), i(5, 10), i(-1, 0), i(-1, -1), i(0), u8(0), i(0, 0, 0)]
+    ok = [i(0), i(10), i(1), u8(0, 0), i(0, 0), u8(0), i(0, 5), i(5, 10), j(-1, 0), j(-1, -1), j(0), u8(0), j(0, 0, 0)]
     w, kind, named, lane, a, b = (np.frombuffer(x, dtype=np.int64).tolist() for x in fn(*ok))
     # walking back from node 1's end: node 1 [5, 10), its binding edge to node 0, node 0 [0, 5)
     assert (w, kind, named, lane, a, b) == ([0, 0], [-1, -1], [1, 0], [1, 0], [5, 0], [10, 5])
@@ -111,9 +112,13 @@ def test_native_walk_checks_its_arrays():
     with pytest.raises(ValueError, match="not a node"):
         fn(*bad_node)
     bad_edge = list(ok)
-    bad_edge[8] = i(-1, 1)
+    bad_edge[8] = j(-1, 1)
     with pytest.raises(ValueError, match="not an edge"):
         fn(*bad_edge)
+    wide = list(ok)
+    wide[8] = i(-1, 0)  # int64 binding edges: read as int32 they are too many, refused
+    with pytest.raises(ValueError, match="one value per node"):
+        fn(*wide)
     short = list(ok)
     short[4] = i(0)
     with pytest.raises(ValueError, match="one value per node"):

@@ -16,6 +16,7 @@ Small graph (times in ns; `lag` on each edge):
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -49,16 +50,32 @@ native = pytest.mark.skipif(not ln.available(), reason="traceanalyzer._native no
 
 
 def _equal(a: rp.Schedule, b: rp.Schedule) -> None:
-    for f in ("start_ns", "end_ns", "bind", "end_bind"):
+    for f, dtype in (("start_ns", np.int64), ("end_ns", np.int64), ("bind", np.int32), ("end_bind", np.int32)):
         x, y = getattr(a, f), getattr(b, f)
-        assert x.dtype == y.dtype == np.int64, f
+        if x is None or y is None:  # a replay of times only
+            assert x is None and y is None and f in ("bind", "end_bind"), f
+            continue
+        assert x.dtype == y.dtype == dtype, f
         assert np.array_equal(x, y), f"{f}: first difference at node {int(np.flatnonzero(x != y)[0])}"
 
 
-def _both(p: rp.Prepared, *args) -> rp.Schedule:
-    fast = rp.replay(p, *args, use_native=True)
-    slow = rp.replay(p, *args, use_native=False)
+def _both(p: rp.Prepared, *args, binds: bool = True, zero_lag: np.ndarray | None = None) -> rp.Schedule:
+    kw = {"binds": binds, "zero_lag": zero_lag}
+    fast = rp.replay(p, *args, use_native=True, **kw)
+    slow = rp.replay(p, *args, use_native=False, **kw)
     _equal(fast, slow)
+    if binds:  # the times alone are the same times
+        _equal(rp.replay(p, *args, binds=False, zero_lag=zero_lag), replace(fast, bind=None, end_bind=None))
+    # own given per node or per sync (the only nodes whose own time a replay reads): one schedule
+    dur, own, *rest = args
+    syncs = p.sync_nodes()
+    if len(own) == len(p.ts):
+        other = np.asarray(own)[syncs]
+    else:
+        other = np.zeros(len(p.ts), np.int64)
+        other[syncs] = own
+    for use_native in (True, False):
+        _equal(rp.replay(p, dur, other, *rest, use_native=use_native, **kw), fast)
     return fast
 
 
@@ -86,6 +103,9 @@ def _small() -> tuple[rp.Prepared, np.ndarray, np.ndarray]:
 @native
 def test_small_graph_by_hand():
     p, dur, own = _small()
+    assert p.index == np.int32  # every index held at half the width
+    assert all(a.dtype == np.int32 for a in (p.order, p.src, p.start_off, p.start_idx, p.end_off, p.end_idx))
+    assert p.ts.dtype == p.lag.dtype == np.int64
     assert p.start_off.tolist() == [0, 0, 1, 2, 5] and p.start_idx.tolist() == [0, 1, 3, 4, 5]
     assert p.end_off.tolist() == [0, 0, 0, 1, 1] and p.end_idx.tolist() == [2]
     s = _both(p, dur, own)
@@ -102,6 +122,9 @@ def test_small_graph_by_hand():
     s = _both(p, dur, own, np.array([0, 0, 0, -5, 0, 0]), np.array([False, False, False, False, True, True]))
     assert s.start_ns.tolist() == [0, 0, 10, 15] and s.bind.tolist() == [-1, 0, 1, 3]
     assert s.end_ns.tolist() == [10, 20, 20, 25] and s.end_bind.tolist() == [-1, -1, 2, -1]
+    # the launch's lag taken away (e0): node 1 runs [0, 20), the call ends at max(12, 20 + 5) = 25
+    s = _both(p, dur, own, zero_lag=np.array([True, False, False, False, False, False]))
+    assert s.start_ns.tolist()[:3] == [0, 0, 10] and s.end_ns.tolist()[:3] == [10, 20, 25]
 
 
 @native
@@ -111,16 +134,48 @@ def test_native_checks_its_arrays():
         rp.replay(p, dur[:3], own, use_native=True)
     with pytest.raises(ValueError, match="one value per edge"):
         rp.replay(p, dur, own, None, np.zeros(5, bool), use_native=True)
+    with pytest.raises(ValueError, match="zero_lag need one value per edge"):
+        rp.replay(p, dur, own, zero_lag=np.zeros(5, bool), use_native=True)
+    assert p.sync_nodes().tolist() == [2]  # own: 4 values (per node) or 1 (per sync), nothing else
+    with pytest.raises(ValueError, match="own needs one value per node or one per sync"):
+        rp.replay(p, dur, own[:2], use_native=True)
     fn = ln.replay_loop(force=True)
     n = np.zeros(4, np.int64)
+    b = np.zeros(4, np.int32)
     base = (p.order, p.ts, p.src, p.lag, p.from_start.view(np.uint8), p.start_off, p.start_idx)
+    times = (dur.astype(np.int64), own.astype(np.int64), None)
     with pytest.raises(ValueError, match="shares memory"):
-        fn(*base, p.end_off, p.end_idx, dur.astype(np.int64), own.astype(np.int64), None, n, n, n.copy(), n.copy())
+        fn(*base, p.end_off, p.end_idx, *times, n, n, b, b.copy())
+    with pytest.raises(ValueError, match="both arrays or both None"):
+        fn(*base, p.end_off, p.end_idx, *times, n, n.copy(), b, None)
+    # the buffers carry no dtype: int64 indexes are refused by their lengths
+    with pytest.raises(ValueError, match="one item per node and one per sync"):
+        fn(p.order.astype(np.int64), *base[1:], p.end_off, p.end_idx, *times, n, n.copy(), None, None)
+    with pytest.raises(ValueError, match="one value per edge"):
+        fn(p.order, p.ts, p.src.astype(np.int64), *base[3:], p.end_off, p.end_idx, *times, n, n.copy(), None, None)
+    with pytest.raises(ValueError, match="start edges"):
+        fn(*base[:6], p.start_idx.astype(np.int64), p.end_off, p.end_idx, *times, n, n.copy(), None, None)
+    with pytest.raises(ValueError, match="need one writable value per node"):
+        fn(*base, p.end_off, p.end_idx, *times, n, n.copy(), b[:3].copy(), b.copy())
     bad = p.start_idx.copy()
     bad[0] = 6
     args = (p.order, p.ts, p.src, p.lag, p.from_start.view(np.uint8), p.start_off, bad, p.end_off, p.end_idx)
     with pytest.raises(ValueError, match="edge index out of range"):
-        fn(*args, dur.astype(np.int64), own.astype(np.int64), None, *(np.zeros(4, np.int64) for _ in range(4)))
+        fn(*args, *times, n, n.copy(), None, None)
+
+
+@native
+def test_int64_indexes_replay_in_python():
+    """A graph too big for int32 indexes (here the small one widened) replays in Python, with the
+    same schedule; forcing the native loop on it is an error, not a wrong answer."""
+    p, dur, own = _small()
+    wide = replace(p, **{f: getattr(p, f).astype(np.int64) for f in ("order", "src", "start_off", "start_idx")})
+    wide = replace(wide, end_off=p.end_off.astype(np.int64), end_idx=p.end_idx.astype(np.int64))
+    assert wide.index == np.int64
+    s = rp.replay(wide, dur, own)
+    assert s.start_ns.tolist() == [0, 5, 10, 0] and s.bind.tolist() == [-1, 0, 1, 4] and s.bind.dtype == np.int64
+    with pytest.raises(ValueError, match="int32 indexes"):
+        rp.replay(wide, dur, own, use_native=True)
 
 
 def test_switch(monkeypatch):
@@ -138,8 +193,11 @@ def test_shared_traces_same_schedule(name):
     p = model.prepared
     assert len(p.ts) > 1000  # a real graph
     for sc in SCENARIOS:
-        dur, own, lag, cut = model._apply(sc)
-        s = _both(p, dur, own, lag, cut)
+        dur, own, zero_lag, cut = model._apply(sc)
+        s = _both(p, dur, own, None, cut, zero_lag=zero_lag)
+        if zero_lag is not None:  # the lags taken away are those lags set to 0
+            assert zero_lag.any()
+            _equal(_both(p, dur, own, np.where(zero_lag, 0, p.lag), cut), s)
         if sc == Scenario():
             _equal(s, model.base)
             # nothing changed: the lags reproduce every captured start
@@ -159,9 +217,9 @@ def test_synthetic_cases_same_schedule(case, tmp_path, monkeypatch):
     """Each synthetic what-if case, with every replay it makes run by both loops and compared."""
     calls = []
 
-    def checked(p, *args):
+    def checked(p, *args, **kw):
         calls.append(1)
-        return _both(p, *args)
+        return _both(p, *args, **kw)
 
     monkeypatch.setattr("traceanalyzer.analyses.whatif.replay", checked)
     case(tmp_path)

@@ -74,7 +74,10 @@ def walk(
     appended to flat int64 arrays); kinds and names are gathered and neighbours merged
     afterwards, vectorised. It runs natively (`_native.walk`, the GIL released: 174k segments of
     a 311 MB trace in milliseconds instead of 0.3 s) when built and enabled, else in Python
-    (`_walk_py`, its reference); `use_native` forces one (True: native, which must be built)."""
+    (`_walk_py`, its reference); `use_native` forces one (True: native, which must be built).
+    `sched` needs its binding edges (a replay with `binds=True`)."""
+    if sched.bind is None or sched.end_bind is None:
+        raise ValueError("walk: the schedule was replayed without its binding edges (binds=False)")
     nodes = graph.nodes
     waits = graph.column("wait_ns").fill_null(0)
     coll_wait = ((nodes["kind"] == "collective") & (waits > 0)).fill_null(False).to_numpy()
@@ -92,7 +95,7 @@ def walk(
     fn = native_kernel("walk") if use_native is None else (native_kernel("walk", force=True) if use_native else None)
     if use_native and fn is None:
         raise RuntimeError("the native walk is not built (pip install -e .)")
-    if fn is not None and bounds.null_count().sum_horizontal().item() == 0:
+    if fn is not None and p.index == np.int32 and bounds.null_count().sum_horizontal().item() == 0:
         arrays = [
             np.ascontiguousarray(bounds["start_ns"].to_numpy(), dtype=np.int64),
             np.ascontiguousarray(bounds["end_ns"].to_numpy(), dtype=np.int64),
@@ -100,13 +103,12 @@ def walk(
             np.ascontiguousarray(coll_wait, dtype=np.bool_).view(np.uint8),
             wait,
             np.ascontiguousarray(wait_code, dtype=np.int8).view(np.uint8),
-            *(
-                np.ascontiguousarray(a, dtype=np.int64)
-                for a in (sched.start_ns, sched.end_ns, sched.bind, sched.end_bind)
-            ),
-            np.ascontiguousarray(p.src, dtype=np.int64),
+            np.ascontiguousarray(sched.start_ns, dtype=np.int64),
+            np.ascontiguousarray(sched.end_ns, dtype=np.int64),
+            # the indexes as the replay keeps them, int32 (read in place, no int64 copies)
+            *(np.ascontiguousarray(a, dtype=np.int32) for a in (sched.bind, sched.end_bind, p.src)),
             np.ascontiguousarray(p.from_start, dtype=np.bool_).view(np.uint8),
-            np.ascontiguousarray(p.end_off, dtype=np.int64),
+            np.ascontiguousarray(p.end_off, dtype=np.int32),
         ]
         out = Segments.of(*(np.frombuffer(b, dtype=np.int64) for b in fn(*arrays)))
     else:

@@ -8,11 +8,13 @@ start plus its duration; a sync's end is the later of its start plus its own tim
 capture (see `dependency_graph`).
 
 This is the one loop over nodes in the tool: a dependency chain is sequential by nature. The
-graph is flattened once into int64 arrays (CSR adjacency for each node's start and `to_end`
-edges) in a topological order, and each replay runs the native loop (`traceanalyzer._native`,
-Rust, GIL released: ~10 ns per node and edge, 24 bytes of graph per node and edge) over them.
-Without the extension, or with TRACEANALYZER_NATIVE=0, the same loop runs in Python
-(`_replay`: about 1 µs per node and edge, 0.3 s for 300k nodes).
+graph is flattened once into arrays (CSR adjacency for each node's start and `to_end` edges) in
+a topological order: times and lags int64, every index int32 (the order's items, the edges'
+sources, the adjacency; about 16 bytes of graph per node and 17 per edge, held for the what-ifs),
+and each replay runs the native loop (`traceanalyzer._native`, Rust, GIL released: ~10 ns per
+node and edge) over them. Without the extension, with TRACEANALYZER_NATIVE=0, or on a graph too
+big for int32 indexes (a billion nodes), the same loop runs in Python (`_replay`: about 1 µs per
+node and edge, 0.3 s for 300k nodes).
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ def no_gc() -> Iterator[None]:
 class Schedule:
     """start_ns / end_ns per node (int64 arrays indexed by node); `bind`: per node the edge index
     that set its start (-1: its own captured start); `end_bind`: the edge that set a sync's end
-    (-1: its own time, or not a sync)."""
+    (-1: its own time, or not a sync); both of the graph's index type (`Prepared.index`), or None
+    where the replay was asked for times only (a what-if reads nothing else)."""
 
     start_ns: np.ndarray
     end_ns: np.ndarray
-    bind: np.ndarray
-    end_bind: np.ndarray
+    bind: np.ndarray | None
+    end_bind: np.ndarray | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,7 +63,9 @@ class Prepared:
     """The graph as flat arrays for the replay loop: `order` the items in a topological order
     (v: node v's start; n + v: sync v's end), per node `ts`, per edge `src`, `lag`, `from_start`;
     node v's start edges are `start_idx[start_off[v]:start_off[v + 1]]` (edge indexes, in edge
-    order), its `to_end` edges likewise in `end_off` / `end_idx`."""
+    order), its `to_end` edges likewise in `end_off` / `end_idx`. `ts` and `lag` are int64, the
+    indexes (`order`, `src`, the offsets and edge indexes) all of one type, `index`: int32 unless
+    the graph is too big for it."""
 
     order: np.ndarray
     ts: np.ndarray
@@ -71,6 +76,16 @@ class Prepared:
     start_idx: np.ndarray
     end_off: np.ndarray
     end_idx: np.ndarray
+
+    @property
+    def index(self) -> np.dtype:
+        """The indexes' dtype (int32, or int64 for a graph of over 2^30 nodes or 2^31 edges)."""
+        return self.src.dtype
+
+    def sync_nodes(self) -> np.ndarray:
+        """The nodes whose end `to_end` edges set (the syncs), in node order: what a replay's
+        `own` may be given for alone."""
+        return np.flatnonzero(np.diff(self.end_off) > 0)
 
     def start_edges(self, v: int) -> np.ndarray:
         """Node v's start edges."""
@@ -111,17 +126,20 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     an event before what it depends on is ordered by Kahn's algorithm instead (a cycle, only
     from a damaged trace, is broken at its earliest captured event).
 
-    The replay loop reads int64 arrays; the work arrays of the ordering are int32 where every
-    item fits (half the memory: the model's build peaks here once calibrated)."""
+    Times and lags stay int64; every index, and the work arrays of the ordering, are int32 where
+    every item fits (half the memory: the model's build peaks here once calibrated, and the
+    arrays are held through every what-if)."""
     n = nodes.height
     src, dst, lag = int64_values(edges["src"]), int64_values(edges["dst"]), int64_values(edges["lag_ns"])
     fs = np.ascontiguousarray(edges["from_start"].to_numpy(), dtype=np.bool_)
     to_end = np.ascontiguousarray(edges["to_end"].to_numpy(), dtype=np.bool_)
     ts, end_ns = int64_values(nodes["ts_ns"]), int64_values(nodes["end_ns"])
+    # the indexes held: items are below 2n, edge indexes below m (and the offsets at most m)
+    ix = np.int32 if 2 * n < 2**31 and len(src) < 2**31 else np.int64
     by_dst = len(dst) < 2 or bool((dst[1:] >= dst[:-1]).all())  # as `calibrate` orders them
-    start_off, start_idx = _csr(dst, ~to_end, n, by_dst)
-    end_off, end_idx = _csr(dst, to_end, n, by_dst)
-    it = np.int32 if 8 * n < 2**31 else np.int64  # items are below 2n, the ties below 8n
+    start_off, start_idx = _csr(dst, ~to_end, n, ix, by_dst)
+    end_off, end_idx = _csr(dst, to_end, n, ix, by_dst)
+    it = np.int32 if 8 * n < 2**31 else np.int64  # the ordering's work arrays: the ties are below 8n
     is_sync = np.diff(end_off) > 0
     sync_ids = np.flatnonzero(is_sync).astype(it)
     node = np.arange(n, dtype=it)
@@ -150,20 +168,24 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     pos[order] = np.arange(len(order), dtype=it)
     if not bool((pos[before] < pos[after]).all()):
         order = np.asarray(_kahn(n, before, after, order.tolist()), dtype=np.int64)
+    del pos, before, after
+    order, src = order.astype(ix), src.astype(ix)  # src: a copy, the edges' column can go
     return Prepared(order, ts, src, lag, fs, start_off, start_idx, end_off, end_idx)
 
 
-def _csr(dst: np.ndarray, keep: np.ndarray, n: int, by_dst: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _csr(
+    dst: np.ndarray, keep: np.ndarray, n: int, ix: type = np.int64, by_dst: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Offsets (n + 1) and edge indexes of the kept edges grouped by destination, each group in
     edge order (a stable sort by destination; none when the edges are in destination order
-    already, `by_dst`)."""
+    already, `by_dst`), both of dtype `ix`."""
     idx = np.flatnonzero(keep)
     d = dst[idx]
     if not by_dst:
         idx = idx[np.argsort(d, kind="stable")]
-    off = np.zeros(n + 1, dtype=np.int64)
+    off = np.zeros(n + 1, dtype=ix)
     np.cumsum(np.bincount(d, minlength=n), out=off[1:])
-    return off, idx.astype(np.int64, copy=False)
+    return off, idx.astype(ix)
 
 
 def _kahn(n: int, before: np.ndarray, after: np.ndarray, by_time: list[int]) -> list[int]:
@@ -203,9 +225,15 @@ def replay(
     lag: np.ndarray | None = None,
     cut: np.ndarray | None = None,
     use_native: bool | None = None,
+    binds: bool = True,
+    zero_lag: np.ndarray | None = None,
 ) -> Schedule:
-    """Re-schedule the graph with these durations (`own`: a sync's own time), edge lags (default:
+    """Re-schedule the graph with these durations (`own`: a sync's own time, per node or per sync
+    in `Prepared.sync_nodes` order, as only a sync's end reads it), edge lags (default:
     the captured ones) and edges cut (`cut[k]`: edge k no longer binds, e.g. a removed sync).
+    `zero_lag[k]`: edge k's lag taken as 0 (a byte per edge where a changed copy of the lags
+    took eight). `binds=False`: the times only, no binding edges (`Schedule.bind` None: two arrays of n fewer,
+    16 MB at 311 MB, for a caller that reads only times).
     The native loop when built and enabled (`load.native.enabled`), else `_replay`;
     `use_native` forces one (False: Python; True: native, which must be built)."""
     n = len(p.ts)
@@ -213,26 +241,47 @@ def replay(
     own = np.ascontiguousarray(own, dtype=np.int64)
     lag = p.lag if lag is None else np.ascontiguousarray(lag, dtype=np.int64)
     cut = None if cut is None else np.ascontiguousarray(cut, dtype=np.bool_)
+    zero_lag = None if zero_lag is None else np.ascontiguousarray(zero_lag, dtype=np.bool_)
     fn = native.replay_loop() if use_native is None else (native.replay_loop(force=True) if use_native else None)
     if use_native and fn is None:
         raise RuntimeError("the native replay loop is not built (pip install -e .)")
+    if p.index != np.int32:  # the native loop reads int32 indexes: a graph too big for them
+        if use_native:
+            raise ValueError("replay: the graph has too many nodes or edges for the native loop's int32 indexes")
+        fn = None
     if fn is None:
         with no_gc():
-            return _replay(p, dur, own, lag, cut)
+            return _replay(p, dur, own, lag, cut, binds, zero_lag)
     start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    bind, end_bind = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    # -1 where the loop writes nothing: the end of a node that is not a sync
+    bind, end_bind = (np.full(n, -1, p.index), np.full(n, -1, p.index)) if binds else (None, None)
     fs = p.from_start.view(np.uint8)
     args = (p.order, p.ts, p.src, lag, fs, p.start_off, p.start_idx, p.end_off, p.end_idx, dur, own)
-    fn(*args, None if cut is None else cut.view(np.uint8), start, end, bind, end_bind)
+    as_u8 = lambda a: None if a is None else a.view(np.uint8)  # noqa: E731
+    fn(*args, as_u8(cut), start, end, bind, end_bind, zero_lag=as_u8(zero_lag))
     return Schedule(start, end, bind, end_bind)
 
 
-def _replay(p: Prepared, dur: np.ndarray, own: np.ndarray, lag: np.ndarray, cut: np.ndarray | None) -> Schedule:
+def _replay(
+    p: Prepared,
+    dur: np.ndarray,
+    own: np.ndarray,
+    lag: np.ndarray,
+    cut: np.ndarray | None,
+    binds: bool = True,
+    zero_lag: np.ndarray | None = None,
+) -> Schedule:
     """The replay loop in Python (the fallback of the native one, and its reference): the arrays
     become lists for the loop's duration, as indexing numpy scalars is several times slower."""
     n = len(p.ts)
     ts, order = p.ts.tolist(), p.order.tolist()
-    dur_l, own_l, lag_l = dur.tolist(), own.tolist(), lag.tolist()
+    dur_l, own_l = dur.tolist(), own.tolist()
+    lag_l = (lag if zero_lag is None else np.where(zero_lag, 0, lag)).tolist()
+    if len(own_l) != n:  # one per sync: spread over the nodes for the loop (n values, as lists are)
+        full = [0] * n
+        for v, o in zip(p.sync_nodes().tolist(), own_l, strict=True):
+            full[v] = o
+        own_l = full
     src, fs = p.src.tolist(), p.from_start.tolist()
     so, si, eo, ei = p.start_off.tolist(), p.start_idx.tolist(), p.end_off.tolist(), p.end_idx.tolist()
     cut_l = None if cut is None else cut.tolist()
@@ -267,8 +316,10 @@ def _replay(p: Prepared, dur: np.ndarray, own: np.ndarray, lag: np.ndarray, cut:
         start[x], bind[x] = s, b
         if eo[x] == eo[x + 1]:
             end[x] = s + dur_l[x]
-    as_array = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
-    return Schedule(as_array(start), as_array(end), as_array(bind), as_array(end_bind))
+    times = np.array(start, dtype=np.int64), np.array(end, dtype=np.int64)
+    if not binds:
+        return Schedule(*times, None, None)
+    return Schedule(*times, np.array(bind, dtype=p.index), np.array(end_bind, dtype=p.index))
 
 
 def step_times(

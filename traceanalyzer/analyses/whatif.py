@@ -119,20 +119,22 @@ class Model:
         )
         # The captured times live on in `prepared.ts` and the replay of the capture (`base`,
         # which reproduces them), the edges' destinations in its adjacency (`prepared`, read by
-        # `_sync_edges_into`): the tables need not hold them too (24 MB at 311 MB).
-        self.graph = replace(self.graph, nodes=n.drop("ts_ns", "end_ns"), edges=e.drop("dst"))
+        # `_sync_edges_into`) and their sources in `prepared.src` (int32): the tables need not
+        # hold them too (32 MB at 311 MB).
+        self.graph = replace(self.graph, nodes=n.drop("ts_ns", "end_ns"), edges=e.drop("src", "dst"))
         trim_heap()  # the build's numpy transients, under the arrays held from here on
 
     def _replay_capture(self) -> Schedule:
         n = self.graph.nodes
         dur = n["dur_ns"].cast(pl.Int64).to_numpy()
-        own = self.graph.column("own_ns").fill_null(0).to_numpy()
+        # the syncs' own times only: a replay reads no other (8 MB fewer at 311 MB)
+        own = self.graph.column("own_ns").fill_null(0).gather(self.prepared.sync_nodes()).to_numpy()
         return replay(self.prepared, dur, own)
 
     @property
     def base(self) -> Schedule:
         """The replay of the capture with nothing changed (it reproduces the captured times).
-        `critical_path` lets it go once walked (four arrays of 8 bytes per node: 32 MB at 311
+        `critical_path` lets it go once walked (two arrays of 8 bytes and two of 4 per node: 24 MB at 311
         MB, held through every what-if, which reads only its step times, kept); asked for
         again, it is replayed again (milliseconds with the native loop)."""
         if self._base is None:
@@ -201,8 +203,8 @@ class Model:
         if self.graph.nodes.is_empty():
             empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Int64 for c in STEP_COLUMNS}})
             return WhatIf(scenario, empty, None, None, None, None, origin)
-        dur, own, lag, cut = self._apply(scenario)
-        sched = replay(self.prepared, dur, own, lag, cut)
+        dur, own, zero_lag, cut = self._apply(scenario)
+        sched = replay(self.prepared, dur, own, None, cut, binds=False, zero_lag=zero_lag)  # times are all it reads
         captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
         if self._replayed is None:  # the capture's replay is the same for every scenario
             self._replayed = self.windows(self.base).select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))
@@ -215,15 +217,16 @@ class Model:
             .select("step", "step_ns", "replayed_ns", "predicted_ns")
             .with_columns(saving_ns=pl.col("replayed_ns") - pl.col("predicted_ns"))
         )
-        del sched, dur, own, lag, cut
+        del sched, dur, own, zero_lag, cut
         trim_heap()  # the scenario's arrays
         med = lambda c: steps[c].median() if steps.height else None  # noqa: E731
         m, r, p = med("step_ns"), med("replayed_ns"), med("predicted_ns")
         err = abs(r - m) / m if m and r is not None else None
         return WhatIf(scenario, steps, m, r, p, err, origin)
 
-    def _apply(self, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """Per node durations and own times, per edge lags and cuts (None: none) under `sc`."""
+    def _apply(self, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Per node durations, per sync (`Prepared.sync_nodes`) own times, per edge the lags taken
+        away (`replay`'s `zero_lag`) and the edges cut (each None: none) under `sc`."""
         n = self.graph.nodes
         e = self.graph.edges
         cpu = pl.col("lane") == "cpu"
@@ -233,7 +236,7 @@ class Model:
         # the columns the scenario reads (no copy), and in one select the two integer columns it
         # gives: no frame of float intermediates, no node column (a what-if at 311 MB held 90 MB)
         frame = n.select("lane", "op_id", "runtime_id", "dur_ns")
-        frame = frame.with_columns(self.graph.column("wait_ns"), self.graph.column("own_ns"))
+        frame = frame.with_columns(self.graph.column("wait_ns"))  # own_ns: at the syncs only, below
         if sc.unsync:
             frame = frame.with_columns(t_sync=pl.Series(self.graph.layer_ns(["sync"])))
         exprs_dur, exprs_own = dur, own
@@ -278,24 +281,30 @@ class Model:
             dropped = dropped | unsynced
         # one column at a time, a slice of rows at a time: evaluated at once, polars holds every
         # float intermediate of every node together (the peak of a whole summary at 311 MB)
-        dur_l, own_l = (_per_slice(frame, x.clip(0).round().cast(pl.Int64), np.int64) for x in (dur_x, own_x))
+        # own at the syncs only, the one place a replay reads it (elementwise, so the same values
+        # on those rows; the node-long own column goes before the durations are made)
+        syncs = self.prepared.sync_nodes()
+        at_syncs = frame[syncs].with_columns(self.graph.column("own_ns").gather(syncs))
+        own_l = _per_slice(at_syncs, own_x.clip(0).round().cast(pl.Int64), np.int64)
+        del at_syncs
+        dur_l = _per_slice(frame, dur_x.clip(0).round().cast(pl.Int64), np.int64)
         drop = _per_slice(frame, dropped.fill_null(False), np.bool_) if sc.drop or sc.unsync else None
         del frame
-        lag = None
+        zero_lag = None  # the edges whose lag the scenario takes away (a byte per edge, not a copy of the lags)
         if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
             gpu_edge = e["etype"].is_in(["stream", "event"])
             spacing = e["lag_ns"] <= self.kernel_spacing_ns
             hit = (gpu_edge & (e["lag_ns"] > 0)) & (spacing if "gpu_wait" not in sc.without else ~spacing)
             if "gpu_wait" in sc.without and "kernel_spacing" in sc.without:
                 hit = gpu_edge & (e["lag_ns"] > 0)
-            lag = e.select(pl.when(hit).then(0).otherwise(pl.col("lag_ns"))).to_series().cast(pl.Int64).to_numpy()
+            zero_lag = hit.fill_null(False).to_numpy()
         cut = None
         stop = e["to_end"].to_numpy().copy() if "sync" in sc.without else np.zeros(e.height, dtype=np.bool_)
         if sc.drop or sc.unsync:
             self._sync_edges_into(stop, np.flatnonzero(drop))  # node v is row v
         if stop.any():
             cut = stop
-        return dur_l, own_l, lag if lag is not None else self.prepared.lag, cut
+        return dur_l, own_l, zero_lag, cut
 
     def _sync_edges_into(self, stop: np.ndarray, nodes: np.ndarray) -> None:
         """Set `stop` (per edge) on the `to_end` edges of `nodes`: those the adjacency lists as
