@@ -61,14 +61,12 @@ def one_valued(df: pl.DataFrame) -> pl.DataFrame:
     ints = [c for c, dtype in df.schema.items() if dtype.is_integer()]
     if not df.height or not ints:
         return df
-    if df.height <= SMALL_TABLE_ROWS:  # a pass over a few columns costs less than a second query
-        stats = df.select(
-            *(pl.col(c).null_count().alias(f"n{i}") for i, c in enumerate(ints)),
-            *(pl.col(c).min().alias(f"lo{i}") for i, c in enumerate(ints)),
-            *(pl.col(c).max().alias(f"hi{i}") for i, c in enumerate(ints)),
-        ).row(0)
-        k = len(ints)
-        same = [(c, stats[k + i]) for i, c in enumerate(ints) if stats[i] == 0 and stats[k + i] == stats[2 * k + i]]
+    if df.height <= SMALL_TABLE_ROWS:
+        # Every column's range read directly, by Series calls: a pass over a few small columns
+        # costs less than a second query, and these calls less than one (~20 µs against ~90 for
+        # six columns of 2,000 rows; 8 tables a 0.9 MB DLRM rank, 2026-12-01).
+        cols = [df.get_column(c) for c in ints]
+        same = [(s.name, s.min()) for s in cols if s.null_count() == 0 and s.min() == s.max()]
         return df.with_columns(pl.lit(v, dtype=df.schema[c]).alias(c) for c, v in same) if same else df
     # First the columns whose first and last rows agree, without nulls (no pass over the rows):
     # times and ids drop out here, and only the few left are scanned for their min and max.

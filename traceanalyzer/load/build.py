@@ -37,6 +37,10 @@ def _label(cond: pl.Expr, enum: pl.Enum) -> pl.Expr:
 # than 2^31 events of a kind. Readers that mix them with Int64 ids cast (`op_tree.ancestors`).
 ROW_ID = pl.Int32
 
+# Below this many rows a table is checked by Series calls rather than a frame query (as
+# `analyses.intervals.SMALL_ROWS`: a query costs ~30-60 µs to plan and run whatever its size).
+SMALL_ROWS = 1 << 16
+
 # The launch columns of a GPU activity <- the columns of its runtime call.
 _LAUNCH = {"runtime_id": "runtime_id", "op_id": "op_id", "launch_ts_ns": "ts_ns", "launch_end_ns": "end_ns"}
 _LAUNCH |= {"launch_api": "name", "launch_pid": "pid", "launch_tid": "tid"}
@@ -44,12 +48,17 @@ _LAUNCH |= {"launch_api": "name", "launch_pid": "pid", "launch_tid": "tid"}
 
 def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
     """Drop events without a usable ts; clamp missing or negative dur to zero."""
-    # Counted with a select: `df.filter(...).height` would copy every column of those rows.
-    bad_ts, neg, no_dur = df.select(
-        bad_ts=pl.col("ts_ns").is_null().sum(),
-        neg=(pl.col("dur_ns") < 0).fill_null(False).sum(),
-        no_dur=pl.col("dur_ns").null_count(),
-    ).row(0)
+    # Counted with a select: `df.filter(...).height` would copy every column of those rows. A
+    # small table is counted by Series calls (no query: ~40 µs each, six tables a small rank).
+    if df.height < SMALL_ROWS:
+        ts, dur = df.get_column("ts_ns"), df.get_column("dur_ns")
+        bad_ts, neg, no_dur = ts.null_count(), int((dur < 0).sum()), dur.null_count()
+    else:
+        bad_ts, neg, no_dur = df.select(
+            bad_ts=pl.col("ts_ns").is_null().sum(),
+            neg=(pl.col("dur_ns") < 0).fill_null(False).sum(),
+            no_dur=pl.col("dur_ns").null_count(),
+        ).row(0)
     if bad_ts:
         warnings.append(f"{bad_ts:,} {what} events without a readable ts were ignored")
     if neg:
@@ -58,6 +67,8 @@ def _timed(df: pl.DataFrame, warnings: list[str], what: str) -> pl.DataFrame:
         df = df.filter(pl.col("ts_ns").is_not_null())
     if neg or no_dur:  # a new column only where a value changes
         df = df.with_columns(dur_ns=pl.col("dur_ns").fill_null(0).clip(0))
+    if df.height < SMALL_ROWS and "end_ns" not in df.columns:  # the sum of two Series, no query
+        return df.hstack([(df.get_column("ts_ns") + df.get_column("dur_ns")).alias("end_ns")])
     return df.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur_ns"))
 
 

@@ -105,8 +105,21 @@ def _beyond(df: pl.DataFrame, col: str, low: int, high: int) -> bool:
     """Whether some value of `col` may lie at or outside (low, high), from its min and max: an
     aggregation allocates nothing, while the row-wise checks they spare make a temporary column
     per expression (+30 MB of RSS together on a 311 MB trace's multi-chunk tables)."""
-    lo, hi = df.select(lo=pl.col(col).min(), hi=pl.col(col).max()).row(0) if df.height else (None, None)
+    lo, hi = _range(df, col) if df.height else (None, None)
     return lo is not None and (lo <= low or hi >= high)
+
+
+# Below this many rows a column's range is read by Series calls, not a frame query (~40 µs to plan
+# and run whatever its size; 12 of them a small rank), as `analyses.intervals.SMALL_ROWS`.
+SMALL_ROWS = 1 << 16
+
+
+def _range(df: pl.DataFrame, col: str) -> tuple:
+    """(min, max) of a column."""
+    if df.height < SMALL_ROWS:
+        s = df.get_column(col)
+        return s.min(), s.max()
+    return df.select(lo=pl.col(col).min(), hi=pl.col(col).max()).row(0)
 
 
 def _may_have_duplicates(df: pl.DataFrame) -> bool:
@@ -119,12 +132,17 @@ def _may_have_duplicates(df: pl.DataFrame) -> bool:
     return hashes.n_unique() < hashes.len()
 
 
+def _clip_stats(df: pl.DataFrame) -> tuple:
+    """(first start, last start, longest dur) of a table: Series calls when it is small."""
+    if df.height < SMALL_ROWS:
+        ts = df.get_column("ts_ns")
+        return ts.min(), ts.max(), df.get_column("dur_ns").max()
+    return df.select(lo=pl.col("ts_ns").min(), hi=pl.col("ts_ns").max(), dur=pl.col("dur_ns").max()).row(0)
+
+
 def _clip_past_end(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], int]:
     timed = [k for k in TIMED if tables[k].height]
-    stats = {
-        k: tables[k].select(lo=pl.col("ts_ns").min(), hi=pl.col("ts_ns").max(), dur=pl.col("dur_ns").max()).row(0)
-        for k in timed
-    }
+    stats = {k: _clip_stats(tables[k]) for k in timed}
     los = [v[0] for v in stats.values() if v[0] is not None]
     if not los:
         return tables, 0
