@@ -98,28 +98,77 @@ impl Drop for View {
 }
 
 
-/// int64 values of a C-contiguous, aligned buffer; `who` names the caller in the error.
-pub(crate) fn i64s<'a>(b: &'a [u8], who: &str, what: &str) -> PyResult<&'a [i64]> {
-    // SAFETY: every bit pattern is an i64; align_to leaves any unaligned bytes outside `mid`.
-    let (pre, mid, post) = unsafe { b.align_to::<i64>() };
+/// Integer types of which every bit pattern is a value, so that a buffer's bytes may be read as them.
+///
+/// # Safety
+/// Implement only for plain integers (no padding, no invalid values).
+pub(crate) unsafe trait Plain: Copy {
+    const NAME: &'static str;
+}
+// SAFETY: plain integers.
+unsafe impl Plain for i64 {
+    const NAME: &'static str = "int64";
+}
+// SAFETY: plain integers.
+unsafe impl Plain for i32 {
+    const NAME: &'static str = "int32";
+}
+
+fn misaligned<T: Plain>(who: &str, what: &str) -> PyErr {
+    PyValueError::new_err(format!("{who}: {what}: not an aligned {} array", T::NAME))
+}
+
+/// The values of a C-contiguous, aligned buffer as `T`; `who` names the caller in the error.
+pub(crate) fn values<'a, T: Plain>(b: &'a [u8], who: &str, what: &str) -> PyResult<&'a [T]> {
+    // SAFETY: every bit pattern is a T (`Plain`); align_to leaves any unaligned bytes outside `mid`.
+    let (pre, mid, post) = unsafe { b.align_to::<T>() };
     if !pre.is_empty() || !post.is_empty() {
-        return Err(PyValueError::new_err(format!("{who}: {what}: not an aligned int64 array")));
+        return Err(misaligned::<T>(who, what));
     }
     Ok(mid)
+}
+
+/// `values` of a writable buffer.
+pub(crate) fn values_mut<'a, T: Plain>(b: &'a mut [u8], who: &str, what: &str) -> PyResult<&'a mut [T]> {
+    // SAFETY: as in `values`; the view is writable and no other slice of it is alive.
+    let (pre, mid, post) = unsafe { b.align_to_mut::<T>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(misaligned::<T>(who, what));
+    }
+    Ok(mid)
+}
+
+/// int64 values of a C-contiguous, aligned buffer; `who` names the caller in the error.
+pub(crate) fn i64s<'a>(b: &'a [u8], who: &str, what: &str) -> PyResult<&'a [i64]> {
+    values(b, who, what)
 }
 
 /// `i64s` of a writable buffer.
 pub(crate) fn i64s_mut<'a>(b: &'a mut [u8], who: &str, what: &str) -> PyResult<&'a mut [i64]> {
-    // SAFETY: as in `i64s`; the view is writable and no other slice of it is alive.
-    let (pre, mid, post) = unsafe { b.align_to_mut::<i64>() };
-    if !pre.is_empty() || !post.is_empty() {
-        return Err(PyValueError::new_err(format!("{who}: {what}: not an aligned int64 array")));
-    }
-    Ok(mid)
+    values_mut(b, who, what)
+}
+
+/// int32 values of a C-contiguous, aligned buffer (the graph's indexes); `who` names the caller.
+pub(crate) fn i32s<'a>(b: &'a [u8], who: &str, what: &str) -> PyResult<&'a [i32]> {
+    values(b, who, what)
+}
+
+/// `i32s` of a writable buffer.
+pub(crate) fn i32s_mut<'a>(b: &'a mut [u8], who: &str, what: &str) -> PyResult<&'a mut [i32]> {
+    values_mut(b, who, what)
 }
 
 /// Whether two buffers share no byte (an output must not alias an input).
-pub(crate) fn disjoint(a: &[u8], b: &[u8]) -> bool {
+fn disjoint(a: &[u8], b: &[u8]) -> bool {
     let (a0, b0) = (a.as_ptr() as usize, b.as_ptr() as usize);
     a.is_empty() || b.is_empty() || a0 + a.len() <= b0 || b0 + b.len() <= a0
+}
+
+/// Whether each of `outs` shares no byte with any of `ins` nor with another of `outs`: the
+/// outputs are written while the inputs are read.
+pub(crate) fn outputs_apart<'a>(outs: &[View], ins: impl IntoIterator<Item = &'a View> + Clone) -> bool {
+    outs.iter().enumerate().all(|(i, o)| {
+        ins.clone().into_iter().all(|b| disjoint(o.bytes(), b.bytes()))
+            && outs.iter().skip(i + 1).all(|p| disjoint(o.bytes(), p.bytes()))
+    })
 }

@@ -9,7 +9,7 @@
 //! Arithmetic wraps as numpy's does. Everything is checked before the loops, which run with the GIL
 //! released and cannot index out of bounds.
 
-use crate::buffer::{self, disjoint, View};
+use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -193,12 +193,8 @@ pub fn calibrate(
         return Err(err("an edge's source or destination is not a node"));
     }
     let mut outs = [own, lag, order].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
-    for (i, o) in outs.iter().enumerate() {
-        if views.iter().any(|b| !disjoint(o.bytes(), b.bytes()))
-            || outs.iter().enumerate().any(|(j, p)| j != i && !disjoint(o.bytes(), p.bytes()))
-        {
-            return Err(err("an output shares memory with another array"));
-        }
+    if !buffer::outputs_apart(&outs, views.iter()) {
+        return Err(err("an output shares memory with another array"));
     }
     let [own_v, lag_v, order_v] = &mut outs[..] else { unreachable!() };
     let own = buffer::i64s_mut(own_v.bytes_mut(), "calibrate", "own")?;

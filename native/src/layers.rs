@@ -4,7 +4,7 @@
 //! keys), and each layer folded into the slices' kinds (`fold_layer`: the layer's own time, the
 //! running maximum that picks the kind, the work seen so far, in one pass instead of numpy's eight).
 
-use crate::buffer::{self, disjoint, View};
+use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -51,7 +51,7 @@ pub fn covered_in(
     }
     let (th, a, b, ikey, ith, istart, iend, ibefore) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
     let mut out_view = View::writable(out)?;
-    if views.iter().any(|x| !disjoint(out_view.bytes(), x.bytes())) {
+    if !buffer::outputs_apart(std::slice::from_ref(&out_view), views.iter()) {
         return Err(err("out shares memory with an input"));
     }
     let out = i64s_mut(out_view.bytes_mut(), "out")?;
@@ -135,11 +135,8 @@ pub fn fold_layer(
     let u_view = View::new(u)?;
     let u = i64s(u_view.bytes(), "u")?;
     let mut outs = [prev, t, best, code, busy].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
-    for (i, o) in outs.iter().enumerate() {
-        if !disjoint(o.bytes(), u_view.bytes()) || outs.iter().enumerate().any(|(j, p)| j != i && !disjoint(o.bytes(), p.bytes()))
-        {
-            return Err(err("an output shares memory with another array"));
-        }
+    if !buffer::outputs_apart(&outs, std::iter::once(&u_view)) {
+        return Err(err("an output shares memory with another array"));
     }
     let [prev_v, t_v, best_v, code_v, busy_v] = &mut outs[..] else { unreachable!() };
     let prev = i64s_mut(prev_v.bytes_mut(), "prev")?;

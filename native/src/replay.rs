@@ -9,7 +9,7 @@
 //! int32 arrays when asked for (the critical path's walk reads them; a what-if does not). Everything
 //! is checked before the loop, which runs with the GIL released and cannot index out of bounds.
 
-use crate::buffer::{self, disjoint, View};
+use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -25,23 +25,8 @@ fn i64s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i64]> {
     buffer::i64s_mut(b, "replay", what)
 }
 
-/// int32 values of a C-contiguous, aligned buffer (the graph's indexes); `who` names the caller.
-pub(crate) fn i32s<'a>(b: &'a [u8], who: &str, what: &str) -> PyResult<&'a [i32]> {
-    // SAFETY: every bit pattern is an i32; align_to leaves any unaligned bytes outside `mid`.
-    let (pre, mid, post) = unsafe { b.align_to::<i32>() };
-    if !pre.is_empty() || !post.is_empty() {
-        return Err(PyValueError::new_err(format!("{who}: {what}: not an aligned int32 array")));
-    }
-    Ok(mid)
-}
-
 fn i32s_mut<'a>(b: &'a mut [u8], what: &str) -> PyResult<&'a mut [i32]> {
-    // SAFETY: as in `i32s`; the view is writable and no other slice of it is alive.
-    let (pre, mid, post) = unsafe { b.align_to_mut::<i32>() };
-    if !pre.is_empty() || !post.is_empty() {
-        return Err(err(&format!("{what}: not an aligned int32 array")));
-    }
-    Ok(mid)
+    buffer::i32s_mut(b, "replay", what)
 }
 
 /// Offsets `off` (n + 1, from 0, non-decreasing) into edge indexes `idx` (each < m).
@@ -180,15 +165,11 @@ pub fn replay(
         .flatten()
         .map(|o| View::writable(o))
         .collect::<PyResult<Vec<View>>>()?;
-    // the outputs are written while the inputs are read: no two may share memory
-    for (i, a) in outs.iter().enumerate() {
-        let others = outs.iter().skip(i + 1).chain(ins.iter()).chain(cut_view.iter()).chain(zero_view.iter());
-        if others.into_iter().any(|b| !disjoint(a.bytes(), b.bytes())) {
-            return Err(err("an output array shares memory with another array"));
-        }
+    if !buffer::outputs_apart(&outs, ins.iter().chain(cut_view.iter()).chain(zero_view.iter())) {
+        return Err(err("an output array shares memory with another array"));
     }
     let wide = |i: usize, name: &str| i64s(ins[i].bytes(), name);
-    let narrow = |i: usize, name: &str| i32s(ins[i].bytes(), "replay", name);
+    let narrow = |i: usize, name: &str| buffer::i32s(ins[i].bytes(), "replay", name);
     let g = Graph {
         order: narrow(0, "order")?,
         ts: wide(1, "ts")?,

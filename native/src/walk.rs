@@ -13,7 +13,7 @@
 //! layer covers up to each slice boundary (`ThreadClock.until`); each a merge of two sorted key
 //! arrays.
 
-use crate::buffer::{self, disjoint, View};
+use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -171,7 +171,7 @@ pub fn walk<'py>(
         .map(|o| View::new(o))
         .collect::<PyResult<Vec<View>>>()?;
     let wide = |i: usize, name: &str| i64s(views[i].bytes(), name);
-    let narrow = |i: usize, name: &str| crate::replay::i32s(views[i].bytes(), "walk", name);
+    let narrow = |i: usize, name: &str| buffer::i32s(views[i].bytes(), "walk", name);
     let g = Walk {
         ws: wide(0, "ws")?,
         we: wide(1, "we")?,
@@ -241,7 +241,7 @@ pub fn innermost(
     }
     let (skey, send, ikey, icand, ids, end, parent) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
     let mut out_view = View::writable(out)?;
-    if views.iter().any(|b| !disjoint(out_view.bytes(), b.bytes())) {
+    if !buffer::outputs_apart(std::slice::from_ref(&out_view), views.iter()) {
         return Err(err("out shares memory with an input"));
     }
     let out = i64s_mut(out_view.bytes_mut(), "out")?;
@@ -322,7 +322,7 @@ pub fn covered_until(
     }
     let (q, t, ikey, ith, istart, iend, ibefore) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
     let mut out_view = View::writable(out)?;
-    if views.iter().any(|b| !disjoint(out_view.bytes(), b.bytes())) {
+    if !buffer::outputs_apart(std::slice::from_ref(&out_view), views.iter()) {
         return Err(err("out shares memory with an input"));
     }
     let out = i64s_mut(out_view.bytes_mut(), "out")?;
