@@ -62,16 +62,17 @@ UNREAD = {
 }
 
 
-def _narrow(ses: Session) -> None:
-    """The Session's traces without the `UNREAD` columns (their other columns and memos shared).
-    Not with a cache (`ses.store`): it holds the tables as read, and writes them."""
+def _narrow(ses: Session, unread: dict[str, tuple[str, ...]] = UNREAD) -> None:
+    """The Session's traces without the `unread` columns (table -> columns; their other columns
+    and memos shared). Not with a cache (`ses.store`): it holds the tables as read, and writes
+    them. `summary` drops its own (`summary.UNREAD`)."""
     if ses.store is not None:
         return
     narrowed: dict[int, object] = {}
     for attr in ("trace", "loaded"):
         old = getattr(ses, attr)
         if id(old) not in narrowed:
-            tables = {t: getattr(old, t).drop(cols, strict=False) for t, cols in UNREAD.items()}
+            tables = {t: getattr(old, t).drop(cols, strict=False) for t, cols in unread.items()}
             new = dataclasses.replace(old, **tables)
             new.__dict__["_derived"] = dict(old.__dict__.get("_derived", {}))  # computed from the same rows
             narrowed[id(old)] = new
