@@ -208,3 +208,46 @@ def test_the_summary_command_reads_nothing_it_lets_go(SHARED_TRACES, name):
         with pytest.raises(ReleasedError, match=block):
             getattr(lean, block)
     assert "critical_path" in whole.computed() and "activity" in whole.computed()
+
+
+def test_the_summary_command_narrows_a_cached_trace_only_when_it_builds_the_model(SHARED_TRACES):
+    """With a cache, `summary` narrows the Trace too when the critical path or the findings are
+    to be computed, and hands the store the narrowed one (what a stored result names); the Trace
+    the cache writes keeps every column. With both cached it narrows nothing (the narrowing
+    reads a cached Trace's every table)."""
+    from traceanalyzer.cli.commands.summary import UNREAD, summary_report
+    from traceanalyzer.render import json_format
+
+    class Store:  # the store's interface (`jobs.cache`), holding what it is given
+        MISSING = object()
+
+        def __init__(self, held: dict) -> None:
+            self.held, self.shared, self.put_names = dict(held), {}, []
+
+        def get(self, name):
+            return self.held.get(name, self.MISSING)
+
+        def computing(self, name) -> None:
+            pass
+
+        def share(self, **objects) -> None:
+            self.shared.update(objects)
+
+        def put(self, name, value) -> None:
+            self.put_names.append(name)
+            self.held[name] = value
+
+    trace = ta.load(SHARED_TRACES / "a100_multistream_syncs.json.gz")
+    whole = ta.Session(trace)
+    th = whole.options.thresholds(("gaps",))
+    expected = json_format.render(summary_report(whole, 0, th))
+    store = Store({})
+    first = ta.Session(trace, store=store)
+    assert json_format.render(summary_report(first, 0, th, lean=True)) == expected
+    assert store.shared["trace"] is first.trace is not trace and store.shared["loaded"] is first.trace
+    assert not set(UNREAD["gpu"]) & set(first.trace.gpu.columns)
+    assert set(UNREAD["gpu"]) <= set(trace.gpu.columns)  # the Trace as loaded (and written) keeps them
+    assert "critical_path" in store.put_names  # released: still handed to the store
+    again = ta.Session(trace, store=Store({k: whole.__dict__[k] for k in ("critical_path", "findings")}))
+    assert json_format.render(summary_report(again, 0, th, lean=True)) == expected
+    assert again.trace is trace  # nothing to build: not narrowed

@@ -62,11 +62,14 @@ UNREAD = {
 }
 
 
-def _narrow(ses: Session, unread: dict[str, tuple[str, ...]] = UNREAD) -> None:
+def _narrow(ses: Session, unread: dict[str, tuple[str, ...]] = UNREAD, cached: bool = False) -> None:
     """The Session's traces without the `unread` columns (table -> columns; their other columns
-    and memos shared). Not with a cache (`ses.store`): it holds the tables as read, and writes
-    them. `summary` drops its own (`summary.UNREAD`)."""
-    if ses.store is not None:
+    and memos shared). Not with a cache (`ses.store`) unless `cached`: a Trace read from the
+    cache is read in full first (`dataclasses.replace`), which a command whose results are all
+    cached never needs. With `cached` the store is handed the narrowed Trace (`share`); the one
+    it writes (`put_trace`, on its thread) keeps every column. `summary` drops its own
+    (`summary.UNREAD`)."""
+    if ses.store is not None and not cached:
         return
     narrowed: dict[int, object] = {}
     for attr in ("trace", "loaded"):
@@ -77,6 +80,8 @@ def _narrow(ses: Session, unread: dict[str, tuple[str, ...]] = UNREAD) -> None:
             new.__dict__["_derived"] = dict(old.__dict__.get("_derived", {}))  # computed from the same rows
             narrowed[id(old)] = new
         setattr(ses, attr, narrowed[id(old)])
+    if ses.store is not None:
+        ses.store.share(trace=ses.trace, loaded=ses.loaded)  # what a stored result names
 
 
 def gaps_report(ses: Session, top: int) -> Report:

@@ -50,7 +50,7 @@ SCREEN_ROWS = 5
 # checks reads (the dependency model, the gap analyses, the rules, stages and ops): the
 # argument types and values (the work model's), the external ids (the health checks'), the
 # launch grid and block (the kernel table's) and the CUDA graph ids. Dropped before the model is
-# built (311 MB: 15 MB under the peak), without a cache (`gaps._narrow`).
+# built (311 MB: 15 MB under the peak; 20 MB after `gaps` with the cache), through `gaps._narrow`.
 UNREAD = {
     "ops": ("input_type", "concrete_inputs", "external_id"),
     "runtime": ("external_id",),
@@ -164,10 +164,12 @@ def summary_report(ses: Session, top: int, th: dict, lean: bool = False) -> Repo
     # model goes once they are read; the stage breakdown and the op table (small results, their
     # transients far under that peak) come after, on what is left.
     ses.roofline, ses.kernels, ses.health  # noqa: B018 - computed here for the peak memory
-    if lean:
+    if lean and not (ses.kept("critical_path") and ses.kept("findings")):
+        # With a cache too, where a Trace read from it is read in full first: the model and the
+        # rules read nearly every table anyway. Not when both are cached (nothing below would).
         from traceanalyzer.cli.commands.gaps import _narrow
 
-        _narrow(ses, UNREAD)
+        _narrow(ses, UNREAD, cached=True)
     cp = ses.critical_path
     findings = ses.findings_by_saving  # what fixing each would save per step, largest first
     ses.release("dependency_model")  # the path and the savings are read: nothing below replays
