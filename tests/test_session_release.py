@@ -174,3 +174,80 @@ def test_the_gaps_command_reads_no_column_it_drops(SHARED_TRACES, name):
     for field in ("all_gaps_ns", "gaps_ns", "culprits_ns", "idle_by_cause_ns", "devices_ns", "steps_ns"):
         assert getattr(a, field).equals(getattr(b, field)), field
     assert whole.verdict == narrow.verdict
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a100_multistream_syncs.json.gz",
+        "gb10_vllm_cudagraphs.pt.trace.json.gz",  # CUDA graphs
+        "h100_owlv2_inference.json.gz",  # with_stack: Python frames, DataLoader ranges
+        "mi250_rocm_minitoy.json.gz",  # ROCm
+        "edge_cpu_only.pt.trace.json.gz",  # no GPU work: no classification
+    ],
+)
+def test_the_summary_command_reads_nothing_it_lets_go(SHARED_TRACES, name):
+    """`summary` (lean, as the command runs it) drops the columns nothing after the roofline,
+    kernels and health reads (`summary.UNREAD`) and releases the dependency model, the critical
+    path, the CPU activity and the classified pieces as it goes: its report is the same as
+    from a Session that keeps everything (a block read after all would raise), and they are gone."""
+    from traceanalyzer.cli.commands.summary import UNREAD, summary_report
+    from traceanalyzer.render import json_format
+
+    trace = ta.load(SHARED_TRACES / name)
+    whole, lean = ta.Session(trace), ta.Session(trace)
+    th = whole.options.thresholds(("gaps",))
+    a = json_format.render(summary_report(whole, 0, th))
+    b = json_format.render(summary_report(lean, 0, th, lean=True))
+    assert a == b
+    for table, cols in UNREAD.items():
+        assert not set(cols) & set(getattr(lean.trace, table).columns)
+    assert set(UNREAD["ops"]) & set(whole.trace.ops.columns)  # the whole trace keeps them
+    for block in ("dependency_model", "critical_path", "activity", "classified"):
+        assert block not in lean.__dict__, block
+        with pytest.raises(ReleasedError, match=block):
+            getattr(lean, block)
+    assert "critical_path" in whole.computed() and "activity" in whole.computed()
+
+
+def test_the_summary_command_narrows_a_cached_trace_only_when_it_builds_the_model(SHARED_TRACES):
+    """With a cache, `summary` narrows the Trace too when the critical path or the findings are
+    to be computed, and hands the store the narrowed one (what a stored result names); the Trace
+    the cache writes keeps every column. With both cached it narrows nothing (the narrowing
+    reads a cached Trace's every table)."""
+    from traceanalyzer.cli.commands.summary import UNREAD, summary_report
+    from traceanalyzer.render import json_format
+
+    class Store:  # the store's interface (`jobs.cache`), holding what it is given
+        MISSING = object()
+
+        def __init__(self, held: dict) -> None:
+            self.held, self.shared, self.put_names = dict(held), {}, []
+
+        def get(self, name):
+            return self.held.get(name, self.MISSING)
+
+        def computing(self, name) -> None:
+            pass
+
+        def share(self, **objects) -> None:
+            self.shared.update(objects)
+
+        def put(self, name, value) -> None:
+            self.put_names.append(name)
+            self.held[name] = value
+
+    trace = ta.load(SHARED_TRACES / "a100_multistream_syncs.json.gz")
+    whole = ta.Session(trace)
+    th = whole.options.thresholds(("gaps",))
+    expected = json_format.render(summary_report(whole, 0, th))
+    store = Store({})
+    first = ta.Session(trace, store=store)
+    assert json_format.render(summary_report(first, 0, th, lean=True)) == expected
+    assert store.shared["trace"] is first.trace is not trace and store.shared["loaded"] is first.trace
+    assert not set(UNREAD["gpu"]) & set(first.trace.gpu.columns)
+    assert set(UNREAD["gpu"]) <= set(trace.gpu.columns)  # the Trace as loaded (and written) keeps them
+    assert "critical_path" in store.put_names  # released: still handed to the store
+    again = ta.Session(trace, store=Store({k: whole.__dict__[k] for k in ("critical_path", "findings")}))
+    assert json_format.render(summary_report(again, 0, th, lean=True)) == expected
+    assert again.trace is trace  # nothing to build: not narrowed

@@ -34,7 +34,7 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
-from traceanalyzer.analyses.work_model import KEYS, NO_MODEL, work_table
+from traceanalyzer.analyses.work_model import KEYS, MODELLED_NAMES, NO_MODEL, work_table
 from traceanalyzer.options import Options, RooflineOptions
 from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL, matches
 from traceanalyzer.reprs import Compact, Unread
@@ -231,7 +231,7 @@ def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
 
 
 def _unmodelled(
-    trace: Trace, gpu: pl.DataFrame, owned: pl.DataFrame, anc: pl.DataFrame, cand: pl.DataFrame
+    trace: Trace, gpu: pl.DataFrame, owned: pl.DataFrame, anc: pl.DataFrame, cand: pl.DataFrame, work: pl.DataFrame
 ) -> pl.DataFrame:
     """GPU time outside every reported op: by the innermost op around the launch that the model
     knows by name and could not model (with its reason), else by the op a user would name;
@@ -251,7 +251,11 @@ def _unmodelled(
     rest = gpu.join(owned.select("gpu_id"), on="gpu_id", how="anti")
     if rest.is_empty():
         return host_row
-    why = cand.filter(pl.col("reason").is_not_null()).select(ancestor_id="op_id", why_op="name", reason="reason")
+    why = (
+        cand.filter(pl.col("reason").is_not_null())
+        .join(work.select("_k", "name"), on="_k", how="left", maintain_order="left")
+        .select(ancestor_id="op_id", why_op="name", reason="reason")
+    )
     reasoned = (
         anc.join(why, on="ancestor_id", how="inner")
         .sort("op_id", "level")
@@ -288,10 +292,17 @@ def analyse_roofline(
     # the columns first: a filter copies every column of the rows it keeps
     host_copy = ((pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)).fill_null(False)
     gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy)
-    # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
-    ops = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(pl.col("kind") == "cpu_op").drop("kind"))
-    work = work_table(ops)
-    cand = ops.join(work, on=KEYS, how="inner", nulls_equal=True)
+    # Only ops the model knows by name can have work (`work_table`): the others, three in four
+    # calls, are left out before their argument texts are copied (17 MB of a 311 MB trace's
+    # 300k calls). Each call keeps the row of its (name, shape) in the work table, `_k`, not
+    # the four texts: they are joined back once per reported row.
+    named = (pl.col("kind") == "cpu_op") & pl.col("name").is_in(MODELLED_NAMES)
+    ops = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(named).drop("kind"))
+    work = work_table(ops).with_row_index("_k")
+    cand = chain.collect(
+        ops.lazy().join(work.lazy().select(*KEYS, "_k", "reason"), on=KEYS, how="inner", nulls_equal=True)
+    ).select("op_id", "_k", "reason")
+    del ops
     modelled = cand.filter(pl.col("reason").is_null())
     # Report at the outermost modelled op: drop every modelled op that has one around it.
     around = (
@@ -340,14 +351,14 @@ def analyse_roofline(
         reported.lazy()
         .join(per_op, left_on="op_id", right_on="ancestor_id", how="inner")
         .filter(pl.col("gpu_ns") > 0)
-        .group_by(*KEYS, "device", maintain_order=True)
+        .group_by("_k", "device", maintain_order=True)  # a (name, shape) is one `_k`: the same groups, in order
         .agg(
-            pl.col("family", "flops", "bytes", "dtype", "note").first(),
             calls=pl.len().cast(pl.Int64),
             gpu_ns=pl.col("gpu_ns").sum(),
             tensor_cores=pl.col("tensor_cores").any(),
             fewer_flops=pl.col("fewer_flops").any(),
         )
+        .join(work.lazy().drop("reason"), on="_k", how="left", maintain_order="left")
         .rename({"name": "op", "flops": "flops_per_call", "bytes": "bytes_per_call"})
     )
     table = _judge(rows, devices)
@@ -356,7 +367,9 @@ def analyse_roofline(
         note = "the trace recorded no shapes (Input Dims): profile with record_shapes=True to model ops"
     return RooflineResult(
         ops_ns=table,
-        unmodelled_ns=Unread("RooflineResult.unmodelled_ns") if lean else _unmodelled(trace, gpu, owned, anc, cand),
+        unmodelled_ns=Unread("RooflineResult.unmodelled_ns")
+        if lean
+        else _unmodelled(trace, gpu, owned, anc, cand, work),
         devices=devices,
         gpu_ns=all_gpu_ns,
         modelled_gpu_ns=int(owned["dur_ns"].sum()) if owned.height else 0,

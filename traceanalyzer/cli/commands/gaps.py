@@ -62,20 +62,26 @@ UNREAD = {
 }
 
 
-def _narrow(ses: Session) -> None:
-    """The Session's traces without the `UNREAD` columns (their other columns and memos shared).
-    Not with a cache (`ses.store`): it holds the tables as read, and writes them."""
-    if ses.store is not None:
+def _narrow(ses: Session, unread: dict[str, tuple[str, ...]] = UNREAD, cached: bool = False) -> None:
+    """The Session's traces without the `unread` columns (table -> columns; their other columns
+    and memos shared). Not with a cache (`ses.store`) unless `cached`: a Trace read from the
+    cache is read in full first (`dataclasses.replace`), which a command whose results are all
+    cached never needs. With `cached` the store is handed the narrowed Trace (`share`); the one
+    it writes (`put_trace`, on its thread) keeps every column. `summary` drops its own
+    (`summary.UNREAD`)."""
+    if ses.store is not None and not cached:
         return
     narrowed: dict[int, object] = {}
     for attr in ("trace", "loaded"):
         old = getattr(ses, attr)
         if id(old) not in narrowed:
-            tables = {t: getattr(old, t).drop(cols, strict=False) for t, cols in UNREAD.items()}
+            tables = {t: getattr(old, t).drop(cols, strict=False) for t, cols in unread.items()}
             new = dataclasses.replace(old, **tables)
             new.__dict__["_derived"] = dict(old.__dict__.get("_derived", {}))  # computed from the same rows
             narrowed[id(old)] = new
         setattr(ses, attr, narrowed[id(old)])
+    if ses.store is not None:
+        ses.store.share(trace=ses.trace, loaded=ses.loaded)  # what a stored result names
 
 
 def gaps_report(ses: Session, top: int) -> Report:

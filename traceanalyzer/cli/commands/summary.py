@@ -46,6 +46,16 @@ GROUPS = (
     "ranks",
 )
 SCREEN_ROWS = 5
+# Columns of the Trace that nothing read after the roofline, the kernel table and the health
+# checks reads (the dependency model, the gap analyses, the rules, stages and ops): the
+# argument types and values (the work model's), the external ids (the health checks'), the
+# launch grid and block (the kernel table's) and the CUDA graph ids. Dropped before the model is
+# built (311 MB: 15 MB under the peak; 20 MB after `gaps` with the cache), through `gaps._narrow`.
+UNREAD = {
+    "ops": ("input_type", "concrete_inputs", "external_id"),
+    "runtime": ("external_id",),
+    "gpu": ("grid", "block", "graph_id"),
+}
 
 
 def _devices(ses: Session) -> pl.DataFrame:
@@ -132,8 +142,11 @@ def _headline(ses: Session, findings: list[Finding]) -> str:
     return "; ".join(parts)
 
 
-def summary_report(ses: Session, top: int, th: dict) -> Report:
-    """The `summary` Report of one trace."""
+def summary_report(ses: Session, top: int, th: dict, lean: bool = False) -> Report:
+    """The `summary` Report of one trace. `lean` (the command, whose Session ends with it): the
+    building blocks go as soon as nothing the report prints reads them (`Session.release`), so
+    the Session cannot answer for the critical path's segments, the CPU activity or the
+    classified pieces afterwards."""
     # Here, not at the top: `summary DIR` never reads them, and the critical path's modules load
     # numpy (~0.1 CPU-s of a directory summary's start-up).
     from traceanalyzer.cli.commands.path import headline as path_headline
@@ -142,16 +155,35 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
     from traceanalyzer.render.roofline_plot import roofline_headline, roofline_table
 
     rows = top if top and top < SCREEN_ROWS else SCREEN_ROWS
-    # Memory, in order (measured at 311 MB): first what keeps a small result after a large
-    # transient, while only the trace is held: the roofline's shapes first (+80 MB over what is
-    # held: before the CPU activity the stages need is, its peak is that much lower), then the
-    # stage breakdown's op chains, the kernel and op tables; then the critical path, as the
-    # dependency graph under it is the largest thing a summary builds, and built while little
-    # else is held it raises the peak least; then the rest, with the savings replayed on it.
-    ses.roofline, ses.stages, ses.kernels, ses.ops  # noqa: B018 - computed here for the peak memory
+    # Memory, in order (measured at 311 MB, docs/summary.md): first what the rules read besides
+    # the gap results, while only the Trace is held: the roofline's shapes (+38 MB of transient),
+    # the kernel table and the health checks, after which the columns only they read go
+    # (`UNREAD`); then the critical path, as the dependency model under it is the
+    # largest thing a summary builds (+145 MB of transient, 82 held) and built while little else
+    # is held it raises the peak least; then the findings, their savings replayed on it. The
+    # model goes once they are read; the stage breakdown and the op table (small results, their
+    # transients far under that peak) come after, on what is left.
+    ses.roofline, ses.kernels, ses.health  # noqa: B018 - computed here for the peak memory
+    if lean and not (ses.kept("critical_path") and ses.kept("findings")):
+        # With a cache too, where a Trace read from it is read in full first: the model and the
+        # rules read nearly every table anyway. Not when both are cached (nothing below would).
+        from traceanalyzer.cli.commands.gaps import _narrow
+
+        _narrow(ses, UNREAD, cached=True)
     cp = ses.critical_path
     findings = ses.findings_by_saving  # what fixing each would save per step, largest first
     ses.release("dependency_model")  # the path and the savings are read: nothing below replays
+    path_text, path_kinds, path_names = path_headline(cp), shares(cp.by_kind), shares(cp.by_name)
+    if lean:  # the path's segments (28 MB): the shares above are all the summary prints of them
+        del cp
+        ses.release("critical_path")
+    ses.stages, ses.ops  # noqa: B018 - computed here for the peak memory
+    if lean:
+        # Of what the report prints, only the gaps, syncs and stages read the CPU activity or the
+        # classified pieces: at hand now (the findings read the first two, unless they came from
+        # the cache), nothing below reads those blocks.
+        ses.gaps, ses.syncs  # noqa: B018
+        ses.release("activity", "classified")
     g = ses.gaps
     ops = ses.ops.table.filter(~pl.col("name").str.contains(PROFILER_STEP))
     kern = ses.kernels.table.select("kernel", "calls", "total_us", "share", "tensor_cores", "launched_by")
@@ -176,7 +208,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
             ses.steps.table.select("step", "kind", "duration_us", "busy_share", "kernel_share", "outlier", "warmup"),
         ),
         Section(f"Stages ({ses.stages.view} view, µs per {per})", stages, whole=True),
-        Section("Critical path: share of step time by kind", shares(cp.by_kind).head(rows), text=path_headline(cp)),
+        Section("Critical path: share of step time by kind", path_kinds.head(rows), text=path_text),
     ]
     if g.has_gpu_work:
         sections += [
@@ -219,10 +251,7 @@ def summary_report(ses: Session, top: int, th: dict) -> Report:
         "communication": lambda: ses.communication.per_step,  # JSON only: not computed for a table
         "top_ops": ops.head(top) if top else ops,
         "top_kernels": kern.head(top) if top else kern,
-        "critical_path": {
-            "by_kind": shares(cp.by_kind),
-            "by_name": shares(cp.by_name).head(top) if top else shares(cp.by_name),
-        },
+        "critical_path": {"by_kind": path_kinds, "by_name": path_names.head(top) if top else path_names},
         "roofline": {
             "modelled_share": roof.modelled_share,
             "device": roof.devices,
@@ -253,7 +282,7 @@ def command(trace: str, fail_on: tuple[str, ...], fmt: str | None, top: int, out
         return
     ses = open_session(trace, options)
     th = {**options.thresholds(GROUPS), "fail_on": list(fail_on)}
-    emit(summary_report(ses, top, th), fmt, output)
+    emit(summary_report(ses, top, th, lean=True), fmt, output)
     failed = sorted({f.rule for f in ses.findings} & set(fail_on))
     if failed:
         # A check the user asked for failed: exit 1 through cli.main, without an 'error:' prefix.
