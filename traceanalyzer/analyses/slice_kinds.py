@@ -204,7 +204,7 @@ def _forks(
     gap_a, gap_b = gap_a[long], gap_b[long]
     # the process's other threads, by a lookup of the few thread numbers
     same_pid = clock.threads["pid"].to_numpy() == main[0]
-    work = np.sort(a[same_pid[th] & ~is_main & ~idle])
+    work = np.sort(a[same_pid[th] & ~is_main & ~idle], kind="stable")  # in sorted runs: timsort
     if not len(gap_a) or not len(work):
         return empty
     # the first work of another thread of the process at or after the gap's start, before its end

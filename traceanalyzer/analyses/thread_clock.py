@@ -185,10 +185,10 @@ class ThreadClock:
 def _innermost_last(key: np.ndarray, end: np.ndarray, depth: np.ndarray | None, ids: np.ndarray) -> np.ndarray:
     """The order of intervals by start key, and among those starting together the innermost
     last: the longest first (end descending), then by depth, then by id, then by position (a
-    stable lexsort of the four). One fast (unstable) sort of the keys; the lexsort only for the
+    stable lexsort of the four). One sort of the keys (timsort, fast on their sorted runs); the lexsort only for the
     intervals that share a start key, put back in the positions their keys hold (a lexsort of
     four keys over every interval was 50 ms per table at 311 MB)."""
-    order = np.argsort(key)
+    order = np.argsort(key, kind="stable")  # timsort: the intervals come in long sorted runs
     k = key[order]
     tie = np.zeros(len(k), dtype=np.bool_)
     same = k[1:] == k[:-1]
