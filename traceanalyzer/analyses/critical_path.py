@@ -68,7 +68,22 @@ def walk(
     end_nodes: list[int],
     use_native: bool | None = None,
 ) -> pl.DataFrame:
-    """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`.
+    """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`
+    (`walk_back`), as a table (`segment_table`)."""
+    return segment_table(graph, windows, walk_back(graph, p, sched, windows, end_nodes, use_native))
+
+
+def walk_back(
+    graph: DependencyGraph,
+    p: Prepared,
+    sched: Schedule,
+    windows: pl.DataFrame,
+    end_nodes: list[int],
+    use_native: bool | None = None,
+) -> Segments:
+    """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`:
+    flat arrays, which `segment_table` names and merges (the schedule, which they no longer
+    need, may go first: 24 MB at 311 MB).
 
     The walk is a loop over the path only (per node, scalars of the schedule's arrays, a segment
     appended to flat int64 arrays); kinds and names are gathered and neighbours merged
@@ -111,10 +126,11 @@ def walk(
             np.ascontiguousarray(p.end_off, dtype=np.int32),
         ]
         out = Segments.of(*(np.frombuffer(b, dtype=np.int64) for b in fn(*arrays)))
+        del arrays
     else:
         with no_gc():
             out = _walk_py(p, sched, bounds, end_nodes, coll_wait, wait, wait_code)
-    return _segments(graph, windows, out)
+    return out
 
 
 def _walk_py(
@@ -200,7 +216,7 @@ class Segments:
         return a
 
 
-def _segments(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> pl.DataFrame:
+def segment_table(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> pl.DataFrame:
     """The segments in time order per window, consecutive pieces of one kind, name and lane
     merged, named and placed on their lanes."""
     nodes = graph.nodes

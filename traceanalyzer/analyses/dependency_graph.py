@@ -44,7 +44,8 @@ import polars as pl
 from traceanalyzer.analyses.calibration import calibrate
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, main_thread
 from traceanalyzer.analyses.graph_nodes import CPU_KINDS, KIND_LAYERS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
-from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, narrow, one_chunk
+from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, map_large_arrays, narrow, one_chunk
+from traceanalyzer.analyses.slice_kinds import thread_number
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace
@@ -100,6 +101,7 @@ def build_graph(
     trace: Trace, act: CpuActivity, collective_pattern: str, thread_wait_us: float = 50.0
 ) -> DependencyGraph:
     """The dependency graph of `trace` (see the module docstring); `act` is the Session's CpuActivity."""
+    map_large_arrays()  # the arrays of one value per node or edge, freed, leave no resident holes
     blocking = act.blocking
     threads = graph_threads(trace, blocking)
     ends = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
@@ -112,14 +114,16 @@ def build_graph(
     # the layer times as a long table of those above zero, at once: no later step copies them
     cpu, layer_of, layer_times = layer_table(cpu, KIND_LAYERS)
     gpu = gpu_nodes(trace, collective_pattern)
-    cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
+    clocked = "_th" in cpu.columns  # then node v is row v, and the thread number stands for pid and tid
+    if not clocked:
+        cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
     starting, ending = slice_finder(cpu, clock, "ts_ns"), slice_finder(cpu, clock, "end_ns")
     edges = []
     # serial
     # (the slices are in (pid, tid, ts_ns) order: a thread's next slice is the next row of that thread)
     # (node v is row v: an edge from each row to the next where both are of one thread)
-    if "_th" in cpu.columns:
+    if clocked:
         th = cpu["_th"].to_numpy()
         same = th[1:] == th[:-1]
     else:
@@ -238,10 +242,11 @@ def build_graph(
         # the columns first, and one filter: an eager filter copies every column of the rows it keeps
         main = main_thread(trace)
         on_main = (pl.col("pid") == main[0]) & (pl.col("tid") == main[1])
+        on_main = pl.col("_th") == thread_number(clock, main) if clocked else on_main
         keep = (pl.col("kind") != "thread_wait") & ~on_main
-        f = _forks_on_clock(cpu, forks, keep, clock) if clock is not None and "_th" in cpu.columns else None
+        f = _forks_on_clock(cpu, forks, keep, clock) if clocked else None
         if f is None:
-            f = _forks_by_joins(cpu, forks, keep)
+            f = _forks_by_joins(cpu, forks, keep, clock if clocked else None)
         # the main thread's slices that end and begin each gap: a search in the slices' keys (a
         # join against all the main thread's slices cost 60 ms at 311 MB)
         on_main = f.with_columns(tid=pl.lit(main[1], pl.Int64))
@@ -265,13 +270,13 @@ def build_graph(
     gpu_kinds = gpu["kind"].drop_nulls().unique().sort().to_list()
     kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
     # a slice's thread as its number among the graph's threads (pid and tid: `DependencyGraph.lanes`)
-    if "_th" in cpu.columns:  # the thread clock's number, which counts the same threads in the same order
+    if clocked:  # the thread clock's number, which counts the same threads in the same order
         th = cpu.drop_in_place("_th")
     else:
         th = cpu.select(*THREAD).join(threads.with_row_index("_th"), on=THREAD, how="left", maintain_order="left")
         th = th["_th"]
     small = pl.Int16 if threads.height < 2**15 else pl.Int32
-    cpu = narrow(cpu.drop("node", "pid", "tid").cast(kinds).with_columns(thread=th.cast(small)), NARROW)
+    cpu = narrow(cpu.drop("node", "pid", "tid", strict=False).cast(kinds).with_columns(thread=th.cast(small)), NARROW)
     del th
     # read above only (device and stream are the trace's, by gpu_id: `DependencyGraph.lanes`); what
     # only GPU nodes have, a table of their own (a column of the node table had a value per slice)
@@ -293,11 +298,17 @@ def build_graph(
     return DependencyGraph(nodes, e, steps, *names, **parts)
 
 
-def _forks_by_joins(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+def _forks_by_joins(
+    cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr, clock: ThreadClock | None = None
+) -> pl.DataFrame:
     """Per fork (pid, gap_a, gap_b), the first slice `keep` admits of its process to start at or
-    after gap_a (_dst, _ts) and the last to end at or before gap_b (_jsrc, _te): as-of joins."""
+    after gap_a (_dst, _ts) and the last to end at or before gap_b (_jsrc, _te): as-of joins.
+    With `clock`, the slices have their thread number and row for pid and node."""
     # the columns first, and one filter: an eager filter copies every column of the rows it keeps
-    other = cpu.select("pid", "node", "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
+    pid, node = pl.col("pid"), pl.col("node")
+    if clock is not None:
+        pid, node = pl.lit(clock.threads["pid"]).gather(pl.col("_th")), pl.int_range(pl.len(), dtype=pl.Int64)
+    other = cpu.select(pid.alias("pid"), node.alias("node"), "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
     f = forks.sort("gap_a")
     f = f.join_asof(
         other.select("pid", _dst="node", _ts="ts_ns").sort("_ts"),

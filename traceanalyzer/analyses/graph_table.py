@@ -71,12 +71,23 @@ class DependencyGraph:
         g = self.gpu[name]
         return pl.concat([pl.repeat(None, self.nodes.height - g.len(), dtype=g.dtype, eager=True), g]).alias(name)
 
+    def column_at(self, name: str, rows: pl.Series) -> pl.Series:
+        """`column(name).gather(rows)` (rows >= 0), gathered from where the column is held: a
+        few rows of a GPU node's column without making it for every node (4 MB at 311 MB)."""
+        if self.gpu is None or name not in self.gpu.columns:
+            return self.column(name).gather(rows)
+        g = self.gpu[name]
+        first = self.nodes.height - g.len()  # the GPU nodes are the last rows
+        at = rows.cast(pl.Int64) - first
+        got = g.gather(at.clip(0)) if g.len() else pl.repeat(None, rows.len(), dtype=g.dtype, eager=True)
+        return pl.select(pl.when(at >= 0).then(got)).to_series().alias(name)
+
     def lanes(self, rows: pl.Series) -> pl.DataFrame:
         """Per node of `rows` its lane: _lt (cpu|gpu), pid and tid (a CPU slice's thread), device
         and stream (a GPU activity's, gathered by gpu_id from the trace's GPU table: the node
         table holds no copy), Int64; null where a row is negative (no node)."""
         at = rows.clip(0)
-        n = self.nodes.select(_lt="lane", _th="thread")[at].with_columns(_g=self.column("gpu_id").gather(at))
+        n = self.nodes.select(_lt="lane", _th="thread")[at].with_columns(_g=self.column_at("gpu_id", at))
         th = self.threads
         for c in ("pid", "tid"):
             on = th[c].cast(pl.Int64).gather(n["_th"]) if th is not None and th.height else None
@@ -119,13 +130,15 @@ class DependencyGraph:
         One gather from the names of calls, ops, activities and kinds side by side (one chunk),
         so the names come back as views of those strings: gathering from the trace's columns
         (dozens of chunks, as the loader reads them) or choosing among several gathers copies
-        every string (50 MB for the 174k segments of a critical path at 311 MB)."""
+        every string (50 MB for the 174k segments of a critical path at 311 MB). Side by side,
+        only the names asked for: every name of the trace, side by side, was 13 MB of views at
+        311 MB for the 174k segments' few thousand distinct names."""
         at = rows.clip(0)
-        n = self.nodes.select("lane", "runtime_id", "op_id", "kind")[at].with_columns(self.column("gpu_id").gather(at))
+        n = self.nodes.select("lane", "runtime_id", "op_id", "kind")[at].with_columns(self.column_at("gpu_id", at))
         kinds = n["kind"].cast(pl.String).drop_nulls().unique().sort()
         r, o, g = self.runtime_names.len(), self.op_names.len(), self.gpu_names.len()
         last = pl.Series([missing], dtype=pl.String)
-        every = pl.concat([self.runtime_names, self.op_names, self.gpu_names, kinds, last], rechunk=True)
+        every = [self.runtime_names, self.op_names, self.gpu_names, kinds, last]  # side by side (`_gathered`)
 
         def named(names: pl.Series, col: str, size: int) -> pl.Expr:  # an id that has a name
             has = names.is_not_null().extend_constant(False, 1)  # row `size`: no id
@@ -142,13 +155,30 @@ class DependencyGraph:
             .then(r + pl.col("op_id").cast(pl.Int64))
             .otherwise(r + o + g + code.cast(pl.Int64))
         )
-        at = pl.when(pl.lit(rows) < 0).then(every.len() - 1).otherwise(at)
-        return every.gather(n.select(at)[:, 0]).alias("name")
+        at = pl.when(pl.lit(rows) < 0).then(r + o + g + kinds.len()).otherwise(at)
+        return _gathered(every, n.select(at)[:, 0]).alias("name")
 
     def gpu_node_names(self) -> pl.Series:
         """Every node's GPU activity name (null on CPU slices), in node order (views of the
         names, gathered from one chunk)."""
         return _by_id(self.gpu_names.rechunk(), self.column("gpu_id")).alias("name")
+
+
+def _gathered(parts: list[pl.Series], at: pl.Series) -> pl.Series:
+    """`pl.concat(parts).gather(at)` as views of the parts' strings (each part one chunk, or
+    made one): only the distinct rows asked for are put side by side, then gathered from."""
+    size = sum(p.len() for p in parts)
+    parts = [*parts, pl.Series([None], dtype=pl.String)]  # row `size`: a null index's (no name)
+    want, back = np.unique(at.cast(pl.Int64).fill_null(size).to_numpy(), return_inverse=True)
+    pieces, lo = [], 0
+    for part in parts:
+        hi = lo + part.len()
+        mine = want[(want >= lo) & (want < hi)] - lo
+        if len(mine):
+            pieces.append((part if part.n_chunks() == 1 else part.rechunk()).gather(mine))
+        lo = hi
+    every = pl.concat(pieces, rechunk=True) if pieces else pl.Series([], dtype=pl.String)
+    return every.gather(back)
 
 
 def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:
@@ -239,12 +269,32 @@ def one_chunk(df: pl.DataFrame) -> pl.DataFrame:
 
 
 @cache
-def _malloc_trim() -> Any:
-    """glibc's `malloc_trim`, or None (another C library, or none found)."""
+def _libc(name: str) -> Any:
+    """glibc's function `name` (`malloc_trim`, `mallopt`), or None (another C library, or none found)."""
     try:
-        return ctypes.CDLL(None).malloc_trim
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError, TypeError):  # no such symbol; Windows has no CDLL(None)
         return None
+
+
+def _malloc_trim() -> Any:
+    return _libc("malloc_trim")
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MAPPED_BYTES = 1 << 18  # numpy arrays of 256 KiB and up on mappings of their own
+
+
+def map_large_arrays() -> None:
+    """Give numpy's large arrays (`MAPPED_BYTES` and up) mappings of their own, returned to the
+    system when freed (glibc's `mallopt(M_MMAP_THRESHOLD)`; elsewhere nothing). glibc raises its
+    threshold each time a mapped block is freed, up to 32 MB, and then serves the model's arrays
+    of one value per node or edge from the heap, whose holes stay resident: the build and walk at
+    311 MB peaked 25-30 MB above their live bytes. A fixed threshold also stops it moving for the
+    rest of the process, as intended."""
+    fn = _libc("mallopt")
+    if fn is not None:
+        fn(M_MMAP_THRESHOLD, MAPPED_BYTES)
 
 
 def trim_heap() -> None:

@@ -75,15 +75,15 @@ def _column(name: str, values: np.ndarray, bounds: tuple[int, int] | None = None
 def slice_kinds(
     act: CpuActivity, s: pl.DataFrame, wait_ns: int, clock: ThreadClock, main: tuple[int, int] | None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """`graph_nodes.cpu_nodes` on the clock: the slices `s` (pid, tid, ts_ns, end_ns, _th in key
-    order, runtime_id, op_id) with t_<layer> and t_untraced, lane, kind and dur_ns; and the forks
+    """`graph_nodes.cpu_nodes` on the clock: the slices `s` (ts_ns, end_ns, _th in key order,
+    runtime_id, op_id) with t_<layer> and t_untraced, lane, kind and dur_ns; and the forks
     (pid, gap_a, gap_b) of the main thread `main`."""
     th, a, b = (
         np.ascontiguousarray(s[c].cast(pl.Int64).to_numpy(), dtype=np.int64) for c in ("_th", "ts_ns", "end_ns")
     )
     fold = native_kernel("fold_layer")
     times, code, busy, untraced_all = (_fold_native if fold is not None else _fold_numpy)(th, a, b, act, clock)
-    me = _thread_number(clock, main)
+    me = thread_number(clock, main)
     is_main = th == me
     idle = ~busy
     del busy
@@ -104,7 +104,9 @@ def slice_kinds(
     del code
     dur = np.where(wait, 0, b - a)
     del wait, th, a, b
-    return s.with_columns(*times, lane=pl.lit("cpu"), kind=kind, dur_ns=dur), forks
+    # the lane a byte per slice, as `build_graph` casts it (a string per slice was 16 MB at 311 MB)
+    lane = pl.lit("cpu", dtype=pl.Enum(["cpu", "gpu"]))
+    return s.with_columns(*times, lane=lane, kind=kind, dur_ns=dur), forks
 
 
 Folded = tuple[list[pl.Series], np.ndarray, np.ndarray, np.ndarray]
@@ -156,7 +158,7 @@ def _fold_native(th: np.ndarray, a: np.ndarray, b: np.ndarray, act: CpuActivity,
     return times, code, busy.view(np.bool_), t == span
 
 
-def _thread_number(clock: ThreadClock, thread: tuple[int, int] | None) -> int:
+def thread_number(clock: ThreadClock, thread: tuple[int, int] | None) -> int:
     """The clock's number of `thread` (pid, tid), -1 if none or not in the graph."""
     if thread is None:
         return -1

@@ -76,7 +76,7 @@ class ThreadClock:
 
     def key(self, th: pl.Series, t: pl.Series) -> pl.Series:
         """The key of thread number `th` at `t` (null where `th` is)."""
-        return pl.select((th * self.span + (t - self.lo)).alias("_key")).to_series()
+        return pl.select((th.cast(pl.Int64) * self.span + (t - self.lo)).alias("_key")).to_series()
 
     def until(self, index: pl.DataFrame, bands: Bands | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         """For a coverage index (`intervals.coverage_index` over pid, tid: disjoint intervals

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses import windows as win
-from traceanalyzer.analyses.critical_path import CriticalPath, summarise, walk
+from traceanalyzer.analyses.critical_path import CriticalPath, segment_table, summarise, walk, walk_back
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
 from traceanalyzer.analyses.graph_table import trim_heap
 from traceanalyzer.analyses.op_tree import ancestors
@@ -163,9 +163,12 @@ class Model:
         w = self.windows(self.base)
         if self.graph.nodes.is_empty():  # no timed event at all
             return summarise(walk(self.graph, self.prepared, self.base, w.clear(), []), w.clear())
-        path = summarise(walk(self.graph, self.prepared, self.base, w, self._end_nodes(w, self.base)), w)
+        segments = walk_back(self.graph, self.prepared, self.base, w, self._end_nodes(w, self.base))
         self._replayed = w.select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))  # what what-ifs read of it
-        self._base = None
+        self._base = None  # walked: the segments are named and merged without it
+        trim_heap()
+        path = summarise(segment_table(self.graph, w, segments), w)
+        del segments
         self._path = path
         self.graph = replace(self.graph, nodes=self.graph.nodes.drop(*LANE_COLUMNS, "kind", strict=False))
         trim_heap()  # the capture's replay and the walk's arrays
