@@ -44,7 +44,7 @@ import polars as pl
 from traceanalyzer.analyses.calibration import calibrate
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, main_thread
 from traceanalyzer.analyses.graph_nodes import CPU_KINDS, KIND_LAYERS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
-from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, map_large_arrays, narrow, one_chunk
+from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, narrow, one_chunk
 from traceanalyzer.analyses.slice_kinds import thread_number
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.patterns import GPU_WAIT_API
@@ -101,7 +101,6 @@ def build_graph(
     trace: Trace, act: CpuActivity, collective_pattern: str, thread_wait_us: float = 50.0
 ) -> DependencyGraph:
     """The dependency graph of `trace` (see the module docstring); `act` is the Session's CpuActivity."""
-    map_large_arrays()  # the arrays of one value per node or edge, freed, leave no resident holes
     blocking = act.blocking
     threads = graph_threads(trace, blocking)
     ends = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]

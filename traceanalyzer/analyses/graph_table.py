@@ -269,32 +269,12 @@ def one_chunk(df: pl.DataFrame) -> pl.DataFrame:
 
 
 @cache
-def _libc(name: str) -> Any:
-    """glibc's function `name` (`malloc_trim`, `mallopt`), or None (another C library, or none found)."""
+def _malloc_trim() -> Any:
+    """glibc's `malloc_trim`, or None (another C library, or none found)."""
     try:
-        return getattr(ctypes.CDLL(None), name)
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError, TypeError):  # no such symbol; Windows has no CDLL(None)
         return None
-
-
-def _malloc_trim() -> Any:
-    return _libc("malloc_trim")
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MAPPED_BYTES = 1 << 18  # numpy arrays of 256 KiB and up on mappings of their own
-
-
-def map_large_arrays() -> None:
-    """Give numpy's large arrays (`MAPPED_BYTES` and up) mappings of their own, returned to the
-    system when freed (glibc's `mallopt(M_MMAP_THRESHOLD)`; elsewhere nothing). glibc raises its
-    threshold each time a mapped block is freed, up to 32 MB, and then serves the model's arrays
-    of one value per node or edge from the heap, whose holes stay resident: the build and walk at
-    311 MB peaked 25-30 MB above their live bytes. A fixed threshold also stops it moving for the
-    rest of the process, as intended."""
-    fn = _libc("mallopt")
-    if fn is not None:
-        fn(M_MMAP_THRESHOLD, MAPPED_BYTES)
 
 
 def trim_heap() -> None:
