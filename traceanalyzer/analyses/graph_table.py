@@ -116,11 +116,11 @@ class DependencyGraph:
             # in place, into `out` (float64 temporaries of a million slices are 8 MB each)
             code = self.layer_of.fill_null(len(times)).to_numpy()  # none: the 0 appended below
             k = len(code)
-            np.take(np.append(times, 0.0), code, out=out[:k])
+            np.take(np.append(times, 0.0), code, out=out[:k], mode="clip")  # (with "raise", out is buffered)
             np.multiply(out[:k], self.nodes["dur_ns"][:k].to_numpy(), out=out[:k])
         if lt.height:
             weights = lt["ns"].to_numpy().astype(np.float64) * times[lt["layer"].to_physical().to_numpy()]
-            out += np.bincount(lt["node"].to_numpy(), weights=weights, minlength=n)
+            np.add.at(out, lt["node"].to_numpy(), weights)  # a few rows: no node-long count
         return out
 
     def names(self, rows: pl.Series, missing: str | None = None) -> pl.Series:

@@ -36,13 +36,24 @@ LANE_COLUMNS = ("thread",)
 SLICE_ROWS = 1 << 18  # a what-if's expressions run on this many nodes at once (2 MB per float temporary)
 
 
-def _per_slice(frame: pl.DataFrame, expr: pl.Expr, dtype: type) -> np.ndarray:
-    """`expr` (elementwise: no aggregation, no window) over `frame`, as a numpy array of
-    `dtype`, evaluated SLICE_ROWS rows at a time into one array."""
-    out = np.empty(frame.height, dtype=dtype)
-    for a in range(0, frame.height, SLICE_ROWS):
-        out[a : a + SLICE_ROWS] = frame.slice(a, SLICE_ROWS).select(expr).to_series().to_numpy()
-    return out
+def _member(ids: pl.Series, wanted: pl.Series) -> np.ndarray:
+    """Per row of `ids` whether it is one of `wanted` (a null: no): ids that are row numbers
+    (op_id, runtime_id) looked up in a table of as many flags, else a sorted search."""
+    v = ids.fill_null(-1).to_numpy()  # in its own width (a cast to Int64 first cost 13 ms per 1 M)
+    w = wanted.drop_nulls().cast(pl.Int64).to_numpy()
+    if not len(v) or not len(w):
+        return np.zeros(len(v), dtype=np.bool_)
+    lo, hi = min(int(v.min()), int(w.min())), max(int(v.max()), int(w.max()))
+    if lo >= -1 and hi < 4 * len(v):
+        table = np.zeros(hi + 2, dtype=np.bool_)  # the last flag, False, is a null's (-1)
+        table[w[w >= 0]] = True
+        return table[v]
+    return np.isin(v, w) & (ids.is_not_null().to_numpy())
+
+
+def _whole_ns(x: np.ndarray) -> np.ndarray:
+    """Float ns as int64: below zero as 0, rounded half to even (as polars' `round`)."""
+    return np.rint(np.maximum(x, 0.0)).astype(np.int64)
 
 
 def _node_index() -> pl.Expr:
@@ -90,6 +101,63 @@ class WhatIf:
         if self.replayed_median_step_ns is None or self.predicted_median_step_ns is None:
             return None
         return duration_us(self.replayed_median_step_ns - self.predicted_median_step_ns)
+
+
+@dataclass
+class NodeChanges:
+    """What a scenario changes per node, as numpy arrays (n each; None: not changed), and the
+    arithmetic that gives its durations and own times (as floats, exact on integer ns): `keep`,
+    the share of a slice's time a removed cause leaves; `slow`, slow launches (no time left);
+    `wait` taken off (a collective's wait for peers); per speed-up its GPU and CPU nodes and
+    the scale; `dropped_ops`, the nodes of dropped ops (no time left), `unsynced` the slices of
+    unsynced calls, which keep their time beyond `t_sync`, their sync layer (both: no own time,
+    no sync edges, `dropped`)."""
+
+    dur: np.ndarray  # the modelled durations (integers)
+    keep: np.ndarray | None = None
+    slow: np.ndarray | None = None
+    wait: np.ndarray | None = None  # taken off every node (peer_wait, gpu_wait)
+    speedups: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = field(default_factory=list)
+    dropped_ops: np.ndarray | None = None
+    unsynced: np.ndarray | None = None
+    t_sync: np.ndarray | None = None
+
+    @property
+    def dropped(self) -> np.ndarray | None:
+        """The nodes of dropped ops or unsynced calls (None: none)."""
+        if self.dropped_ops is None or self.unsynced is None:
+            return self.unsynced if self.dropped_ops is None else self.dropped_ops
+        return self.dropped_ops | self.unsynced
+
+    def durations(self, rows: slice) -> np.ndarray:
+        """The durations of nodes `rows` under the scenario (float64)."""
+        d = self.dur[rows].astype(np.float64)
+        if self.keep is not None:
+            d *= self.keep[rows]
+        if self.slow is not None:
+            d[self.slow[rows]] = 0.0
+        if self.wait is not None:
+            d -= self.wait[rows]
+        for on_gpu, on_cpu, w, scale in self.speedups:
+            w = w[rows]
+            d = np.where(on_gpu[rows], w + (d - w) * scale, np.where(on_cpu[rows], d * scale, d))
+        if self.dropped_ops is not None:
+            d[self.dropped_ops[rows]] = 0.0
+        if self.unsynced is not None:
+            u = self.unsynced[rows]
+            d[u] = np.maximum(d[u] - self.t_sync[rows][u], 0.0)
+        return d
+
+    def own_times(self, rows: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """The own times `own` (float64) of nodes `rows` under the scenario."""
+        if self.keep is not None:
+            own = own * self.keep[rows]
+        for _, on_cpu, _, scale in self.speedups:
+            own = np.where(on_cpu[rows], own * scale, own)
+        for gone in (self.dropped_ops, self.unsynced):
+            if gone is not None:
+                own = np.where(gone[rows], 0.0, own)
+        return own
 
 
 @dataclass
@@ -230,69 +298,21 @@ class Model:
     def _apply(self, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
         """Per node durations, per sync (`Prepared.sync_nodes`) own times, per edge the lags taken
         away (`replay`'s `zero_lag`) and the edges cut (each None: none) under `sc`."""
-        n = self.graph.nodes
         e = self.graph.edges
-        cpu = pl.col("lane") == "cpu"
-        dur = pl.col("dur_ns").cast(pl.Float64)
-        own = pl.col("own_ns").fill_null(0).cast(pl.Float64)
-        removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
-        # the columns the scenario reads (no copy), and in one select the two integer columns it
-        # gives: no frame of float intermediates, no node column (a what-if at 311 MB held 90 MB)
-        frame = n.select("lane", "op_id", "runtime_id", "dur_ns")
-        frame = frame.with_columns(self.graph.column("wait_ns"))  # own_ns: at the syncs only, below
-        if sc.unsync:
-            frame = frame.with_columns(t_sync=pl.Series(self.graph.layer_ns(["sync"])))
-        exprs_dur, exprs_own = dur, own
-        if removed:  # summed as floats (exact): the layer times may be Int32, their sum need not fit
-            frame = frame.with_columns(_gone=pl.Series(self.graph.layer_ns(removed)))
-            gone = pl.col("_gone")
-            keep = pl.when(cpu & (pl.col("dur_ns") > 0)).then((1 - gone / pl.col("dur_ns")).clip(0, 1)).otherwise(1.0)
-            exprs_dur, exprs_own = exprs_dur * keep, exprs_own * keep
-        if "slow_launch" in sc.without:
-            # runtime_id is the runtime table's row number: its duration by position, not a join
-            rdur = self.trace.runtime["dur_ns"]
-            frame = frame.with_columns(_rdur=rdur.gather(frame["runtime_id"]) if rdur.len() else None)
-            slow = cpu & (pl.col("_rdur") >= self.slow_launch_ns).fill_null(False)
-            exprs_dur = pl.when(slow).then(0.0).otherwise(exprs_dur)
-        if "peer_wait" in sc.without or "gpu_wait" in sc.without:
-            exprs_dur = exprs_dur - pl.col("wait_ns").fill_null(0)
-        if sc.speedup:  # GPU names only where a pattern is matched against them
-            frame = frame.with_columns(name=self.graph.gpu_node_names())
-        for pattern, f in sc.speedup:
-            hit = self._matching_ops(pattern)
-            scale = 0.0 if math.isinf(f) else 1.0 / f
-            on_gpu = ~cpu & pl.col("name").str.contains(pattern)
-            on_cpu = cpu & pl.col("op_id").is_in(hit.implode())
-            w = pl.col("wait_ns").fill_null(0)
-            exprs_dur = (
-                pl.when(on_gpu)
-                .then(w + (exprs_dur - w) * scale)
-                .when(on_cpu)
-                .then(exprs_dur * scale)
-                .otherwise(exprs_dur)
-            )
-            exprs_own = pl.when(on_cpu).then(exprs_own * scale).otherwise(exprs_own)
-        dropped = pl.lit(False)
-        for name in sc.drop:
-            dropped = dropped | pl.col("op_id").is_in(self._matching_ops(name, exact=True).implode())
-        dur_x = pl.when(dropped).then(0.0).otherwise(exprs_dur)
-        own_x = pl.when(dropped).then(0.0).otherwise(exprs_own)
-        if sc.unsync:
-            unsynced = cpu & pl.col("runtime_id").is_in(list(sc.unsync)) & (pl.col("t_sync") > 0)
-            dur_x = pl.when(unsynced).then((dur_x - pl.col("t_sync")).clip(0)).otherwise(dur_x)
-            own_x = pl.when(unsynced).then(0.0).otherwise(own_x)
-            dropped = dropped | unsynced
-        # one column at a time, a slice of rows at a time: evaluated at once, polars holds every
-        # float intermediate of every node together (the peak of a whole summary at 311 MB)
-        # own at the syncs only, the one place a replay reads it (elementwise, so the same values
-        # on those rows; the node-long own column goes before the durations are made)
+        change = self._changes(sc)
+        n = self.graph.nodes.height
+        # a slice of rows at a time (2 MB per float temporary): whole, the float intermediates of
+        # every node were held together (a what-if at 311 MB held 90 MB)
+        dur_l = np.empty(n, dtype=np.int64)
+        for a in range(0, n, SLICE_ROWS):
+            rows = slice(a, a + SLICE_ROWS)
+            dur_l[rows] = _whole_ns(change.durations(rows))
+        # own at the syncs only, the one place a replay reads it
         syncs = self.prepared.sync_nodes()
-        at_syncs = frame[syncs].with_columns(self.graph.column("own_ns").gather(syncs))
-        own_l = _per_slice(at_syncs, own_x.clip(0).round().cast(pl.Int64), np.int64)
-        del at_syncs
-        dur_l = _per_slice(frame, dur_x.clip(0).round().cast(pl.Int64), np.int64)
-        drop = _per_slice(frame, dropped.fill_null(False), np.bool_) if sc.drop or sc.unsync else None
-        del frame
+        own = self.graph.column("own_ns").fill_null(0).gather(syncs).cast(pl.Float64).to_numpy()
+        own_l = _whole_ns(change.own_times(syncs, own))
+        drop = change.dropped if sc.drop or sc.unsync else None
+        del change, own
         zero_lag = None  # the edges whose lag the scenario takes away (a byte per edge, not a copy of the lags)
         if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
             gpu_edge = e["etype"].is_in(["stream", "event"])
@@ -304,17 +324,59 @@ class Model:
         cut = None
         stop = e["to_end"].to_numpy().copy() if "sync" in sc.without else np.zeros(e.height, dtype=np.bool_)
         if sc.drop or sc.unsync:
-            self._sync_edges_into(stop, np.flatnonzero(drop))  # node v is row v
+            self._sync_edges_into(stop, drop)  # node v is row v
         if stop.any():
             cut = stop
         return dur_l, own_l, zero_lag, cut
 
+    def _changes(self, sc: Scenario) -> NodeChanges:
+        """What `sc` changes per node (`NodeChanges`). A null id matches no op or call."""
+        g = self.graph
+        n = g.nodes
+        cpu = (n["lane"] == "cpu").fill_null(False).to_numpy()
+        dur = n["dur_ns"].to_numpy()
+        out = NodeChanges(dur)
+        removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
+        if removed:  # summed as floats (exact): the layer times may be Int32, their sum need not fit
+            gone, keep = g.layer_ns(removed), np.ones(len(dur), dtype=np.float64)
+            m = cpu & (dur > 0)
+            keep[m] = np.clip(1 - gone[m] / dur[m].astype(np.float64), 0, 1)
+            out.keep = keep
+            del gone, m
+        if "slow_launch" in sc.without:
+            # runtime_id is the runtime table's row number: its duration by position, not a join
+            rdur = self.trace.runtime["dur_ns"]
+            slow = rdur.gather(n["runtime_id"]) >= self.slow_launch_ns if rdur.len() else None
+            out.slow = cpu & slow.fill_null(False).to_numpy() if slow is not None else np.zeros(len(dur), np.bool_)
+        minus_wait = "peer_wait" in sc.without or "gpu_wait" in sc.without
+        waits = g.column("wait_ns").fill_null(0).cast(pl.Float64).to_numpy() if sc.speedup or minus_wait else None
+        if minus_wait:
+            out.wait = waits
+        names = g.gpu_node_names() if sc.speedup else None  # GPU names only where a pattern is matched
+        op = n["op_id"]
+        for pattern, f in sc.speedup:
+            on_gpu = ~cpu & names.str.contains(pattern).fill_null(False).to_numpy()
+            on_cpu = cpu & _member(op, self._matching_ops(pattern))
+            out.speedups.append((on_gpu, on_cpu, waits, 0.0 if math.isinf(f) else 1.0 / f))
+        if sc.drop:
+            dropped = np.zeros(len(dur), dtype=np.bool_)
+            for name in sc.drop:
+                dropped |= _member(op, self._matching_ops(name, exact=True))
+            out.dropped_ops = dropped
+        if sc.unsync:
+            out.t_sync = g.layer_ns(["sync"])
+            out.unsynced = cpu & _member(n["runtime_id"], pl.Series(list(sc.unsync), dtype=pl.Int64)) & (out.t_sync > 0)
+        return out
+
     def _sync_edges_into(self, stop: np.ndarray, nodes: np.ndarray) -> None:
-        """Set `stop` (per edge) on the `to_end` edges of `nodes`: those the adjacency lists as
-        their end edges (`Prepared.end_idx`, grouped by destination)."""
-        p = self.prepared
-        owner = np.repeat(np.arange(len(p.ts), dtype=np.int64), np.diff(p.end_off))  # per end edge, its node
-        stop[p.end_idx[np.isin(owner, nodes)]] = True
+        """Set `stop` (per edge) on the `to_end` edges of the nodes flagged in `nodes` (per node):
+        those the adjacency lists as their end edges (`Prepared.end_idx`, grouped by
+        destination), range by range for the few syncs among them."""
+        off = self.prepared.end_off
+        v = np.flatnonzero(nodes & (off[1:] > off[:-1]))
+        lo, count = off[v].astype(np.int64), (off[v + 1] - off[v]).astype(np.int64)
+        first = np.repeat(np.cumsum(count) - count, count)  # each range's start among the edges taken
+        stop[self.prepared.end_idx[np.repeat(lo, count) + np.arange(int(count.sum())) - first]] = True
 
     def _matching_ops(self, pattern: str, exact: bool = False) -> pl.Series:
         """The op ids of slices that lie inside an op matching `pattern` (or named exactly)."""
