@@ -51,9 +51,9 @@ from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace
 
 ETYPES = ("serial", "launch", "stream", "event", "sync", "fork", "join")
-EDGE_SCHEMA = {
-    "src": pl.Int64,
-    "dst": pl.Int64,
+EDGE_SCHEMA = {  # node indexes as int32, the replay's index type
+    "src": pl.Int32,
+    "dst": pl.Int32,
     "etype": pl.Enum(ETYPES),  # a byte per edge, not a string
     "from_start": pl.Boolean,
     "to_end": pl.Boolean,
@@ -66,7 +66,7 @@ LANES = pl.Enum(["cpu", "gpu"])
 
 def _pairs(df: pl.DataFrame, src: str, dst: str, etype: str) -> tuple[str, np.ndarray, np.ndarray]:
     """The edges (etype, sources, destinations) of the rows of `df` with both ends, less loops."""
-    both = df.select(pl.col(src).cast(pl.Int64), pl.col(dst).cast(pl.Int64)).drop_nulls()
+    both = df.select(pl.col(src).cast(pl.Int32), pl.col(dst).cast(pl.Int32)).drop_nulls()
     return _part(etype, both[:, 0].to_numpy(), both[:, 1].to_numpy())
 
 
@@ -80,20 +80,21 @@ def _edge_table(parts: list[tuple[str, np.ndarray, np.ndarray]]) -> pl.DataFrame
     frame per part, their concatenation and its filter and unique were four copies of a million
     edges). `from_start` is the launches', `to_end` the syncs'; only sync edges repeat (a call's
     own copy, the work it waited for and its thread's last launch can be one activity): the first
-    of each is kept, after every other edge."""
-    parts = [p for p in parts if p[0] != "sync"] + [p for p in parts if p[0] == "sync"]
+    of each is kept, after every other edge. The parts leave `parts` (emptied) as they are read."""
+    given, parts = parts, [p for p in parts if p[0] != "sync"] + [p for p in parts if p[0] == "sync"]
+    given.clear()
     sync = [p for p in parts if p[0] == "sync"]
     if sync:
         pairs = pl.DataFrame({"s": np.concatenate([p[1] for p in sync]), "d": np.concatenate([p[2] for p in sync])})
         pairs = pairs.unique(maintain_order=True, keep="first")
         parts = [p for p in parts if p[0] != "sync"] + [("sync", pairs["s"].to_numpy(), pairs["d"].to_numpy())]
-    parts = parts or [("serial", np.zeros(0, np.int64), np.zeros(0, np.int64))]
+    parts = parts or [("serial", np.zeros(0, np.int32), np.zeros(0, np.int32))]
     code = np.concatenate([np.full(len(p[1]), ETYPES.index(p[0]), dtype=np.uint8) for p in parts])
-    src, dst = (np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in (1, 2))
+    src, dst = (np.concatenate([p[k] for p in parts]).astype(np.int32, copy=False) for k in (1, 2))
     del parts, sync
     etype = pl.Series("etype", ETYPES, dtype=EDGE_SCHEMA["etype"]).gather(code)
     ends = {"from_start": code == ETYPES.index("launch"), "to_end": code == ETYPES.index("sync")}
-    cols = [pl.Series("src", src, dtype=pl.Int64), pl.Series("dst", dst, dtype=pl.Int64), etype]
+    cols = [pl.Series("src", src, dtype=pl.Int32), pl.Series("dst", dst, dtype=pl.Int32), etype]
     return pl.DataFrame([*cols, *(pl.Series(k, v, dtype=pl.Boolean) for k, v in ends.items())])
 
 
@@ -132,7 +133,7 @@ def build_graph(
             .fill_null(False)
             .to_numpy()
         )
-    src = np.flatnonzero(same).astype(np.int64)
+    src = np.flatnonzero(same).astype(np.int32)
     edges.append(("serial", src, src + 1))
     del same, src
     # launch: the slice that begins the launch call
@@ -152,7 +153,7 @@ def build_graph(
         pl.col("device").eq_missing(pl.col("device").shift(-1))
         & pl.col("stream").eq_missing(pl.col("stream").shift(-1))
     ).to_series()[:-1]
-    at = order.cast(pl.Int64).to_numpy() + cpu.height
+    at = (order.cast(pl.Int64).to_numpy() + cpu.height).astype(np.int32)
     same = same.to_numpy()
     edges.append(("stream", at[:-1][same], at[1:][same]))
     del order, lane, same, at
@@ -254,8 +255,6 @@ def build_graph(
         edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
         del f
-    e = _edge_table(edges)  # one chunk: the calibration reads its columns as numpy arrays in place
-    del edges  # the parts, a copy of every edge, would live on through the calibration
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
     del starting, ending  # they hold the slices' keys
@@ -285,7 +284,10 @@ def build_graph(
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes = one_chunk(nodes)
-    nodes, e = calibrate(nodes, e)
+    # the edges in one table (one chunk: read as numpy arrays in place) only now, and handed to
+    # the calibration alone, which lets each column go once it has it in order (the parts, a
+    # copy of every edge, leave `edges` as they are read)
+    nodes, e = calibrate(nodes, _edge_table(edges))
     nodes = narrow(nodes, ["dur_ns"])  # Int64 until calibrated: it reads an Int64 in place, copies an Int32
     # a node's own time is its duration but at the syncs: only those are kept (`column`)
     own = nodes.select(_node_index(), "own_ns").filter(pl.col("own_ns").ne_missing(nodes["dur_ns"]))

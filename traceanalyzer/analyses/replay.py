@@ -130,7 +130,9 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     every item fits (half the memory: the model's build peaks here once calibrated, and the
     arrays are held through every what-if)."""
     n = nodes.height
-    src, dst, lag = int64_values(edges["src"]), int64_values(edges["dst"]), int64_values(edges["lag_ns"])
+    # the node indexes in the table's own width (int32 as `build_graph` makes them: no int64 copies)
+    src, dst = (np.ascontiguousarray(edges[c].to_numpy()) for c in ("src", "dst"))
+    lag = int64_values(edges["lag_ns"])
     fs = np.ascontiguousarray(edges["from_start"].to_numpy(), dtype=np.bool_)
     to_end = np.ascontiguousarray(edges["to_end"].to_numpy(), dtype=np.bool_)
     ts, end_ns = int64_values(nodes["ts_ns"]), int64_values(nodes["end_ns"])
@@ -145,7 +147,7 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     node = np.arange(n, dtype=it)
     end_item = np.where(is_sync, node + it(n), node)  # the item at which a node's end is known
     del is_sync
-    src_i, dst_i = src.astype(it), dst.astype(it)
+    src_i, dst_i = src.astype(it, copy=False), dst.astype(it, copy=False)
     before = np.concatenate([np.where(fs & ~to_end, src_i, end_item[src]), sync_ids])
     after = np.concatenate([np.where(to_end, dst_i + it(n), dst_i), sync_ids + it(n)])
     del src_i, dst_i, end_item
@@ -169,7 +171,7 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     if not bool((pos[before] < pos[after]).all()):
         order = np.asarray(_kahn(n, before, after, order.tolist()), dtype=np.int64)
     del pos, before, after
-    order, src = order.astype(ix), src.astype(ix)  # src: a copy, the edges' column can go
+    order, src = order.astype(ix), src.astype(ix, copy=False)  # src: the edges' column can go (a view holds it)
     return Prepared(order, ts, src, lag, fs, start_off, start_idx, end_off, end_idx)
 
 

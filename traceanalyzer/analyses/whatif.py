@@ -106,15 +106,16 @@ class WhatIf:
 @dataclass
 class NodeChanges:
     """What a scenario changes per node, as numpy arrays (n each; None: not changed), and the
-    arithmetic that gives its durations and own times (as floats, exact on integer ns): `keep`,
-    the share of a slice's time a removed cause leaves; `slow`, slow launches (no time left);
+    arithmetic that gives its durations and own times (as floats, exact on integer ns): `gone`,
+    the time of a slice (`cpu`) in the causes removed, which leave it the rest (`keep`); `slow`, slow launches (no time left);
     `wait` taken off (a collective's wait for peers); per speed-up its GPU and CPU nodes and
     the scale; `dropped_ops`, the nodes of dropped ops (no time left), `unsynced` the slices of
     unsynced calls, which keep their time beyond `t_sync`, their sync layer (both: no own time,
     no sync edges, `dropped`)."""
 
     dur: np.ndarray  # the modelled durations (integers)
-    keep: np.ndarray | None = None
+    cpu: np.ndarray  # the CPU slices
+    gone: np.ndarray | None = None
     slow: np.ndarray | None = None
     wait: np.ndarray | None = None  # taken off every node (peer_wait, gpu_wait)
     speedups: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = field(default_factory=list)
@@ -129,11 +130,21 @@ class NodeChanges:
             return self.unsynced if self.dropped_ops is None else self.dropped_ops
         return self.dropped_ops | self.unsynced
 
+    def keep(self, rows: slice | np.ndarray) -> np.ndarray:
+        """The share of their time the causes removed leave nodes `rows` (1 off the CPU and in
+        a wait: made per slice of rows, a node-long float array and its temporaries were 40 MB
+        at 311 MB)."""
+        d = self.dur[rows]
+        m = self.cpu[rows] & (d > 0)
+        keep = np.ones(len(d), dtype=np.float64)
+        keep[m] = np.clip(1 - self.gone[rows][m] / d[m].astype(np.float64), 0, 1)
+        return keep
+
     def durations(self, rows: slice) -> np.ndarray:
         """The durations of nodes `rows` under the scenario (float64)."""
         d = self.dur[rows].astype(np.float64)
-        if self.keep is not None:
-            d *= self.keep[rows]
+        if self.gone is not None:
+            d *= self.keep(rows)
         if self.slow is not None:
             d[self.slow[rows]] = 0.0
         if self.wait is not None:
@@ -150,8 +161,8 @@ class NodeChanges:
 
     def own_times(self, rows: np.ndarray, own: np.ndarray) -> np.ndarray:
         """The own times `own` (float64) of nodes `rows` under the scenario."""
-        if self.keep is not None:
-            own = own * self.keep[rows]
+        if self.gone is not None:
+            own = own * self.keep(rows)
         for _, on_cpu, _, scale in self.speedups:
             own = np.where(on_cpu[rows], own * scale, own)
         for gone in (self.dropped_ops, self.unsynced):
@@ -181,7 +192,13 @@ class Model:
             n.select(_node_index(), "lane")  # the columns first: an eager filter copies every column
             .filter(pl.col("lane") == "gpu")
             .select("node")
-            .join(e.filter(pl.col("etype") == "launch").select(node="dst", launch_node="src"), on="node", how="left")
+            .join(
+                e.filter(pl.col("etype") == "launch").select(
+                    node=pl.col("dst").cast(pl.Int64), launch_node=pl.col("src").cast(pl.Int64)
+                ),
+                on="node",
+                how="left",
+            )
             .unique("node", keep="first")
             .sort("node")
         )
@@ -335,14 +352,10 @@ class Model:
         n = g.nodes
         cpu = (n["lane"] == "cpu").fill_null(False).to_numpy()
         dur = n["dur_ns"].to_numpy()
-        out = NodeChanges(dur)
+        out = NodeChanges(dur, cpu)
         removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
         if removed:  # summed as floats (exact): the layer times may be Int32, their sum need not fit
-            gone, keep = g.layer_ns(removed), np.ones(len(dur), dtype=np.float64)
-            m = cpu & (dur > 0)
-            keep[m] = np.clip(1 - gone[m] / dur[m].astype(np.float64), 0, 1)
-            out.keep = keep
-            del gone, m
+            out.gone = g.layer_ns(removed)
         if "slow_launch" in sc.without:
             # runtime_id is the runtime table's row number: its duration by position, not a join
             rdur = self.trace.runtime["dur_ns"]
