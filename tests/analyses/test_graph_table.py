@@ -176,3 +176,26 @@ def test_op_dims_by_row_and_by_join():
     assert _op_dims(by_row, pl.Series([2, None, 0, 1], dtype=pl.Int32)).to_list() == ["[[4]]", None, "[[8, 16]]", None]
     assert _op_dims(by_id, pl.Series([9, None, 5, 6], dtype=pl.Int32)).to_list() == ["[[4]]", None, "[[8, 16]]", None]
     assert _op_dims(by_row, pl.Series([3], dtype=pl.Int32)).to_list() == [None]  # beyond the rows: joined, none
+
+
+def test_segments_in_time_order_are_the_walk_reversed_per_window():
+    """The walk appends each window's segments walking back: in time order they are each
+    window's run reversed (windows in order), or a stable sort by window then position reversed
+    (windows out of order), as the sort of the table gave them."""
+    import numpy as np
+
+    from traceanalyzer.analyses.critical_path import _time_order
+
+    for w in ([0, 0, 0, 1, 1, 3, 3, 3, 3], [1, 1, 0, 0, 2, 1], [5], [2, 2, 2]):
+        want = pl.DataFrame({"w": w}).with_row_index("s").sort("w", "s", descending=[False, True])["s"]
+        assert _time_order(np.array(w, dtype=np.int64)).tolist() == want.to_list(), w
+    assert _time_order(np.zeros(0, dtype=np.int64)) is None
+
+
+def test_names_side_by_side_only_for_the_rows_asked():
+    """`_gathered` is a gather from the parts side by side, a null index giving a null name."""
+    from traceanalyzer.analyses.graph_table import _gathered
+
+    parts = [pl.Series(["a", None, "c"]), pl.Series(["d", "e"]), pl.Series(["f"])]
+    at = pl.Series([4, 0, None, 5, 1, 0, 4], dtype=pl.Int64)
+    assert _gathered(parts, at).to_list() == ["e", "a", None, "f", None, "a", "e"]

@@ -169,7 +169,10 @@ def _gathered(parts: list[pl.Series], at: pl.Series) -> pl.Series:
     made one): only the distinct rows asked for are put side by side, then gathered from."""
     size = sum(p.len() for p in parts)
     parts = [*parts, pl.Series([None], dtype=pl.String)]  # row `size`: a null index's (no name)
-    want, back = np.unique(at.cast(pl.Int64).fill_null(size).to_numpy(), return_inverse=True)
+    at = at.cast(pl.Int64).fill_null(size).to_numpy()
+    asked = np.zeros(size + 1, dtype=np.bool_)  # the distinct rows by a flag each (no sort)
+    asked[at] = True
+    want, back = np.flatnonzero(asked), (np.cumsum(asked, dtype=np.int64) - 1)[at]
     pieces, lo = [], 0
     for part in parts:
         hi = lo + part.len()
