@@ -202,6 +202,14 @@ def test_shared_traces_same_schedule(name):
             _equal(s, model.base)
             # nothing changed: the lags reproduce every captured start
             assert np.array_equal(s.start_ns, p.ts)
+    # the graph's lags as int32 (every one fits), read by the native loop as such: the schedule
+    # of the same lags given as int64
+    assert p.lag.dtype == np.int32 and model.graph.edges["lag_ns"].dtype == pl.Int32
+    dur, own, zero_lag, cut = model._apply(SCENARIOS[-1])
+    _equal(
+        _both(p, dur, own, p.lag.astype(np.int64), cut, zero_lag=zero_lag),
+        _both(p, dur, own, None, cut, zero_lag=zero_lag),
+    )
 
 
 CASES = [

@@ -289,6 +289,7 @@ def build_graph(
     # copy of every edge, leave `edges` as they are read)
     nodes, e = calibrate(nodes, _edge_table(edges))
     nodes = narrow(nodes, ["dur_ns"])  # Int64 until calibrated: it reads an Int64 in place, copies an Int32
+    e = narrow(e, ["lag_ns"])  # nearly every lag is 0 or small: held through every what-if (4 MB fewer at 311 MB)
     # a node's own time is its duration but at the syncs: only those are kept (`column`)
     own = nodes.select(_node_index(), "own_ns").filter(pl.col("own_ns").ne_missing(nodes["dur_ns"]))
     nodes = nodes.drop("own_ns")
