@@ -260,3 +260,55 @@ fn replay_with<L: Copy + Into<i64> + Sync>(
     py.allow_threads(|| run(&g, sync_ids.as_deref(), &mut o));
     Ok(())
 }
+
+/// The node that ends each window of a replay (see `traceanalyzer.analyses.whatif.Model
+///._end_nodes`, whose numpy body is the fallback and the reference): per window end `known`
+/// (sorted, distinct), of the nodes ending last at or before it, the latest to start, then the
+/// lowest; -1: none. One pass over the nodes (each counted into the first window end at or after
+/// its own, a binary search of the few ends), then a running best over the windows.
+#[pyfunction]
+pub fn window_ends(
+    py: Python<'_>,
+    start: &Bound<'_, PyAny>,
+    end: &Bound<'_, PyAny>,
+    known: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let ins = [start, end, known].iter().map(|o| View::new(o)).collect::<PyResult<Vec<View>>>()?;
+    let mut outs = [View::writable(out)?];
+    if !buffer::outputs_apart(&outs, ins.iter()) {
+        return Err(err("window_ends: the output shares memory with another array"));
+    }
+    let (s, e, known) = (i64s(ins[0].bytes(), "start")?, i64s(ins[1].bytes(), "end")?, i64s(ins[2].bytes(), "known")?);
+    let out = i64s_mut(outs[0].bytes_mut(), "out")?;
+    if s.len() != e.len() || out.len() != known.len() || known.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(err("window_ends: start and end need one value per node, known sorted and distinct, out one per end"));
+    }
+    py.allow_threads(|| {
+        // per window: (end, start, node) of its best node, lexicographically: latest end, then
+        // latest start, then lowest node (a node never loses to a later one that ties)
+        let mut best: Vec<Option<(i64, i64, usize)>> = vec![None; known.len()];
+        for v in 0..e.len() {
+            let b = known.partition_point(|&x| x < e[v]);
+            if b < known.len() {
+                let beats = match best[b] {
+                    None => true,
+                    Some((be, bs, _)) => e[v] > be || (e[v] == be && s[v] > bs),
+                };
+                if beats {
+                    best[b] = Some((e[v], s[v], v));
+                }
+            }
+        }
+        // the latest node end at or before each window end: the best of the last window with one
+        // (its ends are later than every earlier window's)
+        let mut last: Option<(i64, i64, usize)> = None;
+        for (b, o) in out.iter_mut().enumerate() {
+            if best[b].is_some() {
+                last = best[b];
+            }
+            *o = last.map_or(-1, |(_, _, v)| v as i64);
+        }
+    });
+    Ok(())
+}
