@@ -190,12 +190,3 @@ def test_segments_in_time_order_are_the_walk_reversed_per_window():
         want = pl.DataFrame({"w": w}).with_row_index("s").sort("w", "s", descending=[False, True])["s"]
         assert _time_order(np.array(w, dtype=np.int64)).tolist() == want.to_list(), w
     assert _time_order(np.zeros(0, dtype=np.int64)) is None
-
-
-def test_names_side_by_side_only_for_the_rows_asked():
-    """`_gathered` is a gather from the parts side by side, a null index giving a null name."""
-    from traceanalyzer.analyses.graph_table import _gathered
-
-    parts = [pl.Series(["a", None, "c"]), pl.Series(["d", "e"]), pl.Series(["f"])]
-    at = pl.Series([4, 0, None, 5, 1, 0, 4], dtype=pl.Int64)
-    assert _gathered(parts, at).to_list() == ["e", "a", None, "f", None, "a", "e"]
