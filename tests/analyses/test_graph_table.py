@@ -190,3 +190,17 @@ def test_segments_in_time_order_are_the_walk_reversed_per_window():
         want = pl.DataFrame({"w": w}).with_row_index("s").sort("w", "s", descending=[False, True])["s"]
         assert _time_order(np.array(w, dtype=np.int64)).tolist() == want.to_list(), w
     assert _time_order(np.zeros(0, dtype=np.int64)) is None
+
+
+def test_a_column_at_a_few_rows_is_the_column_gathered(SHARED_TRACES: Path):
+    """`column_at` (a GPU node's column, own_ns) gives `column(name).gather(rows)`, rows
+    repeated and in any order, without making the node-long column."""
+    import numpy as np
+
+    g = Session(load(str(SHARED_TRACES / "a100_multistream_syncs.json.gz"))).dependency_model.graph
+    n = g.nodes.height
+    syncs = g.own["node"].cast(pl.Int64).to_list()
+    assert syncs  # a trace with syncs whose own time is not their duration
+    rows = pl.Series(np.random.default_rng(1).integers(0, n, 500).tolist() + syncs[::-1] + [0, n - 1, syncs[0]])
+    for name in ("own_ns", "gpu_id", "wait_ns", "dur_ns"):
+        assert g.column_at(name, rows).equals(g.column(name).gather(rows)), name

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
-from traceanalyzer.analyses.graph_table import narrow
+from traceanalyzer.analyses.graph_table import narrow, trim_heap
 from traceanalyzer.analyses.intervals import covered
 from traceanalyzer.analyses.slice_kinds import CPU_KINDS, KIND_LAYERS, THREAD_WAIT, WORK_LAYERS, coverages, slice_kinds
 from traceanalyzer.analyses.thread_clock import ThreadClock
@@ -154,6 +154,7 @@ def cpu_nodes(
         s = s.with_columns(inner_rt, clock.innermost(s, trace.ops, "op_id", numbers["ops"]))
         del numbers, inner_rt
         del rt
+        trim_heap()  # the searches' arrays, freed, under the layer times made next
         s, forks = slice_kinds(act, s, wait_ns, clock, main_thread(trace))
         return narrow(s, ["runtime_id", "op_id"]), forks
     s = innermost_containing(s, rt, "runtime_id", "runtime_id")

@@ -126,7 +126,7 @@ class Model:
         n = self.graph.nodes
         dur = n["dur_ns"].cast(pl.Int64).to_numpy()
         # the syncs' own times only: a replay reads no other (8 MB fewer at 311 MB)
-        own = self.graph.column("own_ns").fill_null(0).gather(self.prepared.sync_nodes()).to_numpy()
+        own = self.graph.column_at("own_ns", pl.Series(self.prepared.sync_nodes())).fill_null(0).to_numpy()
         return replay(self.prepared, dur, own)
 
     @property
@@ -213,7 +213,9 @@ class Model:
             empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Int64 for c in STEP_COLUMNS}})
             return WhatIf(scenario, empty, None, None, None, None, origin)
         dur, own, zero_lag, cut = self._apply(scenario)
+        trim_heap()  # the scenario's float arrays, under the schedule made next
         sched = replay(self.prepared, dur, own, None, cut, binds=False, zero_lag=zero_lag)  # times are all it reads
+        del dur, own, zero_lag, cut  # (8 MB at 311 MB, beside the schedule's 16 while its steps are read)
         captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
         if self._replayed is None:  # the capture's replay is the same for every scenario
             self._replayed = self.windows(self.base).select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))
@@ -226,7 +228,7 @@ class Model:
             .select("step", "step_ns", "replayed_ns", "predicted_ns")
             .with_columns(saving_ns=pl.col("replayed_ns") - pl.col("predicted_ns"))
         )
-        del sched, dur, own, zero_lag, cut
+        del sched
         trim_heap()  # the scenario's arrays
         med = lambda c: steps[c].median() if steps.height else None  # noqa: E731
         m, r, p = med("step_ns"), med("replayed_ns"), med("predicted_ns")
@@ -247,7 +249,7 @@ class Model:
             dur_l[rows] = whole_ns(change.durations(rows))
         # own at the syncs only, the one place a replay reads it
         syncs = self.prepared.sync_nodes()
-        own = self.graph.column("own_ns").fill_null(0).gather(syncs).cast(pl.Float64).to_numpy()
+        own = self.graph.column_at("own_ns", pl.Series(syncs)).fill_null(0).cast(pl.Float64).to_numpy()
         own_l = whole_ns(change.own_times(syncs, own))
         drop = change.dropped if sc.drop or sc.unsync else None
         del change, own
