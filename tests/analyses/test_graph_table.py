@@ -204,3 +204,19 @@ def test_a_column_at_a_few_rows_is_the_column_gathered(SHARED_TRACES: Path):
     rows = pl.Series(np.random.default_rng(1).integers(0, n, 500).tolist() + syncs[::-1] + [0, n - 1, syncs[0]])
     for name in ("own_ns", "gpu_id", "wait_ns", "dur_ns"):
         assert g.column_at(name, rows).equals(g.column(name).gather(rows)), name
+
+
+def test_forks_by_joins_on_the_clock_are_the_forks_by_searches(SHARED_TRACES: Path, monkeypatch):
+    """Where the searches in the slices' keys step back (two threads tie), the as-of joins find
+    the forks from the thread numbers and rows (the slices have no pid or node column on the
+    clock): the same edges, on traces whose main thread forks and joins."""
+    from traceanalyzer.analyses import dependency_graph as dg
+
+    for name in ("b200_eager_rank0.json.gz", "v100_resnet50_dataloader_workers4.pt.trace.json.gz"):
+        ses = Session(load(str(SHARED_TRACES / name)))
+        fast = ses.dependency_model.graph.edges
+        with monkeypatch.context() as m:
+            m.setattr(dg, "_forks_on_clock", lambda *args: None)
+            slow = Session(ses.trace).dependency_model.graph.edges
+        assert fast.equals(slow), name
+    assert fast.filter(pl.col("etype").is_in(["fork", "join"])).height > 0

@@ -281,7 +281,11 @@ def _kinds(nodes: pl.DataFrame, k: pl.Series, named: pl.Series) -> pl.Series:
     if not nodes.height:
         return every.gather(k.clip(0)).alias("kind")
     own = kind.gather(named.clip(0))
-    code = own.to_physical() if isinstance(kind.dtype, pl.Enum) else own.replace_strict(theirs, range(theirs.len()))
+    code = (
+        own.to_physical()
+        if isinstance(kind.dtype, pl.Enum)
+        else own.replace_strict(theirs, range(theirs.len()), default=None)
+    )
     at = pl.select(
         pl.when(k >= 0).then(k).otherwise(len(SEG_KINDS) + code.cast(pl.Int64)).fill_null(every.len() - 1)
     ).to_series()
