@@ -21,8 +21,8 @@ struct Graph<'a> {
     ts: &'a [i64],
     end: &'a [i64],
     dur: &'a [i64],
-    src: &'a [i64],
-    dst: &'a [i64],
+    src: &'a [i32],
+    dst: &'a [i32],
     from_start: &'a [u8],
     to_end: &'a [u8],
 }
@@ -52,7 +52,7 @@ fn lag_ready(reference: i64, target: i64) -> (i64, i64) {
     (lag0, reference.wrapping_add(lag0))
 }
 
-fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
+fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i32]) {
     let (n, m) = (g.ts.len(), g.src.len());
     let mut is_sync = vec![false; n];
     for k in 0..m {
@@ -69,8 +69,9 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
     // after); a binding edge's readiness is computed again when needed rather than kept (a node
     // has one edge of each kind but for a few): fewer fresh pages than numbers per node
     own.fill(i64::MIN);
-    let mut bind_start = vec![-1i64; n + 1];
-    let mut bind_end = vec![-1i64; n + 1];
+    // edge indexes and offsets (below 2^31, checked): i32, half the pages of i64
+    let mut bind_start = vec![-1i32; n + 1];
+    let mut bind_end = vec![-1i32; n + 1];
     for (k, lag_k) in lag.iter_mut().enumerate().take(m) {
         let (reference, target) = g.ref_target(k, &is_sync);
         let (lag0, r) = lag_ready(reference, target);
@@ -83,7 +84,7 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
             &mut bind_start[v]
         };
         if *bind < 0 || r > ready(*bind as usize) {
-            *bind = k as i64;
+            *bind = k as i32;
         }
     }
     for v in 0..n {
@@ -134,7 +135,7 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
     at.copy_from_slice(off);
     for k in 0..m {
         let v = g.dst[k] as usize;
-        order[at[v] as usize] = k as i64;
+        order[at[v] as usize] = k as i32;
         at[v] += 1;
     }
     for v in 0..n {
@@ -146,11 +147,11 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i64]) {
     drop(is_sync);
 }
 
-/// Calibrate a dependency graph (see `traceanalyzer.analyses.replay.calibrate`): per node `ts`,
-/// `end`, `dur` (int64, node v is index v), per edge `src`, `dst` (int64 node indexes),
-/// `from_start`, `to_end` (uint8). Writes per node its own time into `own`, per edge its lag into
-/// `lag`, and the edges' order by (destination, source, index) into `order` (int64 arrays the
-/// caller made).
+/// Calibrate a dependency graph (see `traceanalyzer.analyses.calibration.calibrate`): per node
+/// `ts`, `end`, `dur` (int64, node v is index v), per edge `src`, `dst` (int32 node indexes, the
+/// graph's index type), `from_start`, `to_end` (uint8). Writes per node its own time into `own`
+/// and per edge its lag into `lag` (int64), and the edges' order by (destination, source, index)
+/// into `order` (int32), arrays the caller made.
 #[pyfunction]
 #[pyo3(signature = (ts, end, dur, src, dst, from_start, to_end, own, lag, order))]
 #[allow(clippy::too_many_arguments)]
@@ -168,7 +169,7 @@ pub fn calibrate(
     order: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let views = [ts, end, dur, src, dst, from_start, to_end].iter().map(|o| View::new(o)).collect::<PyResult<Vec<View>>>()?;
-    let names = ["ts", "end", "dur", "src", "dst"];
+    let names = ["ts", "end", "dur"];
     let mut v: Vec<&[i64]> = Vec::with_capacity(names.len());
     for (view, name) in views.iter().zip(names) {
         v.push(buffer::i64s(view.bytes(), "calibrate", name)?);
@@ -177,8 +178,8 @@ pub fn calibrate(
         ts: v[0],
         end: v[1],
         dur: v[2],
-        src: v[3],
-        dst: v[4],
+        src: buffer::i32s(views[3].bytes(), "calibrate", "src")?,
+        dst: buffer::i32s(views[4].bytes(), "calibrate", "dst")?,
         from_start: views[5].bytes(),
         to_end: views[6].bytes(),
     };
@@ -189,7 +190,7 @@ pub fn calibrate(
     if g.dst.len() != m || g.from_start.len() != m || g.to_end.len() != m {
         return Err(err("src, dst, from_start and to_end need one value per edge"));
     }
-    if !g.src.iter().chain(g.dst).all(|&x| x >= 0 && (x as usize) < n) {
+    if m > i32::MAX as usize || !g.src.iter().chain(g.dst).all(|&x| x >= 0 && (x as usize) < n) {
         return Err(err("an edge's source or destination is not a node"));
     }
     let mut outs = [own, lag, order].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
@@ -199,7 +200,7 @@ pub fn calibrate(
     let [own_v, lag_v, order_v] = &mut outs[..] else { unreachable!() };
     let own = buffer::i64s_mut(own_v.bytes_mut(), "calibrate", "own")?;
     let lag = buffer::i64s_mut(lag_v.bytes_mut(), "calibrate", "lag")?;
-    let order = buffer::i64s_mut(order_v.bytes_mut(), "calibrate", "order")?;
+    let order = buffer::i32s_mut(order_v.bytes_mut(), "calibrate", "order")?;
     if own.len() != n || lag.len() != m || order.len() != m {
         return Err(err("own needs one value per node, lag and order one per edge"));
     }

@@ -121,6 +121,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Decoded>()?;
     m.add_class::<arrow::ArrowColumn>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(replay::window_ends, m)?)?;
     m.add_function(wrap_pyfunction!(calibrate::calibrate, m)?)?;
     m.add_function(wrap_pyfunction!(walk::walk, m)?)?;
     m.add_function(wrap_pyfunction!(walk::innermost, m)?)?;

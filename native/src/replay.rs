@@ -2,9 +2,10 @@
 //! Python, the fallback): every node starts at the latest of its start edges' ready times and
 //! ends after its duration, or, for a sync, at the later of its own time and its `to_end` edges.
 //!
-//! The graph comes flattened into arrays: times and lags int64, every index (the order's items,
-//! the edges' sources, the CSR adjacency: per node an offset into the edge indexes of its start
-//! edges and of its `to_end` edges) int32, half the memory of the model held for the what-ifs.
+//! The graph comes flattened into arrays: times int64, lags int64 or int32 (`lag32`: where every
+//! lag fits, as the model holds them), every index (the order's items, the edges' sources, the CSR
+//! adjacency: per node an offset into the edge indexes of its start edges and of its `to_end`
+//! edges) int32, half the memory of the model held for the what-ifs.
 //! The schedule is written into two int64 arrays the caller made, and the binding edges into two
 //! int32 arrays when asked for (the critical path's walk reads them; a what-if does not). Everything
 //! is checked before the loop, which runs with the GIL released and cannot index out of bounds.
@@ -40,12 +41,12 @@ fn check_csr(off: &[i32], idx: &[i32], n: usize, m: usize, what: &str) -> PyResu
     Ok(())
 }
 
-/// The graph and the changes, borrowed from the arrays.
-struct Graph<'a> {
+/// The graph and the changes, borrowed from the arrays; lags of type `L` (i64 or i32).
+struct Graph<'a, L> {
     order: &'a [i32],
     ts: &'a [i64],
     src: &'a [i32],
-    lag: &'a [i64],
+    lag: &'a [L],
     from_start: &'a [u8],
     start_off: &'a [i32],
     start_idx: &'a [i32],
@@ -66,10 +67,10 @@ struct Out<'a> {
 }
 
 /// `sync_ids`: the syncs' nodes in order when `own` has one value per sync (None: per node).
-fn run(g: &Graph, sync_ids: Option<&[i32]>, o: &mut Out) {
+fn run<L: Copy + Into<i64>>(g: &Graph<L>, sync_ids: Option<&[i32]>, o: &mut Out) {
     let n = g.ts.len();
     let live = |k: usize| g.cut.is_none_or(|c| c[k] == 0);
-    let lag = |k: usize| if g.zero_lag.is_some_and(|z| z[k] != 0) { 0 } else { g.lag[k] };
+    let lag = |k: usize| if g.zero_lag.is_some_and(|z| z[k] != 0) { 0 } else { g.lag[k].into() };
     let own = |v: usize| match sync_ids {
         None => g.own[v],
         Some(ids) => ids.binary_search(&(v as i32)).map_or(0, |j| g.own[j]),
@@ -124,12 +125,12 @@ fn run(g: &Graph, sync_ids: Option<&[i32]>, o: &mut Out) {
 
 /// Replay a prepared graph (see `traceanalyzer.analyses.replay`): `order` the items (int32:
 /// node v's start, or n + v a sync's end), `ts` captured starts (int64), per edge `src` (int32),
-/// `lag` (int64), `from_start` (bool), CSR `start_off`/`start_idx` and `end_off`/`end_idx`
+/// `lag` (int64, or int32 with `lag32`), `from_start` (bool), CSR `start_off`/`start_idx` and `end_off`/`end_idx`
 /// (int32), per node `dur` (int64), `own` (int64: per node, or per sync in node order), per edge
 /// `cut` (bool) or None, `zero_lag` (bool: the edge's lag taken as 0) or None; writes `start`,
 /// `end` (int64 arrays of n) and, unless None, `bind`, `end_bind` (int32 arrays of n).
 #[pyfunction]
-#[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind, zero_lag=None))]
+#[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind, zero_lag=None, lag32=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn replay(
     py: Python<'_>,
@@ -150,6 +151,7 @@ pub fn replay(
     bind: Option<&Bound<'_, PyAny>>,
     end_bind: Option<&Bound<'_, PyAny>>,
     zero_lag: Option<&Bound<'_, PyAny>>,
+    lag32: bool,
 ) -> PyResult<()> {
     let ins = [order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own]
         .iter()
@@ -170,11 +172,30 @@ pub fn replay(
     }
     let wide = |i: usize, name: &str| i64s(ins[i].bytes(), name);
     let narrow = |i: usize, name: &str| buffer::i32s(ins[i].bytes(), "replay", name);
+    if lag32 {
+        let lag = narrow(3, "lag")?;
+        return replay_with(py, &ins, lag, cut_view.as_ref(), zero_view.as_ref(), &mut outs);
+    }
+    let lag = wide(3, "lag")?;
+    replay_with(py, &ins, lag, cut_view.as_ref(), zero_view.as_ref(), &mut outs)
+}
+
+/// `replay` once its lags are read as `L`: the rest of the arrays checked, then the loop.
+fn replay_with<L: Copy + Into<i64> + Sync>(
+    py: Python<'_>,
+    ins: &[View],
+    lag: &[L],
+    cut_view: Option<&View>,
+    zero_view: Option<&View>,
+    outs: &mut [View],
+) -> PyResult<()> {
+    let wide = |i: usize, name: &str| i64s(ins[i].bytes(), name);
+    let narrow = |i: usize, name: &str| buffer::i32s(ins[i].bytes(), "replay", name);
     let g = Graph {
         order: narrow(0, "order")?,
         ts: wide(1, "ts")?,
         src: narrow(2, "src")?,
-        lag: wide(3, "lag")?,
+        lag,
         from_start: ins[4].bytes(),
         start_off: narrow(5, "start_off")?,
         start_idx: narrow(6, "start_idx")?,
@@ -182,8 +203,8 @@ pub fn replay(
         end_idx: narrow(8, "end_idx")?,
         dur: wide(9, "dur")?,
         own: wide(10, "own")?,
-        cut: cut_view.as_ref().map(|c| c.bytes()),
-        zero_lag: zero_view.as_ref().map(|z| z.bytes()),
+        cut: cut_view.map(|c| c.bytes()),
+        zero_lag: zero_view.map(|z| z.bytes()),
     };
     let (n, m) = (g.ts.len(), g.src.len());
     if g.dur.len() != n {
@@ -237,5 +258,57 @@ pub fn replay(
     };
     let mut o = Out { start, end, binds };
     py.allow_threads(|| run(&g, sync_ids.as_deref(), &mut o));
+    Ok(())
+}
+
+/// The node that ends each window of a replay (see `traceanalyzer.analyses.whatif.Model
+///._end_nodes`, whose numpy body is the fallback and the reference): per window end `known`
+/// (sorted, distinct), of the nodes ending last at or before it, the latest to start, then the
+/// lowest; -1: none. One pass over the nodes (each counted into the first window end at or after
+/// its own, a binary search of the few ends), then a running best over the windows.
+#[pyfunction]
+pub fn window_ends(
+    py: Python<'_>,
+    start: &Bound<'_, PyAny>,
+    end: &Bound<'_, PyAny>,
+    known: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let ins = [start, end, known].iter().map(|o| View::new(o)).collect::<PyResult<Vec<View>>>()?;
+    let mut outs = [View::writable(out)?];
+    if !buffer::outputs_apart(&outs, ins.iter()) {
+        return Err(err("window_ends: the output shares memory with another array"));
+    }
+    let (s, e, known) = (i64s(ins[0].bytes(), "start")?, i64s(ins[1].bytes(), "end")?, i64s(ins[2].bytes(), "known")?);
+    let out = i64s_mut(outs[0].bytes_mut(), "out")?;
+    if s.len() != e.len() || out.len() != known.len() || known.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(err("window_ends: start and end need one value per node, known sorted and distinct, out one per end"));
+    }
+    py.allow_threads(|| {
+        // per window: (end, start, node) of its best node, lexicographically: latest end, then
+        // latest start, then lowest node (a node never loses to a later one that ties)
+        let mut best: Vec<Option<(i64, i64, usize)>> = vec![None; known.len()];
+        for v in 0..e.len() {
+            let b = known.partition_point(|&x| x < e[v]);
+            if b < known.len() {
+                let beats = match best[b] {
+                    None => true,
+                    Some((be, bs, _)) => e[v] > be || (e[v] == be && s[v] > bs),
+                };
+                if beats {
+                    best[b] = Some((e[v], s[v], v));
+                }
+            }
+        }
+        // the latest node end at or before each window end: the best of the last window with one
+        // (its ends are later than every earlier window's)
+        let mut last: Option<(i64, i64, usize)> = None;
+        for (b, o) in out.iter_mut().enumerate() {
+            if best[b].is_some() {
+                last = best[b];
+            }
+            *o = last.map_or(-1, |(_, _, v)| v as i64);
+        }
+    });
     Ok(())
 }

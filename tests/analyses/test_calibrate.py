@@ -90,19 +90,22 @@ def test_calibrate_by_hand(use_native: bool, ids: pl.DataType):
 def test_native_calibrate_checks_its_arrays():
     fn = native_kernel("calibrate", force=True)
     i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    j = lambda *v: np.array(v, dtype=np.int32)  # noqa: E731  node and edge indexes, as the graph holds them
     u = lambda *v: np.array(v, dtype=np.uint8)  # noqa: E731
     ts, end, dur = i(0, 5), i(10, 25), i(10, 20)
-    own, lag, order = np.empty(2, np.int64), np.empty(1, np.int64), np.empty(1, np.int64)
-    fn(ts, end, dur, i(0), i(1), u(1), u(0), own, lag, order)
+    own, lag, order = np.empty(2, np.int64), np.empty(1, np.int64), np.empty(1, np.int32)
+    fn(ts, end, dur, j(0), j(1), u(1), u(0), own, lag, order)
     assert own.tolist() == [10, 20] and lag.tolist() == [5] and order.tolist() == [0]
     with pytest.raises(ValueError, match="not a node"):
-        fn(ts, end, dur, i(0), i(2), u(1), u(0), own, lag, order)
+        fn(ts, end, dur, j(0), j(2), u(1), u(0), own, lag, order)
     with pytest.raises(ValueError, match="one value per edge"):
-        fn(ts, end, dur, i(0), i(1, 0), u(1), u(0), own, lag, order)
+        fn(ts, end, dur, j(0), j(1, 0), u(1), u(0), own, lag, order)
+    with pytest.raises(ValueError, match="one value per edge"):  # int64 indexes, read as int32: twice as many
+        fn(ts, end, dur, i(0), i(1), u(1), u(0), own, lag, order)
     with pytest.raises(ValueError, match="one value per node"):
-        fn(ts, end[:1], dur, i(0), i(1), u(1), u(0), own, lag, order)
+        fn(ts, end[:1], dur, j(0), j(1), u(1), u(0), own, lag, order)
     with pytest.raises(ValueError, match="shares memory"):
-        fn(ts, end, dur, i(0), i(1), u(1), u(0), ts, lag, order)
+        fn(ts, end, dur, j(0), j(1), u(1), u(0), ts, lag, order)
 
 
 @native

@@ -55,6 +55,11 @@ def _slices(path: Path):
     return trace, act, clock, gn.slices(trace, threads, clock)
 
 
+def _keyed(s: pl.DataFrame, clock) -> pl.DataFrame:
+    """The slices with their thread's pid and tid (`slices` gives its number on the clock)."""
+    return s.with_columns(clock.threads[c].gather(s["_th"]) for c in THREAD)
+
+
 def _walks(ses: Session):
     """The segments of the Session's capture walked natively and in Python."""
     m = ses.dependency_model
@@ -79,16 +84,17 @@ def test_native_walk_is_the_python_walk_on_shared_traces(name: str, SHARED_TRACE
 def test_native_walk_on_every_synthetic_case(tmp_path, monkeypatch):
     """Each hand-worked case of test_whatif, with its walk run by both and compared."""
     walked = []
-    plain = cp.walk
+    plain = cp.walk_back
 
     def checked(graph, p, sched, windows, end_nodes, use_native=None):
         fast = plain(graph, p, sched, windows, end_nodes, use_native=True)
         slow = plain(graph, p, sched, windows, end_nodes, use_native=False)
-        assert fast.equals(slow)
-        walked.append(fast.height)
+        table = cp.segment_table(graph, windows, fast)
+        assert table.equals(cp.segment_table(graph, windows, slow))
+        walked.append(table.height)
         return fast
 
-    monkeypatch.setattr("traceanalyzer.analyses.whatif.walk", checked)
+    monkeypatch.setattr("traceanalyzer.analyses.whatif.walk_back", checked)
     cases = [f for n, f in inspect.getmembers(test_whatif, inspect.isfunction) if n.startswith("test_")]
     for case in cases:
         if "tmp_path" in inspect.signature(case).parameters and len(inspect.signature(case).parameters) == 1:
@@ -173,7 +179,7 @@ def test_innermost_native_numpy_and_links_agree(name: str, monkeypatch, SHARED_T
         monkeypatch.setenv(ln.ENV, "0")
         slow = clock.innermost(s, iv, col)
         monkeypatch.delenv(ln.ENV)
-        ref = innermost_containing(s, iv, col, col)[col]
+        ref = innermost_containing(_keyed(s, clock), iv, col, col)[col]
         assert fast.drop_nulls().len() > 100
         assert fast.equals(slow) and fast.equals(ref)
 

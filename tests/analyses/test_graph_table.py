@@ -176,3 +176,47 @@ def test_op_dims_by_row_and_by_join():
     assert _op_dims(by_row, pl.Series([2, None, 0, 1], dtype=pl.Int32)).to_list() == ["[[4]]", None, "[[8, 16]]", None]
     assert _op_dims(by_id, pl.Series([9, None, 5, 6], dtype=pl.Int32)).to_list() == ["[[4]]", None, "[[8, 16]]", None]
     assert _op_dims(by_row, pl.Series([3], dtype=pl.Int32)).to_list() == [None]  # beyond the rows: joined, none
+
+
+def test_segments_in_time_order_are_the_walk_reversed_per_window():
+    """The walk appends each window's segments walking back: in time order they are each
+    window's run reversed (windows in order), or a stable sort by window then position reversed
+    (windows out of order), as the sort of the table gave them."""
+    import numpy as np
+
+    from traceanalyzer.analyses.critical_path import _time_order
+
+    for w in ([0, 0, 0, 1, 1, 3, 3, 3, 3], [1, 1, 0, 0, 2, 1], [5], [2, 2, 2]):
+        want = pl.DataFrame({"w": w}).with_row_index("s").sort("w", "s", descending=[False, True])["s"]
+        assert _time_order(np.array(w, dtype=np.int64)).tolist() == want.to_list(), w
+    assert _time_order(np.zeros(0, dtype=np.int64)) is None
+
+
+def test_a_column_at_a_few_rows_is_the_column_gathered(SHARED_TRACES: Path):
+    """`column_at` (a GPU node's column, own_ns) gives `column(name).gather(rows)`, rows
+    repeated and in any order, without making the node-long column."""
+    import numpy as np
+
+    g = Session(load(str(SHARED_TRACES / "a100_multistream_syncs.json.gz"))).dependency_model.graph
+    n = g.nodes.height
+    syncs = g.own["node"].cast(pl.Int64).to_list()
+    assert syncs  # a trace with syncs whose own time is not their duration
+    rows = pl.Series(np.random.default_rng(1).integers(0, n, 500).tolist() + syncs[::-1] + [0, n - 1, syncs[0]])
+    for name in ("own_ns", "gpu_id", "wait_ns", "dur_ns"):
+        assert g.column_at(name, rows).equals(g.column(name).gather(rows)), name
+
+
+def test_forks_by_joins_on_the_clock_are_the_forks_by_searches(SHARED_TRACES: Path, monkeypatch):
+    """Where the searches in the slices' keys step back (two threads tie), the as-of joins find
+    the forks from the thread numbers and rows (the slices have no pid or node column on the
+    clock): the same edges, on traces whose main thread forks and joins."""
+    from traceanalyzer.analyses import dependency_graph as dg
+
+    for name in ("b200_eager_rank0.json.gz", "v100_resnet50_dataloader_workers4.pt.trace.json.gz"):
+        ses = Session(load(str(SHARED_TRACES / name)))
+        fast = ses.dependency_model.graph.edges
+        with monkeypatch.context() as m:
+            m.setattr(dg, "_forks_on_clock", lambda *args: None)
+            slow = Session(ses.trace).dependency_model.graph.edges
+        assert fast.equals(slow), name
+    assert fast.filter(pl.col("etype").is_in(["fork", "join"])).height > 0

@@ -202,6 +202,14 @@ def test_shared_traces_same_schedule(name):
             _equal(s, model.base)
             # nothing changed: the lags reproduce every captured start
             assert np.array_equal(s.start_ns, p.ts)
+    # the graph's lags as int32 (every one fits), read by the native loop as such: the schedule
+    # of the same lags given as int64
+    assert p.lag.dtype == np.int32 and model.graph.edges["lag_ns"].dtype == pl.Int32
+    dur, own, zero_lag, cut = model._apply(SCENARIOS[-1])
+    _equal(
+        _both(p, dur, own, p.lag.astype(np.int64), cut, zero_lag=zero_lag),
+        _both(p, dur, own, None, cut, zero_lag=zero_lag),
+    )
 
 
 CASES = [
@@ -224,3 +232,30 @@ def test_synthetic_cases_same_schedule(case, tmp_path, monkeypatch):
     monkeypatch.setattr("traceanalyzer.analyses.whatif.replay", checked)
     case(tmp_path)
     assert calls
+
+
+@native
+@pytest.mark.parametrize("name", SHARED, ids=lambda p: Path(p).name[:30])
+def test_native_window_ends_are_numpys(name):
+    """The node that ends each step window, natively and on numpy arrays: the same node."""
+    model = Session(load(str(TRACES / name))).dependency_model
+    w = model.windows(model.base)
+    fast = model._end_nodes(w, model.base, use_native=True)
+    assert fast == model._end_nodes(w, model.base, use_native=False)
+    assert sum(v >= 0 for v in fast) >= 1
+
+
+@native
+def test_native_window_ends_by_hand():
+    """Nodes ending at 5, 9, 9, 12 (starting at 0, 3, 4, 4), window ends 4, 9, 10, 20: before 4
+    none; at 9 the two ending at 9, the later start (node 2); at 10 still node 2; at 20 node 3;
+    a tie in end and start goes to the lower node."""
+    fn = rp.native_kernel("window_ends", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    out = np.empty(4, np.int64)
+    fn(i(0, 3, 4, 4), i(5, 9, 9, 12), i(4, 9, 10, 20), out)
+    assert out.tolist() == [-1, 2, 2, 3]
+    fn(i(1, 1), i(7, 7), i(4, 9, 10, 20), out)
+    assert out.tolist() == [-1, 0, 0, 0]
+    with pytest.raises(ValueError, match="sorted and distinct"):
+        fn(i(1, 1), i(7, 7), i(9, 4, 10, 20), out)

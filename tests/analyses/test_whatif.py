@@ -271,3 +271,89 @@ def test_a_scenario_evaluated_a_slice_of_nodes_at_a_time_is_the_same(monkeypatch
         assert (la is None and lag is None) or np.array_equal(la, lag), sc
         assert (c is None and cut is None) or np.array_equal(c, cut), sc
     assert any(not np.array_equal(d, model.graph.nodes["dur_ns"].to_numpy()) for d, *_ in whole)
+
+
+def _changes_by_expressions(model, sc: Scenario):
+    """The scenario's durations, own times (at the syncs) and drops as polars expressions over
+    the node table: the rules `whatif.NodeChanges` computes on numpy arrays, as they were written
+    before (its reference)."""
+    import math
+
+    from traceanalyzer.analyses.scenario import CPU_CAUSES
+
+    g = model.graph
+    cpu = pl.col("lane") == "cpu"
+    dur, own = pl.col("dur_ns").cast(pl.Float64), pl.col("own_ns").fill_null(0).cast(pl.Float64)
+    removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
+    frame = g.nodes.select("lane", "op_id", "runtime_id", "dur_ns").with_columns(g.column("wait_ns"))
+    if sc.unsync:
+        frame = frame.with_columns(t_sync=pl.Series(g.layer_ns(["sync"])))
+    if removed:
+        frame = frame.with_columns(_gone=pl.Series(g.layer_ns(removed)))
+        keep = pl.when(cpu & (pl.col("dur_ns") > 0)).then((1 - pl.col("_gone") / pl.col("dur_ns")).clip(0, 1))
+        keep = keep.otherwise(1.0)
+        dur, own = dur * keep, own * keep
+    if "slow_launch" in sc.without:
+        rdur = model.trace.runtime["dur_ns"]
+        frame = frame.with_columns(_rdur=rdur.gather(frame["runtime_id"]))
+        dur = pl.when(cpu & (pl.col("_rdur") >= model.slow_launch_ns).fill_null(False)).then(0.0).otherwise(dur)
+    if "peer_wait" in sc.without or "gpu_wait" in sc.without:
+        dur = dur - pl.col("wait_ns").fill_null(0)
+    if sc.speedup:
+        frame = frame.with_columns(name=g.gpu_node_names())
+    for pattern, f in sc.speedup:
+        scale = 0.0 if math.isinf(f) else 1.0 / f
+        on_gpu = ~cpu & pl.col("name").str.contains(pattern)
+        on_cpu = cpu & pl.col("op_id").is_in(model._matching_ops(pattern).implode())
+        w = pl.col("wait_ns").fill_null(0)
+        dur = pl.when(on_gpu).then(w + (dur - w) * scale).when(on_cpu).then(dur * scale).otherwise(dur)
+        own = pl.when(on_cpu).then(own * scale).otherwise(own)
+    dropped = pl.lit(False)
+    for name in sc.drop:
+        dropped = dropped | pl.col("op_id").is_in(model._matching_ops(name, exact=True).implode())
+    dur, own = pl.when(dropped).then(0.0).otherwise(dur), pl.when(dropped).then(0.0).otherwise(own)
+    if sc.unsync:
+        unsynced = cpu & pl.col("runtime_id").is_in(list(sc.unsync)) & (pl.col("t_sync") > 0)
+        dur = pl.when(unsynced).then((dur - pl.col("t_sync")).clip(0)).otherwise(dur)
+        own = pl.when(unsynced).then(0.0).otherwise(own)
+        dropped = dropped | unsynced
+    syncs = model.prepared.sync_nodes()
+    at_syncs = frame[syncs].with_columns(g.column("own_ns").gather(syncs))
+    as_ns = lambda e, f: f.select(e.clip(0).round().cast(pl.Int64)).to_series().to_numpy()  # noqa: E731
+    drop = frame.select(dropped.fill_null(False)).to_series().to_numpy()
+    return as_ns(dur, frame), as_ns(own, at_syncs), drop if sc.drop or sc.unsync else None
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["v100_resnet50_dataloader_workers0.pt.trace.json.gz", "mi300x_ddp_resnet_4ranks/rank0_trace_0_20_0.json.gz"],
+)
+def test_node_changes_on_arrays_are_the_expressions_on_the_node_table(name: str):
+    """Every kind of change, alone and together (ops dropped and sped up whose calls are also
+    unsynced, speed-ups to nothing, slow launches, waits taken off), gives on numpy arrays the
+    durations, own times and drops of the polars expressions they replaced, to the nanosecond."""
+    import numpy as np
+
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    model = Session(load(str(path))).dependency_model
+    ops = model.trace.ops["name"].value_counts().sort("count", descending=True)["name"].head(3).to_list()
+    calls = model.trace.runtime.filter(pl.col("name").str.contains("Synchronize|Memcpy|Wait"))["runtime_id"]
+    kernel = model.trace.gpu["name"].drop_nulls().head(1).str.slice(0, 6).to_list() or ["gemm"]
+    scenarios = [
+        Scenario(without=("data_loading", "sync", "cpu_bound")),
+        Scenario(without=("gpu_wait", "peer_wait", "slow_launch", "untraced", "launch_latency")),
+        Scenario(drop=(ops[0],), speedup=((ops[1], 2.0), (kernel[0], 1.5), (ops[2], float("inf")))),
+        Scenario(unsync=tuple(calls.head(50).to_list())),
+        Scenario(without=("runtime_call",), drop=(ops[0], ops[1]), unsync=tuple(calls.to_list())),
+    ]
+    changed = 0
+    for sc in scenarios:
+        dur, own, _, _ = model._apply(sc)
+        want_dur, want_own, want_drop = _changes_by_expressions(model, sc)
+        assert np.array_equal(dur, want_dur) and np.array_equal(own, want_own), sc
+        got = model._changes(sc).dropped if sc.drop or sc.unsync else None
+        assert (got is None and want_drop is None) or np.array_equal(got, want_drop), sc
+        changed += int((dur != model.graph.nodes["dur_ns"].to_numpy()).sum())
+    assert changed > 1000

@@ -68,7 +68,22 @@ def walk(
     end_nodes: list[int],
     use_native: bool | None = None,
 ) -> pl.DataFrame:
-    """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`.
+    """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`
+    (`walk_back`), as a table (`segment_table`)."""
+    return segment_table(graph, windows, walk_back(graph, p, sched, windows, end_nodes, use_native))
+
+
+def walk_back(
+    graph: DependencyGraph,
+    p: Prepared,
+    sched: Schedule,
+    windows: pl.DataFrame,
+    end_nodes: list[int],
+    use_native: bool | None = None,
+) -> Segments:
+    """The segments of each step window (step, start_ns, end_ns), walked back from `end_nodes`:
+    flat arrays, which `segment_table` names and merges (the schedule, which they no longer
+    need, may go first: 24 MB at 311 MB).
 
     The walk is a loop over the path only (per node, scalars of the schedule's arrays, a segment
     appended to flat int64 arrays); kinds and names are gathered and neighbours merged
@@ -111,10 +126,11 @@ def walk(
             np.ascontiguousarray(p.end_off, dtype=np.int32),
         ]
         out = Segments.of(*(np.frombuffer(b, dtype=np.int64) for b in fn(*arrays)))
+        del arrays
     else:
         with no_gc():
             out = _walk_py(p, sched, bounds, end_nodes, coll_wait, wait, wait_code)
-    return _segments(graph, windows, out)
+    return out
 
 
 def _walk_py(
@@ -200,27 +216,20 @@ class Segments:
         return a
 
 
-def _segments(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> pl.DataFrame:
+def segment_table(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> pl.DataFrame:
     """The segments in time order per window, consecutive pieces of one kind, name and lane
     merged, named and placed on their lanes."""
     nodes = graph.nodes
-    i64 = lambda a: pl.Series(a, dtype=pl.Int64)  # noqa: E731
-    seg = pl.DataFrame(
-        {"_w": i64(out.w), "_k": i64(out.kind), "_nn": i64(out.named), "lane_node": i64(out.lane)}
-        | {"start_ns": i64(out.a), "end_ns": i64(out.b)}
-    )
+    cols = {"_w": out.w, "_k": out.kind, "_nn": out.named, "lane_node": out.lane, "start_ns": out.a, "end_ns": out.b}
+    cols = {c: np.asarray(v, dtype=np.int64) for c, v in cols.items()}
     del out
-    seg = seg.with_row_index("_seq").sort("_w", "_seq", descending=[False, True]).drop("_seq")
-    named = seg["_nn"].clip(0)
-    node_kind = nodes["kind"].gather(named).cast(pl.String) if nodes.height else pl.Series([], dtype=pl.String)
+    at = _time_order(cols["_w"])
+    seg = pl.DataFrame({c: pl.Series(v if at is None else v[at], dtype=pl.Int64) for c, v in cols.items()})
+    del cols, at
     # the names as one gather (views of the trace's strings: choosing between a gather and a
     # literal afterwards copied every name, 50 MB at 311 MB)
     node_name = graph.names(seg["_nn"], UNTRACED_NAME) if nodes.height else pl.Series([], dtype=pl.String)
-    kinds = pl.Series(SEG_KINDS, dtype=pl.String)
-    seg = seg.with_columns(
-        kind=pl.when(pl.col("_k") >= 0).then(kinds.gather(seg["_k"].clip(0))).otherwise(node_kind),
-        name=node_name,
-    )
+    seg = seg.with_columns(kind=_kinds(nodes, seg["_k"], seg["_nn"]), name=node_name)
     # a new piece unless the previous one (same window) has the same kind, name and lane and ends where it starts
     prev = lambda c: pl.col(c).shift(1)  # noqa: E731
     same = (
@@ -231,9 +240,10 @@ def _segments(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> p
         & (pl.col("start_ns") == prev("end_ns"))
     )
     seg = seg.with_columns(_run=(~same.fill_null(False)).cum_sum())
-    seg = seg.group_by("_run", maintain_order=True).agg(
-        pl.col("_w", "kind", "name", "lane_node", "start_ns", "_nn").first(), pl.col("end_ns").last()
-    )
+    if seg["_run"].n_unique() < seg.height:  # (on a trace of 311 MB, none of 174k merges: no group_by)
+        seg = seg.group_by("_run", maintain_order=True).agg(
+            pl.col("_w", "kind", "name", "lane_node", "start_ns", "_nn").first(), pl.col("end_ns").last()
+        )
     first = (pl.col("_w") != pl.col("_w").shift(1)).fill_null(True)
     at = pl.int_range(pl.len(), dtype=pl.Int64)
     steps = windows["step"].cast(pl.Int64)
@@ -258,6 +268,42 @@ def _segments(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) -> p
         .otherwise(pl.format("GPU {} stream {}", pl.col("device"), pl.col("stream")))
     )
     return seg.hstack(where).with_columns(lane=lane.fill_null("")).drop("_lt")
+
+
+def _kinds(nodes: pl.DataFrame, k: pl.Series, named: pl.Series) -> pl.Series:
+    """Each segment's kind: SEG_KINDS[k], else (k < 0) its node's kind; one gather from the
+    few kinds side by side (a choice between two string columns per segment cost 20 ms)."""
+    kind = nodes["kind"] if nodes.height else pl.Series([], dtype=pl.String)
+    theirs = kind.dtype.categories if isinstance(kind.dtype, pl.Enum) else kind.unique().drop_nulls().sort()
+    every = pl.concat(
+        [pl.Series(SEG_KINDS, dtype=pl.String), theirs.cast(pl.String), pl.Series([None], dtype=pl.String)]
+    )
+    if not nodes.height:
+        return every.gather(k.clip(0)).alias("kind")
+    own = kind.gather(named.clip(0))
+    code = (
+        own.to_physical()
+        if isinstance(kind.dtype, pl.Enum)
+        else own.replace_strict(theirs, range(theirs.len()), default=None)
+    )
+    at = pl.select(
+        pl.when(k >= 0).then(k).otherwise(len(SEG_KINDS) + code.cast(pl.Int64)).fill_null(every.len() - 1)
+    ).to_series()
+    return every.gather(at).alias("kind")
+
+
+def _time_order(w: np.ndarray) -> np.ndarray | None:
+    """The segments in time order per window (window, then reversed: the walk appends each
+    window's walking back): each window's run reversed where the walk gave the windows in order,
+    else a stable sort (None: already in order)."""
+    if not len(w):
+        return None
+    if len(w) > 1 and not bool((w[1:] >= w[:-1]).all()):
+        return np.lexsort((-np.arange(len(w)), w))
+    start = np.flatnonzero(np.concatenate([[True], w[1:] != w[:-1]]))
+    end = np.append(start[1:], len(w))
+    count = end - start
+    return np.repeat(start + end - 1, count) - np.arange(len(w))  # position i of [s, e) takes s + e - 1 - i
 
 
 def summarise(segments: pl.DataFrame, windows: pl.DataFrame) -> CriticalPath:

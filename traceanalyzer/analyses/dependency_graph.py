@@ -45,14 +45,15 @@ from traceanalyzer.analyses.calibration import calibrate
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, main_thread
 from traceanalyzer.analyses.graph_nodes import CPU_KINDS, KIND_LAYERS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
 from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, narrow, one_chunk
+from traceanalyzer.analyses.slice_kinds import thread_number
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.patterns import GPU_WAIT_API
 from traceanalyzer.trace import Trace
 
 ETYPES = ("serial", "launch", "stream", "event", "sync", "fork", "join")
-EDGE_SCHEMA = {
-    "src": pl.Int64,
-    "dst": pl.Int64,
+EDGE_SCHEMA = {  # node indexes as int32, the replay's index type
+    "src": pl.Int32,
+    "dst": pl.Int32,
     "etype": pl.Enum(ETYPES),  # a byte per edge, not a string
     "from_start": pl.Boolean,
     "to_end": pl.Boolean,
@@ -65,7 +66,7 @@ LANES = pl.Enum(["cpu", "gpu"])
 
 def _pairs(df: pl.DataFrame, src: str, dst: str, etype: str) -> tuple[str, np.ndarray, np.ndarray]:
     """The edges (etype, sources, destinations) of the rows of `df` with both ends, less loops."""
-    both = df.select(pl.col(src).cast(pl.Int64), pl.col(dst).cast(pl.Int64)).drop_nulls()
+    both = df.select(pl.col(src).cast(pl.Int32), pl.col(dst).cast(pl.Int32)).drop_nulls()
     return _part(etype, both[:, 0].to_numpy(), both[:, 1].to_numpy())
 
 
@@ -79,20 +80,21 @@ def _edge_table(parts: list[tuple[str, np.ndarray, np.ndarray]]) -> pl.DataFrame
     frame per part, their concatenation and its filter and unique were four copies of a million
     edges). `from_start` is the launches', `to_end` the syncs'; only sync edges repeat (a call's
     own copy, the work it waited for and its thread's last launch can be one activity): the first
-    of each is kept, after every other edge."""
-    parts = [p for p in parts if p[0] != "sync"] + [p for p in parts if p[0] == "sync"]
+    of each is kept, after every other edge. The parts leave `parts` (emptied) as they are read."""
+    given, parts = parts, [p for p in parts if p[0] != "sync"] + [p for p in parts if p[0] == "sync"]
+    given.clear()
     sync = [p for p in parts if p[0] == "sync"]
     if sync:
         pairs = pl.DataFrame({"s": np.concatenate([p[1] for p in sync]), "d": np.concatenate([p[2] for p in sync])})
         pairs = pairs.unique(maintain_order=True, keep="first")
         parts = [p for p in parts if p[0] != "sync"] + [("sync", pairs["s"].to_numpy(), pairs["d"].to_numpy())]
-    parts = parts or [("serial", np.zeros(0, np.int64), np.zeros(0, np.int64))]
+    parts = parts or [("serial", np.zeros(0, np.int32), np.zeros(0, np.int32))]
     code = np.concatenate([np.full(len(p[1]), ETYPES.index(p[0]), dtype=np.uint8) for p in parts])
-    src, dst = (np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in (1, 2))
+    src, dst = (np.concatenate([p[k] for p in parts]).astype(np.int32, copy=False) for k in (1, 2))
     del parts, sync
     etype = pl.Series("etype", ETYPES, dtype=EDGE_SCHEMA["etype"]).gather(code)
     ends = {"from_start": code == ETYPES.index("launch"), "to_end": code == ETYPES.index("sync")}
-    cols = [pl.Series("src", src, dtype=pl.Int64), pl.Series("dst", dst, dtype=pl.Int64), etype]
+    cols = [pl.Series("src", src, dtype=pl.Int32), pl.Series("dst", dst, dtype=pl.Int32), etype]
     return pl.DataFrame([*cols, *(pl.Series(k, v, dtype=pl.Boolean) for k, v in ends.items())])
 
 
@@ -112,14 +114,16 @@ def build_graph(
     # the layer times as a long table of those above zero, at once: no later step copies them
     cpu, layer_of, layer_times = layer_table(cpu, KIND_LAYERS)
     gpu = gpu_nodes(trace, collective_pattern)
-    cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
+    clocked = "_th" in cpu.columns  # then node v is row v, and the thread number stands for pid and tid
+    if not clocked:
+        cpu = cpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64))
     gpu = gpu.with_row_index("node").with_columns(pl.col("node").cast(pl.Int64) + cpu.height)
     starting, ending = slice_finder(cpu, clock, "ts_ns"), slice_finder(cpu, clock, "end_ns")
     edges = []
     # serial
     # (the slices are in (pid, tid, ts_ns) order: a thread's next slice is the next row of that thread)
     # (node v is row v: an edge from each row to the next where both are of one thread)
-    if "_th" in cpu.columns:
+    if clocked:
         th = cpu["_th"].to_numpy()
         same = th[1:] == th[:-1]
     else:
@@ -129,7 +133,7 @@ def build_graph(
             .fill_null(False)
             .to_numpy()
         )
-    src = np.flatnonzero(same).astype(np.int64)
+    src = np.flatnonzero(same).astype(np.int32)
     edges.append(("serial", src, src + 1))
     del same, src
     # launch: the slice that begins the launch call
@@ -149,7 +153,7 @@ def build_graph(
         pl.col("device").eq_missing(pl.col("device").shift(-1))
         & pl.col("stream").eq_missing(pl.col("stream").shift(-1))
     ).to_series()[:-1]
-    at = order.cast(pl.Int64).to_numpy() + cpu.height
+    at = (order.cast(pl.Int64).to_numpy() + cpu.height).astype(np.int32)
     same = same.to_numpy()
     edges.append(("stream", at[:-1][same], at[1:][same]))
     del order, lane, same, at
@@ -238,10 +242,11 @@ def build_graph(
         # the columns first, and one filter: an eager filter copies every column of the rows it keeps
         main = main_thread(trace)
         on_main = (pl.col("pid") == main[0]) & (pl.col("tid") == main[1])
+        on_main = pl.col("_th") == thread_number(clock, main) if clocked else on_main
         keep = (pl.col("kind") != "thread_wait") & ~on_main
-        f = _forks_on_clock(cpu, forks, keep, clock) if clock is not None and "_th" in cpu.columns else None
+        f = _forks_on_clock(cpu, forks, keep, clock) if clocked else None
         if f is None:
-            f = _forks_by_joins(cpu, forks, keep)
+            f = _forks_by_joins(cpu, forks, keep, clock if clocked else None)
         # the main thread's slices that end and begin each gap: a search in the slices' keys (a
         # join against all the main thread's slices cost 60 ms at 311 MB)
         on_main = f.with_columns(tid=pl.lit(main[1], pl.Int64))
@@ -250,8 +255,6 @@ def build_graph(
         edges.append(_pairs(f.filter(pl.col("_ts") < pl.col("gap_b")), "_fsrc", "_dst", "fork"))
         edges.append(_pairs(f.filter(pl.col("_te") > pl.col("gap_a")), "_jsrc", "_jdst", "join"))
         del f
-    e = _edge_table(edges)  # one chunk: the calibration reads its columns as numpy arrays in place
-    del edges  # the parts, a copy of every edge, would live on through the calibration
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
     del starting, ending  # they hold the slices' keys
@@ -265,13 +268,13 @@ def build_graph(
     gpu_kinds = gpu["kind"].drop_nulls().unique().sort().to_list()
     kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
     # a slice's thread as its number among the graph's threads (pid and tid: `DependencyGraph.lanes`)
-    if "_th" in cpu.columns:  # the thread clock's number, which counts the same threads in the same order
+    if clocked:  # the thread clock's number, which counts the same threads in the same order
         th = cpu.drop_in_place("_th")
     else:
         th = cpu.select(*THREAD).join(threads.with_row_index("_th"), on=THREAD, how="left", maintain_order="left")
         th = th["_th"]
     small = pl.Int16 if threads.height < 2**15 else pl.Int32
-    cpu = narrow(cpu.drop("node", "pid", "tid").cast(kinds).with_columns(thread=th.cast(small)), NARROW)
+    cpu = narrow(cpu.drop("node", "pid", "tid", strict=False).cast(kinds).with_columns(thread=th.cast(small)), NARROW)
     del th
     # read above only (device and stream are the trace's, by gpu_id: `DependencyGraph.lanes`); what
     # only GPU nodes have, a table of their own (a column of the node table had a value per slice)
@@ -281,8 +284,12 @@ def build_graph(
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes = one_chunk(nodes)
-    nodes, e = calibrate(nodes, e)
+    # the edges in one table (one chunk: read as numpy arrays in place) only now, and handed to
+    # the calibration alone, which lets each column go once it has it in order (the parts, a
+    # copy of every edge, leave `edges` as they are read)
+    nodes, e = calibrate(nodes, _edge_table(edges))
     nodes = narrow(nodes, ["dur_ns"])  # Int64 until calibrated: it reads an Int64 in place, copies an Int32
+    e = narrow(e, ["lag_ns"])  # nearly every lag is 0 or small: held through every what-if (4 MB fewer at 311 MB)
     # a node's own time is its duration but at the syncs: only those are kept (`column`)
     own = nodes.select(_node_index(), "own_ns").filter(pl.col("own_ns").ne_missing(nodes["dur_ns"]))
     nodes = nodes.drop("own_ns")
@@ -293,11 +300,17 @@ def build_graph(
     return DependencyGraph(nodes, e, steps, *names, **parts)
 
 
-def _forks_by_joins(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+def _forks_by_joins(
+    cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr, clock: ThreadClock | None = None
+) -> pl.DataFrame:
     """Per fork (pid, gap_a, gap_b), the first slice `keep` admits of its process to start at or
-    after gap_a (_dst, _ts) and the last to end at or before gap_b (_jsrc, _te): as-of joins."""
+    after gap_a (_dst, _ts) and the last to end at or before gap_b (_jsrc, _te): as-of joins.
+    With `clock`, the slices have their thread number and row for pid and node."""
     # the columns first, and one filter: an eager filter copies every column of the rows it keeps
-    other = cpu.select("pid", "node", "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
+    pid, node = pl.col("pid"), pl.col("node")
+    if clock is not None:
+        pid, node = pl.lit(clock.threads["pid"]).gather(pl.col("_th")), pl.int_range(pl.len(), dtype=pl.Int64)
+    other = cpu.select(pid.alias("pid"), node.alias("node"), "ts_ns", "end_ns", _k=keep).filter("_k").drop("_k")
     f = forks.sort("gap_a")
     f = f.join_asof(
         other.select("pid", _dst="node", _ts="ts_ns").sort("_ts"),

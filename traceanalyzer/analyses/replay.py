@@ -63,9 +63,9 @@ class Prepared:
     """The graph as flat arrays for the replay loop: `order` the items in a topological order
     (v: node v's start; n + v: sync v's end), per node `ts`, per edge `src`, `lag`, `from_start`;
     node v's start edges are `start_idx[start_off[v]:start_off[v + 1]]` (edge indexes, in edge
-    order), its `to_end` edges likewise in `end_off` / `end_idx`. `ts` and `lag` are int64, the
-    indexes (`order`, `src`, the offsets and edge indexes) all of one type, `index`: int32 unless
-    the graph is too big for it."""
+    order), its `to_end` edges likewise in `end_off` / `end_idx`. `ts` is int64, `lag` int32
+    where every lag fits (as the graph holds them) else int64, the indexes (`order`, `src`, the
+    offsets and edge indexes) all of one type, `index`: int32 unless the graph is too big for it."""
 
     order: np.ndarray
     ts: np.ndarray
@@ -126,11 +126,14 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     an event before what it depends on is ordered by Kahn's algorithm instead (a cycle, only
     from a damaged trace, is broken at its earliest captured event).
 
-    Times and lags stay int64; every index, and the work arrays of the ordering, are int32 where
-    every item fits (half the memory: the model's build peaks here once calibrated, and the
-    arrays are held through every what-if)."""
+    Times stay int64, lags as the edges hold them (int32 where they fit); every index, and the
+    work arrays of the ordering, are int32 where every item fits (half the memory: the arrays
+    are held through every what-if)."""
     n = nodes.height
-    src, dst, lag = int64_values(edges["src"]), int64_values(edges["dst"]), int64_values(edges["lag_ns"])
+    # the node indexes in the table's own width (int32 as `build_graph` makes them: no int64 copies)
+    src, dst = (np.ascontiguousarray(edges[c].to_numpy()) for c in ("src", "dst"))
+    lag = np.ascontiguousarray(edges["lag_ns"].to_numpy())  # int32 where every lag fits (`build_graph`)
+    lag = lag if lag.dtype in (np.int32, np.int64) else lag.astype(np.int64)
     fs = np.ascontiguousarray(edges["from_start"].to_numpy(), dtype=np.bool_)
     to_end = np.ascontiguousarray(edges["to_end"].to_numpy(), dtype=np.bool_)
     ts, end_ns = int64_values(nodes["ts_ns"]), int64_values(nodes["end_ns"])
@@ -145,7 +148,7 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     node = np.arange(n, dtype=it)
     end_item = np.where(is_sync, node + it(n), node)  # the item at which a node's end is known
     del is_sync
-    src_i, dst_i = src.astype(it), dst.astype(it)
+    src_i, dst_i = src.astype(it, copy=False), dst.astype(it, copy=False)
     before = np.concatenate([np.where(fs & ~to_end, src_i, end_item[src]), sync_ids])
     after = np.concatenate([np.where(to_end, dst_i + it(n), dst_i), sync_ids + it(n)])
     del src_i, dst_i, end_item
@@ -169,7 +172,7 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     if not bool((pos[before] < pos[after]).all()):
         order = np.asarray(_kahn(n, before, after, order.tolist()), dtype=np.int64)
     del pos, before, after
-    order, src = order.astype(ix), src.astype(ix)  # src: a copy, the edges' column can go
+    order, src = order.astype(ix), src.astype(ix, copy=False)  # src: the edges' column can go (a view holds it)
     return Prepared(order, ts, src, lag, fs, start_off, start_idx, end_off, end_idx)
 
 
@@ -239,7 +242,7 @@ def replay(
     n = len(p.ts)
     dur = np.ascontiguousarray(dur, dtype=np.int64)
     own = np.ascontiguousarray(own, dtype=np.int64)
-    lag = p.lag if lag is None else np.ascontiguousarray(lag, dtype=np.int64)
+    lag = p.lag if lag is None else np.ascontiguousarray(lag, dtype=np.int64)  # given: int64
     cut = None if cut is None else np.ascontiguousarray(cut, dtype=np.bool_)
     zero_lag = None if zero_lag is None else np.ascontiguousarray(zero_lag, dtype=np.bool_)
     fn = native.replay_loop() if use_native is None else (native.replay_loop(force=True) if use_native else None)
@@ -258,7 +261,7 @@ def replay(
     fs = p.from_start.view(np.uint8)
     args = (p.order, p.ts, p.src, lag, fs, p.start_off, p.start_idx, p.end_off, p.end_idx, dur, own)
     as_u8 = lambda a: None if a is None else a.view(np.uint8)  # noqa: E731
-    fn(*args, as_u8(cut), start, end, bind, end_bind, zero_lag=as_u8(zero_lag))
+    fn(*args, as_u8(cut), start, end, bind, end_bind, zero_lag=as_u8(zero_lag), lag32=lag.dtype == np.int32)
     return Schedule(start, end, bind, end_bind)
 
 

@@ -75,15 +75,15 @@ def _column(name: str, values: np.ndarray, bounds: tuple[int, int] | None = None
 def slice_kinds(
     act: CpuActivity, s: pl.DataFrame, wait_ns: int, clock: ThreadClock, main: tuple[int, int] | None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """`graph_nodes.cpu_nodes` on the clock: the slices `s` (pid, tid, ts_ns, end_ns, _th in key
-    order, runtime_id, op_id) with t_<layer> and t_untraced, lane, kind and dur_ns; and the forks
+    """`graph_nodes.cpu_nodes` on the clock: the slices `s` (ts_ns, end_ns, _th in key order,
+    runtime_id, op_id) with t_<layer> and t_untraced, lane, kind and dur_ns; and the forks
     (pid, gap_a, gap_b) of the main thread `main`."""
     th, a, b = (
         np.ascontiguousarray(s[c].cast(pl.Int64).to_numpy(), dtype=np.int64) for c in ("_th", "ts_ns", "end_ns")
     )
     fold = native_kernel("fold_layer")
     times, code, busy, untraced_all = (_fold_native if fold is not None else _fold_numpy)(th, a, b, act, clock)
-    me = _thread_number(clock, main)
+    me = thread_number(clock, main)
     is_main = th == me
     idle = ~busy
     del busy
@@ -102,9 +102,12 @@ def slice_kinds(
     # an Enum (a byte per slice, as `build_graph` casts it) rather than a million strings
     kind = pl.Series(CPU_KINDS, dtype=pl.Enum(CPU_KINDS)).gather(code)
     del code
-    dur = np.where(wait, 0, b - a)
+    dur = b - a  # (in place: np.where's temporaries were 16 MB at the build's peak, 311 MB)
+    dur[wait] = 0
     del wait, th, a, b
-    return s.with_columns(*times, lane=pl.lit("cpu"), kind=kind, dur_ns=dur), forks
+    # the lane a byte per slice, as `build_graph` casts it (a string per slice was 16 MB at 311 MB)
+    lane = pl.lit("cpu", dtype=pl.Enum(["cpu", "gpu"]))
+    return s.with_columns(*times, lane=lane, kind=kind, dur_ns=dur), forks
 
 
 Folded = tuple[list[pl.Series], np.ndarray, np.ndarray, np.ndarray]
@@ -149,14 +152,19 @@ def _fold_native(th: np.ndarray, a: np.ndarray, b: np.ndarray, act: CpuActivity,
         times.append(pl.Series(f"t_{name}", t) if narrow else _column(f"t_{name}", t, (lo, hi)))
         del t
     # no layer: the slice's time beyond the union of all of them
-    t = np.empty(n, dtype=np.int64)
+    # (Int32 at once where every slice fits: at most its length; an int64 array and its narrowed
+    # copy were 12 MB at the build's peak, 311 MB)
+    t = np.empty(n, dtype=np.int32 if narrow else np.int64)
     bounds = fold(span, prev, t, best, code.view(np.uint8), busy, len(LAYERS), False, not LAYERS)
-    times.append(_column("t_untraced", t, bounds))
     del prev, best
-    return times, code, busy.view(np.bool_), t == span
+    untraced_all = t == span
+    del span
+    times.append(pl.Series("t_untraced", t) if narrow else _column("t_untraced", t, bounds))
+    del t
+    return times, code, busy.view(np.bool_), untraced_all
 
 
-def _thread_number(clock: ThreadClock, thread: tuple[int, int] | None) -> int:
+def thread_number(clock: ThreadClock, thread: tuple[int, int] | None) -> int:
     """The clock's number of `thread` (pid, tid), -1 if none or not in the graph."""
     if thread is None:
         return -1
@@ -204,7 +212,7 @@ def _forks(
     gap_a, gap_b = gap_a[long], gap_b[long]
     # the process's other threads, by a lookup of the few thread numbers
     same_pid = clock.threads["pid"].to_numpy() == main[0]
-    work = np.sort(a[same_pid[th] & ~is_main & ~idle])
+    work = np.sort(a[same_pid[th] & ~is_main & ~idle], kind="stable")  # in sorted runs: timsort
     if not len(gap_a) or not len(work):
         return empty
     # the first work of another thread of the process at or after the gap's start, before its end

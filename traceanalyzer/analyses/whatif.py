@@ -19,11 +19,12 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses import windows as win
-from traceanalyzer.analyses.critical_path import CriticalPath, summarise, walk
+from traceanalyzer.analyses.critical_path import CriticalPath, segment_table, summarise, walk, walk_back
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
 from traceanalyzer.analyses.graph_table import trim_heap
+from traceanalyzer.analyses.node_changes import NodeChanges, member, whole_ns
 from traceanalyzer.analyses.op_tree import ancestors
-from traceanalyzer.analyses.replay import Prepared, Schedule, prepare, replay, step_times
+from traceanalyzer.analyses.replay import Prepared, Schedule, native_kernel, prepare, replay, step_times
 from traceanalyzer.analyses.scenario import CPU_CAUSES, SCENARIO_CAUSES, Scenario  # noqa: F401 - re-exported
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
@@ -34,15 +35,6 @@ LANE_COLUMNS = ("thread",)
 
 
 SLICE_ROWS = 1 << 18  # a what-if's expressions run on this many nodes at once (2 MB per float temporary)
-
-
-def _per_slice(frame: pl.DataFrame, expr: pl.Expr, dtype: type) -> np.ndarray:
-    """`expr` (elementwise: no aggregation, no window) over `frame`, as a numpy array of
-    `dtype`, evaluated SLICE_ROWS rows at a time into one array."""
-    out = np.empty(frame.height, dtype=dtype)
-    for a in range(0, frame.height, SLICE_ROWS):
-        out[a : a + SLICE_ROWS] = frame.slice(a, SLICE_ROWS).select(expr).to_series().to_numpy()
-    return out
 
 
 def _node_index() -> pl.Expr:
@@ -113,7 +105,13 @@ class Model:
             n.select(_node_index(), "lane")  # the columns first: an eager filter copies every column
             .filter(pl.col("lane") == "gpu")
             .select("node")
-            .join(e.filter(pl.col("etype") == "launch").select(node="dst", launch_node="src"), on="node", how="left")
+            .join(
+                e.filter(pl.col("etype") == "launch").select(
+                    node=pl.col("dst").cast(pl.Int64), launch_node=pl.col("src").cast(pl.Int64)
+                ),
+                on="node",
+                how="left",
+            )
             .unique("node", keep="first")
             .sort("node")
         )
@@ -128,7 +126,7 @@ class Model:
         n = self.graph.nodes
         dur = n["dur_ns"].cast(pl.Int64).to_numpy()
         # the syncs' own times only: a replay reads no other (8 MB fewer at 311 MB)
-        own = self.graph.column("own_ns").fill_null(0).gather(self.prepared.sync_nodes()).to_numpy()
+        own = self.graph.column_at("own_ns", pl.Series(self.prepared.sync_nodes())).fill_null(0).to_numpy()
         return replay(self.prepared, dur, own)
 
     @property
@@ -163,25 +161,36 @@ class Model:
         w = self.windows(self.base)
         if self.graph.nodes.is_empty():  # no timed event at all
             return summarise(walk(self.graph, self.prepared, self.base, w.clear(), []), w.clear())
-        path = summarise(walk(self.graph, self.prepared, self.base, w, self._end_nodes(w, self.base)), w)
+        # (in a list, so that the table is handed the walk's arrays alone and lets them go: 8 MB)
+        walked = [walk_back(self.graph, self.prepared, self.base, w, self._end_nodes(w, self.base))]
         self._replayed = w.select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))  # what what-ifs read of it
-        self._base = None
+        self._base = None  # walked: the segments are named and merged without it
+        trim_heap()
+        path = summarise(segment_table(self.graph, w, walked.pop()), w)
         self._path = path
         self.graph = replace(self.graph, nodes=self.graph.nodes.drop(*LANE_COLUMNS, "kind", strict=False))
         trim_heap()  # the capture's replay and the walk's arrays
         return path
 
-    def _end_nodes(self, w: pl.DataFrame, sched: Schedule) -> list[int]:
+    def _end_nodes(self, w: pl.DataFrame, sched: Schedule, use_native: bool | None = None) -> list[int]:
         """The node whose end is each window's end: of the nodes ending last at or before it, the
         latest to start, then the lowest (-1: none). On the schedule's arrays: each node counted
         into the first window end at or after its own, the latest end per window by a running
-        maximum, then the few nodes ending at those instants (no sort of a million nodes)."""
+        maximum, then the few nodes ending at those instants (no sort of a million nodes);
+        natively in one pass (`_native.window_ends`) when built and enabled, `use_native`
+        forcing one (True: native, which must be built)."""
         e, s = sched.end_ns, sched.start_ns
         wend = w["end_ns"]
         out = [-1] * w.height
         known = wend.drop_nulls().unique().sort().to_numpy()
         if not len(e) or not len(known):
             return out
+        fn = native_kernel("window_ends", force=bool(use_native)) if use_native is not False else None
+        if fn is not None:  # one pass over the nodes, natively (40 ms of numpy passes at 311 MB)
+            at = np.empty(len(known), dtype=np.int64)
+            fn(np.ascontiguousarray(s, dtype=np.int64), np.ascontiguousarray(e, dtype=np.int64), known, at)
+            by_end = dict(zip(known.tolist(), at.tolist(), strict=True))
+            return [by_end[x] if x is not None else -1 for x in wend.to_list()]
         bucket = np.searchsorted(known, e, side="left")  # the first window end at or after each node's end
         inside = bucket < len(known)
         latest = np.full(len(known), np.iinfo(np.int64).min, dtype=np.int64)
@@ -204,7 +213,9 @@ class Model:
             empty = pl.DataFrame(schema={"step": pl.Int64, **{c: pl.Int64 for c in STEP_COLUMNS}})
             return WhatIf(scenario, empty, None, None, None, None, origin)
         dur, own, zero_lag, cut = self._apply(scenario)
+        trim_heap()  # the scenario's float arrays, under the schedule made next
         sched = replay(self.prepared, dur, own, None, cut, binds=False, zero_lag=zero_lag)  # times are all it reads
+        del dur, own, zero_lag, cut  # (8 MB at 311 MB, beside the schedule's 16 while its steps are read)
         captured = win.step_windows(self.trace).with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))
         if self._replayed is None:  # the capture's replay is the same for every scenario
             self._replayed = self.windows(self.base).select(replayed_ns=pl.col("end_ns") - pl.col("start_ns"))
@@ -217,7 +228,7 @@ class Model:
             .select("step", "step_ns", "replayed_ns", "predicted_ns")
             .with_columns(saving_ns=pl.col("replayed_ns") - pl.col("predicted_ns"))
         )
-        del sched, dur, own, zero_lag, cut
+        del sched
         trim_heap()  # the scenario's arrays
         med = lambda c: steps[c].median() if steps.height else None  # noqa: E731
         m, r, p = med("step_ns"), med("replayed_ns"), med("predicted_ns")
@@ -227,69 +238,21 @@ class Model:
     def _apply(self, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
         """Per node durations, per sync (`Prepared.sync_nodes`) own times, per edge the lags taken
         away (`replay`'s `zero_lag`) and the edges cut (each None: none) under `sc`."""
-        n = self.graph.nodes
         e = self.graph.edges
-        cpu = pl.col("lane") == "cpu"
-        dur = pl.col("dur_ns").cast(pl.Float64)
-        own = pl.col("own_ns").fill_null(0).cast(pl.Float64)
-        removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
-        # the columns the scenario reads (no copy), and in one select the two integer columns it
-        # gives: no frame of float intermediates, no node column (a what-if at 311 MB held 90 MB)
-        frame = n.select("lane", "op_id", "runtime_id", "dur_ns")
-        frame = frame.with_columns(self.graph.column("wait_ns"))  # own_ns: at the syncs only, below
-        if sc.unsync:
-            frame = frame.with_columns(t_sync=pl.Series(self.graph.layer_ns(["sync"])))
-        exprs_dur, exprs_own = dur, own
-        if removed:  # summed as floats (exact): the layer times may be Int32, their sum need not fit
-            frame = frame.with_columns(_gone=pl.Series(self.graph.layer_ns(removed)))
-            gone = pl.col("_gone")
-            keep = pl.when(cpu & (pl.col("dur_ns") > 0)).then((1 - gone / pl.col("dur_ns")).clip(0, 1)).otherwise(1.0)
-            exprs_dur, exprs_own = exprs_dur * keep, exprs_own * keep
-        if "slow_launch" in sc.without:
-            # runtime_id is the runtime table's row number: its duration by position, not a join
-            rdur = self.trace.runtime["dur_ns"]
-            frame = frame.with_columns(_rdur=rdur.gather(frame["runtime_id"]) if rdur.len() else None)
-            slow = cpu & (pl.col("_rdur") >= self.slow_launch_ns).fill_null(False)
-            exprs_dur = pl.when(slow).then(0.0).otherwise(exprs_dur)
-        if "peer_wait" in sc.without or "gpu_wait" in sc.without:
-            exprs_dur = exprs_dur - pl.col("wait_ns").fill_null(0)
-        if sc.speedup:  # GPU names only where a pattern is matched against them
-            frame = frame.with_columns(name=self.graph.gpu_node_names())
-        for pattern, f in sc.speedup:
-            hit = self._matching_ops(pattern)
-            scale = 0.0 if math.isinf(f) else 1.0 / f
-            on_gpu = ~cpu & pl.col("name").str.contains(pattern)
-            on_cpu = cpu & pl.col("op_id").is_in(hit.implode())
-            w = pl.col("wait_ns").fill_null(0)
-            exprs_dur = (
-                pl.when(on_gpu)
-                .then(w + (exprs_dur - w) * scale)
-                .when(on_cpu)
-                .then(exprs_dur * scale)
-                .otherwise(exprs_dur)
-            )
-            exprs_own = pl.when(on_cpu).then(exprs_own * scale).otherwise(exprs_own)
-        dropped = pl.lit(False)
-        for name in sc.drop:
-            dropped = dropped | pl.col("op_id").is_in(self._matching_ops(name, exact=True).implode())
-        dur_x = pl.when(dropped).then(0.0).otherwise(exprs_dur)
-        own_x = pl.when(dropped).then(0.0).otherwise(exprs_own)
-        if sc.unsync:
-            unsynced = cpu & pl.col("runtime_id").is_in(list(sc.unsync)) & (pl.col("t_sync") > 0)
-            dur_x = pl.when(unsynced).then((dur_x - pl.col("t_sync")).clip(0)).otherwise(dur_x)
-            own_x = pl.when(unsynced).then(0.0).otherwise(own_x)
-            dropped = dropped | unsynced
-        # one column at a time, a slice of rows at a time: evaluated at once, polars holds every
-        # float intermediate of every node together (the peak of a whole summary at 311 MB)
-        # own at the syncs only, the one place a replay reads it (elementwise, so the same values
-        # on those rows; the node-long own column goes before the durations are made)
+        change = self._changes(sc)
+        n = self.graph.nodes.height
+        # a slice of rows at a time (2 MB per float temporary): whole, the float intermediates of
+        # every node were held together (a what-if at 311 MB held 90 MB)
+        dur_l = np.empty(n, dtype=np.int64)
+        for a in range(0, n, SLICE_ROWS):
+            rows = slice(a, a + SLICE_ROWS)
+            dur_l[rows] = whole_ns(change.durations(rows))
+        # own at the syncs only, the one place a replay reads it
         syncs = self.prepared.sync_nodes()
-        at_syncs = frame[syncs].with_columns(self.graph.column("own_ns").gather(syncs))
-        own_l = _per_slice(at_syncs, own_x.clip(0).round().cast(pl.Int64), np.int64)
-        del at_syncs
-        dur_l = _per_slice(frame, dur_x.clip(0).round().cast(pl.Int64), np.int64)
-        drop = _per_slice(frame, dropped.fill_null(False), np.bool_) if sc.drop or sc.unsync else None
-        del frame
+        own = self.graph.column_at("own_ns", pl.Series(syncs)).fill_null(0).cast(pl.Float64).to_numpy()
+        own_l = whole_ns(change.own_times(syncs, own))
+        drop = change.dropped if sc.drop or sc.unsync else None
+        del change, own
         zero_lag = None  # the edges whose lag the scenario takes away (a byte per edge, not a copy of the lags)
         if "gpu_wait" in sc.without or "kernel_spacing" in sc.without:
             gpu_edge = e["etype"].is_in(["stream", "event"])
@@ -301,17 +264,55 @@ class Model:
         cut = None
         stop = e["to_end"].to_numpy().copy() if "sync" in sc.without else np.zeros(e.height, dtype=np.bool_)
         if sc.drop or sc.unsync:
-            self._sync_edges_into(stop, np.flatnonzero(drop))  # node v is row v
+            self._sync_edges_into(stop, drop)  # node v is row v
         if stop.any():
             cut = stop
         return dur_l, own_l, zero_lag, cut
 
+    def _changes(self, sc: Scenario) -> NodeChanges:
+        """What `sc` changes per node (`NodeChanges`). A null id matches no op or call."""
+        g = self.graph
+        n = g.nodes
+        cpu = (n["lane"] == "cpu").fill_null(False).to_numpy()
+        dur = n["dur_ns"].to_numpy()
+        out = NodeChanges(dur, cpu)
+        removed = [layer for c in sc.without for layer in CPU_CAUSES.get(c, ())]
+        if removed:  # summed as floats (exact): the layer times may be Int32, their sum need not fit
+            out.gone = g.layer_ns(removed)
+        if "slow_launch" in sc.without:
+            # runtime_id is the runtime table's row number: its duration by position, not a join
+            rdur = self.trace.runtime["dur_ns"]
+            slow = rdur.gather(n["runtime_id"]) >= self.slow_launch_ns if rdur.len() else None
+            out.slow = cpu & slow.fill_null(False).to_numpy() if slow is not None else np.zeros(len(dur), np.bool_)
+        minus_wait = "peer_wait" in sc.without or "gpu_wait" in sc.without
+        waits = g.column("wait_ns").fill_null(0).cast(pl.Float64).to_numpy() if sc.speedup or minus_wait else None
+        if minus_wait:
+            out.wait = waits
+        names = g.gpu_node_names() if sc.speedup else None  # GPU names only where a pattern is matched
+        op = n["op_id"]
+        for pattern, f in sc.speedup:
+            on_gpu = ~cpu & names.str.contains(pattern).fill_null(False).to_numpy()
+            on_cpu = cpu & member(op, self._matching_ops(pattern))
+            out.speedups.append((on_gpu, on_cpu, waits, 0.0 if math.isinf(f) else 1.0 / f))
+        if sc.drop:
+            dropped = np.zeros(len(dur), dtype=np.bool_)
+            for name in sc.drop:
+                dropped |= member(op, self._matching_ops(name, exact=True))
+            out.dropped_ops = dropped
+        if sc.unsync:
+            out.t_sync = g.layer_ns(["sync"])
+            out.unsynced = cpu & member(n["runtime_id"], pl.Series(list(sc.unsync), dtype=pl.Int64)) & (out.t_sync > 0)
+        return out
+
     def _sync_edges_into(self, stop: np.ndarray, nodes: np.ndarray) -> None:
-        """Set `stop` (per edge) on the `to_end` edges of `nodes`: those the adjacency lists as
-        their end edges (`Prepared.end_idx`, grouped by destination)."""
-        p = self.prepared
-        owner = np.repeat(np.arange(len(p.ts), dtype=np.int64), np.diff(p.end_off))  # per end edge, its node
-        stop[p.end_idx[np.isin(owner, nodes)]] = True
+        """Set `stop` (per edge) on the `to_end` edges of the nodes flagged in `nodes` (per node):
+        those the adjacency lists as their end edges (`Prepared.end_idx`, grouped by
+        destination), range by range for the few syncs among them."""
+        off = self.prepared.end_off
+        v = np.flatnonzero(nodes & (off[1:] > off[:-1]))
+        lo, count = off[v].astype(np.int64), (off[v + 1] - off[v]).astype(np.int64)
+        first = np.repeat(np.cumsum(count) - count, count)  # each range's start among the edges taken
+        stop[self.prepared.end_idx[np.repeat(lo, count) + np.arange(int(count.sum())) - first]] = True
 
     def _matching_ops(self, pattern: str, exact: bool = False) -> pl.Series:
         """The op ids of slices that lie inside an op matching `pattern` (or named exactly)."""
