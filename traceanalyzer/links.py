@@ -9,8 +9,13 @@ always contains it (intervals of one depth are disjoint).
 
 from __future__ import annotations
 
-import numpy as np
+import sys
+from typing import TYPE_CHECKING
+
 import polars as pl
+
+if TYPE_CHECKING:
+    import numpy as np
 
 GROUP = ["pid", "tid"]
 CLIMB_LEVELS = 256  # the deepest nesting climbed (`innermost_containing`)
@@ -52,7 +57,8 @@ def _thread_key(frames: list[pl.DataFrame], group: list[str]) -> list[pl.Expr]:
         return plain
     # a Series' null count, min and max are no polars query (a frame's `select` of them was one,
     # ~0.2 ms: three a DLRM rank)
-    rows = [tuple(_STATS[k](f.get_column(c)) for k in range(3) for c in group) for f in frames if f.height]
+    picked = [f[group] for f in frames if f.height]  # copies: a Trace's one-valued column stays held once
+    rows = [tuple(_STATS[k](p.get_column(c)) for k in range(3) for c in group) for p in picked]
     if not rows or any(any(r[:2]) or None in r for r in rows):
         return plain
     lo_a, lo_b = (min(r[k] for r in rows) for k in (2, 3))
@@ -89,9 +95,9 @@ SMALL_ROWS = 1 << 16
 
 def _clean_ints(df: pl.DataFrame, cols: list[str]) -> list[np.ndarray] | None:
     """The columns as int64 numpy arrays, or None when one holds a null or is not an integer."""
-    out = []
+    out, picked = [], df[list(dict.fromkeys(cols))]  # a copy: a Trace's one-valued column stays held once
     for c in cols:
-        s = df.get_column(c)
+        s = picked.get_column(c)
         if not s.dtype.is_integer() or s.null_count() or (s.dtype == pl.UInt64 and s.max() >= 1 << 63):
             return None
         out.append(s.cast(pl.Int64).to_numpy())
@@ -102,7 +108,8 @@ def _nest_small(df: pl.DataFrame, id_col: str, group: list[str]) -> pl.DataFrame
     """`nest` on numpy arrays, the frame version's steps one for one (the same depth and parent
     for every row, ties and zero-length intervals included); None (the frame version) where a key
     is null or not an integer, or ids repeat."""
-    cols = _clean_ints(df, [*group, "ts_ns", "end_ns", id_col])
+    np = sys.modules.get("numpy")  # imported by the decoder; its own import costs more
+    cols = _clean_ints(df, [*group, "ts_ns", "end_ns", id_col]) if np is not None else None
     if cols is None or df.schema[id_col] == pl.UInt64:
         return None
     *keys, ts, end, ids = cols
@@ -235,10 +242,12 @@ def _innermost_small(
     """`innermost_containing` on numpy arrays, its steps one for one (the same id for every
     point); None (the frame version) where a key or time is null or not an integer, or ids
     repeat."""
+    if (np := sys.modules.get("numpy")) is None:  # imported by the decoder; its own import costs more
+        return None
     deep = ["depth"] if "depth" in intervals.columns else []
     pcols = _clean_ints(points, [*group, "ts_ns", point_end])
     icols = _clean_ints(intervals, [*group, "ts_ns", "end_ns", *deep, id_col])
-    parent_s = intervals.get_column("parent_id")
+    parent_s = intervals[["parent_id"]].get_column("parent_id")
     if pcols is None or icols is None or not parent_s.dtype.is_integer() or intervals.schema[id_col] == pl.UInt64:
         return None
     *pkeys, pts, pend = pcols
