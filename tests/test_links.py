@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy  # noqa: F401  (the small paths run where numpy is imported)
 import polars as pl
 import pytest
 

@@ -3,9 +3,9 @@ intervals inside query windows, both without Python loops over events."""
 
 from __future__ import annotations
 
-import sys
-
 import polars as pl
+
+from traceanalyzer.analyses.arrays import asof_covered, band_reach, int_order
 
 
 def reach(end: str, by: list[str] | None = None) -> pl.Expr:
@@ -29,18 +29,9 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end
     if df.is_empty():
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
     cols = [*(df.get_column(b) for b in by), df.get_column(start).alias("start_ns"), df.get_column(end).alias("end_ns")]
-    order = _int_order(cols[:-1]) if df.height < SMALL_ROWS else None  # equal keys: one union whatever their order
+    order = int_order(cols[:-1]) if df.height < SMALL_ROWS else None  # equal keys: one union whatever their order
     s = pl.DataFrame([c[order] for c in cols]) if order is not None else pl.DataFrame(cols).sort([*by, "start_ns"])
     return merge_sorted(s, by)
-
-
-def _int_order(keys: list[pl.Series]) -> pl.Series | None:
-    """The rows' order by `keys` (numpy's lexsort: a frame's sort is a query, ~50 µs); None where
-    a key is null or no integer, or without numpy imported (the decoder does: its import costs more)."""
-    np = sys.modules.get("numpy")
-    if np is None or any(k.null_count() or not k.dtype.is_integer() or k.dtype == pl.UInt64 for k in keys):
-        return None
-    return pl.Series(np.lexsort([k.cast(pl.Int64).to_numpy() for k in reversed(keys)])).cast(pl.UInt32)
 
 
 def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -148,8 +139,7 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     span = int(hi) - int(lo) + 1
     if groups * span >= 1 << 62:
         return None
-    band = (first.cast(pl.Int64).cum_sum() - 1) * span - int(lo)
-    reach = (end + band).cum_max()
+    band, reach = band_reach(first, end, span, int(lo))
     n = s.height  # each row against the running maximum one row up: slices, not `shift` (a query)
     new = first | pl.Series([True]).append((start.slice(1) + band.slice(1)) > reach.slice(0, n - 1))
     del first
@@ -162,7 +152,7 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
 def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = False) -> pl.DataFrame:
     """Prefix sums over disjoint sorted intervals, for `covered` (`presorted`: `disjoint` is
     sorted by `by`, then start_ns already, as `merge` returns it)."""
-    order = None if presorted or disjoint.height >= SMALL_ROWS else _int_order(series_of(disjoint, [*by, "start_ns"]))
+    order = None if presorted or disjoint.height >= SMALL_ROWS else int_order(series_of(disjoint, [*by, "start_ns"]))
     ordered = disjoint if presorted else disjoint[order] if order is not None else disjoint.sort([*by, "start_ns"])
     before = (pl.col("end_ns") - pl.col("start_ns")).cum_sum().shift(1, fill_value=0).over(by)
     return d if (d := _before_small(ordered, by)) is not None else ordered.with_columns(_before=before)
@@ -183,6 +173,8 @@ def _covered_until(q: pl.DataFrame, index: pl.DataFrame, at: str, by: list[str],
     join are the polars queries; the rest Series calls (a `with_columns`, a `drop` and
     `is_null` were a query each, ~25 µs: a DLRM rank measures a few dozen such frames)."""
     # sorted by `by`, then start (coverage_index): what an as-of join by keys needs
+    if q.height + index.height < SMALL_ROWS and (until := asof_covered(q := q.sort(at), index, at, by)) is not None:
+        return q.hstack([until.alias(out)])  # the as-of join by numpy's search (no query)
     names = {"start_ns": "_s", "end_ns": "_e", "_before": "_before"}
     ix = pl.DataFrame([*(index.get_column(b) for b in by), *(index.get_column(c).alias(n) for c, n in names.items())])
     j = q.sort(at).join_asof(ix, left_on=at, right_on="_s", by=by, strategy="backward", check_sortedness=False)

@@ -150,9 +150,22 @@ def worker_env() -> Iterator[None]:
             os.environ.pop(k, None)
 
 
-def _init_worker() -> None:
+def _init_worker(with_numpy: bool = False) -> None:
     # A worker started elsewhere (a Dask cluster by address): at least decode on one thread.
     os.environ["TRACEANALYZER_WORKERS"] = "1"
+    if with_numpy:
+        _import_numpy()
+
+
+# From this many ranks a process, it imports numpy: the small frames' nesting, links, crossing
+# check and idle intervals run on numpy arrays where it is imported, ~4 ms less a DLRM rank (its
+# ops nested in 0.9 ms against 3.1, its runtime calls linked in 1.1 against 1.9: 2026-12-01), and
+# its import costs ~65 ms of CPU (a single trace's command imports it only where something needs it).
+NUMPY_RANKS = 16
+
+
+def _import_numpy() -> None:
+    import numpy  # noqa: F401  (imported for the analyses: they read `sys.modules`)
 
 
 def _local_jobs(paths: list[str], jobs: int | None, min_bytes: int = 0) -> int:
@@ -205,12 +218,15 @@ def run_ranks(
             if cluster is not None and not address.startswith(("tcp://", "tls://")):
                 cluster.close()
     jobs = _local_jobs(paths, jobs, min_bytes)
+    with_numpy = len(paths) >= NUMPY_RANKS * jobs
+    if with_numpy:
+        _import_numpy()
     if jobs == 1:
         return [fn(p, *args) for p in paths]
-    return _local_map(fn, paths, args, jobs)
+    return _local_map(fn, paths, args, jobs, with_numpy)
 
 
-def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int) -> list[Any]:
+def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int, with_numpy: bool = False) -> list[Any]:
     """`fn` over `paths` on `jobs` processes: `jobs - 1` spawned workers and this one. A worker
     costs its start-up (~0.35 CPU-s: Python, polars and the analyses imported, their first calls;
     2026-12-01, 8 DLRM ranks of ~0.2 CPU-s each), which this process has already paid."""
@@ -220,7 +236,8 @@ def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int)
     from concurrent.futures import ProcessPoolExecutor, wait
 
     ctx = mp.get_context("spawn")
-    with worker_env(), ProcessPoolExecutor(max_workers=jobs - 1, mp_context=ctx, initializer=_init_worker) as pool:
+    start = {"mp_context": ctx, "initializer": _init_worker, "initargs": (with_numpy,)}
+    with worker_env(), ProcessPoolExecutor(max_workers=jobs - 1, **start) as pool:
         running: dict[Any, int] = {}
 
         def feed() -> None:
