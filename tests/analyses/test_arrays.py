@@ -83,3 +83,30 @@ def test_idle_intervals_and_crossings_match_the_polars_calls(seed):
         assert idle.equals(_without_numpy(gpu_time.idle_intervals, busy, wins))
         cpu = _intervals(rng, rng.randint(2, 60)).rename({"device": "pid", "stream": "tid"})
         assert crossing_events(cpu) == _without_numpy(crossing_events, cpu)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_overlap_join_pairs_match_the_join(seed):
+    from traceanalyzer.analyses.intervals import overlap_join
+
+    rng = random.Random(seed)
+    for _ in range(40):
+        left = _intervals(rng, rng.randint(1, 30)).with_row_index("l")
+        right = _intervals(rng, rng.randint(1, 30)).rename(
+            {"device": "r_device", "stream": "r_stream", "ts_ns": "r_s", "end_ns": "r_e"}
+        )
+        right = right.with_columns(pl.col("r_device").cast(pl.Int32)).with_row_index("r")  # cast as the join does
+        args = (left, right, ["device"], ("ts_ns", "end_ns"), ("r_s", "r_e"), ["r_device"])
+        got = overlap_join(*args)
+        assert got.schema == _without_numpy(overlap_join, *args).schema
+        pairs = sorted(got.select("l", "r").rows())
+        assert pairs == sorted(_without_numpy(overlap_join, *args).select("l", "r").rows())
+        # by hand: equal devices, and the intervals overlap (a zero-length one at the other's start counts)
+        want = [
+            (x["l"], y["r"])
+            for x in left.iter_rows(named=True)
+            for y in right.iter_rows(named=True)
+            if x["device"] == y["r_device"]
+            and ((x["ts_ns"] <= y["r_s"] < x["end_ns"] and y["r_e"] > x["ts_ns"]) or (y["r_s"] < x["ts_ns"] < y["r_e"]))
+        ]
+        assert pairs == sorted(want)

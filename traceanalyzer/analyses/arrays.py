@@ -49,17 +49,53 @@ def asof_covered(q: pl.DataFrame, index: pl.DataFrame, at: str, by: list[str]) -
         return None
     *qkeys, t = (c.cast(pl.Int64).to_numpy() for c in qk.get_columns())
     *ikeys, s, e, before = (c.cast(pl.Int64).to_numpy() for c in ik.get_columns())
-    code = np.zeros(len(t) + len(s), dtype=np.int64)  # the keys as one dense code over both sides
-    for a, b in zip(qkeys, ikeys):
-        values, k_no = np.unique(np.concatenate([a, b]), return_inverse=True)
-        code = code * len(values) + k_no.reshape(-1)
+    qcode, icode = _key_codes(qkeys, ikeys) if by else (np.zeros(len(t), np.int64), np.zeros(len(s), np.int64))
     times = np.unique(np.concatenate([t, s]))
     width = len(times)
-    qkey = code[: len(t)] * width + np.searchsorted(times, t)
-    ikey = code[len(t) :] * width + np.searchsorted(times, s)  # sorted: the index's own order
+    qkey = qcode * width + np.searchsorted(times, t)
+    ikey = icode * width + np.searchsorted(times, s)  # sorted: the index's own order
     pos = np.searchsorted(ikey, qkey, side="right") - 1
     hit = pos >= 0
-    hit[hit] = ikey[pos[hit]] // width == code[: len(t)][hit]
+    hit[hit] = ikey[pos[hit]] // width == qcode[hit]
     p = np.maximum(pos, 0)
     until = np.where(hit, before[p] + np.minimum(t, e[p]) - s[p], 0)
     return pl.Series(until)
+
+
+def _key_codes(left: list, right: list) -> tuple:
+    """The keys of both sides (int64 arrays) as one dense int64 code per row of each side."""
+    np = sys.modules["numpy"]
+    code = np.zeros(len(left[0]) + len(right[0]), dtype=np.int64) if left else None
+    for a, b in zip(left, right):
+        values, k_no = np.unique(np.concatenate([a, b]), return_inverse=True)
+        code = code * len(values) + k_no.reshape(-1)
+    return code[: len(left[0])], code[len(left[0]) :]
+
+
+def overlap_pairs(
+    left: pl.DataFrame, right: pl.DataFrame, by: list[str], right_by: list[str], left_span, right_span
+) -> tuple[pl.Series, pl.Series] | None:
+    """`intervals._overlap_join_small`'s pairs as row positions (left, right): equal keys, and the
+    right start inside the left interval with the right end after the left start, or the left
+    start strictly inside the right interval; None (the join) without numpy, where a key or time
+    is null or not an integer, or for more than two keys."""
+    np = sys.modules.get("numpy")
+    lf, rf = left[[*by, *left_span]], right[[*right_by, *right_span]]
+    cols = [*lf.get_columns(), *rf.get_columns()]
+    if (
+        np is None
+        or len(by) > 2
+        or any(c.null_count() or not c.dtype.is_integer() or c.dtype == pl.UInt64 for c in cols)
+    ):
+        return None
+    *lk, a, b = (c.cast(pl.Int64).to_numpy() for c in lf.get_columns())
+    *rk, c, d = (c.cast(pl.Int64).to_numpy() for c in rf.get_columns())
+    lcode, rcode = _key_codes(lk, rk)
+    r_order = np.argsort(rcode, kind="stable")
+    lo = np.searchsorted(rcode[r_order], lcode, side="left")
+    counts = np.searchsorted(rcode[r_order], lcode, side="right") - lo
+    li = np.repeat(np.arange(len(lcode)), counts)  # every pair of equal keys, then the overlap test
+    ri = r_order[np.repeat(lo, counts) + np.arange(len(li)) - np.repeat(np.cumsum(counts) - counts, counts)]
+    a, b, c, d = a[li], b[li], c[ri], d[ri]
+    keep = ((c >= a) & (c < b) & (d > a)) | ((c < a) & (a < d))
+    return pl.Series(li[keep]).cast(pl.UInt32), pl.Series(ri[keep]).cast(pl.UInt32)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analyses.arrays import asof_covered, band_reach, int_order
+from traceanalyzer.analyses.arrays import asof_covered, band_reach, int_order, overlap_pairs
 
 
 def reach(end: str, by: list[str] | None = None) -> pl.Expr:
@@ -270,6 +270,11 @@ def _overlap_join_small(
     the left interval, with the right end after the left start; or a left start strictly inside
     the right interval), from the pairs of equal keys."""
     (ls, le), (rs, re_) = left_span, right_span
+    if not set(left.columns) & set(right.columns) and (
+        p := overlap_pairs(left, right, by, right_by, left_span, right_span)
+    ):
+        kinds = {c: left.schema[b] for b, c in zip(by, right_by)}  # the join casts the right keys so
+        return pl.DataFrame([*left[p[0]].get_columns(), *(s.cast(kinds.get(s.name, s.dtype)) for s in right[p[1]])])
     cast = [pl.col(c).cast(left.schema[b]) for b, c in zip(by, right_by) if right.schema[c] != left.schema[b]]
     j = left.join(right.with_columns(cast) if cast else right, left_on=by, right_on=right_by, coalesce=False)
     a, b, c, d = (j.get_column(x) for x in (ls, le, rs, re_))
