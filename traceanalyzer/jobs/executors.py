@@ -157,11 +157,12 @@ def _init_worker(with_numpy: bool = False) -> None:
         _import_numpy()
 
 
-# From this many ranks a process, it imports numpy: the small frames' nesting, links, crossing
-# check and idle intervals run on numpy arrays where it is imported, ~4 ms less a DLRM rank (its
-# ops nested in 0.9 ms against 3.1, its runtime calls linked in 1.1 against 1.9: 2026-12-01), and
-# its import costs ~65 ms of CPU (a single trace's command imports it only where something needs it).
-NUMPY_RANKS = 16
+# From this many ranks a process, it imports numpy: the small frames' nesting, links, sweeps and
+# joins run on numpy arrays where it is imported (`analyses.arrays`), ~3-4 ms less a DLRM rank of
+# ~95 (its ops nested in 0.9 ms against 3.1, its runtime calls linked in 1.1 against 1.9), and its
+# import with numpy.ma (polars reads it when it takes an array) costs ~0.1 CPU-s: even near 30
+# ranks a process (2026-12-01, 2 CPUs). A single trace's command imports it only where it needs it.
+NUMPY_RANKS = 32
 
 
 def _import_numpy() -> None:
@@ -219,9 +220,9 @@ def run_ranks(
                 cluster.close()
     jobs = _local_jobs(paths, jobs, min_bytes)
     with_numpy = len(paths) >= NUMPY_RANKS * jobs
-    if with_numpy:
-        _import_numpy()
     if jobs == 1:
+        if with_numpy:
+            _import_numpy()
         return [fn(p, *args) for p in paths]
     return _local_map(fn, paths, args, jobs, with_numpy)
 
@@ -250,6 +251,8 @@ def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int,
                 out[running.pop(f)] = f.result()
 
         feed()
+        if with_numpy:  # once the workers start (they import their own meanwhile)
+            _import_numpy()
         while (i := next(order, None)) is not None:
             out[i] = fn(paths[i], *args)  # environment as the workers': WORKER_ENV is set here
             collect([f for f in running if f.done()])
