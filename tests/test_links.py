@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import random
 
+import numpy  # noqa: F401  (the small paths run where numpy is imported)
 import polars as pl
 import pytest
 
+from traceanalyzer import links
 from traceanalyzer.links import innermost_containing, nest
 
 # (id, pid, tid, ts_ns, end_ns, expected depth, expected parent_id)
@@ -220,3 +222,54 @@ def test_nest_whatever_the_span_of_ends(shift):
     moved = [(i, p, t, ts + shift * (t == 2), end + shift * (t == 2)) + tuple(rest) for i, p, t, ts, end, *rest in rows]
     got = nest(_frame(moved), "id").select("id", "depth", "parent_id").iter_rows()
     assert {i: (d, p) for i, d, p in got} == truth
+
+
+# -- the numpy path of small frames against the frame path ---------------------------------------
+def _by_frames(fn, *args, **kw):
+    """`fn` on its polars-frame path (the one frames of `links.SMALL_ROWS` rows or more take)."""
+    old = links.SMALL_ROWS
+    links.SMALL_ROWS = 0
+    try:
+        return fn(*args, **kw)
+    finally:
+        links.SMALL_ROWS = old
+
+
+def _random_intervals(rng: random.Random, n: int) -> list[tuple]:
+    """Intervals not nested properly: overlaps, equal starts, identical ranges, zero lengths."""
+    rows = []
+    for i in range(n):
+        a = rng.randint(0, 30)
+        rows.append((i * 3, rng.randint(1, 2), rng.randint(1, 3), a, a + rng.choice([0, 0, 1, 2, 5, 10, 20])))
+    rng.shuffle(rows)
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_small_paths_match_the_frame_paths(seed):
+    rng = random.Random(seed)
+    for _ in range(60):
+        iv = pl.DataFrame(
+            _random_intervals(rng, rng.randint(1, 50)),
+            schema={"id": rng.choice([pl.Int64, pl.UInt32]), "pid": pl.Int64, "tid": pl.Int64}
+            | {"ts_ns": pl.Int64, "end_ns": pl.Int64},
+            orient="row",
+        )
+        nested = nest(iv, "id")
+        assert nested.equals(_by_frames(nest, iv, "id")) and nested.schema == _by_frames(nest, iv, "id").schema
+        if rng.random() < 0.3:  # parents that are not among the intervals
+            nested = nested.filter(pl.col("id") % 2 == 0)
+        if rng.random() < 0.3:
+            nested = nested.drop("depth")
+        starts = [rng.randint(-2, 35) for _ in range(rng.randint(1, 40))]
+        points = pl.DataFrame(
+            {
+                "pid": [rng.randint(1, 2) for _ in starts],
+                "tid": [rng.randint(1, 4) for _ in starts],
+                "ts_ns": starts,
+                "end_ns": [s + rng.choice([0, 1, 3, 8]) for s in starts],
+            }
+        )
+        for end in ("end_ns", "ts_ns"):
+            got = innermost_containing(points, nested, "id", "inside", point_end=end)
+            assert got.equals(_by_frames(innermost_containing, points, nested, "id", "inside", point_end=end))

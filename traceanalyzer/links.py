@@ -9,7 +9,13 @@ always contains it (intervals of one depth are disjoint).
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING
+
 import polars as pl
+
+if TYPE_CHECKING:
+    import numpy as np
 
 GROUP = ["pid", "tid"]
 CLIMB_LEVELS = 256  # the deepest nesting climbed (`innermost_containing`)
@@ -38,7 +44,7 @@ def _rank_in_run(start: pl.Expr, base: int = 0) -> pl.Expr:
     return row - pl.when(start).then(row).forward_fill() + base
 
 
-_STATS = (pl.Expr.null_count, pl.Expr.min, pl.Expr.max)
+_STATS = (pl.Series.null_count, pl.Series.min, pl.Series.max)
 
 
 def _thread_key(frames: list[pl.DataFrame], group: list[str]) -> list[pl.Expr]:
@@ -49,8 +55,10 @@ def _thread_key(frames: list[pl.DataFrame], group: list[str]) -> list[pl.Expr]:
     plain = [pl.col(c) for c in group]
     if len(group) != 2:
         return plain
-    stats = [f(pl.col(c)).alias(f"{k}{c}") for k, f in enumerate(_STATS) for c in group]
-    rows = [f.select(stats).row(0) for f in frames if f.height]
+    # a Series' null count, min and max are no polars query (a frame's `select` of them was one,
+    # ~0.2 ms: three a DLRM rank)
+    picked = [f[group] for f in frames if f.height]  # copies: a Trace's one-valued column stays held once
+    rows = [tuple(_STATS[k](p.get_column(c)) for k in range(3) for c in group) for p in picked]
     if not rows or any(any(r[:2]) or None in r for r in rows):
         return plain
     lo_a, lo_b = (min(r[k] for r in rows) for k in (2, 3))
@@ -80,12 +88,90 @@ def _ends_by_thread(ordered: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame([(key // span).cast(pl.UInt32).alias("_g"), (key % span + lo).alias("end_ns")])
 
 
+# Below this many rows `nest` runs on numpy arrays (`_nest_small`): the frame version is ~20
+# polars queries (~2 ms a DLRM rank, of its ~100), whatever the size; above it their passes win.
+SMALL_ROWS = 1 << 16
+
+
+def _clean_ints(df: pl.DataFrame, cols: list[str]) -> list[np.ndarray] | None:
+    """The columns as int64 numpy arrays, or None when one holds a null or is not an integer."""
+    out, picked = [], df[list(dict.fromkeys(cols))]  # a copy: a Trace's one-valued column stays held once
+    for c in cols:
+        s = picked.get_column(c)
+        if not s.dtype.is_integer() or s.null_count() or (s.dtype == pl.UInt64 and s.max() >= 1 << 63):
+            return None
+        out.append(s.cast(pl.Int64).to_numpy())
+    return out
+
+
+def _nest_small(df: pl.DataFrame, id_col: str, group: list[str]) -> pl.DataFrame | None:
+    """`nest` on numpy arrays, the frame version's steps one for one (the same depth and parent
+    for every row, ties and zero-length intervals included); None (the frame version) where a key
+    is null or not an integer, or ids repeat."""
+    np = sys.modules.get("numpy")  # imported by the decoder; its own import costs more
+    cols = _clean_ints(df, [*group, "ts_ns", "end_ns", id_col]) if np is not None else None
+    if cols is None or df.schema[id_col] == pl.UInt64:
+        return None
+    *keys, ts, end, ids = cols
+    n = len(ts)
+    # (thread, start, end descending, id): the frame version's sort
+    order = np.lexsort((ids, -end, ts, *reversed(keys)))
+    keys, ts, end, ids = [k[order] for k in keys], ts[order], end[order], ids[order]
+    new_thread = np.zeros(n, dtype=bool)
+    new_thread[0] = True
+    for k in keys:
+        new_thread[1:] |= k[1:] != k[:-1]
+    same = ~new_thread[1:] & (ts[1:] == ts[:-1]) & (end[1:] == end[:-1]) & (ids[1:] == ids[:-1])
+    if same.any():
+        return None  # repeated ids: the frame sort's order of equal rows is its own
+    g = np.cumsum(new_thread) - 1
+    firsts = np.flatnonzero(new_thread)
+    k_in = np.arange(n) - firsts[g]  # the row's place in its thread
+    # intervals of the thread ended by the row's start (an end at the start counts)
+    ended = np.empty(n, dtype=np.int64)
+    for a, b in zip(firsts, [*firsts[1:], n]):
+        ended[a:b] = np.searchsorted(np.sort(end[a:b]), ts[a:b], side="right")
+    # zero-length rows from this one to the end of its (thread, start) block (`nest`'s `_zfix`)
+    zero = (end == ts).astype(np.int64)
+    block_last = np.ones(n, dtype=bool)
+    block_last[:-1] = new_thread[1:] | (ts[1:] != ts[:-1])
+    block_end = np.flatnonzero(block_last)[np.cumsum(np.r_[True, block_last[:-1]]) - 1]
+    cz = np.cumsum(zero)
+    depth = np.maximum(k_in - ended + cz[block_end] - cz + zero, 0)
+    # the parent: the last row (in this order) one level up on the thread starting at or before
+    # the row (the frame version's backward as-of join by (thread, depth))
+    level = g * (1 << 32) + depth
+    by_level = np.argsort(level, kind="stable")  # (level, start), ties in this order
+    levels, level_no = np.unique(level, return_inverse=True)
+    starts = np.unique(ts)
+    width = len(starts)
+    sorted_key = (level_no * width + np.searchsorted(starts, ts))[by_level]
+    want = np.searchsorted(levels, level - 1)
+    want_ok = (depth > 0) & (want < len(levels))
+    want_ok[want_ok] = levels[want[want_ok]] == level[want_ok] - 1
+    at = np.searchsorted(sorted_key, want * width + np.searchsorted(starts, ts), side="right") - 1
+    has = want_ok & (at >= 0)
+    has[has] = sorted_key[at[has]] // width == want[has]
+    parent = np.where(has, ids[by_level[np.maximum(at, 0)]], 0)
+    back = np.empty(n, dtype=np.int64)
+    back[order] = np.arange(n)
+    id_type = df.schema[id_col]
+    parent_s = pl.Series("parent_id", parent[back]).cast(id_type)
+    parent_s = parent_s.zip_with(pl.Series(has[back]), pl.Series([None], dtype=id_type).new_from_index(0, n))
+    out = [pl.Series("depth", depth[back]).cast(pl.Int32), parent_s]
+    if "depth" in df.columns or "parent_id" in df.columns:
+        return df.with_columns(out)
+    return df.hstack(out)
+
+
 def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFrame:
     """Add `depth` (0 = top level) and `parent_id` (id of the innermost enclosing interval on
     the same group, null at top level). `df` needs `ts_ns`, `end_ns`, `id_col` and `group`; its
     rows stay in their order (only the key columns are sorted, as copies)."""
     if df.is_empty():
         return df.with_columns(depth=pl.lit(0, pl.Int32), parent_id=pl.lit(None, df.schema[id_col]))
+    if df.height < SMALL_ROWS and (small := _nest_small(df, id_col, group)) is not None:
+        return small
     # The key columns only, sorted (a frame sort: ~10x less CPU than `arg_sort_by` on these
     # keys), with each row's place in `df` (`_r`) to put the answers back. The thread is one
     # small code (`_g`) in place of its columns: every relation below is within a thread, and
@@ -150,6 +236,73 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
     )
 
 
+def _innermost_small(
+    points: pl.DataFrame, intervals: pl.DataFrame, id_col: str, out_col: str, group: list[str], point_end: str
+) -> pl.DataFrame | None:
+    """`innermost_containing` on numpy arrays, its steps one for one (the same id for every
+    point); None (the frame version) where a key or time is null or not an integer, or ids
+    repeat."""
+    if (np := sys.modules.get("numpy")) is None:  # imported by the decoder; its own import costs more
+        return None
+    deep = ["depth"] if "depth" in intervals.columns else []
+    pcols = _clean_ints(points, [*group, "ts_ns", point_end])
+    icols = _clean_ints(intervals, [*group, "ts_ns", "end_ns", *deep, id_col])
+    parent_s = intervals[["parent_id"]].get_column("parent_id")
+    if pcols is None or icols is None or not parent_s.dtype.is_integer() or intervals.schema[id_col] == pl.UInt64:
+        return None
+    *pkeys, pts, pend = pcols
+    *ikeys, its, iend = icols[: len(group) + 2]
+    depth = icols[len(group) + 2] if deep else None
+    ids = icols[-1]
+    by_id = np.argsort(ids, kind="stable")
+    ids_sorted = ids[by_id]
+    if len(ids_sorted) > 1 and not (ids_sorted[1:] > ids_sorted[:-1]).all():
+        return None  # repeated ids
+    # the thread of each row as one dense code over both sides
+    both = [np.concatenate([p, i]) for p, i in zip(pkeys, ikeys)]
+    code = np.zeros(len(pts) + len(its), dtype=np.int64)
+    for k in both:
+        values, k_no = np.unique(k, return_inverse=True)
+        code = code * len(values) + k_no.reshape(-1)
+    _, code = np.unique(code, return_inverse=True)
+    code = code.reshape(-1)
+    pcode, icode = code[: len(pts)], code[len(pts) :]
+    # intervals by (thread, start, end descending, depth, id): among those starting at one
+    # instant the innermost comes last, as the frame version sorts them
+    sort_keys = [ids, *([depth] if deep else []), -iend, its, icode]
+    order = np.lexsort(sort_keys)
+    starts = np.unique(np.concatenate([pts, its]))
+    width = len(starts)
+    ikey = icode[order] * width + np.searchsorted(starts, its[order])
+    at = np.searchsorted(ikey, pcode * width + np.searchsorted(starts, pts), side="right") - 1
+    has = at >= 0
+    has[has] = ikey[at[has]] // width == pcode[has]
+    row = np.flatnonzero(has)
+    cand = ids[order[at[has]]]
+    ends = iend[by_id]
+    parents = parent_s.fill_null(0).cast(pl.Int64).to_numpy()[by_id]
+    parent_known = parent_s.is_not_null().to_numpy()[by_id]
+    found_row, found_id = [], []
+    for _ in range(CLIMB_LEVELS):
+        pos = np.minimum(np.searchsorted(ids_sorted, cand, side="left"), len(ids_sorted) - 1)
+        found = ids_sorted[pos] == cand  # a dangling parent drops out
+        ok = found & (ends[pos] >= pend[row])
+        found_row.append(row[ok])
+        found_id.append(cand[ok])
+        climb = found & ~ok & parent_known[pos]
+        row, cand = row[climb], parents[pos[climb]]
+        if not len(cand):
+            break
+    id_type = intervals.schema[id_col]
+    value = np.zeros(len(pts), dtype=np.int64)
+    known = np.zeros(len(pts), dtype=bool)
+    value[np.concatenate(found_row)] = np.concatenate(found_id)
+    known[np.concatenate(found_row)] = True
+    out = pl.Series(out_col, value).cast(id_type)
+    out = out.zip_with(pl.Series(known), pl.Series([None], dtype=id_type).new_from_index(0, len(pts)))
+    return points.with_columns(out) if out_col in points.columns else points.hstack([out])
+
+
 def innermost_containing(
     points: pl.DataFrame,
     intervals: pl.DataFrame,
@@ -167,6 +320,10 @@ def innermost_containing(
     """
     if points.is_empty() or intervals.is_empty():
         return points.with_columns(pl.lit(None, intervals.schema.get(id_col, pl.Int64)).alias(out_col))
+    if points.height + intervals.height < SMALL_ROWS:
+        small = _innermost_small(points, intervals, id_col, out_col, group, point_end)
+        if small is not None:
+            return small
     # Among intervals starting at one instant the innermost (shortest; of equal ones, the
     # deepest) comes last, so that the backward as-of join picks it. (The sort used to leave
     # equal intervals in any order: a call inside an op and its child of the same range was

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses.intervals import filter_rows
 from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.links import innermost_containing, nest
 from traceanalyzer.patterns import NAMESPACED_OP, PROFILER_STEP
@@ -48,7 +49,7 @@ def op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:
     ids = op_ids.cast(pl.Int64)
     ids = ids.filter((ids >= 0) & (ids < ops.height)).cast(pl.UInt32)
     asked = pl.Series([False]).new_from_index(0, ops.height).scatter(ids, True)
-    return whole.filter(asked[whole.get_column("op_id").cast(pl.UInt32)])
+    return filter_rows(whole, asked[whole.get_column("op_id").cast(pl.UInt32)])  # column by column: no query
 
 
 def _op_context(trace: Trace, op_ids: pl.Series) -> pl.DataFrame:

@@ -8,9 +8,12 @@ one step).
 
 from __future__ import annotations
 
+import sys
+
 import polars as pl
 
 from traceanalyzer.analyses.intervals import (
+    SMALL_ROWS,
     collected,
     coverage_index,
     covered,
@@ -74,9 +77,39 @@ def _clip_to_one_window(intervals: pl.DataFrame, w: pl.DataFrame) -> pl.DataFram
     return pl.DataFrame([*cols, *rest])
 
 
+def _idle_small(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame | None:
+    """`idle_intervals` on numpy arrays (its query was ~1 ms on a DLRM rank's few hundred
+    intervals); None (the query) where a column holds a null or the frames' types differ."""
+    if (np := sys.modules.get("numpy")) is None:  # imported by the decoder; its own import costs more
+        return None
+    cols = [*series_of(busy, ["device", "start_ns", "end_ns"]), *series_of(wins, ["device", "start_ns", "end_ns"])]
+    if any(c.null_count() or c.dtype != pl.Int64 for c in cols[1:3] + cols[4:]) or cols[0].dtype != cols[3].dtype:
+        return None
+    if any(c.null_count() for c in (cols[0], cols[3])) or not cols[0].dtype.is_integer() or cols[0].dtype == pl.UInt64:
+        return None
+    bd, bs, be, wd, ws, we = (c.cast(pl.Int64).to_numpy() for c in cols)
+    order = np.lexsort((bs, bd))
+    bd, bs, be = bd[order], bs[order], be[order]
+    same = bd[1:] == bd[:-1]
+    parts = [np.stack([bd[:-1][same], be[:-1][same], bs[1:][same]], axis=1)]  # between two busy intervals
+    for dev in np.unique(wd):
+        in_w, in_b = wd == dev, bd == dev
+        lo, hi = ws[in_w].min(), we[in_w].max()
+        first, last = (bs[in_b].min(), be[in_b].max()) if in_b.any() else (hi, None)
+        edges = [(dev, lo, first)] + ([(dev, last, hi)] if last is not None else [])
+        parts.append(np.array([e for e in edges if e[2] > e[1]], dtype=np.int64).reshape(-1, 3))
+    # distinct rows in (device, start, end) order: the query's `unique` then sort
+    rows = np.unique(np.concatenate(parts), axis=0)
+    device = pl.Series("device", rows[:, 0]).cast(cols[0].dtype)
+    start, end = pl.Series("start_ns", rows[:, 1]), pl.Series("end_ns", rows[:, 2])
+    return pl.DataFrame([device, start, end, start.alias("prev_end_ns"), end.alias("next_start_ns")])
+
+
 def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     """Complement of `busy` inside the windows: device, start_ns, end_ns (before clipping),
     prev_end_ns / next_start_ns (the busy edges around it, null at a window edge with no work)."""
+    if busy.height + wins.height < SMALL_ROWS and (small := _idle_small(busy, wins)) is not None:
+        return small
     # one lazy query (its dozen frame calls were a query each)
     lo = wins.lazy().group_by("device").agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
     b = busy.lazy().sort(["device", "start_ns"])
@@ -107,9 +140,29 @@ def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _busy_small(clipped: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame | None:
+    """`busy_by_window` of the clipped busy intervals summed per window in a dict (its query was
+    ~0.5 ms on a small rank); None (the query) for many rows or windows, or busy time not Int64."""
+    if clipped.height >= SMALL_ROWS or wins.height >= SMALL_ROWS:  # a Python loop over the rows
+        return None
+    if clipped.schema["start_ns"] != pl.Int64 or clipped.schema["end_ns"] != pl.Int64:
+        return None
+    per: dict[tuple, int] = {}
+    device, step, a, b = (clipped.get_column(c).to_list() for c in ("device", "step", "start_ns", "end_ns"))
+    for key, s, e in zip(zip(device, step), a, b):
+        per[key] = per.get(key, 0) + (e - s if s is not None and e is not None else 0)
+    w_device, w_step, w_start, w_end = series_of(wins, ["device", "step", "start_ns", "end_ns"])
+    got = [per.get(key, 0) for key in zip(w_device.to_list(), w_step.to_list())]
+    window = (w_end - w_start).alias("window_ns")
+    return pl.DataFrame([w_device, w_step, w_start, w_end, window, pl.Series("busy_ns", got, pl.Int64)])
+
+
 def busy_by_window(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     """device, step, window_ns, busy_ns."""
-    clipped = clip_to_windows(busy, wins).lazy()  # then one query (three calls were three)
+    clipped = clip_to_windows(busy, wins)
+    if (small := _busy_small(clipped, wins)) is not None:
+        return small
+    clipped = clipped.lazy()  # then one query (three calls were three)
     per = clipped.group_by("device", "step").agg(busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
     joined = (
         wins.lazy()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analyses.arrays import asof_covered, band_reach, int_order, overlap_pairs
+
 
 def reach(end: str, by: list[str] | None = None) -> pl.Expr:
     """The furthest end among the earlier rows of each group, rows sorted by start (null on a
@@ -27,7 +29,8 @@ def merge(df: pl.DataFrame, by: list[str], start: str = "ts_ns", end: str = "end
     if df.is_empty():
         return pl.DataFrame(schema={**{b: df.schema[b] for b in by}, "start_ns": pl.Int64, "end_ns": pl.Int64})
     cols = [*(df.get_column(b) for b in by), df.get_column(start).alias("start_ns"), df.get_column(end).alias("end_ns")]
-    s = pl.DataFrame(cols).sort([*by, "start_ns"])  # a frame of Series: no select query
+    order = int_order(cols[:-1]) if df.height < SMALL_ROWS else None  # equal keys: one union whatever their order
+    s = pl.DataFrame([c[order] for c in cols]) if order is not None else pl.DataFrame(cols).sort([*by, "start_ns"])
     return merge_sorted(s, by)
 
 
@@ -49,17 +52,15 @@ def merge_sorted(s: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
-# Below this many rows a frame is filtered or sorted column by column in Series calls (each a
-# call into polars, no query: a frame's `filter` or a Series' `arg_sort` is a polars query,
-# ~30-60 µs to plan and run whatever its size, and a DLRM rank's gaps ran ~550 of them); above
-# it the query's one pass over all columns (and its threads) is kept. The same rows either way.
+# Below this many rows a frame is filtered or sorted in Series (or numpy) calls, no query (a
+# frame's `filter` or `sort` is one, ~30-60 µs whatever its size; a DLRM rank's gaps ran ~550);
+# above it the query's one pass over all columns (and its threads) is kept. The same rows either way.
 SMALL_ROWS = 1 << 16
 
 
 def collected(lf: pl.LazyFrame) -> pl.DataFrame:
-    """A chain of frame calls written as one lazy query, run as the eager calls were (polars'
-    in-memory engine): one query to plan and run where each call was one (~30-60 µs each on a
-    small frame, whatever its size)."""
+    """A chain of frame calls written as one lazy query on polars' in-memory engine, as the eager
+    calls ran: one query to plan and run where each call was one (~30-60 µs on a small frame)."""
     return lf.collect(engine="in-memory")
 
 
@@ -122,16 +123,13 @@ def key_starts(df: pl.DataFrame, by: list[str]) -> pl.Series:
 
 
 def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
-    """`merge_sorted` as one sweep over the whole frame, without a window per group or a
-    group-by: each group's times are shifted into a band of their own (group number x span), so
-    that one running maximum of the ends never reaches from one group into the next. A run
-    starts where its group starts or where a start passes every earlier end; it ends at the
-    running maximum on its last row. None (use the group-by) when that does not hold: null
-    times, an end before its start, or bands that would overflow int64.
-
-    Series operations, not a lazy query (a DLRM rank merges a dozen frames of a few hundred
-    rows: planning was most of it), and of those the ones polars does not run as a query of its
-    own (~25 µs: `shift`, `cum_*`), where it can; helper columns let go once used (1 GB traces)."""
+    """`merge_sorted` as one sweep over the whole frame, no window or group-by: each group's
+    times are shifted into a band of their own (group number x span), so that one running
+    maximum of the ends never reaches from one group into the next. A run starts where its group
+    starts or where a start passes every earlier end; it ends at the running maximum on its last
+    row. None (the group-by) for null times, an end before its start, or bands past int64.
+    Series operations polars runs as no query of its own (a DLRM rank merges a dozen frames of a
+    few hundred rows: planning was most of it); helper columns let go once used (1 GB traces)."""
     start, end = s.get_column("start_ns"), s.get_column("end_ns")
     if start.null_count() or end.null_count() or (end < start).any():
         return None
@@ -141,8 +139,7 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
     span = int(hi) - int(lo) + 1
     if groups * span >= 1 << 62:
         return None
-    band = (first.cast(pl.Int64).cum_sum() - 1) * span - int(lo)
-    reach = (end + band).cum_max()
+    band, reach = band_reach(first, end, span, int(lo))
     n = s.height  # each row against the running maximum one row up: slices, not `shift` (a query)
     new = first | pl.Series([True]).append((start.slice(1) + band.slice(1)) > reach.slice(0, n - 1))
     del first
@@ -155,10 +152,20 @@ def _merge_sweep(s: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
 def coverage_index(disjoint: pl.DataFrame, by: list[str], presorted: bool = False) -> pl.DataFrame:
     """Prefix sums over disjoint sorted intervals, for `covered` (`presorted`: `disjoint` is
     sorted by `by`, then start_ns already, as `merge` returns it)."""
-    ordered = disjoint if presorted else disjoint.sort([*by, "start_ns"])
-    return ordered.with_columns(
-        _before=(pl.col("end_ns") - pl.col("start_ns")).cum_sum().shift(1, fill_value=0).over(by)
-    )
+    order = None if presorted or disjoint.height >= SMALL_ROWS else int_order(series_of(disjoint, [*by, "start_ns"]))
+    ordered = disjoint if presorted else disjoint[order] if order is not None else disjoint.sort([*by, "start_ns"])
+    before = (pl.col("end_ns") - pl.col("start_ns")).cum_sum().shift(1, fill_value=0).over(by)
+    return d if (d := _before_small(ordered, by)) is not None else ordered.with_columns(_before=before)
+
+
+def _before_small(ordered: pl.DataFrame, by: list[str]) -> pl.DataFrame | None:
+    """`coverage_index`'s `_before` in Series calls (its window was a query); None where a time is null."""
+    d = ordered.get_column("end_ns") - ordered.get_column("start_ns") if ordered.height < SMALL_ROWS else None
+    if d is None or not d.len() or d.null_count() or d.dtype != pl.Int64 or "_before" in ordered.columns:
+        return None
+    first = key_starts(ordered, by)
+    before = d.cum_sum() - d  # the sum of the rows above, then less that at the group's first row
+    return ordered.hstack([(before - before.filter(first)[first.cast(pl.UInt32).cum_sum() - 1]).alias("_before")])
 
 
 def _covered_until(q: pl.DataFrame, index: pl.DataFrame, at: str, by: list[str], out: str) -> pl.DataFrame:
@@ -166,6 +173,8 @@ def _covered_until(q: pl.DataFrame, index: pl.DataFrame, at: str, by: list[str],
     join are the polars queries; the rest Series calls (a `with_columns`, a `drop` and
     `is_null` were a query each, ~25 µs: a DLRM rank measures a few dozen such frames)."""
     # sorted by `by`, then start (coverage_index): what an as-of join by keys needs
+    if q.height + index.height < SMALL_ROWS and (until := asof_covered(q := q.sort(at), index, at, by)) is not None:
+        return q.hstack([until.alias(out)])  # the as-of join by numpy's search (no query)
     names = {"start_ns": "_s", "end_ns": "_e", "_before": "_before"}
     ix = pl.DataFrame([*(index.get_column(b) for b in by), *(index.get_column(c).alias(n) for c, n in names.items())])
     j = q.sort(at).join_asof(ix, left_on=at, right_on="_s", by=by, strategy="backward", check_sortedness=False)
@@ -187,17 +196,12 @@ def covered(q: pl.DataFrame, index: pl.DataFrame, by: list[str], a: str, b: str,
 
 
 def overlap_join(
-    left: pl.DataFrame,
-    right: pl.DataFrame,
-    by: list[str],
-    left_span: tuple[str, str],
-    right_span: tuple[str, str],
+    left: pl.DataFrame, right: pl.DataFrame, by: list[str], left_span: tuple[str, str], right_span: tuple[str, str],
     right_by: list[str] | None = None,
-) -> pl.DataFrame:
+) -> pl.DataFrame:  # fmt: skip
     """Pairs of a `left` and a `right` row with equal `by` keys (`right_by` on the right; none:
     all pairs) whose intervals overlap (left start < right end and left end > right start): the
-    inner join, its columns those of both frames (their names must differ), in no particular
-    order.
+    inner join, its columns those of both frames (their names must differ), in no particular order.
 
     A sorted sweep, in memory the size of the answer: a pair either has the right interval
     starting inside the left one (a range of the right rows sorted by start, found by two
@@ -266,6 +270,11 @@ def _overlap_join_small(
     the left interval, with the right end after the left start; or a left start strictly inside
     the right interval), from the pairs of equal keys."""
     (ls, le), (rs, re_) = left_span, right_span
+    if not set(left.columns) & set(right.columns) and (
+        p := overlap_pairs(left, right, by, right_by, left_span, right_span)
+    ):
+        kinds = {c: left.schema[b] for b, c in zip(by, right_by)}  # the join casts the right keys so
+        return pl.DataFrame([*left[p[0]].get_columns(), *(s.cast(kinds.get(s.name, s.dtype)) for s in right[p[1]])])
     cast = [pl.col(c).cast(left.schema[b]) for b, c in zip(by, right_by) if right.schema[c] != left.schema[b]]
     j = left.join(right.with_columns(cast) if cast else right, left_on=by, right_on=right_by, coalesce=False)
     a, b, c, d = (j.get_column(x) for x in (ls, le, rs, re_))

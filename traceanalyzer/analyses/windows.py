@@ -74,8 +74,11 @@ def device_windows(trace: Trace) -> pl.DataFrame:
 
 
 def _device_windows(trace: Trace) -> pl.DataFrame:
-    devs = pl.DataFrame({"device": devices(trace)}, schema={"device": pl.Int64})
-    return devs.join(step_windows(trace), how="cross").select(list(DEVICE_WINDOW_SCHEMA)).cast(DEVICE_WINDOW_SCHEMA)
+    # every device x every window, in the cross join's order, built from lists (the join, its
+    # select and cast were three queries, ~0.8 ms a small rank)
+    devs, wins = devices(trace), step_windows(trace)
+    cols = {c: wins.get_column(c).to_list() * len(devs) for c in WINDOW_SCHEMA}
+    return pl.DataFrame({"device": [d for d in devs for _ in range(wins.height)], **cols}, schema=DEVICE_WINDOW_SCHEMA)
 
 
 def step_of(

@@ -150,9 +150,24 @@ def worker_env() -> Iterator[None]:
             os.environ.pop(k, None)
 
 
-def _init_worker() -> None:
+def _init_worker(with_numpy: bool = False) -> None:
     # A worker started elsewhere (a Dask cluster by address): at least decode on one thread.
     os.environ["TRACEANALYZER_WORKERS"] = "1"
+    if with_numpy:
+        _import_numpy()
+
+
+# From this many ranks a process, it imports numpy: the small frames' nesting, links, sweeps and
+# joins run on numpy arrays where it is imported (`analyses.arrays`), ~3-4 ms less a DLRM rank of
+# ~95 (its ops nested in 0.9 ms against 3.1, its runtime calls linked in 1.1 against 1.9), and its
+# import with numpy.ma (polars reads it when it takes an array) costs ~0.1 CPU-s: even near 30
+# ranks a process (2026-12-01, 2 CPUs; 64 ranks on 2 CPUs, 32 a process, measured no better
+# with it), a gain from ~40. A single trace's command imports it only where it needs it.
+NUMPY_RANKS = 40
+
+
+def _import_numpy() -> None:
+    import numpy  # noqa: F401  (imported for the analyses: they read `sys.modules`)
 
 
 def _local_jobs(paths: list[str], jobs: int | None, min_bytes: int = 0) -> int:
@@ -205,12 +220,15 @@ def run_ranks(
             if cluster is not None and not address.startswith(("tcp://", "tls://")):
                 cluster.close()
     jobs = _local_jobs(paths, jobs, min_bytes)
+    with_numpy = len(paths) >= NUMPY_RANKS * jobs
     if jobs == 1:
+        if with_numpy:
+            _import_numpy()
         return [fn(p, *args) for p in paths]
-    return _local_map(fn, paths, args, jobs)
+    return _local_map(fn, paths, args, jobs, with_numpy)
 
 
-def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int) -> list[Any]:
+def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int, with_numpy: bool = False) -> list[Any]:
     """`fn` over `paths` on `jobs` processes: `jobs - 1` spawned workers and this one. A worker
     costs its start-up (~0.35 CPU-s: Python, polars and the analyses imported, their first calls;
     2026-12-01, 8 DLRM ranks of ~0.2 CPU-s each), which this process has already paid."""
@@ -220,7 +238,8 @@ def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int)
     from concurrent.futures import ProcessPoolExecutor, wait
 
     ctx = mp.get_context("spawn")
-    with worker_env(), ProcessPoolExecutor(max_workers=jobs - 1, mp_context=ctx, initializer=_init_worker) as pool:
+    start = {"mp_context": ctx, "initializer": _init_worker, "initargs": (with_numpy,)}
+    with worker_env(), ProcessPoolExecutor(max_workers=jobs - 1, **start) as pool:
         running: dict[Any, int] = {}
 
         def feed() -> None:
@@ -233,6 +252,8 @@ def _local_map(fn: Callable[..., Any], paths: list[str], args: tuple, jobs: int)
                 out[running.pop(f)] = f.result()
 
         feed()
+        if with_numpy:  # once the workers start (they import their own meanwhile)
+            _import_numpy()
         while (i := next(order, None)) is not None:
             out[i] = fn(paths[i], *args)  # environment as the workers': WORKER_ENV is set here
             collect([f for f in running if f.done()])

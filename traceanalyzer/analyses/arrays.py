@@ -1,0 +1,101 @@
+"""The steps of a small frame's interval sweeps on numpy arrays, where numpy is imported (a
+directory of many ranks imports it: `jobs.executors.NUMPY_RANKS`; its own import costs more than
+a single trace saves): a polars Series call such as `cum_sum`, `cum_max` or a frame's `sort` is
+a query of its own, ~30-50 µs to plan whatever its size, where numpy's call on a few hundred
+rows takes a microsecond or two. Each returns what the polars calls return, or (for the order)
+None where it cannot."""
+
+from __future__ import annotations
+
+import sys
+
+import polars as pl
+
+
+def int_order(keys: list[pl.Series]) -> pl.Series | None:
+    """The rows' order by `keys` (numpy's stable lexsort), as UInt32 positions; None where a key
+    is null or no integer, or without numpy imported."""
+    np = sys.modules.get("numpy")
+    if np is None or any(k.null_count() or not k.dtype.is_integer() or k.dtype == pl.UInt64 for k in keys):
+        return None
+    return pl.Series(np.lexsort([k.cast(pl.Int64).to_numpy() for k in reversed(keys)])).cast(pl.UInt32)
+
+
+def band_reach(first: pl.Series, end: pl.Series, span: int, lo: int) -> tuple[pl.Series, pl.Series]:
+    """`intervals._merge_sweep`'s band per row ((group number) x span - lo, the groups starting
+    where `first` holds) and the running maximum of the banded ends (`end` Int64 without nulls,
+    bands within int64)."""
+    np = sys.modules.get("numpy")
+    if np is None or end.dtype != pl.Int64:
+        band = (first.cast(pl.Int64).cum_sum() - 1) * span - lo
+        return band, (end + band).cum_max()
+    band = (np.cumsum(first.to_numpy(), dtype=np.int64) - 1) * span - lo
+    return pl.Series(band), pl.Series(np.maximum.accumulate(end.to_numpy() + band))
+
+
+def asof_covered(q: pl.DataFrame, index: pl.DataFrame, at: str, by: list[str]) -> pl.Series | None:
+    """`intervals._covered_until`'s covered time to q[at] per row of `q` (sorted by q[at]) by a
+    search among `index`'s rows (sorted by `by`, then start_ns: disjoint intervals and their
+    `_before`), as its backward as-of join by `by` finds them; None (the join) without numpy,
+    where a key or time is null or not an integer, or for more than two keys."""
+    np = sys.modules.get("numpy")
+    qk, ik = q[[*by, at]], index[[*by, "start_ns", "end_ns", "_before"]]
+    cols = [*qk.get_columns(), *ik.get_columns()]
+    if (
+        np is None
+        or len(by) > 2
+        or any(c.null_count() or not c.dtype.is_integer() or c.dtype == pl.UInt64 for c in cols)
+    ):
+        return None
+    *qkeys, t = (c.cast(pl.Int64).to_numpy() for c in qk.get_columns())
+    *ikeys, s, e, before = (c.cast(pl.Int64).to_numpy() for c in ik.get_columns())
+    qcode, icode = _key_codes(qkeys, ikeys) if by else (np.zeros(len(t), np.int64), np.zeros(len(s), np.int64))
+    times = np.unique(np.concatenate([t, s]))
+    width = len(times)
+    qkey = qcode * width + np.searchsorted(times, t)
+    ikey = icode * width + np.searchsorted(times, s)  # sorted: the index's own order
+    pos = np.searchsorted(ikey, qkey, side="right") - 1
+    hit = pos >= 0
+    hit[hit] = ikey[pos[hit]] // width == qcode[hit]
+    p = np.maximum(pos, 0)
+    until = np.where(hit, before[p] + np.minimum(t, e[p]) - s[p], 0)
+    return pl.Series(until)
+
+
+def _key_codes(left: list, right: list) -> tuple:
+    """The keys of both sides (int64 arrays) as one dense int64 code per row of each side."""
+    np = sys.modules["numpy"]
+    code = np.zeros(len(left[0]) + len(right[0]), dtype=np.int64) if left else None
+    for a, b in zip(left, right):
+        values, k_no = np.unique(np.concatenate([a, b]), return_inverse=True)
+        code = code * len(values) + k_no.reshape(-1)
+    return code[: len(left[0])], code[len(left[0]) :]
+
+
+def overlap_pairs(
+    left: pl.DataFrame, right: pl.DataFrame, by: list[str], right_by: list[str], left_span, right_span
+) -> tuple[pl.Series, pl.Series] | None:
+    """`intervals._overlap_join_small`'s pairs as row positions (left, right): equal keys, and the
+    right start inside the left interval with the right end after the left start, or the left
+    start strictly inside the right interval; None (the join) without numpy, where a key or time
+    is null or not an integer, or for more than two keys."""
+    np = sys.modules.get("numpy")
+    lf, rf = left[[*by, *left_span]], right[[*right_by, *right_span]]
+    cols = [*lf.get_columns(), *rf.get_columns()]
+    if (
+        np is None
+        or len(by) > 2
+        or any(c.null_count() or not c.dtype.is_integer() or c.dtype == pl.UInt64 for c in cols)
+    ):
+        return None
+    *lk, a, b = (c.cast(pl.Int64).to_numpy() for c in lf.get_columns())
+    *rk, c, d = (c.cast(pl.Int64).to_numpy() for c in rf.get_columns())
+    lcode, rcode = _key_codes(lk, rk)
+    r_order = np.argsort(rcode, kind="stable")
+    lo = np.searchsorted(rcode[r_order], lcode, side="left")
+    counts = np.searchsorted(rcode[r_order], lcode, side="right") - lo
+    li = np.repeat(np.arange(len(lcode)), counts)  # every pair of equal keys, then the overlap test
+    ri = r_order[np.repeat(lo, counts) + np.arange(len(li)) - np.repeat(np.cumsum(counts) - counts, counts)]
+    a, b, c, d = a[li], b[li], c[ri], d[ri]
+    keep = ((c >= a) & (c < b) & (d > a)) | ((c < a) & (a < d))
+    return pl.Series(li[keep]).cast(pl.UInt32), pl.Series(ri[keep]).cast(pl.UInt32)
