@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer import chain
-from traceanalyzer.analyses import gpu_time, windows
+from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.cpu_activity import data_loading_ranges
-from traceanalyzer.analyses.intervals import merge
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge_sorted
 from traceanalyzer.analyses.step_detection import step_kind
 from traceanalyzer.options import Options, StepOptions
 from traceanalyzer.reprs import Compact
@@ -85,18 +85,33 @@ class StepsResult(Compact):
         return self.table.height
 
 
-def _busy_per_step(trace: Trace, kinds: list[str]) -> pl.DataFrame:
-    """step, busy_ns (summed over devices), device_window_ns (window × devices with work)."""
+def _busy_per_step(trace: Trace) -> pl.DataFrame:
+    """step, busy_ns (all GPU work, summed over devices), kernel_ns (kernels alone) and
+    device_window_ns (window × devices with work).
+
+    One sort of the activities serves both unions (a filter of the sorted rows stays sorted), and
+    each window's busy time is the union's time inside it (`intervals.covered`: prefix sums and an
+    as-of join) rather than the union clipped to every window and summed (an overlap join, its
+    sort and a group-by: most of `steps` at 311 MB). The same integers: the time of disjoint
+    intervals inside a window is their clipped lengths summed."""
     gpu = (
         trace.gpu.lazy()
-        .filter(pl.col("kind").is_in(kinds) & pl.col("device").is_not_null())
-        .select("device", "ts_ns", "end_ns")
+        .filter(pl.col("kind").is_not_null() & pl.col("device").is_not_null())
+        .select("device", "kind", start_ns="ts_ns", end_ns="end_ns")
+        .sort("device", "start_ns")
         .collect()
     )
     wins = windows.device_windows(trace)
-    busy = merge(gpu, ["device"])
-    per = gpu_time.busy_by_window(busy, wins)
-    return per.group_by("step").agg(busy_ns=pl.col("busy_ns").sum(), device_window_ns=pl.col("window_ns").sum())
+    kernels = gpu.filter(pl.col("kind") == "kernel").drop("kind")
+    per = wins
+    for out, acts in (("busy_ns", gpu.drop("kind")), ("kernel_ns", kernels)):
+        index = coverage_index(merge_sorted(acts, ["device"]), ["device"], presorted=True)
+        per = covered(per, index, ["device"], "start_ns", "end_ns", out)
+    return per.group_by("step").agg(
+        busy_ns=pl.col("busy_ns").sum(),
+        kernel_ns=pl.col("kernel_ns").sum(),
+        device_window_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
+    )
 
 
 def _warmup(durations: pl.Series, factor: float) -> pl.Series:
@@ -141,9 +156,7 @@ def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
     """`_durations` and the GPU busy time of each step (`STEP_COLUMNS`)."""
     t = _durations(trace, opts)
     if trace.has_gpu_work:
-        work = _busy_per_step(trace, ["kernel", "memcpy", "memset"])
-        kern = _busy_per_step(trace, ["kernel"]).select("step", kernel_ns="busy_ns")
-        t = t.join(work, on="step", how="left", nulls_equal=True).join(kern, on="step", how="left", nulls_equal=True)
+        t = t.join(_busy_per_step(trace), on="step", how="left", nulls_equal=True)
         t = t.with_columns(
             gpu_busy_ns=pl.col("busy_ns"),
             busy_share=pl.col("busy_ns") / pl.col("device_window_ns"),
