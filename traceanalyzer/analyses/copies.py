@@ -27,7 +27,7 @@ from traceanalyzer import chain
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge_sorted
 from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
@@ -108,8 +108,20 @@ def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.Dat
     streams = copies.select("device", pl.col("stream").alias("_cstream")).drop_nulls().unique()
     if kernels.is_empty() or streams.is_empty():
         return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
-    others = kernels.join(streams, on="device").filter(pl.col("_kstream") != pl.col("_cstream"))
-    index = coverage_index(merge(others, ["device", "_cstream"]), ["device", "_cstream"])
+    # The kernels sorted once; each copy stream's share filtered from them, in key order, is the
+    # whole layer sorted by (device, copy stream, start) already: no sort of kernels x streams.
+    ordered = kernels.sort("device", "ts_ns")
+    cstream = streams.schema["_cstream"]
+    others = pl.concat(
+        [
+            ordered.filter((pl.col("device") == dev) & (pl.col("_kstream") != cs)).select(
+                "device", _cstream=pl.lit(cs, cstream), start_ns="ts_ns", end_ns="end_ns"
+            )
+            for dev, cs in streams.sort("device", "_cstream").iter_rows()
+        ]
+    )
+    del ordered
+    index = coverage_index(merge_sorted(others, ["device", "_cstream"]), ["device", "_cstream"], presorted=True)
     del others
     q = copies.with_columns(_cstream=pl.col("stream"))
     return (
