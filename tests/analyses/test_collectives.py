@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from traceanalyzer.jobs.executors import analyse_dir
@@ -162,3 +163,17 @@ def test_instances_and_groups_in_integer_ns_by_hand():
     assert inst["busbw_gbps"][0] == pytest.approx(4_000 / 2_001 * 4 / 3)
     g = by_group(inst).row(0, named=True)
     assert (g["count"], g["transfer_ns"], g["skew_ns"], g["max_skew_ns"]) == (2, 2_691, 3_011, 3_000)
+
+
+def test_named_like_is_contains_on_many_names():
+    # more rows than patterns.MEMO_NAMES: the pattern is tried per distinct name; a null name
+    # stays null, as str.contains says
+    from traceanalyzer.analyses.collectives import _named_like
+    from traceanalyzer.patterns import MEMO_NAMES
+
+    base = ["ncclKernel_AllReduce_RING", "volta_sgemm_128x64", None, "ncclDevKernel_AllGather", "elementwise"]
+    names = pl.Series("name", base * (MEMO_NAMES // len(base) + 2))
+    got = _named_like(names, r"nccl|rccl")
+    assert names.len() > MEMO_NAMES and got.name == "name"
+    assert got.to_list() == names.str.contains(r"nccl|rccl").to_list()
+    assert got.sum() == 2 * (MEMO_NAMES // len(base) + 2) and got.null_count() == MEMO_NAMES // len(base) + 2

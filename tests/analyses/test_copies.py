@@ -229,3 +229,20 @@ def test_mi250_hip_copies(SHARED_TRACES):
     # ROCm names do not say pageable or pinned; hipMemcpyWithStream is synchronous, so it blocks
     assert set(r.copies["host_memory"]) == {"unknown"}
     assert sorted(r.copies["blocked_us"]) == sorted(float(e["dur"]) for e in hip_calls)
+
+
+def test_blocked_ns_by_row_and_by_join():
+    # runtime calls 0..3 last 10, 20, 30, 40 ns; calls 1 and 3 block. Per copy: its call's time
+    # when the call blocks, 0 when it returns at once, null without a call (the loader's row ids
+    # gathered by row; other ids joined, an unknown call counting 0).
+    from types import SimpleNamespace
+
+    from traceanalyzer.analyses.copies import _blocked_ns
+
+    rt = pl.DataFrame({"runtime_id": [0, 1, 2, 3], "dur_ns": [10, 20, 30, 40]})
+    ids = pl.Series("runtime_id", [3, None, 0, 1, 2], dtype=pl.Int32)
+    blocking = pl.DataFrame({"runtime_id": [1, 3]})
+    assert _blocked_ns(SimpleNamespace(runtime=rt), ids, blocking).to_list() == [40, None, 0, 20, 0]
+    shifted = SimpleNamespace(runtime=rt.with_columns(pl.col("runtime_id") + 10))
+    assert _blocked_ns(shifted, ids + 10, blocking + 10).to_list() == [40, None, 0, 20, 0]
+    assert _blocked_ns(SimpleNamespace(runtime=rt), pl.Series("runtime_id", [99, 1]), blocking).to_list() == [0, 20]

@@ -27,7 +27,8 @@ from traceanalyzer import chain
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge
+from traceanalyzer.analyses.intervals import coverage_index, covered, merge_sorted
+from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
 from traceanalyzer.reprs import Compact, Unread
@@ -80,24 +81,48 @@ class CopiesResult(Compact):
     per_step = Shown("per_step_ns")
 
 
-def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern: str) -> pl.DataFrame:
-    """Add `overlap_ns`: time of each copy covered by compute kernels on other streams of its
-    device. One union of kernels per (device, copy stream), leaving that stream out."""
-    kernels = (  # lazy: the filter copies only the four columns kept
+def compute_kernels(trace: Trace, collective_pattern: str) -> pl.DataFrame:
+    """device, _kstream, ts_ns, end_ns of every kernel with a device that is not communication.
+    The pattern is tried once per distinct name (a few hundred, not every kernel: the regex
+    over 93k names was a third of the copies' overlap at 311 MB); a null name reads as ""."""
+    kernels = (  # lazy: the filter copies only the five columns kept
         trace.gpu.lazy()
-        .filter(
-            (pl.col("kind") == "kernel")
-            & ~pl.col("name").fill_null("").str.contains(collective_pattern)
-            & pl.col("device").is_not_null()
-        )
-        .select("device", pl.col("stream").alias("_kstream"), "ts_ns", "end_ns")
+        .filter((pl.col("kind") == "kernel") & pl.col("device").is_not_null())
+        .select("name", "device", pl.col("stream").alias("_kstream"), "ts_ns", "end_ns")
         .collect()
     )
+    names = kernels.get_column("name")
+    distinct = names.unique()
+    hits = distinct.filter(distinct.fill_null("").str.contains(collective_pattern))
+    if hits.len():
+        null_hit = hits.null_count() > 0
+        comm = names.is_in(hits.drop_nulls().implode()).fill_null(null_hit)
+        kernels = kernels.filter(~comm)
+    return kernels.drop("name")
+
+
+def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """Add `overlap_ns`: time of each copy covered by compute `kernels` (`compute_kernels`) on
+    other streams of its device. One union of kernels per (device, copy stream), leaving that
+    stream out."""
     streams = copies.select("device", pl.col("stream").alias("_cstream")).drop_nulls().unique()
     if kernels.is_empty() or streams.is_empty():
         return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
-    others = kernels.join(streams, on="device").filter(pl.col("_kstream") != pl.col("_cstream"))
-    index = coverage_index(merge(others, ["device", "_cstream"]), ["device", "_cstream"])
+    # The kernels sorted once; each copy stream's share filtered from them, in key order, is the
+    # whole layer sorted by (device, copy stream, start) already: no sort of kernels x streams.
+    ordered = kernels.sort("device", "ts_ns")
+    cstream = streams.schema["_cstream"]
+    others = pl.concat(
+        [
+            ordered.filter((pl.col("device") == dev) & (pl.col("_kstream") != cs)).select(
+                "device", _cstream=pl.lit(cs, cstream), start_ns="ts_ns", end_ns="end_ns"
+            )
+            for dev, cs in streams.sort("device", "_cstream").iter_rows()
+        ]
+    )
+    del ordered
+    index = coverage_index(merge_sorted(others, ["device", "_cstream"]), ["device", "_cstream"], presorted=True)
+    del others
     q = copies.with_columns(_cstream=pl.col("stream"))
     return (
         covered(q, index, ["device", "_cstream"], "ts_ns", "end_ns", "overlap_ns")
@@ -106,11 +131,42 @@ def _overlap_with_compute(trace: Trace, copies: pl.DataFrame, collective_pattern
     )
 
 
+# The GPU table's columns a copy's row reads (the other dozen are not carried through the joins).
+_GPU_COLUMNS = (
+    "gpu_id", "kind", "name", "bytes", "device", "stream", "ts_ns", "end_ns",
+    "runtime_id", "op_id", "launch_ts_ns", "launch_api",
+)  # fmt: skip
+
+
+def _blocked_ns(trace: Trace, runtime_id: pl.Series, blocking: pl.DataFrame) -> pl.Series:
+    """Per copy: how long its runtime call held the CPU thread when that call blocks, 0 when it
+    returns at once (or is not in the table), null without a call. By row where runtime_id is
+    the runtime table's row number (as the loader numbers them: a gather, no join over its 400k
+    rows), else a join."""
+    runtime = trace.runtime
+    n = runtime.height
+    known = runtime_id.drop_nulls()
+    if is_row_number(runtime.get_column("runtime_id")) and (known.is_empty() or (known.min() >= 0 and known.max() < n)):
+        blocks = pl.Series([False]).new_from_index(0, n).scatter(blocking.get_column("runtime_id").cast(pl.Int64), True)
+        at = runtime_id.cast(pl.UInt32)
+        call_ns, held = runtime.get_column("dur_ns").gather(at), blocks.gather(at)
+    else:
+        b = blocking.lazy().select("runtime_id", _blocking=pl.lit(True))
+        calls = runtime.lazy().select("runtime_id", "dur_ns").join(b, on="runtime_id", how="left")
+        j = runtime_id.to_frame().lazy().join(calls, on="runtime_id", how="left", maintain_order="left").collect()
+        call_ns, held = j.get_column("dur_ns"), j.get_column("_blocking")
+    call_ns = call_ns.cast(pl.Int64)
+    zero = pl.Series([0], dtype=pl.Int64).new_from_index(0, runtime_id.len())
+    none = pl.Series([None], dtype=pl.Int64).new_from_index(0, runtime_id.len())
+    blocked = call_ns.zip_with(held.fill_null(False), zero)
+    return blocked.zip_with(runtime_id.is_not_null(), none).alias("blocked_ns")
+
+
 def copy_table(trace: Trace, collective_pattern: str, blocking: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per-copy facts in ns (internal): the frame behind `CopiesResult.copies`; `blocking` is
     the trace's `cpu_activity.blocking_calls` when already computed."""
     # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
-    gpu = trace.gpu.lazy().filter(pl.col("kind").is_in(["memcpy", "memset"]))
+    gpu = trace.gpu.lazy().filter(pl.col("kind").is_in(["memcpy", "memset"])).select(_GPU_COLUMNS)
     name = pl.col("name").fill_null("")
     host = (
         pl.when(pl.col("kind") == "memset")
@@ -123,33 +179,20 @@ def copy_table(trace: Trace, collective_pattern: str, blocking: pl.DataFrame | N
         .then(pl.lit("unknown"))
         .otherwise(pl.lit(None, pl.String))
     )
-    gpu = gpu.with_columns(
-        direction=pl.when(pl.col("kind") == "memset")
-        .then(pl.lit("memset"))
-        .otherwise(name.str.extract(COPY_DIRECTION, 1))
-    ).with_columns(host_memory=host)
-    blocking = (
-        (blocking if blocking is not None else blocking_calls(trace))
-        .lazy()
-        .select("runtime_id", _blocking=pl.lit(True))
-    )
-    calls = (
-        trace.runtime.lazy()
-        .select("runtime_id", pl.col("dur_ns").alias("_call_ns"))
-        .join(blocking, on="runtime_id", how="left")
-    )
     gpu = (
-        gpu.join(calls, on="runtime_id", how="left")
-        .with_columns(
-            blocked_ns=pl.when(pl.col("runtime_id").is_null())
-            .then(pl.lit(None, pl.Int64))
-            .when(pl.col("_blocking").fill_null(False))
-            .then(pl.col("_call_ns"))
-            .otherwise(pl.lit(0, pl.Int64))
+        gpu.with_columns(
+            direction=pl.when(pl.col("kind") == "memset")
+            .then(pl.lit("memset"))
+            .otherwise(name.str.extract(COPY_DIRECTION, 1))
         )
+        .with_columns(host_memory=host)
         .pipe(chain.collect)
     )
-    gpu = _overlap_with_compute(trace, gpu, collective_pattern)
+    if gpu.is_empty():
+        return gpu
+    blocking = blocking if blocking is not None else blocking_calls(trace)
+    gpu = gpu.hstack([_blocked_ns(trace, gpu.get_column("runtime_id"), blocking)])
+    gpu = _overlap_with_compute(gpu, compute_kernels(trace, collective_pattern))
     cpu_step = windows.step_of(gpu, trace.steps, "launch_ts_ns").rename({"step": "_cpu_step"})
     gpu = windows.step_of(cpu_step, trace.steps, "ts_ns", "start_ns", "end_ns").with_columns(
         step=pl.coalesce("_cpu_step", "step")
