@@ -188,3 +188,25 @@ def test_a_plain_file_is_read_without_a_thread_and_gzip_with_one(tmp_path, monke
     assert out["t.json"].height == 20000 and out["t.json"].equals(out["t.json.gz"])
     with open(plain, "rb") as fh, ByteSource(fh) as src:
         assert not src.regular  # a file object given to us: read ahead on the thread
+
+
+def test_read_survives_a_view_of_its_block_outliving_readinto(tmp_path, monkeypatch):
+    # A sampling profiler (Dask's, on a worker thread) can hold the frame of `readinto` past its
+    # return, and with it the memoryview of `read`'s block: resizing that block raised
+    # BufferError ('Existing exports of data') in `summary DIR --executor dask`.
+    data = _payload()
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(data))
+    kept = []
+    readinto = ByteSource.readinto
+
+    def holding(self, out):
+        kept.append(memoryview(out))  # what the held frame keeps alive
+        return readinto(self, out)
+
+    monkeypatch.setattr(ByteSource, "readinto", holding)
+    with ByteSource(path) as src:
+        blocks = []
+        while chunk := src.read(len(data) // 3 + 5):
+            blocks.append(chunk)
+    assert b"".join(blocks) == data and len(blocks) == 3 and len(kept) == 4

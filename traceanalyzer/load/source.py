@@ -139,8 +139,10 @@ class ByteSource:
         """Up to n decompressed bytes (n unless at the end); b"" at the end."""
         buf = bytearray(n)
         k = self.readinto(buf)
-        del buf[k:]
-        return bytes(buf)
+        # One copy out, and `buf` never resized: a view of it may outlive `readinto` (a frame a
+        # sampling profiler holds keeps its locals: Dask's, on a worker thread), and resizing an
+        # exported bytearray raises BufferError.
+        return memoryview(buf)[:k].tobytes()
 
     def _fill_plain(self, out: memoryview, got: int) -> int:
         readinto = getattr(self._fh, "readinto", None)
