@@ -93,25 +93,34 @@ def _ends_by_thread(ordered: pl.DataFrame) -> pl.DataFrame:
 SMALL_ROWS = 1 << 16
 
 
-def _clean_ints(df: pl.DataFrame, cols: list[str]) -> list[np.ndarray] | None:
-    """The columns as int64 numpy arrays, or None when one holds a null or is not an integer."""
-    out, picked = [], df[list(dict.fromkeys(cols))]  # a copy: a Trace's one-valued column stays held once
-    for c in cols:
-        s = picked.get_column(c)
+def int64_arrays(columns: list[pl.Series]) -> list[np.ndarray] | None:
+    """The columns as int64 numpy arrays, for a small frame's steps on numpy; None (the polars
+    steps) without numpy imported (the decoder imports it; its own import costs more than a small
+    frame saves), or when a column holds a null, is not an integer or exceeds int64."""
+    if "numpy" not in sys.modules:
+        return None
+    out = []
+    for s in columns:
         if not s.dtype.is_integer() or s.null_count() or (s.dtype == pl.UInt64 and s.max() >= 1 << 63):
             return None
         out.append(s.cast(pl.Int64).to_numpy())
     return out
 
 
+def _clean_ints(df: pl.DataFrame, cols: list[str]) -> list[np.ndarray] | None:
+    """`int64_arrays` of the columns `cols` of `df`."""
+    picked = df[list(dict.fromkeys(cols))]  # a copy: a Trace's one-valued column stays held once
+    return int64_arrays([picked.get_column(c) for c in cols])
+
+
 def _nest_small(df: pl.DataFrame, id_col: str, group: list[str]) -> pl.DataFrame | None:
     """`nest` on numpy arrays, the frame version's steps one for one (the same depth and parent
     for every row, ties and zero-length intervals included); None (the frame version) where a key
     is null or not an integer, or ids repeat."""
-    np = sys.modules.get("numpy")  # imported by the decoder; its own import costs more
-    cols = _clean_ints(df, [*group, "ts_ns", "end_ns", id_col]) if np is not None else None
+    cols = _clean_ints(df, [*group, "ts_ns", "end_ns", id_col])
     if cols is None or df.schema[id_col] == pl.UInt64:
         return None
+    np = sys.modules["numpy"]
     *keys, ts, end, ids = cols
     n = len(ts)
     # (thread, start, end descending, id): the frame version's sort

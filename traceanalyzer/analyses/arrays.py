@@ -11,14 +11,15 @@ import sys
 
 import polars as pl
 
+from traceanalyzer.links import int64_arrays
+
 
 def int_order(keys: list[pl.Series]) -> pl.Series | None:
     """The rows' order by `keys` (numpy's stable lexsort), as UInt32 positions; None where a key
     is null or no integer, or without numpy imported."""
-    np = sys.modules.get("numpy")
-    if np is None or any(k.null_count() or not k.dtype.is_integer() or k.dtype == pl.UInt64 for k in keys):
+    if (arrays := int64_arrays(keys)) is None:
         return None
-    return pl.Series(np.lexsort([k.cast(pl.Int64).to_numpy() for k in reversed(keys)])).cast(pl.UInt32)
+    return pl.Series(sys.modules["numpy"].lexsort(arrays[::-1])).cast(pl.UInt32)
 
 
 def band_reach(first: pl.Series, end: pl.Series, span: int, lo: int) -> tuple[pl.Series, pl.Series]:
@@ -38,17 +39,12 @@ def asof_covered(q: pl.DataFrame, index: pl.DataFrame, at: str, by: list[str]) -
     search among `index`'s rows (sorted by `by`, then start_ns: disjoint intervals and their
     `_before`), as its backward as-of join by `by` finds them; None (the join) without numpy,
     where a key or time is null or not an integer, or for more than two keys."""
-    np = sys.modules.get("numpy")
     qk, ik = q[[*by, at]], index[[*by, "start_ns", "end_ns", "_before"]]
-    cols = [*qk.get_columns(), *ik.get_columns()]
-    if (
-        np is None
-        or len(by) > 2
-        or any(c.null_count() or not c.dtype.is_integer() or c.dtype == pl.UInt64 for c in cols)
-    ):
+    if len(by) > 2 or (cols := int64_arrays([*qk.get_columns(), *ik.get_columns()])) is None:
         return None
-    *qkeys, t = (c.cast(pl.Int64).to_numpy() for c in qk.get_columns())
-    *ikeys, s, e, before = (c.cast(pl.Int64).to_numpy() for c in ik.get_columns())
+    np = sys.modules["numpy"]
+    *qkeys, t = cols[: qk.width]
+    *ikeys, s, e, before = cols[qk.width :]
     qcode, icode = _key_codes(qkeys, ikeys) if by else (np.zeros(len(t), np.int64), np.zeros(len(s), np.int64))
     times = np.unique(np.concatenate([t, s]))
     width = len(times)
@@ -79,17 +75,12 @@ def overlap_pairs(
     right start inside the left interval with the right end after the left start, or the left
     start strictly inside the right interval; None (the join) without numpy, where a key or time
     is null or not an integer, or for more than two keys."""
-    np = sys.modules.get("numpy")
     lf, rf = left[[*by, *left_span]], right[[*right_by, *right_span]]
-    cols = [*lf.get_columns(), *rf.get_columns()]
-    if (
-        np is None
-        or len(by) > 2
-        or any(c.null_count() or not c.dtype.is_integer() or c.dtype == pl.UInt64 for c in cols)
-    ):
+    if len(by) > 2 or (cols := int64_arrays([*lf.get_columns(), *rf.get_columns()])) is None:
         return None
-    *lk, a, b = (c.cast(pl.Int64).to_numpy() for c in lf.get_columns())
-    *rk, c, d = (c.cast(pl.Int64).to_numpy() for c in rf.get_columns())
+    np = sys.modules["numpy"]
+    *lk, a, b = cols[: lf.width]
+    *rk, c, d = cols[lf.width :]
     lcode, rcode = _key_codes(lk, rk)
     r_order = np.argsort(rcode, kind="stable")
     lo = np.searchsorted(rcode[r_order], lcode, side="left")

@@ -42,6 +42,7 @@ import polars as pl
 from traceanalyzer import chain
 from traceanalyzer.analyses.intervals import reach, series_of
 from traceanalyzer.analyses.steps import Caveat
+from traceanalyzer.links import int64_arrays
 from traceanalyzer.options import HealthOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, LAUNCH_API
 from traceanalyzer.trace import Trace
@@ -273,12 +274,10 @@ SMALL_TABLE_ROWS = 100_000
 def _crossing_small(df: pl.DataFrame) -> int | None:
     """`crossing_events` on numpy arrays (its query's sort and windows were two queries, ~0.4 ms
     a table of a small rank); None (the query) where a column holds a null or is not an integer."""
-    cols = series_of(df, ["pid", "tid", "ts_ns", "end_ns"])
-    if (np := sys.modules.get("numpy")) is None or any(
-        c.null_count() or not c.dtype.is_integer() or c.dtype == pl.UInt64 for c in cols
-    ):
+    if (cols := int64_arrays(series_of(df, ["pid", "tid", "ts_ns", "end_ns"]))) is None:
         return None
-    pid, tid, ts, end = (c.cast(pl.Int64).to_numpy() for c in cols)
+    np = sys.modules["numpy"]
+    pid, tid, ts, end = cols
     order = np.lexsort((-end, ts, tid, pid))
     pid, tid, ts, end = pid[order], tid[order], ts[order], end[order]
     first = np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])]
