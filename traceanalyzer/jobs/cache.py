@@ -150,6 +150,12 @@ def atomic_folder(final: str | os.PathLike[str]) -> Iterator[Path | None]:
         raise
 
 
+def write_frame(df: Any, path: Path) -> None:
+    """One DataFrame as an lz4 Arrow file of one record batch: read back, one chunk a column (a
+    chunked column is copied by every numpy hand-off: the dependency model's peak, +28 MB at 311 MB)."""
+    df.write_ipc(path, compression="lz4", record_batch_size=max(df.height, 1))
+
+
 class _Pickler(pickle.Pickler):
     """Pickles a value with its DataFrames replaced by references to Arrow files, and the
     `shared` objects (the Session's trace) by name."""
@@ -159,15 +165,16 @@ class _Pickler(pickle.Pickler):
 
         super().__init__(fh, protocol=pickle.HIGHEST_PROTOCOL)
         self.frame_type = pl.DataFrame
-        self.folder, self.frames = folder, 0
+        self.folder, self.frames = folder, {}  # frames: id -> file (pickle asks before its memo)
         self.shared = {id(v): k for k, v in shared.items()}
 
     def persistent_id(self, obj: Any) -> Any:
-        """A DataFrame goes to its own Arrow file, a shared object by name."""
+        """A DataFrame goes to its own Arrow file (one held twice, once), a shared object by name."""
         if isinstance(obj, self.frame_type):
-            name = f"df{self.frames}{EXT}"
-            self.frames += 1
-            obj.write_ipc(self.folder / name, compression="lz4")
+            name = self.frames.get(id(obj))
+            if name is None:  # the value holds obj while it is pickled: its id is not reused
+                name = self.frames[id(obj)] = f"df{len(self.frames)}{EXT}"
+                write_frame(obj, self.folder / name)
             return ("df", name)
         key = self.shared.get(id(obj))
         return None if key is None else ("shared", key)
@@ -176,16 +183,16 @@ class _Pickler(pickle.Pickler):
 class _Unpickler(pickle.Unpickler):
     def __init__(self, fh, folder: Path, shared: dict[str, Any]) -> None:
         super().__init__(fh)
-        self.folder, self.shared = folder, shared
+        self.folder, self.shared, self.frames = folder, shared, {}
 
     def persistent_load(self, pid: Any) -> Any:
         """The DataFrame or shared object `persistent_id` named."""
         kind, key = pid
-        if kind == "df":
+        if kind == "df" and key not in self.frames:  # a frame held twice is read once
             import polars as pl
 
-            return pl.read_ipc(self.folder / key)
-        return self.shared[key]
+            self.frames[key] = pl.read_ipc(self.folder / key)
+        return self.frames[key] if kind == "df" else self.shared[key]
 
 
 def dump(value: Any, folder: Path, shared: dict[str, Any] | None = None) -> None:
@@ -222,7 +229,7 @@ def dump_trace(trace: Any, folder: Path) -> None:
     for f in dataclasses.fields(trace):
         value = getattr(trace, f.name)
         if isinstance(value, pl.DataFrame):
-            value.write_ipc(folder / f"{f.name}{EXT}", compression="lz4")
+            write_frame(value, folder / f"{f.name}{EXT}")
             heights[f.name] = value.height
         else:
             rest[f.name] = value
