@@ -226,3 +226,36 @@ def test_a_cached_trace_is_the_loaded_one_table_for_table(SHARED_TRACES, tmp_pat
     assert loaded.memory.height > 0 and back.has_gpu_work == loaded.has_gpu_work
     steps = dataclasses.replace(back, steps=back.steps.head(1))  # what the Session does with detected steps
     assert steps.ops.equals(loaded.ops) and steps.steps.height == 1
+
+
+def test_a_frame_held_twice_comes_back_once_and_in_one_chunk(tmp_path):
+    """A DataFrame that a result holds twice (two layers' shared union) is one Arrow file and
+    comes back as one frame, and a chunked frame comes back with one chunk per column: the
+    dependency model copies every chunked column it hands to numpy."""
+    import polars as pl
+
+    part = pl.DataFrame({"a": list(range(1000)), "b": [str(i) for i in range(1000)]})
+    chunked = pl.concat([part, part, part], rechunk=False)
+    assert chunked.n_chunks() == 3
+    cache.dump((chunked, chunked, part), tmp_path)
+    assert len(list(tmp_path.glob(f"*{cache.EXT}"))) == 2
+    one, again, other = cache.load(tmp_path)
+    assert one is again and other is not one
+    assert one.equals(chunked) and one.n_chunks("all") == [1, 1] and other.equals(part)
+
+
+def test_summary_hands_the_cache_its_whole_gap_results(cached, trace):
+    """`summary` reads a few columns of every gap and of the classified pieces and lets the rest
+    go before its rules run; the cache still keeps every column of both (a later `timeline` or
+    `gaps` reads them), as a Session computing them keeps them."""
+    import polars as pl
+
+    from traceanalyzer.load import load
+    from traceanalyzer.session import Session
+
+    _run("summary", str(trace), "--format", "json")
+    (results,) = (d for d in next(cached.iterdir()).iterdir() if d.name.startswith("results-"))
+    fresh = Session(load(trace))
+    for name, table in (("gaps", "all_gaps_ns"), ("classified", "pieces")):
+        kept, full = getattr(cache.load(results / name), table), getattr(getattr(fresh, name), table)
+        assert isinstance(kept, pl.DataFrame) and kept.height > 0 and kept.equals(full), name
