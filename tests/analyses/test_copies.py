@@ -102,6 +102,30 @@ def test_pinned_copy_hidden_under_compute_on_side_stream(tmp_path):
     assert by["DtoH"]["overlap_fraction"] == 0 and by["DtoH"]["exposed_us"] == 100 and by["DtoH"]["blocked_us"] is None
 
 
+def test_each_copy_stream_against_the_kernels_of_the_others(tmp_path):
+    # Kernels on streams 7 [0, 100), 20 [50, 150) and 30 [200, 300) µs of device 0. A copy on
+    # stream 20 over [60, 260) is hidden by 7 over [60, 100) and 30 over [200, 260): 100 of 200;
+    # one on stream 7 over [80, 220) by 20 over [80, 150) and 30 over [200, 220): 90 of 140; one
+    # on stream 30 over [0, 50) by 7 throughout (stream 20 starts at 50): 50 of 50.
+    kernels = [(7, 0, 100), (20, 50, 100), (30, 200, 100)]
+    copies = [(20, 60, 200), (7, 80, 140), (30, 0, 50)]
+    events = [
+        _x("kernel", f"k{s}", ts, dur, pid=0, tid=s, device=0, stream=s, correlation=i + 1)
+        for i, (s, ts, dur) in enumerate(kernels)
+    ] + [
+        _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", ts, dur, pid=0, tid=s, device=0, stream=s,
+           correlation=10 + i, bytes=1000)
+        for i, (s, ts, dur) in enumerate(copies)
+    ]  # fmt: skip
+    r = analyse_copies(load(_write(tmp_path, events)))
+    got = {
+        (row["stream"], row["start_us"]): (row["overlap_fraction"], row["exposed_us"]) for row in r.copies.to_dicts()
+    }
+    assert got[(20, 60)] == (pytest.approx(0.5), 100)
+    assert got[(7, 80)] == (pytest.approx(90 / 140), 50)
+    assert got[(30, 0)] == (pytest.approx(1.0), 0)
+
+
 def test_unknown_host_memory_and_memsets(tmp_path):
     events = [
         _x(

@@ -104,31 +104,38 @@ def compute_kernels(trace: Trace, collective_pattern: str) -> pl.DataFrame:
 def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     """Add `overlap_ns`: time of each copy covered by compute `kernels` (`compute_kernels`) on
     other streams of its device. One union of kernels per (device, copy stream), leaving that
-    stream out."""
+    stream out, measured against that stream's copies, one stream at a time: each union and its
+    as-of search go before the next (all at once: +31 MB of transient at 311 MB, three streams of
+    70 k kernels each). The rows come back in the order one search over all of them gave."""
     streams = copies.select("device", pl.col("stream").alias("_cstream")).drop_nulls().unique()
     if kernels.is_empty() or streams.is_empty():
         return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
-    # The kernels sorted once; each copy stream's share filtered from them, in key order, is the
-    # whole layer sorted by (device, copy stream, start) already: no sort of kernels x streams.
+    # The kernels sorted once; each copy stream's share filtered from them, in key order, is that
+    # layer sorted by (device, copy stream, start) already.
     ordered = kernels.sort("device", "ts_ns")
     cstream = streams.schema["_cstream"]
-    others = pl.concat(
-        [
-            ordered.filter((pl.col("device") == dev) & (pl.col("_kstream") != cs)).select(
-                "device", _cstream=pl.lit(cs, cstream), start_ns="ts_ns", end_ns="end_ns"
-            )
-            for dev, cs in streams.sort("device", "_cstream").iter_rows()
-        ]
-    )
+    keys = ["device", "_cstream"]
+    q = copies.select(*keys[:1], "ts_ns", "end_ns", _cstream="stream").with_row_index("_r")
+    found, any_kernel = [], False
+    for dev, cs in streams.sort(keys).iter_rows():
+        others = ordered.filter((pl.col("device") == dev) & (pl.col("_kstream") != cs)).select(
+            "device", _cstream=pl.lit(cs, cstream), start_ns="ts_ns", end_ns="end_ns"
+        )
+        any_kernel |= others.height > 0
+        index = coverage_index(merge_sorted(others, keys), keys, presorted=True)
+        del others
+        mine = q.filter((pl.col("device") == dev) & (pl.col("_cstream") == cs))
+        found.append(covered(mine, index, keys, "ts_ns", "end_ns", "overlap_ns").select("_r", "overlap_ns"))
+        del index, mine
     del ordered
-    index = coverage_index(merge_sorted(others, ["device", "_cstream"]), ["device", "_cstream"], presorted=True)
-    del others
-    q = copies.with_columns(_cstream=pl.col("stream"))
-    return (
-        covered(q, index, ["device", "_cstream"], "ts_ns", "end_ns", "overlap_ns")
-        .drop("_cstream")
-        .with_columns(pl.col("overlap_ns").fill_null(0))
+    if not any_kernel:  # no union at all: `covered` kept the rows as they were
+        return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
+    at = pl.concat(found)
+    overlap = (
+        pl.Series("overlap_ns", [0], pl.Int64).new_from_index(0, copies.height).scatter(at["_r"], at["overlap_ns"])
     )
+    # `covered` over every copy sorted them by end, then by start (its two as-of searches)
+    return copies.hstack([overlap.fill_null(0)]).sort("end_ns").sort("ts_ns")
 
 
 # The GPU table's columns a copy's row reads (the other dozen are not carried through the joins).
