@@ -246,8 +246,9 @@ def test_a_frame_held_twice_comes_back_once_and_in_one_chunk(tmp_path):
 
 def test_summary_hands_the_cache_its_whole_gap_results(cached, trace):
     """`summary` reads a few columns of every gap and of the classified pieces and lets the rest
-    go before its rules run; the cache still keeps every column of both (a later `timeline` or
-    `gaps` reads them), as a Session computing them keeps them."""
+    go before its rules run, and the CPU activity's unions once the model is built; the cache
+    still keeps every column of them (a later `timeline` or `gaps` reads them), as a Session
+    computing them keeps them."""
     import polars as pl
 
     from traceanalyzer.load import load
@@ -259,3 +260,14 @@ def test_summary_hands_the_cache_its_whole_gap_results(cached, trace):
     for name, table in (("gaps", "all_gaps_ns"), ("classified", "pieces")):
         kept, full = getattr(cache.load(results / name), table), getattr(getattr(fresh, name), table)
         assert isinstance(kept, pl.DataFrame) and kept.height > 0 and kept.equals(full), name
+    unions = cache.load(results / "activity").unions  # summary lets them go once the model is built
+    assert len(unions) == len(fresh.activity.unions) and all(a.equals(b) for a, b in zip(unions, fresh.activity.unions))
+
+
+@pytest.mark.parametrize("first", ["path", "syncs", "gaps"])
+def test_summary_after_another_command_prints_what_a_fresh_run_prints(cached, trace, first):
+    """Whatever an earlier command left in the cache (the critical path without the findings,
+    the classification without the model), summary lets go of only what nothing left reads."""
+    _run(first, str(trace), "--format", "json")
+    fresh = _run("summary", str(trace), "--format", "json", "--no-cache")
+    assert _run("summary", str(trace), "--format", "json") == fresh

@@ -28,6 +28,7 @@ from traceanalyzer.errors import RegressionDetected
 from traceanalyzer.findings import Finding
 from traceanalyzer.patterns import PROFILER_STEP
 from traceanalyzer.report import Report, Section
+from traceanalyzer.reprs import Unread
 from traceanalyzer.session import Session
 from traceanalyzer.wording import plural, span
 
@@ -59,18 +60,20 @@ UNREAD = {
     "gpu": ("grid", "block", "graph_id"),
 }
 
-# What the rules and the report read of the gap results once the gaps and the syncs are
-# computed: of every gap, its duration, cause, phase and call (`GapsResult.idle_ns`, the
-# allocator-churn rule); of the classified pieces, their device and bounds (the copy rule's
-# idle while a copy blocked, `gpu_time.idle_within`). 311 MB: 12 + 14 MB of 85 k rows -> 3 + 2,
-# held beside the dependency model while the rules replay on it (`_narrow_gap_results`).
+# What the syncs, the rules and the report read of the gap results once the gaps are computed:
+# of every gap, its duration, cause, phase and call (`GapsResult.idle_ns`, the allocator-churn
+# rule); of the classified pieces, their device, step, bounds and sync call (the syncs' bubbles,
+# `syncs.charged_gaps`; the copy rule's idle while a copy blocked, `gpu_time.idle_within`).
+# 311 MB: 12 + 14 MB of 85 k rows -> 3 + 3, held beside the dependency model while the syncs are
+# built and the rules replay on it (`_narrow_gap_results`).
 GAPS_READ = ("duration_ns", "cause", "phase", "call_api")
-PIECES_READ = ("device", "start_ns", "end_ns")
+PIECES_READ = ("device", "step", "start_ns", "end_ns", "sync_call")
 
 
 def _narrow_gap_results(ses: Session) -> None:
-    """The Session's gaps and classified pieces with only the columns the rules and the report
-    read (`GAPS_READ`, `PIECES_READ`), those at hand only: a result neither computed nor read
+    """The Session's gaps and classified pieces with only the columns the syncs, the rules and
+    the report read (`GAPS_READ`, `PIECES_READ`), and its CPU activity without the layer unions
+    once nothing is left to read them; those at hand only: a result neither computed nor read
     from the cache is not made for this. With a cache, the store is handed the whole results
     first (a later `gaps` prints every column): a result read from it stays as it is there."""
     narrowed = {}
@@ -80,6 +83,12 @@ def _narrow_gap_results(ses: Session) -> None:
     c = ses.__dict__.get("classified")
     if c is not None:
         narrowed["classified"] = dataclasses.replace(c, pieces=c.pieces.select(PIECES_READ))
+    a = ses.__dict__.get("activity")
+    # The CPU activity's layer unions serve the model's build and the classification only: once
+    # both are done, the blocking calls and the data-loading ranges are all that is read of it.
+    if a is not None and "dependency_model" in ses.__dict__ and (c is not None or not ses.trace.has_gpu_work):
+        gone = Unread("CpuActivity's layer unions (summary let them go once the model and the gaps were built)")
+        narrowed["activity"] = dataclasses.replace(a, blocked=gone, unions=gone, runtime_other=gone)
     for name, value in narrowed.items():
         if ses.store is not None:
             ses.store.put(name, ses.__dict__[name])
@@ -200,11 +209,11 @@ def summary_report(ses: Session, top: int, th: dict, lean: bool = False) -> Repo
         _narrow(ses, UNREAD, cached=True)
     cp = ses.critical_path
     if lean:
-        # The gaps and the syncs (the report prints both) before the rules, which read a few
-        # columns of the gaps and of the classified pieces: the rest goes before they replay
-        # their what-ifs on the model. Built after the model, their transients sit under the
-        # peak the findings had (311 MB, live: gaps +45 on the model's 274).
-        ses.gaps, ses.syncs  # noqa: B018
+        # The gaps (the report prints them) before the syncs and the rules, which read a few
+        # columns of the gaps and of the classified pieces: the rest goes before the syncs are
+        # built and the rules replay their what-ifs on the model (311 MB, live: the gaps +40
+        # held on the model's 274, +16 once narrowed).
+        ses.gaps  # noqa: B018
         _narrow_gap_results(ses)
     findings = ses.findings_by_saving  # what fixing each would save per step, largest first
     ses.release("dependency_model")  # the path and the savings are read: nothing below replays
