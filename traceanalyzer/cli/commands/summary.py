@@ -9,6 +9,8 @@ cross-rank summary.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import click
 import polars as pl
@@ -73,26 +75,32 @@ PIECES_READ = ("device", "step", "start_ns", "end_ns", "sync_call")
 def _narrow_gap_results(ses: Session) -> None:
     """The Session's gaps and classified pieces with only the columns the syncs, the rules and
     the report read (`GAPS_READ`, `PIECES_READ`), and its CPU activity without the layer unions
-    once nothing is left to read them; those at hand only: a result neither computed nor read
-    from the cache is not made for this. With a cache, the store is handed the whole results
-    first (a later `gaps` prints every column): a result read from it stays as it is there."""
-    narrowed = {}
-    g = ses.__dict__.get("gaps")
-    if g is not None and g.has_gpu_work:
-        narrowed["gaps"] = dataclasses.replace(g, all_gaps_ns=g.all_gaps_ns.select(GAPS_READ))
-    c = ses.__dict__.get("classified")
-    if c is not None:
-        narrowed["classified"] = dataclasses.replace(c, pieces=c.pieces.select(PIECES_READ))
-    a = ses.__dict__.get("activity")
+    once nothing is left to read them. The gaps first: the classified pieces, when the cache
+    holds them and the syncs or the rules will read them, are read from it only then. A result
+    neither computed nor read from the cache is not made for this. With a cache, the store is
+    handed the whole results first (a later `gaps` prints every column): a result read from it
+    stays as it is there."""
+    d, gpu = ses.__dict__, ses.trace.has_gpu_work
+    if "gaps" in d and gpu:
+        _replace(ses, "gaps", lambda g: dataclasses.replace(g, all_gaps_ns=g.all_gaps_ns.select(GAPS_READ)))
+    if gpu and not (ses.kept("syncs") and ses.kept("findings")):
+        ses.classified  # noqa: B018 - what the syncs and the copy rule read
+    if "classified" in d:
+        _replace(ses, "classified", lambda c: dataclasses.replace(c, pieces=c.pieces.select(PIECES_READ)))
     # The CPU activity's layer unions serve the model's build and the classification only: once
     # both are done, the blocking calls and the data-loading ranges are all that is read of it.
-    if a is not None and "dependency_model" in ses.__dict__ and (c is not None or not ses.trace.has_gpu_work):
+    if "activity" in d and "dependency_model" in d and ("classified" in d or not gpu):
         gone = Unread("CpuActivity's layer unions (summary let them go once the model and the gaps were built)")
-        narrowed["activity"] = dataclasses.replace(a, blocked=gone, unions=gone, runtime_other=gone)
-    for name, value in narrowed.items():
-        if ses.store is not None:
-            ses.store.put(name, ses.__dict__[name])
-        ses.__dict__[name] = value  # the Session's result from now on (no API replaces one: a command's own memory)
+        _replace(ses, "activity", lambda a: dataclasses.replace(a, blocked=gone, unions=gone, runtime_other=gone))
+
+
+def _replace(ses: Session, name: str, narrow: Callable[[Any], Any]) -> None:
+    """`narrow(result)` as the Session's result `name` from now on (no Session API replaces a
+    result: this is the command's own memory), the whole one handed to the store first. No
+    local name holds the whole one past this call: it goes before the next is read."""
+    if ses.store is not None:
+        ses.store.put(name, ses.__dict__[name])
+    ses.__dict__[name] = narrow(ses.__dict__[name])
 
 
 def _devices(ses: Session) -> pl.DataFrame:
