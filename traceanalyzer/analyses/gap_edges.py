@@ -21,7 +21,11 @@ def edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.S
     that key alone. Joins of (device, time) pairs hashed row-encoded keys of every activity
     and every piece, and copied the pieces (~80 MB at 1 GB). Falls back to them when the bands
     would overflow int64."""
-    gpu = trace.gpu.select("gpu_id", "device", "ts_ns", "end_ns", "launch_ts_ns").filter(pl.col("device").is_not_null())
+    # the columns picked by name and the keys made by Series arithmetic (a frame's `select` and
+    # `filter` are a polars query each, ~30-60 µs on a small rank's few hundred activities)
+    gpu = trace.gpu[["gpu_id", "device", "ts_ns", "end_ns", "launch_ts_ns"]]
+    if gpu.get_column("device").null_count():
+        gpu = gpu.filter(pl.col("device").is_not_null())
     times = [gpu.get_column(c) for c in ("ts_ns", "end_ns")]
     times += [pieces.get_column(c) for c in ("prev_end_ns", "next_start_ns")]
     lo = min((v for c in times if (v := c.min()) is not None), default=None)
@@ -32,11 +36,11 @@ def edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.S
         return _edge_activities_by_join(gpu, pieces)
     span = int(hi) - int(lo) + 1
 
-    def key(t: str) -> pl.Expr:
-        return (pl.col("device").cast(pl.Int64) - int(d_lo)) * span + pl.col(t) - int(lo)
+    def key(df: pl.DataFrame, t: str) -> pl.Series:
+        return ((df.get_column("device").cast(pl.Int64) - int(d_lo)) * span + df.get_column(t) - int(lo)).alias("_key")
 
     def table(t: str, ties: str, last: bool, nulls_last: bool) -> pl.DataFrame:
-        k = gpu.select(key(t)).to_series().alias("_key")
+        k = key(gpu, t)
         order = pl.DataFrame([k, gpu.get_column(ties), gpu.get_column("gpu_id")]).select(
             pl.arg_sort_by(["_key", ties, "gpu_id"], nulls_last=nulls_last)
         )
@@ -54,7 +58,7 @@ def edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.S
         return pl.DataFrame([k.filter(keep), ids.filter(keep).alias("_id")])
 
     def look(t: str, found: pl.DataFrame) -> pl.Series:
-        k = pieces.select(key(t).alias("_key"))
+        k = key(pieces[["device", t]], t).to_frame()
         return k.join(found, on="_key", how="left", maintain_order="left").get_column("_id")
 
     # as `sort(end_ns, ts_ns)` then the last of each (device, end_ns); `sort(ts_ns,
@@ -88,7 +92,7 @@ def next_activity(trace: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
 
     Work whose launch is not in the trace but whose correlation id is below every traced
     runtime call's was queued before profiling began: it counts as queued before the gap."""
-    first_corr = trace.runtime["correlation"].drop_nulls().min() if trace.runtime.height else None
+    first_corr = trace.runtime["correlation"].min() if trace.runtime.height else None  # nulls left out
     before = (
         pl.col("launch_ts_ns").is_null()
         & pl.col("_correlation").is_not_null()

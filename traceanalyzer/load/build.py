@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.links import GROUP, innermost_containing, nest
 from traceanalyzer.patterns import LIBRARY_FRAME as LIBRARY_FRAME_PATTERN
 from traceanalyzer.patterns import PROFILER_STEP as STEP_NAME
@@ -98,7 +99,11 @@ def _narrow_depth(df: pl.DataFrame) -> pl.DataFrame:
     """`depth` as Int16 where it fits (nesting deeper than 32,767 is not a real stack): 2 bytes a
     row less (2 MB for the ops of a 1 GB trace). It is read only to order intervals."""
     top = df["depth"].max() if df.height else 0
-    return df.with_columns(pl.col("depth").cast(pl.Int16)) if top is None or top < 1 << 15 else df
+    if top is not None and top >= 1 << 15:
+        return df
+    out = df.clone()  # the column replaced in a copy of the frame: `with_columns` is a query
+    out.replace_column(out.get_column_index("depth"), out.get_column("depth").cast(pl.Int16))
+    return out
 
 
 def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -158,8 +163,14 @@ def _or(df: pl.DataFrame, col: str, fallback: str) -> pl.Series:
     """`col`, else `fallback` where it is null. Kineto writes a GPU activity's device and
     stream both as args and as its pid and tid: where they agree in every row, the column is
     `fallback` itself (one buffer for both; 2.4 MB each at 1 GB)."""
-    # eq_missing: a value beside a null fallback differs (`==` would give null, which `all` skips)
-    if df.select((pl.col(col).is_null() | pl.col(col).eq_missing(pl.col(fallback))).all()).item():
+    # eq_missing: a value beside a null fallback differs (`==` would give null, which `all` skips);
+    # without a null fallback, Series compared (no query): `!=` is null where `col` is, and
+    # `any` skips a null
+    c, f = df.get_column(col), df.get_column(fallback)
+    if not f.null_count():
+        if not (c != f).any():
+            return f.alias(col)
+    elif df.select((pl.col(col).is_null() | pl.col(col).eq_missing(pl.col(fallback))).all()).item():
         return df[fallback].alias(col)
     return df.select(pl.coalesce(col, fallback)).to_series()
 
@@ -197,28 +208,38 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
     # joining the whole runtime table copied every one of its columns (+26 MB at 311 MB).
     # Only the calls whose correlation some activity has are kept before the `unique` (most
     # runtime calls launch nothing): at 1 GB 0.34 -> 0.08 CPU-s and +106 -> +28 MB at its peak.
-    launched = gpu.get_column("correlation").drop_nulls().implode()
+    # (one query, run as the eager calls run: they were seven; a null among the correlations
+    # matches no call, as when they were dropped first)
+    launched = pl.lit(gpu.get_column("correlation")).implode()
     first = (
-        rt.select("correlation", _row=pl.int_range(pl.len(), dtype=pl.UInt32))
+        rt.lazy()
+        .select("correlation", _row=pl.int_range(pl.len(), dtype=pl.UInt32))
         .filter(pl.col("correlation").is_in(launched) & (pl.col("correlation") != 0))
         .unique("correlation", keep="first")
     )
-    del launched
-    row = gpu.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_row"]
+    row = chain.collect(
+        gpu.lazy().select("correlation").join(first, on="correlation", how="left", maintain_order="left")
+    )["_row"]
     del first
-    return gpu.with_columns(rt[col].gather(row).alias(out) for out, col in _LAUNCH.items())
+    # taken by indexing (the same take as `gather`, a query each), put beside without a query
+    launch = [rt.get_column(col)[row].alias(out) for out, col in _LAUNCH.items()]
+    return gpu.hstack(launch) if not set(_LAUNCH) & set(gpu.columns) else gpu.with_columns(launch)
 
 
 def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """The ProfilerStep ranges, extended to the GPU side (see `extend_steps`)."""
-    ranges = ops.filter(pl.col("name").str.contains(STEP_NAME)).select(
-        step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
-        name="name",
-        pid="pid",
-        tid="tid",
-        cpu_start_ns="ts_ns",
-        cpu_end_ns="end_ns",
-        op_id="op_id",
+    ranges = chain.collect(  # one query (a filter and a select were two)
+        ops.lazy()
+        .filter(pl.col("name").str.contains(STEP_NAME))
+        .select(
+            step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
+            name="name",
+            pid="pid",
+            tid="tid",
+            cpu_start_ns="ts_ns",
+            cpu_end_ns="end_ns",
+            op_id="op_id",
+        )
     )
     return extend_steps(ranges, gpu)
 
