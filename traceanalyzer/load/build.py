@@ -95,6 +95,11 @@ def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
     return tuple(out)
 
 
+def _without(df: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
+    """`df` without the columns `names` (those it has), picked by name: `drop` is a polars query."""
+    return df[[c for c in df.columns if c not in names]]
+
+
 def _narrow_depth(df: pl.DataFrame) -> pl.DataFrame:
     """`depth` as Int16 where it fits (nesting deeper than 32,767 is not a real stack): 2 bytes a
     row less (2 MB for the ops of a 1 GB trace). It is read only to order intervals."""
@@ -108,7 +113,7 @@ def _narrow_depth(df: pl.DataFrame) -> pl.DataFrame:
 
 def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     py = (
-        _timed(py.drop(*DROPPED["python"]), warnings, "python_function")
+        _timed(_without(py, DROPPED["python"]), warnings, "python_function")
         .with_row_index("frame_id")
         .with_columns(
             pl.col("frame_id").cast(ROW_ID),
@@ -120,10 +125,9 @@ def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
 
 def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     ops = _timed(ops, warnings, "CPU op")
-    ops = (
-        ops.with_columns(kind=_label(pl.col("cat") == "user_annotation", OP_KINDS))
-        .with_row_index("op_id")
-        .with_columns(pl.col("op_id").cast(ROW_ID))
+    # (the row index first, then one `with_columns`: the same columns in the same order, one query)
+    ops = ops.with_row_index("op_id").with_columns(
+        pl.col("op_id").cast(ROW_ID), kind=_label(pl.col("cat") == "user_annotation", OP_KINDS)
     )
     # op_id is the row number; `nest` sorts copies of the key columns only and puts depth and
     # parent_id alongside, in the table's own order.
@@ -135,7 +139,13 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         user = nest(user.drop("is_user"), "frame_id")
         ops = innermost_containing(ops, user, "frame_id", "_frame", point_end="ts_ns")
         del user
-        ops = ops.with_columns(python["name"].gather(ops["_frame"]).alias("python_frame")).drop("_frame")
+        # the names taken by indexing (the same take as `gather`) and put in `_frame`'s place at
+        # the end, picked and stacked: no query (`gather`, `with_columns` and `drop` were three)
+        frame = python.get_column("name")[ops.get_column("_frame").cast(pl.UInt32)].alias("python_frame")
+        if "python_frame" in ops.columns or ops.columns[-1] != "_frame":
+            ops = ops.with_columns(frame).drop("_frame")
+        else:
+            ops = ops[ops.columns[:-1]].hstack([frame])
     else:
         # 2021 traces: the stack is an arg, innermost frame first.
         frame = pl.element().str.strip_chars()
@@ -144,7 +154,7 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         if ops["call_stack"].null_count() == ops.height:  # no stack at all: a column never written
             first_user = pl.repeat(None, ops.height, dtype=pl.String)
         ops = ops.with_columns(python_frame=first_user)
-    return ops.drop(*DROPPED["op"])  # in op_id order: `nest` and the as-of joins keep the rows' order
+    return _without(ops, DROPPED["op"])  # in op_id order: `nest` and the as-of joins keep the rows' order
 
 
 def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -156,7 +166,7 @@ def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.Dat
             api=_label(pl.col("cat") == "cuda_driver", RUNTIME_APIS),
         )
     )
-    return innermost_containing(rt.drop(*DROPPED["runtime"]), ops, "op_id", "op_id")  # in runtime_id order
+    return innermost_containing(_without(rt, DROPPED["runtime"]), ops, "op_id", "op_id")  # in runtime_id order
 
 
 def _or(df: pl.DataFrame, col: str, fallback: str) -> pl.Series:
@@ -201,7 +211,7 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
             *_shapes(gpu),
             kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel", return_dtype=GPU_ACTIVITY_KINDS),
         )
-        .drop(*DROPPED["gpu"])
+        .pipe(_without, DROPPED["gpu"])
     )
     # The launching call of each activity: the first runtime call of its correlation, found on
     # the narrow keys (the row of that call), and its columns gathered by row. Filtering or
@@ -264,11 +274,14 @@ def build_trace(
     gpu = _gpu(tables.pop("gpu"), runtime, warnings)
     syncs = _timed(tables.pop("sync"), warnings, "cuda_sync")
     annotations = _timed(tables.pop("gpu_annotation"), warnings, "gpu_user_annotation")
-    memory = tables.pop("memory").filter(pl.col("ts_ns").is_not_null())
+    memory = tables.pop("memory")
+    if memory.get_column("ts_ns").null_count():  # a filter copies every column: only where one goes
+        memory = memory.filter(pl.col("ts_ns").is_not_null())
     flows = tables.pop("flow")
     meta_ev = tables.pop("meta")
-    thread_names = (
-        meta_ev.filter(pl.col("name") == "thread_name")
+    thread_names = chain.collect(  # one query (three eager steps were three)
+        meta_ev.lazy()
+        .filter(pl.col("name") == "thread_name")
         .select("pid", "tid", pl.col("value").alias("thread_name"))
         .unique(["pid", "tid"], keep="last", maintain_order=True)  # same order on every run
     )
