@@ -158,11 +158,11 @@ def _init_worker(with_numpy: bool = False) -> None:
 
 
 # From this many ranks a process, it imports numpy: the small frames' nesting, links, sweeps and
-# joins run on numpy arrays where it is imported (`analyses.arrays`, `links`, `op_tree`, health's
-# crossing events). Its import with numpy.ma (polars reads it when it takes an array) costs
-# ~0.13-0.15 CPU-s a process; a DLRM rank with it runs ~29 M instructions of ~353 M fewer (-8 %,
-# ~8-10 ms; cachegrind, 2026-12-02): a gain from ~16-18 ranks a process. 64 ranks on 2 CPUs
-# (32 a process) now import it; 8 ranks in one process do not.
+# joins run on numpy arrays where it is imported (`analyses.arrays`, `links`, `op_tree`, the gap
+# edges, health's crossing events). Its import with numpy.ma (polars reads it when it takes an array) costs
+# ~0.13-0.15 CPU-s (~300 M instructions) a process; a DLRM rank with it runs ~21-22 M
+# instructions of ~340-350 M fewer (-6 %; cachegrind, 2026-12-02): a gain from ~14-20 ranks a
+# process. 64 ranks on 2 CPUs (32 a process) now import it; 8 ranks in one process do not.
 NUMPY_RANKS = 20
 
 
