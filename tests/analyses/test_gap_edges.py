@@ -59,3 +59,32 @@ def test_banded_lookups_are_the_joins(SHARED_TRACES, name):
     assert prev.null_count() < pieces.height and nxt.null_count() < pieces.height
     assert prev.to_list() == by_join[0].to_list()
     assert nxt.to_list() == by_join[1].to_list()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a100_multistream_syncs.json.gz",  # 872 activities without a launch time
+        "dlrm_v100_8ranks/worker1_step_12.1694128201556.pt.trace.json.gz",  # 64 of 326 without
+        "dlrm_v100_8ranks/worker0_step_12.1694128201545.pt.trace.json.gz",  # every one launched
+        "gb10_vllm_cudagraphs.pt.trace.json.gz",
+    ],
+)
+def test_numpy_lookups_are_the_polars_ones(SHARED_TRACES, name, monkeypatch):
+    """Small frames look the edges up on numpy arrays (numpy imported); forced off, the polars
+    steps give the same ids, row for row."""
+    import numpy  # noqa: F401  (the numpy path runs where numpy is imported)
+
+    from traceanalyzer.analyses import gap_edges
+
+    trace = ta.Session.open(SHARED_TRACES / name).trace
+    pieces = _pieces(trace)
+    gpu = trace.gpu[["gpu_id", "device", "ts_ns", "end_ns", "launch_ts_ns"]].filter(pl.col("device").is_not_null())
+    lo = min(gpu["ts_ns"].min(), pieces["prev_end_ns"].min(), pieces["next_start_ns"].min())
+    hi = max(gpu["end_ns"].max(), pieces["prev_end_ns"].max(), pieces["next_start_ns"].max())
+    fast = gap_edges._edges_numpy(gpu, pieces, int(gpu["device"].min()), int(lo), int(hi) - int(lo) + 1)
+    assert fast is not None
+    monkeypatch.setattr(gap_edges, "SMALL_ROWS", 0)  # the polars steps
+    slow = edge_activities(trace, pieces)
+    assert [s.to_list() for s in fast] == [s.to_list() for s in slow]
+    assert [s.dtype for s in fast] == [s.dtype for s in slow] and [s.name for s in fast] == [s.name for s in slow]

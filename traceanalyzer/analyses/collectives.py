@@ -118,9 +118,12 @@ def _named_like(names: pl.Series, pattern: str) -> pl.Series:
 def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.DataFrame:
     """One rank's collective kernels (RANK_COLL_SCHEMA), time order, with their metadata."""
     is_coll = (gpu["kind"] == "kernel") & _named_like(gpu["name"], pattern)
+    # One query for the whole table, run as the eager calls run (`chain`: they were six or more,
+    # ~0.3 ms a small rank); the mask is a column of the same rows.
     k = (
-        gpu.select("name", "device", "ts_ns", "end_ns", "correlation", "external_id")
-        .filter(is_coll)
+        gpu.lazy()
+        .select("name", "device", "ts_ns", "end_ns", "correlation", "external_id")
+        .filter(pl.lit(is_coll))
         .sort("ts_ns")
         .with_columns(
             pl.col("device", "correlation", "external_id").cast(pl.Int64),
@@ -129,8 +132,9 @@ def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.
     )
     meta = ["coll_name", "pg_name", "group_size", "in_nelems", "out_nelems", "dtype"]
     if args.height:
-        on_kernel = args.filter("is_kernel").unique("correlation", keep="first").select("correlation", *meta)
-        on_op = args.filter(~pl.col("is_kernel")).unique("external_id", keep="first").select("external_id", *meta)
+        a = args.lazy()
+        on_kernel = a.filter("is_kernel").unique("correlation", keep="first").select("correlation", *meta)
+        on_op = a.filter(~pl.col("is_kernel")).unique("external_id", keep="first").select("external_id", *meta)
         k = k.join(on_kernel, on="correlation", how="left").join(on_op, on="external_id", how="left", suffix="_op")
         k = k.with_columns([pl.coalesce(m, f"{m}_op").alias(m) for m in meta])
     else:  # no metadata read (none in the trace, or not asked for): every field null, no join
@@ -142,7 +146,7 @@ def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.
         "seq": pl.when(pl.col("pg_name").is_not_null()).then(pl.int_range(pl.len()).over("pg_name")).cast(pl.Int64),
         "bytes": pl.max_horizontal("in_nelems", "out_nelems") * sizes,
     }
-    return k.select(made.get(c, pl.col(c)).cast(t).alias(c) for c, t in RANK_COLL_SCHEMA.items())
+    return chain.collect(k.select(made.get(c, pl.col(c)).cast(t).alias(c) for c, t in RANK_COLL_SCHEMA.items()))
 
 
 def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
@@ -156,8 +160,12 @@ def exposed_segments(gpu: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
     schema = {"cidx": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
     if coll.is_empty():
         return pl.DataFrame(schema=schema)
-    compute = gpu.filter(pl.col("kind") == "kernel").select(pl.col("device").cast(pl.Int64), "ts_ns", "end_ns")
-    compute = compute.join(coll.select("device", "ts_ns", "end_ns"), on=["device", "ts_ns", "end_ns"], how="anti")
+    compute = chain.collect(  # one query (three eager steps were three)
+        gpu.lazy()
+        .filter(pl.col("kind") == "kernel")
+        .select(pl.col("device").cast(pl.Int64), "ts_ns", "end_ns")
+        .join(coll.lazy().select("device", "ts_ns", "end_ns"), on=["device", "ts_ns", "end_ns"], how="anti")
+    )
     # The rest is one query (`chain.collect`; the gaps collected once, read three times): on a
     # small rank each eager step was a polars query of its own (~25 of them, ~1 ms).
     idle = _complement(intervals.merge(compute, ["device"]), coll["device"].unique()).lazy()

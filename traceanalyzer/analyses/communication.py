@@ -58,19 +58,20 @@ class CommunicationResult(Compact):
         return duration_us(self.exposed_ns)
 
 
-def _per_step(df: pl.LazyFrame, steps: pl.DataFrame, out: str) -> pl.DataFrame:
-    """step, `out`: the union of intervals (start_ns, end_ns) inside each step window, in ns."""
+def _per_step(df: pl.LazyFrame, steps: pl.LazyFrame, out: str) -> pl.LazyFrame:
+    """step, `out`: the union of intervals (start_ns, end_ns) inside each step window, in ns
+    (its sums left lazy: the caller's one query runs them)."""
     clipped = chain.collect(  # one query (`chain.collect`), run as the eager calls were
-        df.join_where(steps.lazy(), pl.col("start_ns") < pl.col("_b"), pl.col("end_ns") > pl.col("_a")).select(
+        df.join_where(steps, pl.col("start_ns") < pl.col("_b"), pl.col("end_ns") > pl.col("_a")).select(
             _step=pl.col("step").fill_null(-1),
             ts_ns=pl.max_horizontal("start_ns", "_a"),
             end_ns=pl.min_horizontal("end_ns", "_b"),
         )
     )
     if clipped.is_empty():
-        return pl.DataFrame(schema={"_step": pl.Int64, out: pl.Int64})
+        return pl.LazyFrame(schema={"_step": pl.Int64, out: pl.Int64})
     m = merge(clipped, ["_step"])
-    return m.group_by("_step").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias(out))
+    return m.lazy().group_by("_step").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias(out))
 
 
 def exposed_communication(
@@ -87,10 +88,10 @@ def exposed_communication(
         return CommunicationResult(pl.DataFrame(schema=SCHEMA), trace.meta.origin_ns)
     if exposed is None:
         exposed = collectives.exposed_segments(trace.gpu, coll)
-    steps = windows.step_windows(trace).rename({"start_ns": "_a", "end_ns": "_b"})
+    steps = windows.step_windows(trace).lazy().rename({"start_ns": "_a", "end_ns": "_b"})
     comm = _per_step(coll.lazy().select(start_ns="ts_ns", end_ns="end_ns"), steps, "comm_ns")
     hidden = _per_step(exposed.lazy().select("start_ns", "end_ns"), steps, "exposed_ns")
-    per = comm.lazy().join(hidden.lazy(), on="_step", how="left").with_columns(pl.col("exposed_ns").fill_null(0))
+    per = comm.join(hidden, on="_step", how="left").with_columns(pl.col("exposed_ns").fill_null(0))
     table = (
         per.select(
             step=pl.when(pl.col("_step") >= 0).then(pl.col("_step")),

@@ -13,7 +13,7 @@ from traceanalyzer.analyses.intervals import collected, coverage_index, filter_r
 from traceanalyzer.analyses.layer_coverage import Bands, cumulative_unions, unband
 from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
-from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API
+from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API, matches
 from traceanalyzer.trace import Trace
 
 THREAD = ["pid", "tid"]
@@ -132,7 +132,7 @@ def step_threads(trace: Trace) -> pl.DataFrame:
     """step, pid, tid: the thread each step window is judged from (its ProfilerStep's thread;
     without steps, the main thread for the one window)."""
     if trace.steps.height:
-        return trace.steps.select("step", "pid", "tid")
+        return trace.steps[["step", "pid", "tid"]]  # picked by name: no query
     main = main_thread(trace)
     return pl.DataFrame(
         {"step": [None], "pid": [main[0] if main else None], "tid": [main[1] if main else None]},
@@ -144,10 +144,13 @@ def step_thread_of(trace: Trace, at: pl.DataFrame) -> pl.DataFrame:
     """step_pid, step_tid for each row of `at` (step, device): the step's thread (`step_threads`),
     one per row. Where several processes ran a step of that number (one ProfilerStep thread
     each), the thread of the process that launched most of the device's work; else the first."""
-    threads = step_threads(trace).rename({"pid": "step_pid", "tid": "step_tid"})
+    # (renamed, picked and told unique by Series calls: a frame's `rename`, `select` and
+    # `unique` were a query each, and every step is one thread's on most traces)
+    t = step_threads(trace)
+    threads = pl.DataFrame([t.get_column("step"), t.get_column("pid").alias("step_pid"), t["tid"].alias("step_tid")])
+    if threads.get_column("step").n_unique() == threads.height:  # null is one value, as for `unique`
+        return at[["step"]].join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
     first = threads.unique("step", keep="first", maintain_order=True)
-    if first.height == threads.height:
-        return at.select("step").join(threads, on="step", how="left", nulls_equal=True, maintain_order="left")
     owner = (
         trace.gpu.select("device", step_pid=pl.col("launch_pid"))
         .drop_nulls()
@@ -175,7 +178,7 @@ def is_launch(trace: Trace) -> pl.Expr:
     with_work = trace.gpu.select(pl.col("runtime_id").drop_nulls().unique().implode()).to_series()  # one query
     # the pattern tried once per distinct name (a few hundred), not per call (400k at 311 MB: 13 ms)
     names = trace.runtime.select(pl.col("name").unique()).to_series()
-    named = names.filter(names.str.contains(LAUNCH_API)).implode()
+    named = pl.lit(names.filter(matches(names, LAUNCH_API))).implode()  # in the expression: no query
     return pl.col("runtime_id").is_in(with_work) | pl.col("name").is_in(named)  # null where a name is, as before
 
 

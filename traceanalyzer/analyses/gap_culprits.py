@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import by_gap, rows_at
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
@@ -36,8 +37,9 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     j = overlap_join(g, ops, ["pid", "tid"], ("cpu_a", "cpu_b"), ("_s", "_e"), right_by=["_pid", "_tid"])
     if ops.height >= SMALL_ROWS:
         j = j.filter(real)
-    # Four columns of the pairs from here on: they are the largest frame of `gaps`.
-    j = j.select(
+    # Four columns of the pairs from here on: they are the largest frame of `gaps`. (One query
+    # run as the eager calls run, `chain`: they were five, ~0.3 ms a small rank.)
+    j = j.lazy().select(
         "gap_id", "op_id", "parent_id", _ov=pl.min_horizontal("_e", "cpu_b") - pl.max_horizontal("_s", "cpu_a")
     )
     child = j.group_by("gap_id", "parent_id").agg(_child=pl.col("_ov").sum()).rename({"parent_id": "op_id"})
@@ -46,7 +48,9 @@ def _most_self_time_op(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     # The most self time per gap, ties to the lowest op id (every run alike): one group-by, no
     # window and no sort of the pairs.
-    return j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
+    return chain.collect(
+        j.group_by("gap_id").agg(cpu_op_id=pl.col("op_id").filter(pl.col("_self") == pl.col("_self").max()).min())
+    )
 
 
 def _runtime_at(trace: Trace, ids: pl.Series, **cols: str) -> pl.DataFrame:
@@ -113,8 +117,10 @@ def _stream_waits(trace: Trace, gaps: pl.DataFrame) -> pl.Series:
 def _python_line_fallback(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     """Where no op names a Python line, the user-code line the thread was at in the middle of
     the CPU interval."""
-    need = gaps.filter(pl.col("python_frame").is_null() & pl.col("pid").is_not_null()).select(
-        "gap_id", "pid", "tid", ts_ns=((pl.col("cpu_a") + pl.col("cpu_b")) // 2)
+    need = chain.collect(
+        gaps.lazy()
+        .filter(pl.col("python_frame").is_null() & pl.col("pid").is_not_null())
+        .select("gap_id", "pid", "tid", ts_ns=((pl.col("cpu_a") + pl.col("cpu_b")) // 2))
     )
     found = python_line_at(trace, need, "gap_id").rename({"python_frame": "_line"})
     line = by_gap(gaps.height, found).to_series()
@@ -192,10 +198,11 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
     # to the culprit column alone, then put beside the pieces (in their order).
     ctx = op_context(trace, pieces["culprit_op_id"]).rename({"op_id": "culprit_op_id"})
     modules = op_modules(trace).select(culprit_op_id="op_id", module="module_path")
-    named = (
+    named = chain.collect(
         pieces[["culprit_op_id"]]
-        .join(ctx, on="culprit_op_id", how="left", maintain_order="left")
-        .join(modules, on="culprit_op_id", how="left", maintain_order="left")
+        .lazy()
+        .join(ctx.lazy(), on="culprit_op_id", how="left", maintain_order="left")
+        .join(modules.lazy(), on="culprit_op_id", how="left", maintain_order="left")
     )
     # The culprit's helper columns go once read (311 MB: ~6 MB of 85 k rows, beside the gaps'
     # widest frame while the blocked threads and the waits are told below).
@@ -218,24 +225,28 @@ def name_culprits(trace: Trace, classified: ClassifiedGaps) -> pl.DataFrame:
         )
     )
     bctx = op_context(trace, blocked["op_id"])
-    blocked = blocked.join(bctx, on="op_id", how="left").select(
-        "gap_id",
-        blocked_thread=pl.struct(
-            "tid",
-            "api",
-            "op",
-            "range",
-            "python_frame",
-            blocked_ns=pl.col("blocked_call_overlap_ns"),
-            call_id="blocked_call",
-            call_ns=pl.col("dur_ns"),
-        ),
+    blocked = chain.collect(
+        blocked.lazy()
+        .join(bctx.lazy(), on="op_id", how="left")
+        .select(
+            "gap_id",
+            blocked_thread=pl.struct(
+                "tid",
+                "api",
+                "op",
+                "range",
+                "python_frame",
+                blocked_ns=pl.col("blocked_call_overlap_ns"),
+                call_id="blocked_call",
+                call_ns=pl.col("dur_ns"),
+            ),
+        )
     )
     pieces = pieces.hstack(by_gap(n, blocked))
     # What the GPU waited on, told for the gaps of those causes only (the text is built per row),
     # from the next activity's name (a collective's peers), read and not kept.
     read = ["gap_id", "cause", "next_gpu_id", "launched_before_trace", "launch_api", "stream_wait", "start_ns"]
-    asked = pieces.select(*read, "launch_ts_ns").filter(pl.col("cause").is_in(WAITED_ON))
+    asked = chain.collect(pieces.lazy().select(*read, "launch_ts_ns").filter(pl.col("cause").is_in(WAITED_ON)))
     if asked.is_empty():  # none asked: no text to build (its expression took ~0.4 ms on no rows)
         told = pl.DataFrame(schema={"gap_id": asked.schema["gap_id"], "waited_on": pl.String})
     else:

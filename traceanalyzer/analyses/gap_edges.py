@@ -4,9 +4,13 @@ that next activity and of its launch, gathered by row."""
 
 from __future__ import annotations
 
+import sys
+
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import rows_at
+from traceanalyzer.analyses.intervals import SMALL_ROWS, series_of
+from traceanalyzer.links import int64_arrays
 from traceanalyzer.trace import Trace
 
 
@@ -21,7 +25,11 @@ def edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.S
     that key alone. Joins of (device, time) pairs hashed row-encoded keys of every activity
     and every piece, and copied the pieces (~80 MB at 1 GB). Falls back to them when the bands
     would overflow int64."""
-    gpu = trace.gpu.select("gpu_id", "device", "ts_ns", "end_ns", "launch_ts_ns").filter(pl.col("device").is_not_null())
+    # the columns picked by name and the keys made by Series arithmetic (a frame's `select` and
+    # `filter` are a polars query each, ~30-60 µs on a small rank's few hundred activities)
+    gpu = trace.gpu[["gpu_id", "device", "ts_ns", "end_ns", "launch_ts_ns"]]
+    if gpu.get_column("device").null_count():
+        gpu = gpu.filter(pl.col("device").is_not_null())
     times = [gpu.get_column(c) for c in ("ts_ns", "end_ns")]
     times += [pieces.get_column(c) for c in ("prev_end_ns", "next_start_ns")]
     lo = min((v for c in times if (v := c.min()) is not None), default=None)
@@ -31,12 +39,14 @@ def edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.S
     if lo is None or d_lo is None or (int(d_hi) - int(d_lo) + 1) * (int(hi) - int(lo) + 1) >= 1 << 62:
         return _edge_activities_by_join(gpu, pieces)
     span = int(hi) - int(lo) + 1
+    if gpu.height + pieces.height < SMALL_ROWS and (found := _edges_numpy(gpu, pieces, int(d_lo), int(lo), span)):
+        return found
 
-    def key(t: str) -> pl.Expr:
-        return (pl.col("device").cast(pl.Int64) - int(d_lo)) * span + pl.col(t) - int(lo)
+    def key(df: pl.DataFrame, t: str) -> pl.Series:
+        return ((df.get_column("device").cast(pl.Int64) - int(d_lo)) * span + df.get_column(t) - int(lo)).alias("_key")
 
     def table(t: str, ties: str, last: bool, nulls_last: bool) -> pl.DataFrame:
-        k = gpu.select(key(t)).to_series().alias("_key")
+        k = key(gpu, t)
         order = pl.DataFrame([k, gpu.get_column(ties), gpu.get_column("gpu_id")]).select(
             pl.arg_sort_by(["_key", ties, "gpu_id"], nulls_last=nulls_last)
         )
@@ -54,7 +64,7 @@ def edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.S
         return pl.DataFrame([k.filter(keep), ids.filter(keep).alias("_id")])
 
     def look(t: str, found: pl.DataFrame) -> pl.Series:
-        k = pieces.select(key(t).alias("_key"))
+        k = key(pieces[["device", t]], t).to_frame()
         return k.join(found, on="_key", how="left", maintain_order="left").get_column("_id")
 
     # as `sort(end_ns, ts_ns)` then the last of each (device, end_ns); `sort(ts_ns,
@@ -62,6 +72,54 @@ def edge_activities(trace: Trace, pieces: pl.DataFrame) -> tuple[pl.Series, pl.S
     prev = look("prev_end_ns", table("end_ns", "ts_ns", last=True, nulls_last=False))
     nxt = look("next_start_ns", table("ts_ns", "launch_ts_ns", last=False, nulls_last=True))
     return prev.alias("prev_gpu_id"), nxt.alias("next_gpu_id")
+
+
+def _edges_numpy(
+    gpu: pl.DataFrame, pieces: pl.DataFrame, d_lo: int, lo: int, span: int
+) -> tuple[pl.Series, pl.Series] | None:
+    """`edge_activities`' two lookups on numpy arrays, its steps one for one (the same sorts with
+    their tie-breaks, the last or first row of each key, a search for the pieces' keys); None (the
+    polars steps: two sorts and two joins, ~0.3 ms a small rank) without numpy or where a time
+    is null. A null launch time sorts last among equal starts, as `nulls_last` does."""
+    cols = int64_arrays(series_of(gpu, ["device", "ts_ns", "end_ns", "gpu_id"]))
+    ends = int64_arrays(series_of(pieces, ["device", "prev_end_ns", "next_start_ns"]))
+    if cols is None or ends is None:
+        return None
+    np = sys.modules["numpy"]
+    dev, ts, end, gid = cols
+    if gpu.get_column("launch_ts_ns").null_count():  # the mask and the values in one query
+        held = gpu.select(_n=pl.col("launch_ts_ns").is_null(), _v=pl.col("launch_ts_ns").fill_null(0).cast(pl.Int64))
+        no_launch, launch = held.get_column("_n").to_numpy(), held.get_column("_v").to_numpy()
+    else:
+        (launch,) = int64_arrays(series_of(gpu, ["launch_ts_ns"])) or (None,)
+        if launch is None:
+            return None
+        no_launch = np.zeros(len(launch), dtype=bool)
+    band = (dev - d_lo) * span - lo
+    at_end, at_start = band + end, band + ts
+    # `sort(end_ns, ts_ns)`, the last of each (device, end_ns); `sort(ts_ns, launch_ts_ns,
+    # nulls_last)`, the first of each (device, ts_ns); gpu_id breaks the remaining ties
+    by_end = np.lexsort((gid, ts, at_end))
+    k_end = at_end[by_end]
+    last = np.ones(len(k_end), dtype=bool)
+    last[:-1] = k_end[1:] != k_end[:-1]
+    by_start = np.lexsort((gid, launch, no_launch, at_start))
+    k_start = at_start[by_start]
+    first = np.ones(len(k_start), dtype=bool)
+    first[1:] = k_start[1:] != k_start[:-1]
+    pdev, prev_end, next_start = ends
+    pband = (pdev - d_lo) * span - lo
+    id_type = gpu.schema["gpu_id"]
+    out = []
+    for keys, ids, q, name in (
+        (k_end[last], gid[by_end][last], pband + prev_end, "prev_gpu_id"),
+        (k_start[first], gid[by_start][first], pband + next_start, "next_gpu_id"),
+    ):
+        pos = np.minimum(np.searchsorted(keys, q), max(len(keys) - 1, 0))
+        hit = keys[pos] == q if len(keys) else np.zeros(len(q), dtype=bool)
+        value = pl.Series(name, ids[pos] if len(keys) else np.zeros(len(q), np.int64)).cast(id_type)
+        out.append(value.zip_with(pl.Series(hit), pl.Series([None], dtype=id_type).new_from_index(0, len(q))))
+    return out[0], out[1]
 
 
 def _edge_activities_by_join(gpu: pl.DataFrame, pieces: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
@@ -88,7 +146,7 @@ def next_activity(trace: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
 
     Work whose launch is not in the trace but whose correlation id is below every traced
     runtime call's was queued before profiling began: it counts as queued before the gap."""
-    first_corr = trace.runtime["correlation"].drop_nulls().min() if trace.runtime.height else None
+    first_corr = trace.runtime["correlation"].min() if trace.runtime.height else None  # nulls left out
     before = (
         pl.col("launch_ts_ns").is_null()
         & pl.col("_correlation").is_not_null()

@@ -131,10 +131,10 @@ class GapsResult(Compact):
         if not self.has_gpu_work or self.all_gaps_ns.is_empty():
             return 0
         # Series compared and filtered, no query (a frame's `filter` was one, ~50 µs; the rules of
-        # a small rank ask a few times); a null phase or cause is no match, as in the filter
+        # a small rank ask a few times; `fill_null` was one too); a null phase or cause is no match
         duration = self.all_gaps_ns[["duration_ns"]].get_column("duration_ns")
         asked = [
-            (self.all_gaps_ns[[c]].get_column(c) == v).fill_null(False)
+            self.all_gaps_ns[[c]].get_column(c) == v  # null where null: `filter` keeps no null
             for c, v in (("phase", phase), ("cause", cause))
             if v is not None
         ]

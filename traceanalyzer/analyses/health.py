@@ -81,23 +81,30 @@ class HealthCheck:
 
 
 def _missing_gpu_events(trace: Trace, o: HealthOptions) -> HealthCheck | None:
-    launches = trace.runtime.filter(pl.col("name").str.contains(KERNEL_LAUNCH) & pl.col("correlation").is_not_null())
-    if launches.is_empty():
+    # the three counts in one query (a filter, the GPU's distinct correlations, an anti join and
+    # a filter of what it left were four, ~0.3 ms a small rank); a launch's correlation is
+    # never null, so a null among the GPU's matches nothing, as in the join
+    corr = pl.col("correlation")
+    (seen,) = series_of(trace.gpu, ["correlation"])
+    missing = ~corr.is_in(pl.lit(seen).implode())
+    launches, n_missing, graphs = chain.collect(
+        trace.runtime.lazy()
+        .filter(pl.col("name").str.contains(KERNEL_LAUNCH) & corr.is_not_null())
+        .select(n=pl.len(), missing=missing.sum(), graphs=(missing & pl.col("name").str.contains(GRAPH_LAUNCH)).sum())
+    ).row(0)
+    if not launches:
         return None
-    seen = trace.gpu.select("correlation").drop_nulls().unique()
-    missing = launches.join(seen, on="correlation", how="anti")
-    share = missing.height / launches.height
+    share = n_missing / launches
     if share < o.missing_gpu_share:
         return None
     error = trace.gpu.is_empty() or share >= 0.5
-    graphs = missing.filter(pl.col("name").str.contains(GRAPH_LAUNCH)).height
     return HealthCheck(
         "missing_gpu_events",
         "error" if error else "warning",
-        f"{missing.height:,} of {launches.height:,} launch calls ({share:.0%}) have no GPU activity in the trace"
+        f"{n_missing:,} of {launches:,} launch calls ({share:.0%}) have no GPU activity in the trace"
         + (f" ({graphs:,} of them graph launches with no kernels)" if graphs else "")
         + ": the GPU side was not fully recorded, so GPU idle time is overstated",
-        {"launches": launches.height, "without_gpu_activity": missing.height, "graph_launches_without_kernels": graphs},
+        {"launches": launches, "without_gpu_activity": n_missing, "graph_launches_without_kernels": graphs},
         ("busy_share", "gap_causes"),
     )
 
@@ -108,26 +115,30 @@ def _clock_skew(trace: Trace, o: HealthOptions) -> HealthCheck | None:
     draining after the profiler stopped recording the CPU (or work queued before it began): an info
     line, never an error."""
     tol = int(o.clock_skew_us * 1000)
-    early = trace.gpu.filter(pl.col("launch_ts_ns").is_not_null() & (pl.col("ts_ns") < pl.col("launch_ts_ns") - tol))
+    # Series compared and counted (no query; three filters were three): a comparison with a null
+    # (no launch) is null, which neither `sum` nor `filter` counts
+    ts, end, launch = series_of(trace.gpu, ["ts_ns", "end_ns", "launch_ts_ns"])
+    early = ts < launch - tol
+    n_early = int(early.sum())
     cpu = [t for t in (trace.ops, trace.runtime) if t.height]
     after = before = 0
     if cpu and trace.gpu.height:
         lo = min(t["ts_ns"].min() for t in cpu)
         hi = max(t["end_ns"].max() for t in cpu)
-        after = trace.gpu.filter(pl.col("ts_ns") > hi + tol).height
-        before = trace.gpu.filter(pl.col("end_ns") < lo - tol).height
+        after = int((ts > hi + tol).sum())
+        before = int((end < lo - tol).sum())
     evidence = {
-        "before_launch": early.height,
+        "before_launch": n_early,
         "after_cpu_end": after,
         "before_cpu_start": before,
         "gpu_activities": trace.gpu.height,
     }
-    if early.height:
-        lead = int((early["launch_ts_ns"] - early["ts_ns"]).max())
+    if n_early:
+        lead = int((launch - ts).filter(early).max())
         return HealthCheck(
             "clock_skew",
             "error",
-            f"{early.height:,} GPU activities start over {o.clock_skew_us:,.0f} µs before their own launch call (up to "
+            f"{n_early:,} GPU activities start over {o.clock_skew_us:,.0f} µs before their own launch call (up to "
             f"{lead / 1e6:,.1f} ms): the GPU and CPU clocks disagree",
             evidence | {"max_lead_us": duration_us(lead)},
             ("busy_share", "gap_causes", "steps"),
@@ -148,24 +159,25 @@ def _clock_skew(trace: Trace, o: HealthOptions) -> HealthCheck | None:
 
 
 def _stream_overlap(trace: Trace, o: HealthOptions) -> HealthCheck | None:
-    k = trace.gpu.lazy().filter(pl.col("kind") == "kernel").select("device", "stream", "ts_ns", "end_ns").collect()
-    if k.is_empty():
-        return None
-    over = chain.collect(  # one query, run as the eager calls were
-        k.lazy()
+    kernels, over = chain.collect(  # one query for both counts, run as the eager calls were
+        trace.gpu.lazy()
+        .filter(pl.col("kind") == "kernel")
+        .select("device", "stream", "ts_ns", "end_ns")
         .sort("device", "stream", "ts_ns")
         .with_columns(_reach=reach("end_ns", ["device", "stream"]))
-        .filter(pl.col("ts_ns") < pl.col("_reach"))
-    )
-    share = over.height / k.height
+        .select(n=pl.len(), over=(pl.col("ts_ns") < pl.col("_reach")).sum())
+    ).row(0)
+    if not kernels:
+        return None
+    share = over / kernels
     if share < o.stream_overlap_share:
         return None
     return HealthCheck(
         "stream_overlap",
         "warning",
-        f"{over.height:,} of {k.height:,} kernels ({share:.0%}) start before the previous kernel on their stream ends "
+        f"{over:,} of {kernels:,} kernels ({share:.0%}) start before the previous kernel on their stream ends "
         "(programmatic dependent launch): sums of kernel time count the overlap twice; GPU busy time does not",
-        {"overlapping_kernels": over.height, "kernels": k.height},
+        {"overlapping_kernels": over, "kernels": kernels},
         ("kernel_time",),
     )
 
@@ -173,22 +185,26 @@ def _stream_overlap(trace: Trace, o: HealthOptions) -> HealthCheck | None:
 def _unlinked(trace: Trace, o: HealthOptions) -> HealthCheck | None:
     if trace.gpu.is_empty():
         return None
-    first = trace.runtime["correlation"].drop_nulls().min() if trace.runtime.height else None
-    corr = pl.col("correlation")
-    # Queued before the trace began (an id below every traced call's) is not lost; id 0 is.
-    before = corr.is_not_null() & (corr > 0) & (corr < first) if first is not None else pl.lit(False)
-    unlinked = trace.gpu.filter(pl.col("runtime_id").is_null() & ~before)
-    share = unlinked.height / trace.gpu.height
+    first = trace.runtime["correlation"].min() if trace.runtime.height else None  # nulls left out
+    # The correlations of the activities without a launch call (one query: `is_null`), counted
+    # by Series calls (a `drop_nulls` and two filters were three more).
+    runtime_id, correlation = series_of(trace.gpu, ["runtime_id", "correlation"])
+    corr = correlation.filter(runtime_id.is_null())
+    # Queued before the trace began (an id below every traced call's) is not lost; id 0 is (a
+    # null correlation compares null: not counted as queued before).
+    queued = int(((corr > 0) & (corr < first)).sum()) if first is not None else 0
+    unlinked = corr.len() - queued
+    share = unlinked / trace.gpu.height
     if share < o.unlinked_gpu_share:
         return None
-    zero = unlinked.filter(pl.col("correlation").fill_null(0) == 0).height
+    zero = int((corr == 0).sum()) + corr.null_count()
     return HealthCheck(
         "unlinked_gpu_work",
         "warning",
-        f"{unlinked.height:,} of {trace.gpu.height:,} GPU activities ({share:.0%}) link to no launch call"
+        f"{unlinked:,} of {trace.gpu.height:,} GPU activities ({share:.0%}) link to no launch call"
         + (f" ({zero:,} with correlation id 0)" if zero else "")
         + ": their gaps cannot be traced to a CPU thread, and ops get no GPU time for them",
-        {"unlinked": unlinked.height, "gpu_activities": trace.gpu.height, "correlation_zero": zero},
+        {"unlinked": unlinked, "gpu_activities": trace.gpu.height, "correlation_zero": zero},
         ("gap_causes", "op_gpu_time"),
     )
 
@@ -208,15 +224,16 @@ def _overflowing(trace: Trace) -> HealthCheck | None:
     if not cpu or trace.gpu.is_empty():
         return None
     span = max(t["end_ns"].max() for t in cpu) - min(t["ts_ns"].min() for t in cpu)
-    long = trace.gpu.filter(pl.col("dur_ns") > max(span, 1))
+    (dur,) = series_of(trace.gpu, ["dur_ns"])
+    long = dur.filter(dur > max(span, 1))  # a Series filter: no query
     if long.is_empty():
         return None
     return HealthCheck(
         "overflowing_durations",
         "error",
-        f"{long.height:,} GPU activities last longer than the whole CPU span ({span / 1e6:,.1f} ms): durations that "
+        f"{long.len():,} GPU activities last longer than the whole CPU span ({span / 1e6:,.1f} ms): durations that "
         "overflowed or were never closed",
-        {"activities": long.height, "cpu_span_us": duration_us(span), "longest_us": duration_us(long["dur_ns"].max())},
+        {"activities": long.len(), "cpu_span_us": duration_us(span), "longest_us": duration_us(long.max())},
         ("busy_share", "gap_causes", "kernel_time"),
     )
 
@@ -245,21 +262,29 @@ def _truncated(trace: Trace) -> HealthCheck | None:
     )
 
 
+def _distinct(s: pl.Series) -> tuple[int, int | None, int | None]:
+    """(distinct values but null, min, max) of `s` by Series calls (`drop_nulls` and `unique`
+    were a query each)."""
+    return s.n_unique() - (1 if s.null_count() else 0), s.min(), s.max()
+
+
 def _sampled(trace: Trace, o: HealthOptions) -> HealthCheck | None:
-    ext = trace.ops["external_id"].drop_nulls().unique() if "external_id" in trace.ops.columns else pl.Series([])
-    corr = trace.gpu["correlation"].drop_nulls().unique()
-    if ext.len() < o.sampled_min_events or corr.len() < 2:
+    ext_n, ext_min, ext_max = (
+        _distinct(series_of(trace.ops, ["external_id"])[0]) if "external_id" in trace.ops.columns else (0, None, None)
+    )
+    corr_n, corr_min, corr_max = _distinct(series_of(trace.gpu, ["correlation"])[0])
+    if ext_n < o.sampled_min_events or corr_n < 2:
         return None
-    ext_density = ext.len() / (ext.max() - ext.min() + 1)
-    corr_density = corr.len() / (corr.max() - corr.min() + 1)
+    ext_density = ext_n / (ext_max - ext_min + 1)
+    corr_density = corr_n / (corr_max - corr_min + 1)
     waits = trace.runtime.filter(pl.col("name").str.contains(EVENT_WAIT_API)).height
     if ext_density >= o.sampled_density or waits:
         return None
     return HealthCheck(
         "sampled",
         "error",
-        f"the trace looks down-sampled: {ext.len():,} CPU ops whose external ids span {ext.max() - ext.min() + 1:,} "
-        f"and {corr.len():,} GPU correlation ids spanning {corr.max() - corr.min() + 1:,}, with no event-record or "
+        f"the trace looks down-sampled: {ext_n:,} CPU ops whose external ids span {ext_max - ext_min + 1:,} "
+        f"and {corr_n:,} GPU correlation ids spanning {corr_max - corr_min + 1:,}, with no event-record or "
         "stream-wait calls: idle gaps and their causes are artefacts of the events left out",
         {"external_id_density": ext_density, "correlation_density": corr_density, "ops": trace.ops.height},
         ("busy_share", "gap_causes"),

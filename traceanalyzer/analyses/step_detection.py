@@ -147,7 +147,7 @@ def detect_step_ranges(trace: Trace, options: Options | None = None) -> tuple[pl
     """(step ranges, how they were found) for the options' `steps` spec (see module docstring)."""
     opts = Options.of(options)
     spec = opts.steps.steps
-    profiler = trace.steps.select(list(RANGE_SCHEMA)) if trace.steps.height else None
+    profiler = trace.steps[list(RANGE_SCHEMA)] if trace.steps.height else None  # picked by name: no query
     if spec == "none":
         return pl.DataFrame(schema=RANGE_SCHEMA), "none: one step"
     if spec == "profiler" or (spec == "auto" and profiler is not None):

@@ -146,10 +146,14 @@ def _durations(trace: Trace, opts: StepOptions) -> pl.DataFrame:
         cpu_duration_ns=pl.col("cpu_ns"),
     ).pipe(chain.collect)
     median = t["duration_ns"].median()
-    return t.with_columns(
-        outlier=pl.col("duration_ns") > opts.outlier_factor * median,
-        warmup=_warmup(t["duration_ns"], opts.outlier_factor),
-    )
+    if median is None or "outlier" in t.columns:
+        return t.with_columns(
+            outlier=pl.col("duration_ns") > opts.outlier_factor * median,
+            warmup=_warmup(t["duration_ns"], opts.outlier_factor),
+        )
+    # the two columns as Series, put beside: no query (`with_columns` was one)
+    outlier = (t["duration_ns"] > opts.outlier_factor * median).alias("outlier")
+    return t.hstack([outlier, _warmup(t["duration_ns"], opts.outlier_factor)])
 
 
 def _step_table(trace: Trace, opts: StepOptions) -> pl.DataFrame:
@@ -225,7 +229,7 @@ def _caveats(trace: Trace, table: pl.DataFrame, opts: StepOptions, data_pattern:
                     {"steps": table.height, "min_steps": opts.min_steps},
                 )
             )
-        warm = table.filter(pl.col("warmup"))
+        warm = table.filter(pl.col("warmup")) if table["warmup"].any() else table.clear()  # a filter is a query
         if warm.height:
             rest_median = table.filter(~pl.col("warmup"))["duration_ns"].median()
             left_out = "left out of the step averages" if opts.warmup_steps == "exclude" else "kept in the averages"

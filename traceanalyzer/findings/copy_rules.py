@@ -25,12 +25,12 @@ PINNED_ADVICE = (
 
 
 def _top_site(df: pl.DataFrame, by: str) -> dict:
-    return (
-        df.group_by("op", "range", "python_frame", maintain_order=True)
+    return chain.collect(  # one query (two eager steps were two)
+        df.lazy()
+        .group_by("op", "range", "python_frame", maintain_order=True)
         .agg(pl.col(by).fill_null(0).sum())
         .sort(by, descending=True, maintain_order=True)
-        .row(0, named=True)
-    )
+    ).row(0, named=True)
 
 
 def _copies(ses: Session) -> pl.DataFrame:
@@ -67,7 +67,7 @@ def _blocked_idle(ses: Session, copies: pl.DataFrame) -> pl.DataFrame:
     """copy_id, _idle_ns: each copy of `copies` whose call held the CPU, and the GPU idle on its
     device while it did."""
     gpu = ses.trace.gpu
-    blocked = copies["blocked_ns"].fill_null(0) > 0
+    blocked = copies["blocked_ns"] > 0  # null where null, which `filter` drops (`fill_null` is a query)
     if gpu.height <= GATHER_ROWS and is_row_number(gpu["gpu_id"]):  # the launches by row: Series, no query
         at = copies["copy_id"].filter(blocked).cast(pl.UInt32)
         calls = pl.DataFrame(
@@ -92,9 +92,10 @@ def _pageable(ses: Session) -> list[Finding]:
     if pageable.is_empty():
         return []
     o = ses.options.copies
-    blocked = duration_us(pageable["blocked_ns"].fill_null(0).sum())
+    # a Series' sum leaves nulls out (0 for none), as summing them as 0 did (`fill_null` is a query)
+    blocked = duration_us(pageable["blocked_ns"].sum())
     duration = duration_us(pageable["duration_ns"].sum())
-    moved = int(pageable["bytes"].fill_null(0).sum())
+    moved = int(pageable["bytes"].sum())
     floor = o.copy_min_finding_us
     if blocked < floor and duration < floor and moved < o.pageable_copy_bytes:
         return []
@@ -141,10 +142,12 @@ def _many_small(ses: Session) -> list[Finding]:
     )
     if small.is_empty():
         return []
-    per = small.group_by("_step").agg(
-        n=pl.len(), t_ns=pl.col("duration_ns").sum(), b_ns=pl.col("blocked_ns").fill_null(0).sum()
+    many = chain.collect(  # one query (a group-by and a filter were two)
+        small.lazy()
+        .group_by("_step")
+        .agg(n=pl.len(), t_ns=pl.col("duration_ns").sum(), b_ns=pl.col("blocked_ns").fill_null(0).sum())
+        .filter(pl.col("n") >= o.many_small_per_step)
     )
-    many = per.filter(pl.col("n") >= o.many_small_per_step)
     if many.is_empty():
         return []
     # Copy and blocked time over those steps: integer ns sums, per step in µs.
@@ -280,7 +283,7 @@ def _dtod(ses: Session) -> list[Finding]:
             {
                 "copies": dtod.height,
                 "duration_us": duration,
-                "bytes": int(dtod["bytes"].fill_null(0).sum()),
+                "bytes": int(dtod["bytes"].sum()),  # nulls left out
                 "gpu_busy_us": busy,
                 "share_of_busy": share,
                 "top_site": site(s),

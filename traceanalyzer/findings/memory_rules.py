@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer.analyses.intervals import series_of
 from traceanalyzer.analyses.windows import step_count
 from traceanalyzer.findings.engine import Finding, Rule, counted, per_unit, severity
-from traceanalyzer.patterns import DEVICE_ALLOC_API
+from traceanalyzer.patterns import DEVICE_ALLOC_API, matches
 from traceanalyzer.units import display_us, duration_us
 
 if TYPE_CHECKING:
@@ -107,12 +108,12 @@ def _allocator_churn(ses: Session) -> list[Finding]:
     if not g.has_gpu_work:
         return []
     steady_idle = g.steady_idle_us()
-    gaps = g.all_gaps_ns.filter(
-        (pl.col("phase") == "steady")
-        & (pl.col("cause") == "runtime_call")
-        & pl.col("call_api").fill_null("").str.contains(DEVICE_ALLOC_API)
-    )
-    idle = duration_us(int(gaps["duration_ns"].sum())) if gaps.height else 0.0
+    # Series compared and filtered (a frame's `filter` was a query), the pattern tried once per
+    # distinct call name (`patterns.matches`); a null phase, cause or name is no match
+    phase, cause, api, duration = series_of(g.all_gaps_ns, ["phase", "cause", "call_api", "duration_ns"])
+    churning = (phase == "steady") & (cause == "runtime_call") & matches(api, DEVICE_ALLOC_API)
+    churn = duration.filter(churning)
+    idle = duration_us(int(churn.sum())) if churn.len() else 0.0
     th = ses.options.memory.allocator_churn_share
     if not steady_idle or idle / steady_idle < th:
         return []
@@ -144,7 +145,7 @@ def _allocator_churn(ses: Session) -> list[Finding]:
             },
             ALLOC_ADVICE,
             tuple(
-                display_us(gaps.sort("duration_ns", descending=True).head(5), g.origin_ns)
+                display_us(g.all_gaps_ns.filter(churning).sort("duration_ns", descending=True).head(5), g.origin_ns)
                 .select("start_us", "duration_us", "call_api", "op", "python_frame")
                 .to_dicts()
             ),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer.analyses.intervals import filter_rows
 from traceanalyzer.findings.engine import MAX_EVENTS, Finding, Later, Rule, counted, per_unit, severity, site
 
 if TYPE_CHECKING:
@@ -74,7 +75,8 @@ def _sites(kind: str):
         th = ses.options.syncs.sync_min_finding_us
         unit = per_unit(ses)
         out = []
-        for r in s.summary.filter(pl.col("kind") == kind).iter_rows(named=True):
+        # the sites of one kind filtered by Series (a frame's `filter` is a query; two rules ask)
+        for r in filter_rows(s.summary, s.summary.get_column("kind") == kind).iter_rows(named=True):
             # A CPU waiting on a busy GPU is the healthy state: a site is a finding for the GPU
             # idle it caused (its bubbles and the idle while it blocked), not for its blocked time.
             cost = (r["bubble_us"] + r["idle_while_blocked_us"]) / s.steps

@@ -158,12 +158,12 @@ def _init_worker(with_numpy: bool = False) -> None:
 
 
 # From this many ranks a process, it imports numpy: the small frames' nesting, links, sweeps and
-# joins run on numpy arrays where it is imported (`analyses.arrays`), ~3-4 ms less a DLRM rank of
-# ~95 (its ops nested in 0.9 ms against 3.1, its runtime calls linked in 1.1 against 1.9), and its
-# import with numpy.ma (polars reads it when it takes an array) costs ~0.1 CPU-s: even near 30
-# ranks a process (2026-12-01, 2 CPUs; 64 ranks on 2 CPUs, 32 a process, measured no better
-# with it), a gain from ~40. A single trace's command imports it only where it needs it.
-NUMPY_RANKS = 40
+# joins run on numpy arrays where it is imported (`analyses.arrays`, `links`, `op_tree`, the gap
+# edges, health's crossing events). Its import with numpy.ma (polars reads it when it takes an array) costs
+# ~0.13-0.15 CPU-s (~300 M instructions) a process; a DLRM rank with it runs ~21-22 M
+# instructions of ~340-350 M fewer (-6 %; cachegrind, 2026-12-02): a gain from ~14-20 ranks a
+# process. 64 ranks on 2 CPUs (32 a process) now import it; 8 ranks in one process do not.
+NUMPY_RANKS = 20
 
 
 def _import_numpy() -> None:

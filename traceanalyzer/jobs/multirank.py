@@ -36,6 +36,7 @@ import polars as pl
 
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.health import SEVERITIES, worst_first
+from traceanalyzer.analyses.intervals import series_of
 from traceanalyzer.causes import CAUSES
 from traceanalyzer.jobs.rank_session import RankSession
 from traceanalyzer.jobs.stragglers import CollectiveResult, compare
@@ -158,15 +159,13 @@ def rank_result(
     coll, exposed = ses.collectives_of(comm_args)  # computed once: `communication` reads them too
     origin = trace.meta.origin_ns
     idle_schema = {"start_ns": pl.Int64, "end_ns": pl.Int64} | dict.fromkeys(("cause", "op", "python_frame"), pl.String)
-    idle = (
-        gaps.all_gaps_ns.select(
-            pl.col("start_ns").cast(pl.Int64),
-            end_ns=(pl.col("start_ns") + pl.col("duration_ns")).cast(pl.Int64),
-            **{c: pl.col(c).cast(pl.String) for c in ("cause", "op", "python_frame")},
+    if gaps.has_gpu_work:  # Series cast and added (a frame's `select` is a polars query)
+        start, dur, *named = series_of(gaps.all_gaps_ns, ["start_ns", "duration_ns", "cause", "op", "python_frame"])
+        idle = pl.DataFrame(
+            [start.cast(pl.Int64), (start + dur).cast(pl.Int64).alias("end_ns"), *(c.cast(pl.String) for c in named)]
         )
-        if gaps.has_gpu_work
-        else pl.DataFrame(schema=idle_schema)
-    )
+    else:
+        idle = pl.DataFrame(schema=idle_schema)
     # A rank's row names its findings (rule, severity, message), not their savings or evidence:
     # without a finished `findings` no what-if is replayed (on small ranks the graph and replays
     # were a quarter of the rank's time) and no evidence that needs an analysis of its own is

@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.links import GROUP, innermost_containing, nest
 from traceanalyzer.patterns import LIBRARY_FRAME as LIBRARY_FRAME_PATTERN
 from traceanalyzer.patterns import PROFILER_STEP as STEP_NAME
@@ -94,16 +95,25 @@ def _devices(metadata: dict[str, Any]) -> tuple[Device, ...]:
     return tuple(out)
 
 
+def _without(df: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
+    """`df` without the columns `names` (those it has), picked by name: `drop` is a polars query."""
+    return df[[c for c in df.columns if c not in names]]
+
+
 def _narrow_depth(df: pl.DataFrame) -> pl.DataFrame:
     """`depth` as Int16 where it fits (nesting deeper than 32,767 is not a real stack): 2 bytes a
     row less (2 MB for the ops of a 1 GB trace). It is read only to order intervals."""
     top = df["depth"].max() if df.height else 0
-    return df.with_columns(pl.col("depth").cast(pl.Int16)) if top is None or top < 1 << 15 else df
+    if top is not None and top >= 1 << 15:
+        return df
+    out = df.clone()  # the column replaced in a copy of the frame: `with_columns` is a query
+    out.replace_column(out.get_column_index("depth"), out.get_column("depth").cast(pl.Int16))
+    return out
 
 
 def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     py = (
-        _timed(py.drop(*DROPPED["python"]), warnings, "python_function")
+        _timed(_without(py, DROPPED["python"]), warnings, "python_function")
         .with_row_index("frame_id")
         .with_columns(
             pl.col("frame_id").cast(ROW_ID),
@@ -115,10 +125,9 @@ def _python_frames(py: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
 
 def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     ops = _timed(ops, warnings, "CPU op")
-    ops = (
-        ops.with_columns(kind=_label(pl.col("cat") == "user_annotation", OP_KINDS))
-        .with_row_index("op_id")
-        .with_columns(pl.col("op_id").cast(ROW_ID))
+    # (the row index first, then one `with_columns`: the same columns in the same order, one query)
+    ops = ops.with_row_index("op_id").with_columns(
+        pl.col("op_id").cast(ROW_ID), kind=_label(pl.col("cat") == "user_annotation", OP_KINDS)
     )
     # op_id is the row number; `nest` sorts copies of the key columns only and puts depth and
     # parent_id alongside, in the table's own order.
@@ -130,7 +139,13 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         user = nest(user.drop("is_user"), "frame_id")
         ops = innermost_containing(ops, user, "frame_id", "_frame", point_end="ts_ns")
         del user
-        ops = ops.with_columns(python["name"].gather(ops["_frame"]).alias("python_frame")).drop("_frame")
+        # the names taken by indexing (the same take as `gather`) and put in `_frame`'s place at
+        # the end, picked and stacked: no query (`gather`, `with_columns` and `drop` were three)
+        frame = python.get_column("name")[ops.get_column("_frame").cast(pl.UInt32)].alias("python_frame")
+        if "python_frame" in ops.columns or ops.columns[-1] != "_frame":
+            ops = ops.with_columns(frame).drop("_frame")
+        else:
+            ops = ops[ops.columns[:-1]].hstack([frame])
     else:
         # 2021 traces: the stack is an arg, innermost frame first.
         frame = pl.element().str.strip_chars()
@@ -139,7 +154,7 @@ def _ops(ops: pl.DataFrame, python: pl.DataFrame, warnings: list[str]) -> pl.Dat
         if ops["call_stack"].null_count() == ops.height:  # no stack at all: a column never written
             first_user = pl.repeat(None, ops.height, dtype=pl.String)
         ops = ops.with_columns(python_frame=first_user)
-    return ops.drop(*DROPPED["op"])  # in op_id order: `nest` and the as-of joins keep the rows' order
+    return _without(ops, DROPPED["op"])  # in op_id order: `nest` and the as-of joins keep the rows' order
 
 
 def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -151,15 +166,21 @@ def _runtime(rt: pl.DataFrame, ops: pl.DataFrame, warnings: list[str]) -> pl.Dat
             api=_label(pl.col("cat") == "cuda_driver", RUNTIME_APIS),
         )
     )
-    return innermost_containing(rt.drop(*DROPPED["runtime"]), ops, "op_id", "op_id")  # in runtime_id order
+    return innermost_containing(_without(rt, DROPPED["runtime"]), ops, "op_id", "op_id")  # in runtime_id order
 
 
 def _or(df: pl.DataFrame, col: str, fallback: str) -> pl.Series:
     """`col`, else `fallback` where it is null. Kineto writes a GPU activity's device and
     stream both as args and as its pid and tid: where they agree in every row, the column is
     `fallback` itself (one buffer for both; 2.4 MB each at 1 GB)."""
-    # eq_missing: a value beside a null fallback differs (`==` would give null, which `all` skips)
-    if df.select((pl.col(col).is_null() | pl.col(col).eq_missing(pl.col(fallback))).all()).item():
+    # eq_missing: a value beside a null fallback differs (`==` would give null, which `all` skips);
+    # without a null fallback, Series compared (no query): `!=` is null where `col` is, and
+    # `any` skips a null
+    c, f = df.get_column(col), df.get_column(fallback)
+    if not f.null_count():
+        if not (c != f).any():
+            return f.alias(col)
+    elif df.select((pl.col(col).is_null() | pl.col(col).eq_missing(pl.col(fallback))).all()).item():
         return df[fallback].alias(col)
     return df.select(pl.coalesce(col, fallback)).to_series()
 
@@ -190,35 +211,45 @@ def _gpu(gpu: pl.DataFrame, rt: pl.DataFrame, warnings: list[str]) -> pl.DataFra
             *_shapes(gpu),
             kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel", return_dtype=GPU_ACTIVITY_KINDS),
         )
-        .drop(*DROPPED["gpu"])
+        .pipe(_without, DROPPED["gpu"])
     )
     # The launching call of each activity: the first runtime call of its correlation, found on
     # the narrow keys (the row of that call), and its columns gathered by row. Filtering or
     # joining the whole runtime table copied every one of its columns (+26 MB at 311 MB).
     # Only the calls whose correlation some activity has are kept before the `unique` (most
     # runtime calls launch nothing): at 1 GB 0.34 -> 0.08 CPU-s and +106 -> +28 MB at its peak.
-    launched = gpu.get_column("correlation").drop_nulls().implode()
+    # (one query, run as the eager calls run: they were seven; a null among the correlations
+    # matches no call, as when they were dropped first)
+    launched = pl.lit(gpu.get_column("correlation")).implode()
     first = (
-        rt.select("correlation", _row=pl.int_range(pl.len(), dtype=pl.UInt32))
+        rt.lazy()
+        .select("correlation", _row=pl.int_range(pl.len(), dtype=pl.UInt32))
         .filter(pl.col("correlation").is_in(launched) & (pl.col("correlation") != 0))
         .unique("correlation", keep="first")
     )
-    del launched
-    row = gpu.select("correlation").join(first, on="correlation", how="left", maintain_order="left")["_row"]
+    row = chain.collect(
+        gpu.lazy().select("correlation").join(first, on="correlation", how="left", maintain_order="left")
+    )["_row"]
     del first
-    return gpu.with_columns(rt[col].gather(row).alias(out) for out, col in _LAUNCH.items())
+    # taken by indexing (the same take as `gather`, a query each), put beside without a query
+    launch = [rt.get_column(col)[row].alias(out) for out, col in _LAUNCH.items()]
+    return gpu.hstack(launch) if not set(_LAUNCH) & set(gpu.columns) else gpu.with_columns(launch)
 
 
 def _steps(ops: pl.DataFrame, rt: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """The ProfilerStep ranges, extended to the GPU side (see `extend_steps`)."""
-    ranges = ops.filter(pl.col("name").str.contains(STEP_NAME)).select(
-        step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
-        name="name",
-        pid="pid",
-        tid="tid",
-        cpu_start_ns="ts_ns",
-        cpu_end_ns="end_ns",
-        op_id="op_id",
+    ranges = chain.collect(  # one query (a filter and a select were two)
+        ops.lazy()
+        .filter(pl.col("name").str.contains(STEP_NAME))
+        .select(
+            step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
+            name="name",
+            pid="pid",
+            tid="tid",
+            cpu_start_ns="ts_ns",
+            cpu_end_ns="end_ns",
+            op_id="op_id",
+        )
     )
     return extend_steps(ranges, gpu)
 
@@ -243,11 +274,14 @@ def build_trace(
     gpu = _gpu(tables.pop("gpu"), runtime, warnings)
     syncs = _timed(tables.pop("sync"), warnings, "cuda_sync")
     annotations = _timed(tables.pop("gpu_annotation"), warnings, "gpu_user_annotation")
-    memory = tables.pop("memory").filter(pl.col("ts_ns").is_not_null())
+    memory = tables.pop("memory")
+    if memory.get_column("ts_ns").null_count():  # a filter copies every column: only where one goes
+        memory = memory.filter(pl.col("ts_ns").is_not_null())
     flows = tables.pop("flow")
     meta_ev = tables.pop("meta")
-    thread_names = (
-        meta_ev.filter(pl.col("name") == "thread_name")
+    thread_names = chain.collect(  # one query (three eager steps were three)
+        meta_ev.lazy()
+        .filter(pl.col("name") == "thread_name")
         .select("pid", "tid", pl.col("value").alias("thread_name"))
         .unique(["pid", "tid"], keep="last", maintain_order=True)  # same order on every run
     )

@@ -126,9 +126,10 @@ def int_list(raw: RawTexts) -> pl.Series:
 
 def int_list_of(text: pl.Series) -> pl.Series:
     """`int_list` of raw texts already in a String column (null where absent)."""
-    text = text.str.replace_all(r"\s+", "")
-    arrays = pl.select(pl.when(pl.lit(text).str.contains(r"^\[(-?\d+(,-?\d+)*)?\]$")).then(pl.lit(text))).to_series()
-    return arrays.str.json_decode(pl.List(pl.Int64)).alias(text.name)
+    # one query (the three steps were three: grid and block, six a small rank)
+    bare = pl.lit(text).str.replace_all(r"\s+", "")
+    arrays = pl.when(bare.str.contains(r"^\[(-?\d+(,-?\d+)*)?\]$")).then(bare)
+    return pl.select(arrays.str.json_decode(pl.List(pl.Int64))).to_series().alias(text.name)
 
 
 def json_text(raw: RawTexts) -> pl.Series:

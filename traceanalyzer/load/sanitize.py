@@ -68,7 +68,10 @@ def sanitize(tables: dict[str, pl.DataFrame], counts: Counter) -> tuple[dict[str
         warnings.append(f"dropped {dups:,} exact duplicate events")
 
     no_dur = sum(
-        tables[k].select((pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_null()).sum()).item()
+        # every ts read: the null durs' count, kept with the column (no query); else one pass
+        tables[k]["dur_ns"].null_count()
+        if not tables[k]["ts_ns"].null_count()
+        else tables[k].select((pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_null()).sum()).item()
         for k in TIMED
         if tables[k]["dur_ns"].null_count()  # kept with the column: no pass over it when 0
     )
