@@ -35,10 +35,12 @@ def _binding(group: np.ndarray, ready: np.ndarray) -> np.ndarray:
 
 
 def calibrate(
-    nodes: pl.DataFrame, edges: pl.DataFrame, use_native: bool | None = None
+    nodes: pl.DataFrame, edges: pl.DataFrame, use_native: bool | None = None, start_first: bool = False
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Lags and own times that make a replay with nothing changed give the captured times, and
-    the edges in (destination, source) order. `nodes` are numbered 0..n-1 in row order; node
+    the edges in (destination, source) order (`start_first`: the start edges so, then the
+    `to_end` edges so: a stable partition, so each node's start edges and its end edges keep
+    their order, and the replay's adjacency needs no index of the start edges). `nodes` are numbered 0..n-1 in row order; node
     times are gathered by position, so the wide node table (names and all) is never joined or
     sorted. The native pass (`_native.calibrate`: one pass over the edges, one over the nodes, a
     counting sort) when built and enabled and no node time is null, else `_calibrate_np` on
@@ -61,6 +63,11 @@ def calibrate(
     else:
         src, dst = int64_values(edges["src"]), int64_values(edges["dst"])
         own, lag, order = _calibrate_np(nodes, ts, end, dur, src, dst, fs, te)
+    if start_first and te.any():
+        at = order.to_numpy()
+        late = te[at]
+        order = pl.Series(np.concatenate([at[~late], at[late]]))
+        del at, late
     del ts, end, dur, src, dst, fs, te
     # the edges in their new order a column at a time, each let go once gathered: the whole
     # table gathered at once was held beside the old one (+27 MB at 311 MB; `build_graph`

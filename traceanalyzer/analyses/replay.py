@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -65,7 +65,14 @@ class Prepared:
     node v's start edges are `start_idx[start_off[v]:start_off[v + 1]]` (edge indexes, in edge
     order), its `to_end` edges likewise in `end_off` / `end_idx`. `ts` is int64, `lag` int32
     where every lag fits (as the graph holds them) else int64, the indexes (`order`, `src`, the
-    offsets and edge indexes) all of one type, `index`: int32 unless the graph is too big for it."""
+    offsets and edge indexes) all of one type, `index`: int32 unless the graph is too big for it.
+
+    Two arrays may be left out (4 and 8 MB at 311 MB, held through every what-if):
+    `start_idx` is None where the start edges are the first edges, in destination order (as
+    `build_graph` orders them: edge j is the j-th start edge); and `ts_nodes`, when set, names
+    the nodes whose captured start `ts` holds (sorted; `keep_starts`): a replay reads a node's
+    captured start only when none of its start edges is live, so a model that cuts no start
+    edge keeps those of the nodes without start edges alone (5 of 1.0 M at 311 MB)."""
 
     order: np.ndarray
     ts: np.ndarray
@@ -73,9 +80,15 @@ class Prepared:
     lag: np.ndarray
     from_start: np.ndarray
     start_off: np.ndarray
-    start_idx: np.ndarray
+    start_idx: np.ndarray | None
     end_off: np.ndarray
     end_idx: np.ndarray
+    ts_nodes: np.ndarray | None = None
+
+    @property
+    def nodes(self) -> int:
+        """The number of nodes."""
+        return len(self.start_off) - 1
 
     @property
     def index(self) -> np.dtype:
@@ -89,7 +102,37 @@ class Prepared:
 
     def start_edges(self, v: int) -> np.ndarray:
         """Node v's start edges."""
+        if self.start_idx is None:  # the first edges: edge j is the j-th start edge
+            return np.arange(self.start_off[v], self.start_off[v + 1], dtype=self.index)
         return self.start_idx[self.start_off[v] : self.start_off[v + 1]]
+
+    def keep_starts(self) -> Prepared:
+        """This graph holding the captured starts of the nodes without start edges alone
+        (`ts_nodes`): a replay that cuts no start edge reads no other."""
+        if self.ts_nodes is not None:
+            return self
+        free = np.flatnonzero(self.start_off[1:] == self.start_off[:-1]).astype(self.index)
+        return replace(self, ts=np.ascontiguousarray(self.ts[free]), ts_nodes=free)
+
+    def starts(self, cut: np.ndarray | None = None) -> np.ndarray:
+        """The captured start of every node (int64; 0 where `ts` holds none), for a replay that
+        cuts the edges `cut`: an error if a node's start no live edge sets is not held."""
+        if self.ts_nodes is None:
+            return self.ts
+        n = self.nodes
+        full = np.zeros(n, dtype=np.int64)
+        full[self.ts_nodes] = self.ts
+        live = np.diff(self.start_off).astype(np.int64)
+        if cut is not None and live.any():
+            edges = np.arange(len(self.src)) if self.start_idx is None else self.start_idx
+            gone = cut[edges[: int(self.start_off[-1])]]
+            np.subtract.at(live, np.repeat(np.arange(n), np.diff(self.start_off))[gone], 1)
+        held = np.zeros(n, dtype=np.bool_)
+        held[self.ts_nodes] = True
+        unset = np.flatnonzero((live == 0) & ~held)
+        if len(unset):
+            raise ValueError(f"replay: node {int(unset[0])} has no live start edge and no captured start in ts")
+        return full
 
     def end_edges(self, v: int) -> np.ndarray:
         """Node v's `to_end` edges (none: not a sync)."""
@@ -139,9 +182,10 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     ts, end_ns = int64_values(nodes["ts_ns"]), int64_values(nodes["end_ns"])
     # the indexes held: items are below 2n, edge indexes below m (and the offsets at most m)
     ix = np.int32 if 2 * n < 2**31 and len(src) < 2**31 else np.int64
-    by_dst = len(dst) < 2 or bool((dst[1:] >= dst[:-1]).all())  # as `calibrate` orders them
-    start_off, start_idx = _csr(dst, ~to_end, n, ix, by_dst)
-    end_off, end_idx = _csr(dst, to_end, n, ix, by_dst)
+    start_off, start_idx = _csr(dst, ~to_end, n, ix)
+    end_off, end_idx = _csr(dst, to_end, n, ix)
+    if len(start_idx) and start_idx[0] == 0 and start_idx[-1] == len(start_idx) - 1:
+        start_idx = None  # the start edges first, in destination order (`build_graph`): the identity
     it = np.int32 if 8 * n < 2**31 else np.int64  # the ordering's work arrays: the ties are below 8n
     is_sync = np.diff(end_off) > 0
     sync_ids = np.flatnonzero(is_sync).astype(it)
@@ -176,15 +220,13 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     return Prepared(order, ts, src, lag, fs, start_off, start_idx, end_off, end_idx)
 
 
-def _csr(
-    dst: np.ndarray, keep: np.ndarray, n: int, ix: type = np.int64, by_dst: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
+def _csr(dst: np.ndarray, keep: np.ndarray, n: int, ix: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
     """Offsets (n + 1) and edge indexes of the kept edges grouped by destination, each group in
-    edge order (a stable sort by destination; none when the edges are in destination order
-    already, `by_dst`), both of dtype `ix`."""
+    edge order (a stable sort by destination; none when the kept edges are in destination order
+    already, as `calibrate` orders them), both of dtype `ix`."""
     idx = np.flatnonzero(keep)
     d = dst[idx]
-    if not by_dst:
+    if len(d) > 1 and not bool((d[1:] >= d[:-1]).all()):
         idx = idx[np.argsort(d, kind="stable")]
     off = np.zeros(n + 1, dtype=ix)
     np.cumsum(np.bincount(d, minlength=n), out=off[1:])
@@ -239,7 +281,7 @@ def replay(
     16 MB at 311 MB, for a caller that reads only times).
     The native loop when built and enabled (`load.native.enabled`), else `_replay`;
     `use_native` forces one (False: Python; True: native, which must be built)."""
-    n = len(p.ts)
+    n = p.nodes
     dur = np.ascontiguousarray(dur, dtype=np.int64)
     own = np.ascontiguousarray(own, dtype=np.int64)
     lag = p.lag if lag is None else np.ascontiguousarray(lag, dtype=np.int64)  # given: int64
@@ -261,7 +303,8 @@ def replay(
     fs = p.from_start.view(np.uint8)
     args = (p.order, p.ts, p.src, lag, fs, p.start_off, p.start_idx, p.end_off, p.end_idx, dur, own)
     as_u8 = lambda a: None if a is None else a.view(np.uint8)  # noqa: E731
-    fn(*args, as_u8(cut), start, end, bind, end_bind, zero_lag=as_u8(zero_lag), lag32=lag.dtype == np.int32)
+    kw = {"zero_lag": as_u8(zero_lag), "lag32": lag.dtype == np.int32, "ts_nodes": p.ts_nodes}
+    fn(*args, as_u8(cut), start, end, bind, end_bind, **kw)
     return Schedule(start, end, bind, end_bind)
 
 
@@ -276,8 +319,8 @@ def _replay(
 ) -> Schedule:
     """The replay loop in Python (the fallback of the native one, and its reference): the arrays
     become lists for the loop's duration, as indexing numpy scalars is several times slower."""
-    n = len(p.ts)
-    ts, order = p.ts.tolist(), p.order.tolist()
+    n = p.nodes
+    ts, order = p.starts(cut).tolist(), p.order.tolist()
     dur_l, own_l = dur.tolist(), own.tolist()
     lag_l = (lag if zero_lag is None else np.where(zero_lag, 0, lag)).tolist()
     if len(own_l) != n:  # one per sync: spread over the nodes for the loop (n values, as lists are)
@@ -286,7 +329,8 @@ def _replay(
             full[v] = o
         own_l = full
     src, fs = p.src.tolist(), p.from_start.tolist()
-    so, si, eo, ei = p.start_off.tolist(), p.start_idx.tolist(), p.end_off.tolist(), p.end_idx.tolist()
+    si = range(len(p.src)) if p.start_idx is None else p.start_idx.tolist()
+    so, eo, ei = p.start_off.tolist(), p.end_off.tolist(), p.end_idx.tolist()
     cut_l = None if cut is None else cut.tolist()
     start = [0] * n
     end = [0] * n
