@@ -110,9 +110,10 @@ def build_graph(
         *(i.select("start_ns", "end_ns") for i in act.cumulative),
     ]
     clock = ThreadClock.of(threads, ends)
-    cpu, forks = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
+    cpu, forks, layers = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
     # the layer times as a long table of those above zero, at once: no later step copies them
-    cpu, layer_of, layer_times = layer_table(cpu, KIND_LAYERS)
+    # (on the clock folded so already, `slice_kinds`)
+    cpu, layer_of, layer_times = layer_table(cpu, KIND_LAYERS) if layers is None else (cpu, *layers)
     gpu = gpu_nodes(trace, collective_pattern)
     clocked = "_th" in cpu.columns  # then node v is row v, and the thread number stands for pid and tid
     if not clocked:
