@@ -110,7 +110,7 @@ def test_small_graph_by_hand():
     assert p.ts.dtype == p.lag.dtype == np.int64
     assert p.start_off.tolist() == [0, 0, 1, 2, 5] and p.start_idx.tolist() == [0, 1, 3, 4, 5]
     assert p.end_off.tolist() == [0, 0, 0, 1, 1] and p.end_idx.tolist() == [2]
-    s = _both(p, dur, own)
+    s = s0 = _both(p, dur, own)
     assert s.start_ns.tolist() == [0, 5, 10, 0]
     assert s.end_ns.tolist() == [10, 25, 30, 10]
     assert s.bind.tolist() == [-1, 0, 1, 4]
@@ -124,6 +124,8 @@ def test_small_graph_by_hand():
     s = _both(p, dur, own, np.array([0, 0, 0, -5, 0, 0]), np.array([False, False, False, False, True, True]))
     assert s.start_ns.tolist() == [0, 0, 10, 15] and s.bind.tolist() == [-1, 0, 1, 3]
     assert s.end_ns.tolist() == [10, 20, 20, 25] and s.end_bind.tolist() == [-1, -1, 2, -1]
+    # durations given as int32 (a what-if's, where every one fits): the same schedule
+    _equal(_both(p, dur.astype(np.int32), own), s0)
     # the launch's lag taken away (e0): node 1 runs [0, 20), the call ends at max(12, 20 + 5) = 25
     s = _both(p, dur, own, zero_lag=np.array([True, False, False, False, False, False]))
     assert s.start_ns.tolist()[:3] == [0, 0, 10] and s.end_ns.tolist()[:3] == [10, 20, 25]
@@ -166,6 +168,21 @@ def test_native_checks_its_arrays():
     p, dur, own = _small()
     with pytest.raises(ValueError, match="one value per node"):
         rp.replay(p, dur[:3], own, use_native=True)
+    with pytest.raises(ValueError, match="dur needs one value per node"):  # int64 read as int32: twice as long
+        ln.replay_loop(force=True)(
+            *(p.order, p.ts, p.src, p.lag, p.from_start.view(np.uint8), p.start_off, p.start_idx, p.end_off),
+            *(
+                p.end_idx,
+                dur.astype(np.int64),
+                own.astype(np.int64),
+                None,
+                np.zeros(4, np.int64),
+                np.zeros(4, np.int64),
+            ),
+            None,
+            None,
+            dur32=True,
+        )
     with pytest.raises(ValueError, match="one value per edge"):
         rp.replay(p, dur, own, None, np.zeros(5, bool), use_native=True)
     with pytest.raises(ValueError, match="zero_lag need one value per edge"):

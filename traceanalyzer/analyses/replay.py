@@ -273,16 +273,18 @@ def replay(
     binds: bool = True,
     zero_lag: np.ndarray | None = None,
 ) -> Schedule:
-    """Re-schedule the graph with these durations (`own`: a sync's own time, per node or per sync
-    in `Prepared.sync_nodes` order, as only a sync's end reads it), edge lags (default:
-    the captured ones) and edges cut (`cut[k]`: edge k no longer binds, e.g. a removed sync).
+    """Re-schedule the graph with these durations (int64, or int32 read as such: 4 MB fewer at 311 MB;
+    `own`: a sync's own time, per node or per sync in `Prepared.sync_nodes` order, as only a
+    sync's end reads it), edge lags (default: the captured ones) and edges cut (`cut[k]`: edge k
+    no longer binds, e.g. a removed sync).
     `zero_lag[k]`: edge k's lag taken as 0 (a byte per edge where a changed copy of the lags
     took eight). `binds=False`: the times only, no binding edges (`Schedule.bind` None: two arrays of n fewer,
     16 MB at 311 MB, for a caller that reads only times).
     The native loop when built and enabled (`load.native.enabled`), else `_replay`;
     `use_native` forces one (False: Python; True: native, which must be built)."""
     n = p.nodes
-    dur = np.ascontiguousarray(dur, dtype=np.int64)
+    dur = np.asarray(dur)
+    dur = np.ascontiguousarray(dur, dtype=dur.dtype if dur.dtype in (np.int32, np.int64) else np.int64)
     own = np.ascontiguousarray(own, dtype=np.int64)
     lag = p.lag if lag is None else np.ascontiguousarray(lag, dtype=np.int64)  # given: int64
     cut = None if cut is None else np.ascontiguousarray(cut, dtype=np.bool_)
@@ -304,7 +306,7 @@ def replay(
     args = (p.order, p.ts, p.src, lag, fs, p.start_off, p.start_idx, p.end_off, p.end_idx, dur, own)
     as_u8 = lambda a: None if a is None else a.view(np.uint8)  # noqa: E731
     kw = {"zero_lag": as_u8(zero_lag), "lag32": lag.dtype == np.int32, "ts_nodes": p.ts_nodes}
-    fn(*args, as_u8(cut), start, end, bind, end_bind, **kw)
+    fn(*args, as_u8(cut), start, end, bind, end_bind, dur32=dur.dtype == np.int32, **kw)
     return Schedule(start, end, bind, end_bind)
 
 

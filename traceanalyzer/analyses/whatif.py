@@ -34,6 +34,7 @@ STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
 LANE_COLUMNS = ("thread",)
 
 
+INT32_MAX = 2**31 - 1
 SLICE_ROWS = 1 << 18  # a what-if's expressions run on this many nodes at once (2 MB per float temporary)
 
 
@@ -127,8 +128,8 @@ class Model:
         trim_heap()  # the build's numpy transients, under the arrays held from here on
 
     def _replay_capture(self) -> Schedule:
-        n = self.graph.nodes
-        dur = n["dur_ns"].cast(pl.Int64).to_numpy()
+        d = self.graph.nodes["dur_ns"]
+        dur = (d if d.dtype in (pl.Int32, pl.Int64) else d.cast(pl.Int64)).to_numpy()  # Int32 read in place
         # the syncs' own times only: a replay reads no other (8 MB fewer at 311 MB)
         own = self.graph.column_at("own_ns", pl.Series(self.prepared.sync_nodes())).fill_null(0).to_numpy()
         return replay(self.prepared, dur, own)
@@ -247,10 +248,15 @@ class Model:
         n = self.graph.nodes.height
         # a slice of rows at a time (2 MB per float temporary): whole, the float intermediates of
         # every node were held together (a what-if at 311 MB held 90 MB)
-        dur_l = np.empty(n, dtype=np.int64)
+        # int32 while every duration fits (the replay reads either): 4 MB fewer at 311 MB
+        dur_l = np.empty(n, dtype=np.int32)
         for a in range(0, n, SLICE_ROWS):
             rows = slice(a, a + SLICE_ROWS)
-            dur_l[rows] = whole_ns(change.durations(rows))
+            got = whole_ns(change.durations(rows))
+            if dur_l.dtype == np.int32 and len(got) and int(got.max()) > INT32_MAX:
+                dur_l = dur_l.astype(np.int64)
+            dur_l[rows] = got
+            del got
         # own at the syncs only, the one place a replay reads it
         syncs = self.prepared.sync_nodes()
         own = self.graph.column_at("own_ns", pl.Series(syncs)).fill_null(0).cast(pl.Float64).to_numpy()
