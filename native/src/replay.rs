@@ -14,7 +14,8 @@
 //! (`start_idx` None) where the start edges are the first edges, in destination order (then edge
 //! j is the j-th start edge), and the captured starts of every node (`ts_nodes`: the nodes whose
 //! captured start `ts` holds, sorted) where a node's captured start is read only when none of its
-//! start edges is live: the nodes without start edges (a handful), checked before the loop.
+//! start edges is live: the nodes without start edges (a handful), checked before the loop; and
+//! the end offsets of every node (`end_nodes`: the syncs, sorted, whose offsets `end_off` holds).
 
 use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
@@ -62,6 +63,7 @@ struct Graph<'a, L> {
     start_off: &'a [i32],
     start_idx: Option<&'a [i32]>,
     end_off: &'a [i32],
+    end_nodes: Option<&'a [i32]>,
     end_idx: &'a [i32],
     dur: Durs<'a>,
     own: &'a [i64],
@@ -100,8 +102,21 @@ struct Out<'a> {
     binds: Option<(&'a mut [i32], &'a mut [i32])>,
 }
 
-/// `sync_ids`: the syncs' nodes in order when `own` has one value per sync (None: per node).
-fn run<L: Copy + Into<i64>>(g: &Graph<L>, sync_ids: Option<&[i32]>, o: &mut Out) {
+/// Sync v's `to_end` edges (their positions in `end_idx`).
+fn end_range<L>(g: &Graph<L>, v: usize) -> std::ops::Range<usize> {
+    let j = match g.end_nodes {
+        None => v,
+        Some(ids) => match ids.binary_search(&(v as i32)) {
+            Ok(j) => j,
+            Err(_) => return 0..0,
+        },
+    };
+    g.end_off[j] as usize..g.end_off[j + 1] as usize
+}
+
+/// `sync_ids`: the syncs' nodes in order when `own` has one value per sync (None: per node);
+/// `is_sync`: per node whether it is one.
+fn run<L: Copy + Into<i64>>(g: &Graph<L>, sync_ids: Option<&[i32]>, is_sync: &[bool], o: &mut Out) {
     let n = g.dur.len();
     let live = |k: usize| g.cut.is_none_or(|c| c[k] == 0);
     let lag = |k: usize| if g.zero_lag.is_some_and(|z| z[k] != 0) { 0 } else { g.lag[k].into() };
@@ -116,7 +131,7 @@ fn run<L: Copy + Into<i64>>(g: &Graph<L>, sync_ids: Option<&[i32]>, o: &mut Out)
             let v = x - n;
             let mut e = o.start[v].wrapping_add(own(v));
             let mut eb = -1i32;
-            for &k in &g.end_idx[g.end_off[v] as usize..g.end_off[v + 1] as usize] {
+            for &k in &g.end_idx[end_range(g, v)] {
                 let k = k as usize;
                 if !live(k) {
                     continue;
@@ -155,7 +170,7 @@ fn run<L: Copy + Into<i64>>(g: &Graph<L>, sync_ids: Option<&[i32]>, o: &mut Out)
         if let Some((bind, _)) = o.binds.as_mut() {
             bind[x] = b;
         }
-        if g.end_off[x] == g.end_off[x + 1] {
+        if !is_sync[x] {
             o.end[x] = s.wrapping_add(g.dur.at(x));
         }
     }
@@ -179,8 +194,10 @@ fn captured<L>(g: &Graph<L>, x: usize) -> i64 {
 /// `end` (int64 arrays of n) and, unless None, `bind`, `end_bind` (int32 arrays of n).
 /// `ts_nodes` (int32, sorted): the nodes whose captured start `ts` holds, in that order (None:
 /// `ts` has one per node); every node that has no live start edge must be among them.
+/// `end_nodes` (int32, sorted): the syncs, whose `to_end` edges `end_off` gives in that order
+/// (each at least one; None: `end_off` has n + 1 offsets, a node with edges is a sync).
 #[pyfunction]
-#[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind, zero_lag=None, lag32=false, ts_nodes=None, dur32=false))]
+#[pyo3(signature = (order, ts, src, lag, from_start, start_off, start_idx, end_off, end_idx, dur, own, cut, start, end, bind, end_bind, zero_lag=None, lag32=false, ts_nodes=None, dur32=false, end_nodes=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn replay(
     py: Python<'_>,
@@ -204,6 +221,7 @@ pub fn replay(
     lag32: bool,
     ts_nodes: Option<&Bound<'_, PyAny>>,
     dur32: bool,
+    end_nodes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     // (the optional arrays: an empty array stands in for each left out, so the indexes stay)
     let ins = [order, ts, src, lag, from_start, start_off, start_off, end_off, end_idx, dur, own]
@@ -213,12 +231,13 @@ pub fn replay(
     let mut ins = ins;
     let start_view = start_idx.map(View::new).transpose()?;
     let ts_view = ts_nodes.map(View::new).transpose()?;
+    let syncs_view = end_nodes.map(View::new).transpose()?;
     if let Some(v) = start_view {
         ins[6] = v;
     }
     let cut_view = cut.map(View::new).transpose()?;
     let zero_view = zero_lag.map(View::new).transpose()?;
-    let extra = ts_view.iter().chain(cut_view.iter()).chain(zero_view.iter());
+    let extra = ts_view.iter().chain(syncs_view.iter()).chain(cut_view.iter()).chain(zero_view.iter());
     if bind.is_some() != end_bind.is_some() {
         return Err(err("bind and end_bind are both arrays or both None"));
     }
@@ -230,7 +249,7 @@ pub fn replay(
     if !buffer::outputs_apart(&outs, ins.iter().chain(extra)) {
         return Err(err("an output array shares memory with another array"));
     }
-    let opt = Opt { start_idx: start_idx.is_some(), ts_nodes: ts_view.as_ref(), dur32 };
+    let opt = Opt { start_idx: start_idx.is_some(), ts_nodes: ts_view.as_ref(), dur32, end_nodes: syncs_view.as_ref() };
     let wide = |i: usize, name: &str| i64s(ins[i].bytes(), name);
     let narrow = |i: usize, name: &str| buffer::i32s(ins[i].bytes(), "replay", name);
     if lag32 {
@@ -247,6 +266,7 @@ struct Opt<'a> {
     start_idx: bool,
     ts_nodes: Option<&'a View>,
     dur32: bool,
+    end_nodes: Option<&'a View>,
 }
 
 /// `replay` once its lags are read as `L`: the rest of the arrays checked, then the loop.
@@ -271,6 +291,7 @@ fn replay_with<L: Copy + Into<i64> + Sync>(
         start_off: narrow(5, "start_off")?,
         start_idx: if opt.start_idx { Some(narrow(6, "start_idx")?) } else { None },
         end_off: narrow(7, "end_off")?,
+        end_nodes: opt.end_nodes.map(|v| buffer::i32s(v.bytes(), "replay", "end_nodes")).transpose()?,
         end_idx: narrow(8, "end_idx")?,
         dur: if opt.dur32 { Durs::Narrow(narrow(9, "dur")?) } else { Durs::Wide(wide(9, "dur")?) },
         own: wide(10, "own")?,
@@ -305,7 +326,16 @@ fn replay_with<L: Copy + Into<i64> + Sync>(
         return Err(err("an item of the order is not a node's start or end"));
     }
     check_csr(g.start_off, g.start_idx, n, m, "start edges")?;
-    check_csr(g.end_off, Some(g.end_idx), n, m, "end edges")?;
+    match g.end_nodes {
+        None => check_csr(g.end_off, Some(g.end_idx), n, m, "end edges")?,
+        Some(ids) => {
+            check_csr(g.end_off, Some(g.end_idx), ids.len(), m, "end edges")?;
+            let sorted = ids.windows(2).all(|w| w[1] > w[0]) && ids.iter().all(|&v| v >= 0 && (v as usize) < n);
+            if !sorted || g.end_off.windows(2).any(|w| w[1] <= w[0]) {
+                return Err(err("end_nodes needs sorted, distinct nodes, each with an end edge"));
+            }
+        }
+    }
     if let Some(ids) = g.ts_nodes {
         // a node whose start no live edge sets keeps its captured start: it must be held
         let live = |k: usize| g.cut.is_none_or(|c| c[k] == 0);
@@ -320,16 +350,22 @@ fn replay_with<L: Copy + Into<i64> + Sync>(
     }
     // every node's start once and every sync's end once (the buffers carry no dtype: an int64
     // array where an int32 one belongs fails this or another length check)
-    let is_sync = |v: usize| g.end_off[v + 1] > g.end_off[v];
-    let syncs = (0..n).filter(|&v| is_sync(v)).count();
-    if g.order.len() != n + syncs || g.order.iter().any(|&x| x as usize >= n && !is_sync(x as usize - n)) {
+    let syncs: Vec<i32> = match g.end_nodes {
+        Some(ids) => ids.to_vec(),
+        None => (0..n).filter(|&v| g.end_off[v + 1] > g.end_off[v]).map(|v| v as i32).collect(),
+    };
+    let mut is_sync = vec![false; n];
+    for &v in &syncs {
+        is_sync[v as usize] = true;
+    }
+    if g.order.len() != n + syncs.len() || g.order.iter().any(|&x| x as usize >= n && !is_sync[x as usize - n]) {
         return Err(err("the order needs one item per node and one per sync"));
     }
     // own: a sync's own time, read only at a sync's end: one value per node, or one per sync
     let sync_ids: Option<Vec<i32>> = if g.own.len() == n {
         None
-    } else if g.own.len() == syncs {
-        Some((0..n).filter(|&v| is_sync(v)).map(|v| v as i32).collect())
+    } else if g.own.len() == syncs.len() {
+        Some(syncs)
     } else {
         return Err(err("own needs one value per node or one per sync"));
     };
@@ -350,7 +386,7 @@ fn replay_with<L: Copy + Into<i64> + Sync>(
         _ => None,
     };
     let mut o = Out { start, end, binds };
-    py.allow_threads(|| run(&g, sync_ids.as_deref(), &mut o));
+    py.allow_threads(|| run(&g, sync_ids.as_deref(), &is_sync, &mut o));
     Ok(())
 }
 

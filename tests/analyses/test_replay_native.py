@@ -151,12 +151,18 @@ def test_small_graph_held_lean():
         np.array([5], dtype=np.int32),
     ).keep_starts()
     assert lean.ts.tolist() == [0] and lean.ts_nodes.tolist() == [0]
+    lean = lean.keep_syncs()  # the one sync's end offsets alone
+    assert lean.end_nodes.tolist() == [2] and lean.end_off.tolist() == [0, 1] and lean.end_idx.tolist() == [5]
+    assert lean.end_offsets().tolist() == p.end_off.tolist() and lean.sync_nodes().tolist() == [2]
+    assert lean.is_sync(2) and not lean.is_sync(1) and lean.end_edges(2).tolist() == [5]
     assert lean.start_edges(3).tolist() == [2, 3, 4] and lean.starts().tolist() == [0, 0, 0, 0]
     for cut in (None, np.array([False, False, True, False, False, False]), np.array([0, 0, 0, 0, 1, 1], bool)):
         lean_cut = None if cut is None else cut[first]
         a, b = _both(p, dur, own, None, cut), _both(lean, dur, own, None, lean_cut)
         assert a.start_ns.tolist() == b.start_ns.tolist() and a.end_ns.tolist() == b.end_ns.tolist()
         assert [first[k] if k >= 0 else -1 for k in b.bind.tolist()] == a.bind.tolist()
+    with pytest.raises(ValueError, match="end_nodes needs sorted, distinct nodes, each with an end edge"):
+        rp.replay(replace(lean, end_off=np.array([0, 0], dtype=np.int32), end_idx=lean.end_idx[:0]), dur, own)
     every = np.array([False, False, True, True, True, False])  # node 3's three start edges
     for use_native in (True, False):
         with pytest.raises(ValueError, match="node 3 has no live start edge"):
@@ -253,6 +259,9 @@ def test_shared_traces_same_schedule(name):
     assert np.array_equal(p.ts, captured[p.ts_nodes])
     full = rp.prepare(graph.nodes, graph.edges)
     assert full.ts_nodes is None and full.start_idx is None and np.array_equal(full.ts, captured)
+    # and the end offsets of the syncs alone (a few, not n + 1)
+    assert p.end_nodes is not None and len(p.end_off) == len(p.end_nodes) + 1 < p.nodes / 10
+    assert np.array_equal(p.end_offsets(), full.end_off) and np.array_equal(p.sync_nodes(), full.sync_nodes())
     for sc in SCENARIOS:
         dur, own, zero_lag, cut = model._apply(sc)
         s = _both(p, dur, own, None, cut, zero_lag=zero_lag)

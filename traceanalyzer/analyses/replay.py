@@ -72,7 +72,9 @@ class Prepared:
     `build_graph` orders them: edge j is the j-th start edge); and `ts_nodes`, when set, names
     the nodes whose captured start `ts` holds (sorted; `keep_starts`): a replay reads a node's
     captured start only when none of its start edges is live, so a model that cuts no start
-    edge keeps those of the nodes without start edges alone (5 of 1.0 M at 311 MB)."""
+    edge keeps those of the nodes without start edges alone (5 of 1.0 M at 311 MB); and `end_nodes`,
+    when set, names the syncs (sorted) whose end edges' offsets `end_off` holds (`keep_syncs`:
+    a few thousand offsets, not n + 1)."""
 
     order: np.ndarray
     ts: np.ndarray
@@ -84,6 +86,7 @@ class Prepared:
     end_off: np.ndarray
     end_idx: np.ndarray
     ts_nodes: np.ndarray | None = None
+    end_nodes: np.ndarray | None = None
 
     @property
     def nodes(self) -> int:
@@ -98,7 +101,27 @@ class Prepared:
     def sync_nodes(self) -> np.ndarray:
         """The nodes whose end `to_end` edges set (the syncs), in node order: what a replay's
         `own` may be given for alone."""
-        return np.flatnonzero(np.diff(self.end_off) > 0)
+        return self.end_ranges()[0].astype(np.int64)
+
+    def end_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The syncs (sorted) and the offsets of their `to_end` edges in `end_idx` (one more)."""
+        if self.end_nodes is not None:
+            return self.end_nodes, self.end_off
+        syncs = np.flatnonzero(np.diff(self.end_off) > 0)
+        return syncs, np.append(self.end_off[syncs], self.end_off[-1]).astype(self.end_off.dtype)
+
+    def keep_syncs(self) -> Prepared:
+        """This graph holding the end offsets of its syncs alone (`end_nodes`)."""
+        syncs, off = self.end_ranges()
+        return replace(self, end_off=off, end_nodes=syncs.astype(self.index))
+
+    def end_offsets(self) -> np.ndarray:
+        """The end edges' offsets of every node (n + 1), as `end_off` holds them without `end_nodes`."""
+        if self.end_nodes is None:
+            return self.end_off
+        count = np.zeros(self.nodes, dtype=np.int64)
+        count[self.end_nodes] = np.diff(self.end_off)
+        return np.concatenate([[0], np.cumsum(count)]).astype(self.end_off.dtype)
 
     def start_edges(self, v: int) -> np.ndarray:
         """Node v's start edges."""
@@ -136,11 +159,14 @@ class Prepared:
 
     def end_edges(self, v: int) -> np.ndarray:
         """Node v's `to_end` edges (none: not a sync)."""
-        return self.end_idx[self.end_off[v] : self.end_off[v + 1]]
+        j = v if self.end_nodes is None else int(np.searchsorted(self.end_nodes, v))
+        if self.end_nodes is not None and (j >= len(self.end_nodes) or self.end_nodes[j] != v):
+            return self.end_idx[:0]
+        return self.end_idx[self.end_off[j] : self.end_off[j + 1]]
 
     def is_sync(self, v: int) -> bool:
         """Node v's end is set by `to_end` edges."""
-        return self.end_off.item(v + 1) > self.end_off.item(v)
+        return len(self.end_edges(v)) > 0
 
 
 def native_kernel(name: str, force: bool = False) -> Any:
@@ -305,7 +331,7 @@ def replay(
     fs = p.from_start.view(np.uint8)
     args = (p.order, p.ts, p.src, lag, fs, p.start_off, p.start_idx, p.end_off, p.end_idx, dur, own)
     as_u8 = lambda a: None if a is None else a.view(np.uint8)  # noqa: E731
-    kw = {"zero_lag": as_u8(zero_lag), "lag32": lag.dtype == np.int32, "ts_nodes": p.ts_nodes}
+    kw = {"zero_lag": as_u8(zero_lag), "lag32": lag.dtype == np.int32, "ts_nodes": p.ts_nodes, "end_nodes": p.end_nodes}
     fn(*args, as_u8(cut), start, end, bind, end_bind, dur32=dur.dtype == np.int32, **kw)
     return Schedule(start, end, bind, end_bind)
 
@@ -332,7 +358,7 @@ def _replay(
         own_l = full
     src, fs = p.src.tolist(), p.from_start.tolist()
     si = range(len(p.src)) if p.start_idx is None else p.start_idx.tolist()
-    so, eo, ei = p.start_off.tolist(), p.end_off.tolist(), p.end_idx.tolist()
+    so, eo, ei = p.start_off.tolist(), p.end_offsets().tolist(), p.end_idx.tolist()
     cut_l = None if cut is None else cut.tolist()
     start = [0] * n
     end = [0] * n
@@ -369,32 +395,3 @@ def _replay(
     if not binds:
         return Schedule(*times, None, None)
     return Schedule(*times, np.array(bind, dtype=p.index), np.array(end_bind, dtype=p.index))
-
-
-def step_times(
-    graph_steps: pl.DataFrame, sched: Schedule, trace_steps: pl.DataFrame, gpu_launch: pl.DataFrame
-) -> pl.DataFrame:
-    """step, start_ns, end_ns of each step window in the replayed schedule, by the one definition
-    of a step (`trace.extend_steps`) applied to replayed times. `gpu_launch`: node, launch_node
-    (the slice that starts each GPU activity's launch call)."""
-    from traceanalyzer.trace import extend_steps
-
-    # the nodes' times gathered from the schedule's arrays themselves (a Series of each copied
-    # them: 16 MB per replay at 311 MB)
-    def at(times: np.ndarray, nodes: pl.Series) -> pl.Series:
-        return pl.Series(times[nodes.cast(pl.Int64).to_numpy()], dtype=pl.Int64)
-
-    st = graph_steps.filter(pl.col("first_node").is_not_null() & pl.col("last_node").is_not_null())
-    ranges = trace_steps.select("step", "name", "pid", "tid", "op_id").join(
-        st.select("step", "first_node", "last_node"), on="step"
-    )
-    ranges = ranges.with_columns(
-        cpu_start_ns=at(sched.start_ns, ranges["first_node"]), cpu_end_ns=at(sched.end_ns, ranges["last_node"])
-    ).drop("first_node", "last_node")
-    g = gpu_launch.with_columns(
-        launch_ts_ns=pl.when(pl.col("launch_node").is_not_null()).then(
-            at(sched.start_ns, gpu_launch["launch_node"].fill_null(0))
-        ),
-        end_ns=at(sched.end_ns, gpu_launch["node"]),
-    )
-    return extend_steps(ranges, g).select("step", "start_ns", "end_ns").sort("start_ns")

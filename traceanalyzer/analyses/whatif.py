@@ -24,7 +24,7 @@ from traceanalyzer.analyses.dependency_graph import DependencyGraph
 from traceanalyzer.analyses.graph_table import trim_heap
 from traceanalyzer.analyses.node_changes import NodeChanges, member, whole_ns
 from traceanalyzer.analyses.op_tree import ancestors
-from traceanalyzer.analyses.replay import Prepared, Schedule, native_kernel, prepare, replay, step_times
+from traceanalyzer.analyses.replay import Prepared, Schedule, native_kernel, prepare, replay
 from traceanalyzer.analyses.scenario import CPU_CAUSES, SCENARIO_CAUSES, Scenario  # noqa: F401 - re-exported
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
@@ -104,7 +104,7 @@ class Model:
         self._base = self._replay_capture()
         # a scenario cuts end edges only (`_apply`), so a replay reads the captured start of the
         # nodes without start edges alone: the others' go (8 MB at 311 MB, 5 nodes kept)
-        self.prepared = self.prepared.keep_starts()
+        self.prepared = self.prepared.keep_starts().keep_syncs()  # and the syncs' end offsets alone (4 MB)
         ix = pl.Int32 if n.height < 2**31 else pl.Int64  # node numbers as the edges hold them (1.5 -> 0.7 MB)
         self._gpu_launch = (
             n.select(_node_index().cast(ix), "lane")  # the columns first: an eager filter copies every column
@@ -318,8 +318,8 @@ class Model:
         """Set `stop` (per edge) on the `to_end` edges of the nodes flagged in `nodes` (per node):
         those the adjacency lists as their end edges (`Prepared.end_idx`, grouped by
         destination), range by range for the few syncs among them."""
-        off = self.prepared.end_off
-        v = np.flatnonzero(nodes & (off[1:] > off[:-1]))
+        syncs, off = self.prepared.end_ranges()
+        v = np.flatnonzero(nodes[syncs])  # (positions among the syncs)
         lo, count = off[v].astype(np.int64), (off[v + 1] - off[v]).astype(np.int64)
         first = np.repeat(np.cumsum(count) - count, count)  # each range's start among the edges taken
         stop[self.prepared.end_idx[np.repeat(lo, count) + np.arange(int(count.sum())) - first]] = True
@@ -332,3 +332,32 @@ class Model:
         names = ops.select(ancestor_id="op_id", _n="name")
         cond = pl.col("_n") == pattern if exact else pl.col("_n").str.contains(pattern)
         return anc.join(names, on="ancestor_id", how="left").filter(cond)["op_id"].unique()
+
+
+def step_times(
+    graph_steps: pl.DataFrame, sched: Schedule, trace_steps: pl.DataFrame, gpu_launch: pl.DataFrame
+) -> pl.DataFrame:
+    """step, start_ns, end_ns of each step window in the replayed schedule, by the one definition
+    of a step (`trace.extend_steps`) applied to replayed times. `gpu_launch`: node, launch_node
+    (the slice that starts each GPU activity's launch call)."""
+    from traceanalyzer.trace import extend_steps
+
+    # the nodes' times gathered from the schedule's arrays themselves (a Series of each copied
+    # them: 16 MB per replay at 311 MB)
+    def at(times: np.ndarray, nodes: pl.Series) -> pl.Series:
+        return pl.Series(times[nodes.cast(pl.Int64).to_numpy()], dtype=pl.Int64)
+
+    st = graph_steps.filter(pl.col("first_node").is_not_null() & pl.col("last_node").is_not_null())
+    ranges = trace_steps.select("step", "name", "pid", "tid", "op_id").join(
+        st.select("step", "first_node", "last_node"), on="step"
+    )
+    ranges = ranges.with_columns(
+        cpu_start_ns=at(sched.start_ns, ranges["first_node"]), cpu_end_ns=at(sched.end_ns, ranges["last_node"])
+    ).drop("first_node", "last_node")
+    g = gpu_launch.with_columns(
+        launch_ts_ns=pl.when(pl.col("launch_node").is_not_null()).then(
+            at(sched.start_ns, gpu_launch["launch_node"].fill_null(0))
+        ),
+        end_ns=at(sched.end_ns, gpu_launch["node"]),
+    )
+    return extend_steps(ranges, g).select("step", "start_ns", "end_ns").sort("start_ns")
