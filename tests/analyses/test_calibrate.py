@@ -131,6 +131,7 @@ def test_native_calibrate_is_numpys_on_shared_traces(name: str, monkeypatch, SHA
     assert fast[0].equals(slow[0]) and fast[1].equals(slow[1])
     # the start edges first: each node's start edges and end edges in the same order as before
     first = rp.calibrate(nodes, edges, use_native=True, start_first=True)[1]
+    assert first.equals(rp.calibrate(nodes, edges, use_native=False, start_first=True)[1])  # in place natively
     late = first["to_end"].to_numpy()
     assert not late[: int((~late).sum())].any()
     assert first.filter(~pl.col("to_end")).equals(fast[1].filter(~pl.col("to_end")))
