@@ -50,11 +50,14 @@ def coverages(
     # the unions as `cumulative_unions` left them (on its bands): `act.cumulative` makes a keyed
     # copy of each (pid, tid, ...) at every call
     for index in act.unions:
+        if id(index) not in done:
+            done.clear()  # the previous union's times go before the next are made (8 MB at 311 MB)
         if id(index) not in done and fn is not None:
             # both ends of every slice in one merge, natively (ten passes over the slices in numpy)
             out = np.empty(len(th), dtype=np.int64)
             fn(th, a, b, clock.span, clock.lo, *clock.index_arrays(index, act.bands), out)
             done = {id(index): out}
+            del out
         elif id(index) not in done:
             until = clock.until(index, act.bands)
             to_end = until(th, b)
@@ -154,11 +157,16 @@ def _fold_native(
     # an Int32 holds, the times are written as Int32 (half the array)
     narrow = not n or (int(span.min()) >= 0 and int(span.max()) <= INT32[1])
     t = np.empty(n, dtype=np.int32 if narrow else np.int64)
-    for k, (name, u) in enumerate(zip(LAYERS, coverages(th, a, b, act, clock), strict=True)):
+    unions = coverages(th, a, b, act, clock)
+    for k, name in enumerate(LAYERS):
+        # (u let go before the next union's times are made: a zip of the two would hold it)
+        u = next(unions)
         lo, hi = fold(u, prev, t, best, code.view(np.uint8), busy, k, name in WORK_LAYERS, k == 0)
+        del u
         if narrow and (lo < 0 or hi > INT32[1]):  # not a coverage index after all: the reference
             return _fold_numpy(th, a, b, act, clock, sink)
         sink(k, t)
+    unions.close()
     # no layer: the slice's time beyond the union of all of them
     fold(span, prev, t, best, code.view(np.uint8), busy, len(LAYERS), False, not LAYERS)
     del prev, best
