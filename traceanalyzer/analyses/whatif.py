@@ -101,10 +101,6 @@ class Model:
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
         n, e = self.graph.nodes, self.graph.edges
-        self._base = self._replay_capture()
-        # a scenario cuts end edges only (`_apply`), so a replay reads the captured start of the
-        # nodes without start edges alone: the others' go (8 MB at 311 MB, 5 nodes kept)
-        self.prepared = self.prepared.keep_starts().keep_syncs()  # and the syncs' end offsets alone (4 MB)
         ix = pl.Int32 if n.height < 2**31 else pl.Int64  # node numbers as the edges hold them (1.5 -> 0.7 MB)
         self._gpu_launch = (
             n.select(_node_index().cast(ix), "lane")  # the columns first: an eager filter copies every column
@@ -120,12 +116,19 @@ class Model:
             .unique("node", keep="first")
             .sort("node")
         )
+        # a scenario cuts end edges only (`_apply`), so a replay reads the captured start of the
+        # nodes without start edges alone: the others' go (8 MB at 311 MB, 5 nodes kept), and the
+        # end offsets of the syncs alone are kept (4 MB)
+        self.prepared = self.prepared.keep_starts().keep_syncs()
         # The captured times live on in the replay of the capture (`base`, which reproduces
-        # them; `prepared.ts` keeps the few a replay reads), the edges' destinations in its adjacency (`prepared`, read by
-        # `_sync_edges_into`) and their sources in `prepared.src` (int32): the tables need not
-        # hold them too (32 MB at 311 MB).
+        # them; `prepared.ts` keeps the few a replay reads), the edges' destinations in its
+        # adjacency (`prepared`, read by `_sync_edges_into`) and their sources in `prepared.src`
+        # (int32): the tables need not hold them too (32 MB at 311 MB), and they go before the
+        # capture is replayed (its schedule, 24 MB, is made on top of what is left).
         self.graph = replace(self.graph, nodes=n.drop("ts_ns", "end_ns"), edges=e.drop("src", "dst"))
+        del n, e
         trim_heap()  # the build's numpy transients, under the arrays held from here on
+        self._base = self._replay_capture()
 
     def _replay_capture(self) -> Schedule:
         d = self.graph.nodes["dur_ns"]
