@@ -151,9 +151,10 @@ fn run(g: &Graph, own: &mut [i64], lag: &mut [i64], order: &mut [i32]) {
 /// `ts`, `end`, `dur` (int64, node v is index v), per edge `src`, `dst` (int32 node indexes, the
 /// graph's index type), `from_start`, `to_end` (uint8). Writes per node its own time into `own`
 /// and per edge its lag into `lag` (int64), and the edges' order by (destination, source, index)
-/// into `order` (int32), arrays the caller made.
+/// into `order` (int32), arrays the caller made; `start_first`: the start edges so, then the
+/// `to_end` edges so (a stable partition in place).
 #[pyfunction]
-#[pyo3(signature = (ts, end, dur, src, dst, from_start, to_end, own, lag, order))]
+#[pyo3(signature = (ts, end, dur, src, dst, from_start, to_end, own, lag, order, start_first=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn calibrate(
     py: Python<'_>,
@@ -167,6 +168,7 @@ pub fn calibrate(
     own: &Bound<'_, PyAny>,
     lag: &Bound<'_, PyAny>,
     order: &Bound<'_, PyAny>,
+    start_first: bool,
 ) -> PyResult<()> {
     let views = [ts, end, dur, src, dst, from_start, to_end].iter().map(|o| View::new(o)).collect::<PyResult<Vec<View>>>()?;
     let names = ["ts", "end", "dur"];
@@ -204,6 +206,29 @@ pub fn calibrate(
     if own.len() != n || lag.len() != m || order.len() != m {
         return Err(err("own needs one value per node, lag and order one per edge"));
     }
-    py.allow_threads(|| run(&g, own, lag, order));
+    py.allow_threads(|| {
+        run(&g, own, lag, order);
+        if start_first {
+            start_edges_first(order, g.to_end);
+        }
+    });
     Ok(())
+}
+
+/// The edges of `order` with the start edges first and the `to_end` edges after them, each in
+/// the order they had: the few `to_end` edges set aside, the others moved up in place (no copy
+/// of a million edge indexes).
+fn start_edges_first(order: &mut [i32], to_end: &[u8]) {
+    let mut late = Vec::new();
+    let mut w = 0;
+    for r in 0..order.len() {
+        let k = order[r];
+        if to_end[k as usize] != 0 {
+            late.push(k);
+        } else {
+            order[w] = k;
+            w += 1;
+        }
+    }
+    order[w..].copy_from_slice(&late);
 }

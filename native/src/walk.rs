@@ -77,7 +77,7 @@ struct Walk<'a> {
     end_bind: &'a [i32],
     src: &'a [i32],
     from_start: &'a [u8],
-    end_off: &'a [i32],
+    end_off: Option<&'a [i32]>,
 }
 
 fn run(g: &Walk) -> Segments {
@@ -93,7 +93,8 @@ fn run(g: &Walk) -> Segments {
         while v >= 0 && c > ws && guard < guard_max {
             guard += 1;
             let x = v as usize;
-            let is_sync = g.end_off[x + 1] > g.end_off[x];
+            // (without `end_off`, `end_bind` alone says it: -1 but at a sync set by an edge)
+            let is_sync = g.end_off.is_none_or(|off| off[x + 1] > off[x]);
             let eb = if !at_start && is_sync { g.end_bind[x] } else { -1 };
             if eb >= 0 {
                 // the call returned after the GPU work it waited for: its wait is the GPU's time
@@ -143,7 +144,8 @@ fn as_bytes<'py>(py: Python<'py>, v: &[i64]) -> Bound<'py, PyBytes> {
 /// Walk the critical path of each window (see `traceanalyzer.analyses.critical_path`): windows
 /// `ws`/`we` and the node that ends each (`end_nodes`, -1: none); per node `coll_wait` (bool: a
 /// collective that waited for peers), `wait` (its wait), the schedule's `start`, `end`, `bind`,
-/// `end_bind`, and `end_off` (n + 1: a node with `to_end` edges is a sync); per edge
+/// `end_bind`, and `end_off` (n + 1: a node with `to_end` edges is a sync; None: a node whose
+/// `end_bind` is an edge, as the replay writes it for a sync alone); per edge
 /// `wait_code` (uint8: 0 none, 1 launch, 2 gpu_wait, 3 thread_wait), `src`, `from_start`
 /// (bool); the indexes (`bind`, `end_bind`, `src`, `end_off`) int32, as the replay keeps them,
 /// the rest int64 (`coll_wait`, `wait_code`, `from_start` bytes). Returns the six segment arrays as bytes (w, kind, named, lane, a, b).
@@ -164,9 +166,10 @@ pub fn walk<'py>(
     end_bind: &Bound<'py, PyAny>,
     src: &Bound<'py, PyAny>,
     from_start: &Bound<'py, PyAny>,
-    end_off: &Bound<'py, PyAny>,
+    end_off: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let views = [ws, we, end_nodes, coll_wait, wait, wait_code, start, end, bind, end_bind, src, from_start, end_off]
+    let off_view = end_off.map(View::new).transpose()?;
+    let views = [ws, we, end_nodes, coll_wait, wait, wait_code, start, end, bind, end_bind, src, from_start]
         .iter()
         .map(|o| View::new(o))
         .collect::<PyResult<Vec<View>>>()?;
@@ -185,14 +188,14 @@ pub fn walk<'py>(
         end_bind: narrow(9, "end_bind")?,
         src: narrow(10, "src")?,
         from_start: views[11].bytes(),
-        end_off: narrow(12, "end_off")?,
+        end_off: off_view.as_ref().map(|v| buffer::i32s(v.bytes(), "walk", "end_off")).transpose()?,
     };
     let (n, m) = (g.start.len(), g.src.len());
     if g.we.len() != g.ws.len() || g.end_nodes.len() != g.ws.len() {
         return Err(err("ws, we and end_nodes need one value per window"));
     }
     if [g.coll_wait.len(), g.wait.len(), g.end.len(), g.bind.len(), g.end_bind.len()].iter().any(|&l| l != n)
-        || g.end_off.len() != n + 1
+        || g.end_off.is_some_and(|off| off.len() != n + 1)
     {
         return Err(err("coll_wait, wait, end, bind, end_bind need one value per node, end_off n + 1"));
     }

@@ -119,9 +119,9 @@ def test_native_calibrate_is_numpys_on_shared_traces(name: str, monkeypatch, SHA
     seen = []
     real = rp.calibrate
 
-    def keep(nodes, edges, use_native=None):
+    def keep(nodes, edges, use_native=None, start_first=False):
         seen.append((nodes, edges))
-        return real(nodes, edges, use_native)
+        return real(nodes, edges, use_native, start_first)
 
     monkeypatch.setattr("traceanalyzer.analyses.dependency_graph.calibrate", keep)
     Session(load(str(path))).dependency_model  # noqa: B018
@@ -129,3 +129,10 @@ def test_native_calibrate_is_numpys_on_shared_traces(name: str, monkeypatch, SHA
     fast, slow = rp.calibrate(nodes, edges, use_native=True), rp.calibrate(nodes, edges, use_native=False)
     assert edges.height > 1000 and int((fast[1]["lag_ns"] != 0).sum()) > 100
     assert fast[0].equals(slow[0]) and fast[1].equals(slow[1])
+    # the start edges first: each node's start edges and end edges in the same order as before
+    first = rp.calibrate(nodes, edges, use_native=True, start_first=True)[1]
+    assert first.equals(rp.calibrate(nodes, edges, use_native=False, start_first=True)[1])  # in place natively
+    late = first["to_end"].to_numpy()
+    assert not late[: int((~late).sum())].any()
+    assert first.filter(~pl.col("to_end")).equals(fast[1].filter(~pl.col("to_end")))
+    assert first.filter(pl.col("to_end")).equals(fast[1].filter(pl.col("to_end")))

@@ -109,6 +109,29 @@ def test_the_graph_on_the_thread_clock_is_the_graph_by_sorts_and_joins(SHARED_TR
     assert fast.layer_times.equals(slow.layer_times) and fast.layer_of.equals(slow.layer_of)
 
 
+def test_layer_fold_is_layer_table():
+    """`LayerFold` builds `layer_table`'s two parts a layer at a time: five slices of spans 8, 4,
+    7, 6 and 5 ns (the fourth a wait: duration 0, so its one layer's time goes to the long
+    table; the fifth wholly in two layers at once, which no fold gives but both keep), and a
+    fold started again (layer 0) forgets the first."""
+    from traceanalyzer.analyses.graph_table import LayerFold, layer_table
+
+    layers = ("sync", "launch", "python")
+    times = {"sync": [5, 0, 0, 6, 5], "launch": [3, 4, 7, 0, 5], "python": [0, 0, 0, 0, 0]}
+    dur = np.array([8, 4, 7, 0, 5])
+    fold = LayerFold(np.array([8, 4, 7, 6, 5]), layers)
+    fold.add(0, np.array([1, 1, 1, 1, 1], dtype=np.int32))  # forgotten: layer 0 again below
+    for k, layer in enumerate(layers):
+        fold.add(k, np.array(times[layer], dtype=np.int32))
+    layer_of, lt = fold.parts(dur)
+    cpu = pl.DataFrame({"dur_ns": dur, **{f"t_{c}": pl.Series(v, dtype=pl.Int32) for c, v in times.items()}})
+    _, want_of, want = layer_table(cpu, layers)
+    assert layer_of.to_list() == want_of.to_list() == [None, 1, 1, None, None]
+    assert lt.equals(want) and lt.rows() == [
+        (0, "sync", 5), (3, "sync", 6), (4, "sync", 5), (0, "launch", 3), (4, "launch", 5)
+    ]  # fmt: skip
+
+
 def test_layer_times_are_held_as_each_slice_s_one_layer_else_its_times():
     """Four slices: 5 ns of sync and 3 of launch in the first (8 ns: two layers), nothing in
     the second (a null counts as nothing), all 7 ns of the third in launch (its one layer), 6 ns
@@ -138,28 +161,26 @@ def test_layer_times_are_held_as_each_slice_s_one_layer_else_its_times():
 
 
 def test_the_graph_holds_every_layer_time_of_the_slices(SHARED_TRACES: Path, monkeypatch):
-    """The long table gives back, per slice and layer, the time `cpu_nodes` computed (its
-    `t_<layer>` columns, a null as zero), on a trace with Python frames and slices that lie in
-    two layers (two slices of b200_eager_rank0: each moment is counted once, by layer priority)."""
-    from traceanalyzer.analyses import dependency_graph as dg
+    """The long table gives back, per slice and layer, the time `slice_kinds` computed (each
+    layer's times as folded, `LayerFold.add`), on a trace with Python frames and slices that lie
+    in two layers (two slices of b200_eager_rank0: each moment is counted once, by layer priority)."""
+    from traceanalyzer.analyses import graph_table as gt
     from traceanalyzer.analyses.graph_nodes import KIND_LAYERS
 
     seen = {}
-    cpu_nodes = dg.cpu_nodes
+    add = gt.LayerFold.add
 
-    def keep(*args, **kwargs):
-        cpu, forks = cpu_nodes(*args, **kwargs)
-        seen["cpu"] = cpu.clone()
-        return cpu, forks
+    def keep(self, k, t):
+        seen[KIND_LAYERS[k]] = t.astype(np.float64)  # (a copy: the native fold reuses its array)
+        add(self, k, t)
 
-    monkeypatch.setattr(dg, "cpu_nodes", keep)
+    monkeypatch.setattr(gt.LayerFold, "add", keep)
     g = Session(load(str(SHARED_TRACES / "b200_eager_rank0.json.gz"))).dependency_model.graph
-    cpu = seen["cpu"]
-    assert 1000 < cpu.height < g.nodes.height and not any(c.startswith("t_") for c in g.nodes.columns)
+    n = len(seen["untraced"])
+    assert 1000 < n < g.nodes.height and not any(c.startswith("t_") for c in g.nodes.columns)
     for layer in KIND_LAYERS:
-        want = cpu[f"t_{layer}"].fill_null(0).cast(pl.Float64).to_numpy()
         got = g.layer_ns([layer])
-        assert np.array_equal(got[: cpu.height], want) and not got[cpu.height :].any(), layer
+        assert np.array_equal(got[:n], seen[layer]) and not got[n:].any(), layer
     assert (g.layer_ns(["python"]) > 0).any()
     assert g.layer_times.group_by("node").len()["len"].max() == 2  # a slice in two layers
     assert g.layer_of.null_count() < g.layer_of.len() / 10  # nearly every slice: one layer

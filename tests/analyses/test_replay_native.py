@@ -25,9 +25,11 @@ import pytest
 
 from tests.analyses import test_whatif
 from traceanalyzer.analyses import replay as rp
+from traceanalyzer.analyses.dependency_graph import build_graph
 from traceanalyzer.analyses.whatif import Scenario
 from traceanalyzer.load import load
 from traceanalyzer.load import native as ln
+from traceanalyzer.options import Options
 from traceanalyzer.session import Session
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
@@ -69,10 +71,10 @@ def _both(p: rp.Prepared, *args, binds: bool = True, zero_lag: np.ndarray | None
     # own given per node or per sync (the only nodes whose own time a replay reads): one schedule
     dur, own, *rest = args
     syncs = p.sync_nodes()
-    if len(own) == len(p.ts):
+    if len(own) == p.nodes:
         other = np.asarray(own)[syncs]
     else:
-        other = np.zeros(len(p.ts), np.int64)
+        other = np.zeros(p.nodes, np.int64)
         other[syncs] = own
     for use_native in (True, False):
         _equal(rp.replay(p, dur, other, *rest, use_native=use_native, **kw), fast)
@@ -108,7 +110,7 @@ def test_small_graph_by_hand():
     assert p.ts.dtype == p.lag.dtype == np.int64
     assert p.start_off.tolist() == [0, 0, 1, 2, 5] and p.start_idx.tolist() == [0, 1, 3, 4, 5]
     assert p.end_off.tolist() == [0, 0, 0, 1, 1] and p.end_idx.tolist() == [2]
-    s = _both(p, dur, own)
+    s = s0 = _both(p, dur, own)
     assert s.start_ns.tolist() == [0, 5, 10, 0]
     assert s.end_ns.tolist() == [10, 25, 30, 10]
     assert s.bind.tolist() == [-1, 0, 1, 4]
@@ -122,9 +124,49 @@ def test_small_graph_by_hand():
     s = _both(p, dur, own, np.array([0, 0, 0, -5, 0, 0]), np.array([False, False, False, False, True, True]))
     assert s.start_ns.tolist() == [0, 0, 10, 15] and s.bind.tolist() == [-1, 0, 1, 3]
     assert s.end_ns.tolist() == [10, 20, 20, 25] and s.end_bind.tolist() == [-1, -1, 2, -1]
+    # durations given as int32 (a what-if's, where every one fits): the same schedule
+    _equal(_both(p, dur.astype(np.int32), own), s0)
     # the launch's lag taken away (e0): node 1 runs [0, 20), the call ends at max(12, 20 + 5) = 25
     s = _both(p, dur, own, zero_lag=np.array([True, False, False, False, False, False]))
     assert s.start_ns.tolist()[:3] == [0, 0, 10] and s.end_ns.tolist()[:3] == [10, 20, 25]
+
+
+@native
+def test_small_graph_held_lean():
+    """The small graph with its start edges first (no index of them) and the captured start of
+    its one node without start edges alone: the same schedules; a replay whose cuts leave a
+    node's start to a captured start not held is refused, not guessed."""
+    p, dur, own = _small()
+    # the start edges, then the sync's end edge: edge j of the lean graph is edge first[j]
+    first = np.array([0, 1, 3, 4, 5, 2])
+    lean = rp.Prepared(
+        p.order,
+        p.ts,
+        p.src[first],
+        p.lag[first],
+        p.from_start[first],
+        p.start_off,
+        None,
+        p.end_off,
+        np.array([5], dtype=np.int32),
+    ).keep_starts()
+    assert lean.ts.tolist() == [0] and lean.ts_nodes.tolist() == [0]
+    lean = lean.keep_syncs()  # the one sync's end offsets alone
+    assert lean.end_nodes.tolist() == [2] and lean.end_off.tolist() == [0, 1] and lean.end_idx.tolist() == [5]
+    assert lean.end_offsets().tolist() == p.end_off.tolist() and lean.sync_nodes().tolist() == [2]
+    assert lean.is_sync(2) and not lean.is_sync(1) and lean.end_edges(2).tolist() == [5]
+    assert lean.start_edges(3).tolist() == [2, 3, 4] and lean.starts().tolist() == [0, 0, 0, 0]
+    for cut in (None, np.array([False, False, True, False, False, False]), np.array([0, 0, 0, 0, 1, 1], bool)):
+        lean_cut = None if cut is None else cut[first]
+        a, b = _both(p, dur, own, None, cut), _both(lean, dur, own, None, lean_cut)
+        assert a.start_ns.tolist() == b.start_ns.tolist() and a.end_ns.tolist() == b.end_ns.tolist()
+        assert [first[k] if k >= 0 else -1 for k in b.bind.tolist()] == a.bind.tolist()
+    with pytest.raises(ValueError, match="end_nodes needs sorted, distinct nodes, each with an end edge"):
+        rp.replay(replace(lean, end_off=np.array([0, 0], dtype=np.int32), end_idx=lean.end_idx[:0]), dur, own)
+    every = np.array([False, False, True, True, True, False])  # node 3's three start edges
+    for use_native in (True, False):
+        with pytest.raises(ValueError, match="node 3 has no live start edge"):
+            rp.replay(lean, dur, own, None, every, use_native=use_native)
 
 
 @native
@@ -132,6 +174,21 @@ def test_native_checks_its_arrays():
     p, dur, own = _small()
     with pytest.raises(ValueError, match="one value per node"):
         rp.replay(p, dur[:3], own, use_native=True)
+    with pytest.raises(ValueError, match="dur needs one value per node"):  # int64 read as int32: twice as long
+        ln.replay_loop(force=True)(
+            *(p.order, p.ts, p.src, p.lag, p.from_start.view(np.uint8), p.start_off, p.start_idx, p.end_off),
+            *(
+                p.end_idx,
+                dur.astype(np.int64),
+                own.astype(np.int64),
+                None,
+                np.zeros(4, np.int64),
+                np.zeros(4, np.int64),
+            ),
+            None,
+            None,
+            dur32=True,
+        )
     with pytest.raises(ValueError, match="one value per edge"):
         rp.replay(p, dur, own, None, np.zeros(5, bool), use_native=True)
     with pytest.raises(ValueError, match="zero_lag need one value per edge"):
@@ -189,9 +246,22 @@ def test_switch(monkeypatch):
 @native
 @pytest.mark.parametrize("name", SHARED, ids=lambda p: Path(p).name[:30])
 def test_shared_traces_same_schedule(name):
-    model = Session(load(str(TRACES / name))).dependency_model
+    session = Session(load(str(TRACES / name)))
+    model = session.dependency_model
     p = model.prepared
-    assert len(p.ts) > 1000  # a real graph
+    assert p.nodes > 1000  # a real graph
+    # held: the start edges first (no index of them), the captured starts of the nodes without
+    # start edges alone; the captured start of every node is the capture's, as built
+    assert p.start_idx is None and p.ts_nodes is not None and len(p.ts) == len(p.ts_nodes) < 100
+    assert np.array_equal(p.ts_nodes, np.flatnonzero(np.diff(p.start_off) == 0))
+    graph = build_graph(session.trace, session.activity, Options().patterns.collective_pattern)
+    captured = graph.nodes["ts_ns"].cast(pl.Int64).to_numpy()
+    assert np.array_equal(p.ts, captured[p.ts_nodes])
+    full = rp.prepare(graph.nodes, graph.edges)
+    assert full.ts_nodes is None and full.start_idx is None and np.array_equal(full.ts, captured)
+    # and the end offsets of the syncs alone (a few, not n + 1)
+    assert p.end_nodes is not None and len(p.end_off) == len(p.end_nodes) + 1 < p.nodes / 10
+    assert np.array_equal(p.end_offsets(), full.end_off) and np.array_equal(p.sync_nodes(), full.sync_nodes())
     for sc in SCENARIOS:
         dur, own, zero_lag, cut = model._apply(sc)
         s = _both(p, dur, own, None, cut, zero_lag=zero_lag)
@@ -201,7 +271,8 @@ def test_shared_traces_same_schedule(name):
         if sc == Scenario():
             _equal(s, model.base)
             # nothing changed: the lags reproduce every captured start
-            assert np.array_equal(s.start_ns, p.ts)
+            assert np.array_equal(s.start_ns, captured)
+            _equal(_both(full, dur, own, None, cut, zero_lag=zero_lag), s)
     # the graph's lags as int32 (every one fits), read by the native loop as such: the schedule
     # of the same lags given as int64
     assert p.lag.dtype == np.int32 and model.graph.edges["lag_ns"].dtype == pl.Int32

@@ -123,7 +123,7 @@ def walk_back(
             # the indexes as the replay keeps them, int32 (read in place, no int64 copies)
             *(np.ascontiguousarray(a, dtype=np.int32) for a in (sched.bind, sched.end_bind, p.src)),
             np.ascontiguousarray(p.from_start, dtype=np.bool_).view(np.uint8),
-            np.ascontiguousarray(p.end_off, dtype=np.int32),
+            None,  # (no end offsets: a node's end binding is an edge only where it is a sync's)
         ]
         out = Segments.of(*(np.frombuffer(b, dtype=np.int64) for b in fn(*arrays)))
         del arrays

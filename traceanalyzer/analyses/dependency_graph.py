@@ -110,9 +110,10 @@ def build_graph(
         *(i.select("start_ns", "end_ns") for i in act.cumulative),
     ]
     clock = ThreadClock.of(threads, ends)
-    cpu, forks = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
+    cpu, forks, layers = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
     # the layer times as a long table of those above zero, at once: no later step copies them
-    cpu, layer_of, layer_times = layer_table(cpu, KIND_LAYERS)
+    # (on the clock folded so already, `slice_kinds`)
+    cpu, layer_of, layer_times = layer_table(cpu, KIND_LAYERS) if layers is None else (cpu, *layers)
     gpu = gpu_nodes(trace, collective_pattern)
     clocked = "_th" in cpu.columns  # then node v is row v, and the thread number stands for pid and tid
     if not clocked:
@@ -287,7 +288,8 @@ def build_graph(
     # the edges in one table (one chunk: read as numpy arrays in place) only now, and handed to
     # the calibration alone, which lets each column go once it has it in order (the parts, a
     # copy of every edge, leave `edges` as they are read)
-    nodes, e = calibrate(nodes, _edge_table(edges))
+    # (the start edges first: the replay's adjacency then holds no index of them, 4 MB at 311 MB)
+    nodes, e = calibrate(nodes, _edge_table(edges), start_first=True)
     nodes = narrow(nodes, ["dur_ns"])  # Int64 until calibrated: it reads an Int64 in place, copies an Int32
     e = narrow(e, ["lag_ns"])  # nearly every lag is 0 or small: held through every what-if (4 MB fewer at 311 MB)
     # a node's own time is its duration but at the syncs: only those are kept (`column`)

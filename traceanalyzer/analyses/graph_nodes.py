@@ -19,7 +19,15 @@ import polars as pl
 from traceanalyzer.analyses.cpu_activity import LAYERS, THREAD, CpuActivity, launch_calls, main_thread
 from traceanalyzer.analyses.graph_table import narrow, trim_heap
 from traceanalyzer.analyses.intervals import covered
-from traceanalyzer.analyses.slice_kinds import CPU_KINDS, KIND_LAYERS, THREAD_WAIT, WORK_LAYERS, coverages, slice_kinds
+from traceanalyzer.analyses.slice_kinds import (
+    CPU_KINDS,
+    KIND_LAYERS,
+    THREAD_WAIT,
+    WORK_LAYERS,
+    Layers,
+    coverages,
+    slice_kinds,
+)
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.trace import Trace
@@ -139,10 +147,11 @@ def _layer_times(s: pl.DataFrame, act: CpuActivity, clock: ThreadClock | None) -
 
 def cpu_nodes(
     trace: Trace, act: CpuActivity, threads: pl.DataFrame, wait_ns: int, clock: ThreadClock | None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame, Layers | None]:
     """The CPU slices with their runtime call, innermost op, layer times and kind (see
-    `dependency_graph`), and the forks (pid, gap_a, gap_b: gaps of the main thread while
-    another launching thread works)."""
+    `dependency_graph`), the forks (pid, gap_a, gap_b: gaps of the main thread while
+    another launching thread works), and on the clock the layer times as the graph holds them
+    (`graph_table.layer_table`'s two parts; None: they are the slices' t_<layer> columns)."""
     # each row's thread number, once per table: the slices and the innermost calls and ops read it
     numbers = {"ops": clock.numbers(trace.ops), "runtime": clock.numbers(trace.runtime)} if clock else None
     s = slices(trace, threads, clock, numbers)
@@ -155,8 +164,8 @@ def cpu_nodes(
         del numbers, inner_rt
         del rt
         trim_heap()  # the searches' arrays, freed, under the layer times made next
-        s, forks = slice_kinds(act, s, wait_ns, clock, main_thread(trace))
-        return narrow(s, ["runtime_id", "op_id"]), forks
+        s, forks, layers = slice_kinds(act, s, wait_ns, clock, main_thread(trace))
+        return narrow(s, ["runtime_id", "op_id"]), forks, layers
     s = innermost_containing(s, rt, "runtime_id", "runtime_id")
     s = innermost_containing(s, trace.ops, "op_id", "op_id")
     del rt
@@ -199,7 +208,7 @@ def cpu_nodes(
     # no names: `DependencyGraph.names` gathers them by id (runtime_id and op_id are row numbers)
     # narrow now what no join of `build_graph` reads (threads stay Int64 until the joins are done)
     ids_and_times = ["runtime_id", "op_id", *(f"t_{n}" for n in (*LAYERS, "untraced"))]
-    return narrow(s.drop("_idle", "_main", "_wait", "_kind"), ids_and_times), forks
+    return narrow(s.drop("_idle", "_main", "_wait", "_kind"), ids_and_times), forks, None
 
 
 def _kind_code(s: pl.DataFrame) -> pl.Series:

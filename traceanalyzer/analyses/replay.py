@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -65,7 +65,16 @@ class Prepared:
     node v's start edges are `start_idx[start_off[v]:start_off[v + 1]]` (edge indexes, in edge
     order), its `to_end` edges likewise in `end_off` / `end_idx`. `ts` is int64, `lag` int32
     where every lag fits (as the graph holds them) else int64, the indexes (`order`, `src`, the
-    offsets and edge indexes) all of one type, `index`: int32 unless the graph is too big for it."""
+    offsets and edge indexes) all of one type, `index`: int32 unless the graph is too big for it.
+
+    Two arrays may be left out (4 and 8 MB at 311 MB, held through every what-if):
+    `start_idx` is None where the start edges are the first edges, in destination order (as
+    `build_graph` orders them: edge j is the j-th start edge); and `ts_nodes`, when set, names
+    the nodes whose captured start `ts` holds (sorted; `keep_starts`): a replay reads a node's
+    captured start only when none of its start edges is live, so a model that cuts no start
+    edge keeps those of the nodes without start edges alone (5 of 1.0 M at 311 MB); and `end_nodes`,
+    when set, names the syncs (sorted) whose end edges' offsets `end_off` holds (`keep_syncs`:
+    a few thousand offsets, not n + 1)."""
 
     order: np.ndarray
     ts: np.ndarray
@@ -73,9 +82,16 @@ class Prepared:
     lag: np.ndarray
     from_start: np.ndarray
     start_off: np.ndarray
-    start_idx: np.ndarray
+    start_idx: np.ndarray | None
     end_off: np.ndarray
     end_idx: np.ndarray
+    ts_nodes: np.ndarray | None = None
+    end_nodes: np.ndarray | None = None
+
+    @property
+    def nodes(self) -> int:
+        """The number of nodes."""
+        return len(self.start_off) - 1
 
     @property
     def index(self) -> np.dtype:
@@ -85,19 +101,72 @@ class Prepared:
     def sync_nodes(self) -> np.ndarray:
         """The nodes whose end `to_end` edges set (the syncs), in node order: what a replay's
         `own` may be given for alone."""
-        return np.flatnonzero(np.diff(self.end_off) > 0)
+        return self.end_ranges()[0].astype(np.int64)
+
+    def end_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The syncs (sorted) and the offsets of their `to_end` edges in `end_idx` (one more)."""
+        if self.end_nodes is not None:
+            return self.end_nodes, self.end_off
+        syncs = np.flatnonzero(np.diff(self.end_off) > 0)
+        return syncs, np.append(self.end_off[syncs], self.end_off[-1]).astype(self.end_off.dtype)
+
+    def keep_syncs(self) -> Prepared:
+        """This graph holding the end offsets of its syncs alone (`end_nodes`)."""
+        syncs, off = self.end_ranges()
+        return replace(self, end_off=off, end_nodes=syncs.astype(self.index))
+
+    def end_offsets(self) -> np.ndarray:
+        """The end edges' offsets of every node (n + 1), as `end_off` holds them without `end_nodes`."""
+        if self.end_nodes is None:
+            return self.end_off
+        count = np.zeros(self.nodes, dtype=np.int64)
+        count[self.end_nodes] = np.diff(self.end_off)
+        return np.concatenate([[0], np.cumsum(count)]).astype(self.end_off.dtype)
 
     def start_edges(self, v: int) -> np.ndarray:
         """Node v's start edges."""
+        if self.start_idx is None:  # the first edges: edge j is the j-th start edge
+            return np.arange(self.start_off[v], self.start_off[v + 1], dtype=self.index)
         return self.start_idx[self.start_off[v] : self.start_off[v + 1]]
+
+    def keep_starts(self) -> Prepared:
+        """This graph holding the captured starts of the nodes without start edges alone
+        (`ts_nodes`): a replay that cuts no start edge reads no other."""
+        if self.ts_nodes is not None:
+            return self
+        free = np.flatnonzero(self.start_off[1:] == self.start_off[:-1]).astype(self.index)
+        return replace(self, ts=np.ascontiguousarray(self.ts[free]), ts_nodes=free)
+
+    def starts(self, cut: np.ndarray | None = None) -> np.ndarray:
+        """The captured start of every node (int64; 0 where `ts` holds none), for a replay that
+        cuts the edges `cut`: an error if a node's start no live edge sets is not held."""
+        if self.ts_nodes is None:
+            return self.ts
+        n = self.nodes
+        full = np.zeros(n, dtype=np.int64)
+        full[self.ts_nodes] = self.ts
+        live = np.diff(self.start_off).astype(np.int64)
+        if cut is not None and live.any():
+            edges = np.arange(len(self.src)) if self.start_idx is None else self.start_idx
+            gone = cut[edges[: int(self.start_off[-1])]]
+            np.subtract.at(live, np.repeat(np.arange(n), np.diff(self.start_off))[gone], 1)
+        held = np.zeros(n, dtype=np.bool_)
+        held[self.ts_nodes] = True
+        unset = np.flatnonzero((live == 0) & ~held)
+        if len(unset):
+            raise ValueError(f"replay: node {int(unset[0])} has no live start edge and no captured start in ts")
+        return full
 
     def end_edges(self, v: int) -> np.ndarray:
         """Node v's `to_end` edges (none: not a sync)."""
-        return self.end_idx[self.end_off[v] : self.end_off[v + 1]]
+        j = v if self.end_nodes is None else int(np.searchsorted(self.end_nodes, v))
+        if self.end_nodes is not None and (j >= len(self.end_nodes) or self.end_nodes[j] != v):
+            return self.end_idx[:0]
+        return self.end_idx[self.end_off[j] : self.end_off[j + 1]]
 
     def is_sync(self, v: int) -> bool:
         """Node v's end is set by `to_end` edges."""
-        return self.end_off.item(v + 1) > self.end_off.item(v)
+        return len(self.end_edges(v)) > 0
 
 
 def native_kernel(name: str, force: bool = False) -> Any:
@@ -139,19 +208,13 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     ts, end_ns = int64_values(nodes["ts_ns"]), int64_values(nodes["end_ns"])
     # the indexes held: items are below 2n, edge indexes below m (and the offsets at most m)
     ix = np.int32 if 2 * n < 2**31 and len(src) < 2**31 else np.int64
-    by_dst = len(dst) < 2 or bool((dst[1:] >= dst[:-1]).all())  # as `calibrate` orders them
-    start_off, start_idx = _csr(dst, ~to_end, n, ix, by_dst)
-    end_off, end_idx = _csr(dst, to_end, n, ix, by_dst)
+    start_off, start_idx = _csr(dst, ~to_end, n, ix)
+    end_off, end_idx = _csr(dst, to_end, n, ix)
+    if len(start_idx) and start_idx[0] == 0 and start_idx[-1] == len(start_idx) - 1:
+        start_idx = None  # the start edges first, in destination order (`build_graph`): the identity
     it = np.int32 if 8 * n < 2**31 else np.int64  # the ordering's work arrays: the ties are below 8n
-    is_sync = np.diff(end_off) > 0
-    sync_ids = np.flatnonzero(is_sync).astype(it)
+    sync_ids = np.flatnonzero(np.diff(end_off) > 0).astype(it)
     node = np.arange(n, dtype=it)
-    end_item = np.where(is_sync, node + it(n), node)  # the item at which a node's end is known
-    del is_sync
-    src_i, dst_i = src.astype(it, copy=False), dst.astype(it, copy=False)
-    before = np.concatenate([np.where(fs & ~to_end, src_i, end_item[src]), sync_ids])
-    after = np.concatenate([np.where(to_end, dst_i + it(n), dst_i), sync_ids + it(n)])
-    del src_i, dst_i, end_item
     lane = (nodes["lane"] == "gpu").to_numpy().astype(it)
     t = np.concatenate([ts, end_ns[sync_ids]])
     # by time, then end-first, lane and item: the last three as one integer (items are below
@@ -167,6 +230,13 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     late = order >= n  # or n + the sync's node
     order[late] = sync_ids[order[late] - n].astype(np.int64) + n
     del late
+    # the dependencies, checked against that order (made after the sort: 9 MB fewer at its peak)
+    end_item = np.arange(n, dtype=it)  # the item at which a node's end is known
+    end_item[sync_ids] += it(n)
+    src_i, dst_i = src.astype(it, copy=False), dst.astype(it, copy=False)
+    before = np.concatenate([np.where(fs & ~to_end, src_i, end_item[src]), sync_ids])
+    after = np.concatenate([np.where(to_end, dst_i + it(n), dst_i), sync_ids + it(n)])
+    del src_i, dst_i, end_item
     pos = np.zeros(2 * n, dtype=it)
     pos[order] = np.arange(len(order), dtype=it)
     if not bool((pos[before] < pos[after]).all()):
@@ -176,15 +246,13 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     return Prepared(order, ts, src, lag, fs, start_off, start_idx, end_off, end_idx)
 
 
-def _csr(
-    dst: np.ndarray, keep: np.ndarray, n: int, ix: type = np.int64, by_dst: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
+def _csr(dst: np.ndarray, keep: np.ndarray, n: int, ix: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
     """Offsets (n + 1) and edge indexes of the kept edges grouped by destination, each group in
-    edge order (a stable sort by destination; none when the edges are in destination order
-    already, `by_dst`), both of dtype `ix`."""
+    edge order (a stable sort by destination; none when the kept edges are in destination order
+    already, as `calibrate` orders them), both of dtype `ix`."""
     idx = np.flatnonzero(keep)
     d = dst[idx]
-    if not by_dst:
+    if len(d) > 1 and not bool((d[1:] >= d[:-1]).all()):
         idx = idx[np.argsort(d, kind="stable")]
     off = np.zeros(n + 1, dtype=ix)
     np.cumsum(np.bincount(d, minlength=n), out=off[1:])
@@ -231,16 +299,18 @@ def replay(
     binds: bool = True,
     zero_lag: np.ndarray | None = None,
 ) -> Schedule:
-    """Re-schedule the graph with these durations (`own`: a sync's own time, per node or per sync
-    in `Prepared.sync_nodes` order, as only a sync's end reads it), edge lags (default:
-    the captured ones) and edges cut (`cut[k]`: edge k no longer binds, e.g. a removed sync).
+    """Re-schedule the graph with these durations (int64, or int32 read as such: 4 MB fewer at 311 MB;
+    `own`: a sync's own time, per node or per sync in `Prepared.sync_nodes` order, as only a
+    sync's end reads it), edge lags (default: the captured ones) and edges cut (`cut[k]`: edge k
+    no longer binds, e.g. a removed sync).
     `zero_lag[k]`: edge k's lag taken as 0 (a byte per edge where a changed copy of the lags
     took eight). `binds=False`: the times only, no binding edges (`Schedule.bind` None: two arrays of n fewer,
     16 MB at 311 MB, for a caller that reads only times).
     The native loop when built and enabled (`load.native.enabled`), else `_replay`;
     `use_native` forces one (False: Python; True: native, which must be built)."""
-    n = len(p.ts)
-    dur = np.ascontiguousarray(dur, dtype=np.int64)
+    n = p.nodes
+    dur = np.asarray(dur)
+    dur = np.ascontiguousarray(dur, dtype=dur.dtype if dur.dtype in (np.int32, np.int64) else np.int64)
     own = np.ascontiguousarray(own, dtype=np.int64)
     lag = p.lag if lag is None else np.ascontiguousarray(lag, dtype=np.int64)  # given: int64
     cut = None if cut is None else np.ascontiguousarray(cut, dtype=np.bool_)
@@ -261,7 +331,8 @@ def replay(
     fs = p.from_start.view(np.uint8)
     args = (p.order, p.ts, p.src, lag, fs, p.start_off, p.start_idx, p.end_off, p.end_idx, dur, own)
     as_u8 = lambda a: None if a is None else a.view(np.uint8)  # noqa: E731
-    fn(*args, as_u8(cut), start, end, bind, end_bind, zero_lag=as_u8(zero_lag), lag32=lag.dtype == np.int32)
+    kw = {"zero_lag": as_u8(zero_lag), "lag32": lag.dtype == np.int32, "ts_nodes": p.ts_nodes, "end_nodes": p.end_nodes}
+    fn(*args, as_u8(cut), start, end, bind, end_bind, dur32=dur.dtype == np.int32, **kw)
     return Schedule(start, end, bind, end_bind)
 
 
@@ -276,8 +347,8 @@ def _replay(
 ) -> Schedule:
     """The replay loop in Python (the fallback of the native one, and its reference): the arrays
     become lists for the loop's duration, as indexing numpy scalars is several times slower."""
-    n = len(p.ts)
-    ts, order = p.ts.tolist(), p.order.tolist()
+    n = p.nodes
+    ts, order = p.starts(cut).tolist(), p.order.tolist()
     dur_l, own_l = dur.tolist(), own.tolist()
     lag_l = (lag if zero_lag is None else np.where(zero_lag, 0, lag)).tolist()
     if len(own_l) != n:  # one per sync: spread over the nodes for the loop (n values, as lists are)
@@ -286,7 +357,8 @@ def _replay(
             full[v] = o
         own_l = full
     src, fs = p.src.tolist(), p.from_start.tolist()
-    so, si, eo, ei = p.start_off.tolist(), p.start_idx.tolist(), p.end_off.tolist(), p.end_idx.tolist()
+    si = range(len(p.src)) if p.start_idx is None else p.start_idx.tolist()
+    so, eo, ei = p.start_off.tolist(), p.end_offsets().tolist(), p.end_idx.tolist()
     cut_l = None if cut is None else cut.tolist()
     start = [0] * n
     end = [0] * n
@@ -323,32 +395,3 @@ def _replay(
     if not binds:
         return Schedule(*times, None, None)
     return Schedule(*times, np.array(bind, dtype=p.index), np.array(end_bind, dtype=p.index))
-
-
-def step_times(
-    graph_steps: pl.DataFrame, sched: Schedule, trace_steps: pl.DataFrame, gpu_launch: pl.DataFrame
-) -> pl.DataFrame:
-    """step, start_ns, end_ns of each step window in the replayed schedule, by the one definition
-    of a step (`trace.extend_steps`) applied to replayed times. `gpu_launch`: node, launch_node
-    (the slice that starts each GPU activity's launch call)."""
-    from traceanalyzer.trace import extend_steps
-
-    # the nodes' times gathered from the schedule's arrays themselves (a Series of each copied
-    # them: 16 MB per replay at 311 MB)
-    def at(times: np.ndarray, nodes: pl.Series) -> pl.Series:
-        return pl.Series(times[nodes.cast(pl.Int64).to_numpy()], dtype=pl.Int64)
-
-    st = graph_steps.filter(pl.col("first_node").is_not_null() & pl.col("last_node").is_not_null())
-    ranges = trace_steps.select("step", "name", "pid", "tid", "op_id").join(
-        st.select("step", "first_node", "last_node"), on="step"
-    )
-    ranges = ranges.with_columns(
-        cpu_start_ns=at(sched.start_ns, ranges["first_node"]), cpu_end_ns=at(sched.end_ns, ranges["last_node"])
-    ).drop("first_node", "last_node")
-    g = gpu_launch.with_columns(
-        launch_ts_ns=pl.when(pl.col("launch_node").is_not_null()).then(
-            at(sched.start_ns, gpu_launch["launch_node"].fill_null(0))
-        ),
-        end_ns=at(sched.end_ns, gpu_launch["node"]),
-    )
-    return extend_steps(ranges, g).select("step", "start_ns", "end_ns").sort("start_ns")

@@ -6,18 +6,21 @@ On the thread clock (`ThreadClock`) the slices come in key order, every thread's
 contiguous and in time order, with no null time; so all of it is computed here on int64 arrays,
 a layer at a time (the running maximum that picks the kind, the work seen so far), and each
 column is made once, at its final width: a polars column per helper (the layers' cumulative
-unions, their differences, the flags) cost 0.25 s and ~100 MB at 311 MB. `graph_nodes` keeps the
-same rules in polars for the slices of a trace no clock holds.
+unions, their differences, the flags) cost 0.25 s and ~100 MB at 311 MB. Each layer's times go
+straight into the form the graph holds them in (`graph_table.LayerFold`), not into a column per
+layer (28 MB at 311 MB). `graph_nodes` keeps the same rules in polars for the slices of a trace
+no clock holds (its t_<layer> columns then go through `graph_table.layer_table`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, CpuActivity
+from traceanalyzer.analyses.graph_table import LayerFold
 from traceanalyzer.analyses.replay import native_kernel
 from traceanalyzer.analyses.thread_clock import ThreadClock
 
@@ -47,11 +50,14 @@ def coverages(
     # the unions as `cumulative_unions` left them (on its bands): `act.cumulative` makes a keyed
     # copy of each (pid, tid, ...) at every call
     for index in act.unions:
+        if id(index) not in done:
+            done.clear()  # the previous union's times go before the next are made (8 MB at 311 MB)
         if id(index) not in done and fn is not None:
             # both ends of every slice in one merge, natively (ten passes over the slices in numpy)
             out = np.empty(len(th), dtype=np.int64)
             fn(th, a, b, clock.span, clock.lo, *clock.index_arrays(index, act.bands), out)
             done = {id(index): out}
+            del out
         elif id(index) not in done:
             until = clock.until(index, act.bands)
             to_end = until(th, b)
@@ -63,26 +69,23 @@ def coverages(
         yield done[id(index)]
 
 
-def _column(name: str, values: np.ndarray, bounds: tuple[int, int] | None = None) -> pl.Series:
-    """An int64 array as a column, Int32 where every value fits (`graph_table.narrow`'s rule;
-    `bounds`: its least and largest value, if known)."""
-    lo, hi = bounds if bounds is not None else (values.min(), values.max()) if len(values) else (0, 0)
-    fits = lo >= INT32[0] and hi <= INT32[1]
-    column = pl.Series(name, values)
-    return column.cast(pl.Int32) if fits else column
+Layers = tuple[pl.Series, pl.DataFrame]  # `graph_table.layer_table`'s layer_of and long table
+Sink = Callable[[int, np.ndarray], None]  # takes layer k's time in every slice (KIND_LAYERS order)
 
 
 def slice_kinds(
     act: CpuActivity, s: pl.DataFrame, wait_ns: int, clock: ThreadClock, main: tuple[int, int] | None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame, Layers]:
     """`graph_nodes.cpu_nodes` on the clock: the slices `s` (ts_ns, end_ns, _th in key order,
-    runtime_id, op_id) with t_<layer> and t_untraced, lane, kind and dur_ns; and the forks
-    (pid, gap_a, gap_b) of the main thread `main`."""
+    runtime_id, op_id) with lane, kind and dur_ns; the forks (pid, gap_a, gap_b) of the main
+    thread `main`; and the slices' layer times as `graph_table.layer_table` holds them (folded
+    a layer at a time, `LayerFold`: no t_<layer> column is made)."""
     th, a, b = (
         np.ascontiguousarray(s[c].cast(pl.Int64).to_numpy(), dtype=np.int64) for c in ("_th", "ts_ns", "end_ns")
     )
     fold = native_kernel("fold_layer")
-    times, code, busy, untraced_all = (_fold_native if fold is not None else _fold_numpy)(th, a, b, act, clock)
+    layers = LayerFold(b - a, KIND_LAYERS)
+    code, busy, untraced_all = (_fold_native if fold is not None else _fold_numpy)(th, a, b, act, clock, layers.add)
     me = thread_number(clock, main)
     is_main = th == me
     idle = ~busy
@@ -104,64 +107,73 @@ def slice_kinds(
     del code
     dur = b - a  # (in place: np.where's temporaries were 16 MB at the build's peak, 311 MB)
     dur[wait] = 0
-    del wait, th, a, b
+    parts = layers.parts(dur)
+    del wait, th, a, b, layers
     # the lane a byte per slice, as `build_graph` casts it (a string per slice was 16 MB at 311 MB)
     lane = pl.lit("cpu", dtype=pl.Enum(["cpu", "gpu"]))
-    return s.with_columns(*times, lane=lane, kind=kind, dur_ns=dur), forks
+    return s.with_columns(lane=lane, kind=kind, dur_ns=dur), forks, parts
 
 
-Folded = tuple[list[pl.Series], np.ndarray, np.ndarray, np.ndarray]
+Folded = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _fold_numpy(th: np.ndarray, a: np.ndarray, b: np.ndarray, act: CpuActivity, clock: ThreadClock) -> Folded:
-    """Per slice, the time of each layer and of no layer (the t_<layer> columns), the kind code
-    (the first layer of the largest time), whether a work layer covers any of it, and whether
-    no layer does: a layer at a time on numpy arrays (the fallback of `_fold_native`)."""
-    times, best, code, busy, prev = [], None, np.zeros(len(th), dtype=np.int8), np.zeros(len(th), dtype=np.bool_), None
+def _fold_numpy(
+    th: np.ndarray, a: np.ndarray, b: np.ndarray, act: CpuActivity, clock: ThreadClock, sink: Sink
+) -> Folded:
+    """Per slice the kind code (the first layer of the largest time), whether a work layer
+    covers any of it, and whether no layer does; the time of each layer and of no layer handed
+    to `sink` as it is made (KIND_LAYERS order): a layer at a time on numpy arrays (the fallback
+    of `_fold_native`)."""
+    best, code, busy, prev = None, np.zeros(len(th), dtype=np.int8), np.zeros(len(th), dtype=np.bool_), None
     for k, (name, u) in enumerate(zip(LAYERS, coverages(th, a, b, act, clock), strict=True)):
         t = u if prev is None else np.maximum(u - prev, 0)
         prev = u
-        best, times = _kind_step(k, t, best, code, times, name)
+        best = _kind_step(k, t, best, code)
+        sink(k, t)
         if name in WORK_LAYERS:
             busy |= t > 0
         del t
     t = np.maximum(b - a - prev, 0) if prev is not None else b - a
     del prev
-    best, times = _kind_step(len(LAYERS), t, best, code, times, "untraced")
+    best = _kind_step(len(LAYERS), t, best, code)
+    sink(len(LAYERS), t)
     del best
     # other threads: a slice with no event at all is the thread waiting for work
-    return times, code, busy, t == b - a
+    return code, busy, t == b - a
 
 
-def _fold_native(th: np.ndarray, a: np.ndarray, b: np.ndarray, act: CpuActivity, clock: ThreadClock) -> Folded:
-    """`_fold_numpy` with each layer folded in one native pass (`_native.fold_layer`)."""
+def _fold_native(
+    th: np.ndarray, a: np.ndarray, b: np.ndarray, act: CpuActivity, clock: ThreadClock, sink: Sink
+) -> Folded:
+    """`_fold_numpy` with each layer folded in one native pass (`_native.fold_layer`), into one
+    array of the layer's times, handed to `sink` (which keeps what it needs) and written over
+    by the next layer."""
     fold = native_kernel("fold_layer")
     n = len(th)
     prev, best = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     code, busy = np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.uint8)
     span = b - a
     # a layer's time in a slice is between 0 and the slice's length: where no slice is longer than
-    # an Int32 holds, every time column is written as Int32 at once (`_column`'s narrowing)
+    # an Int32 holds, the times are written as Int32 (half the array)
     narrow = not n or (int(span.min()) >= 0 and int(span.max()) <= INT32[1])
-    times = []
-    for k, (name, u) in enumerate(zip(LAYERS, coverages(th, a, b, act, clock), strict=True)):
-        t = np.empty(n, dtype=np.int32 if narrow else np.int64)
-        lo, hi = fold(u, prev, t, best, code.view(np.uint8), busy, k, name in WORK_LAYERS, k == 0)
-        if narrow and (lo < 0 or hi > INT32[1]):  # not a coverage index after all: the reference
-            return _fold_numpy(th, a, b, act, clock)
-        times.append(pl.Series(f"t_{name}", t) if narrow else _column(f"t_{name}", t, (lo, hi)))
-        del t
-    # no layer: the slice's time beyond the union of all of them
-    # (Int32 at once where every slice fits: at most its length; an int64 array and its narrowed
-    # copy were 12 MB at the build's peak, 311 MB)
     t = np.empty(n, dtype=np.int32 if narrow else np.int64)
-    bounds = fold(span, prev, t, best, code.view(np.uint8), busy, len(LAYERS), False, not LAYERS)
+    unions = coverages(th, a, b, act, clock)
+    for k, name in enumerate(LAYERS):
+        # (u let go before the next union's times are made: a zip of the two would hold it)
+        u = next(unions)
+        lo, hi = fold(u, prev, t, best, code.view(np.uint8), busy, k, name in WORK_LAYERS, k == 0)
+        del u
+        if narrow and (lo < 0 or hi > INT32[1]):  # not a coverage index after all: the reference
+            return _fold_numpy(th, a, b, act, clock, sink)
+        sink(k, t)
+    unions.close()
+    # no layer: the slice's time beyond the union of all of them
+    fold(span, prev, t, best, code.view(np.uint8), busy, len(LAYERS), False, not LAYERS)
     del prev, best
     untraced_all = t == span
-    del span
-    times.append(pl.Series("t_untraced", t) if narrow else _column("t_untraced", t, bounds))
-    del t
-    return times, code, busy.view(np.bool_), untraced_all
+    sink(len(LAYERS), t)
+    del span, t
+    return code, busy.view(np.bool_), untraced_all
 
 
 def thread_number(clock: ThreadClock, thread: tuple[int, int] | None) -> int:
@@ -173,18 +185,15 @@ def thread_number(clock: ThreadClock, thread: tuple[int, int] | None) -> int:
     return int(at[0]) if len(at) else -1
 
 
-def _kind_step(
-    k: int, t: np.ndarray, best: np.ndarray | None, code: np.ndarray, times: list[pl.Series], name: str
-) -> tuple[np.ndarray, list[pl.Series]]:
+def _kind_step(k: int, t: np.ndarray, best: np.ndarray | None, code: np.ndarray) -> np.ndarray:
     """Layer k's time `t` into the running maximum `best` (code: the first layer of the largest
-    time, `graph_nodes._kind_code`'s rule) and into the columns, as `t_<name>`."""
+    time, `graph_nodes._kind_code`'s rule)."""
     if best is None:
         best = t.copy()
     else:
         code[t > best] = k
         np.maximum(best, t, out=best)
-    times.append(_column(f"t_{name}", t))
-    return best, times
+    return best
 
 
 def _forks(

@@ -24,7 +24,7 @@ from traceanalyzer.analyses.dependency_graph import DependencyGraph
 from traceanalyzer.analyses.graph_table import trim_heap
 from traceanalyzer.analyses.node_changes import NodeChanges, member, whole_ns
 from traceanalyzer.analyses.op_tree import ancestors
-from traceanalyzer.analyses.replay import Prepared, Schedule, native_kernel, prepare, replay, step_times
+from traceanalyzer.analyses.replay import Prepared, Schedule, native_kernel, prepare, replay
 from traceanalyzer.analyses.scenario import CPU_CAUSES, SCENARIO_CAUSES, Scenario  # noqa: F401 - re-exported
 from traceanalyzer.trace import Trace
 from traceanalyzer.units import Shown, duration_us
@@ -34,6 +34,7 @@ STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
 LANE_COLUMNS = ("thread",)
 
 
+INT32_MAX = 2**31 - 1
 SLICE_ROWS = 1 << 18  # a what-if's expressions run on this many nodes at once (2 MB per float temporary)
 
 
@@ -100,14 +101,14 @@ class Model:
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
         n, e = self.graph.nodes, self.graph.edges
-        self._base = self._replay_capture()
+        ix = pl.Int32 if n.height < 2**31 else pl.Int64  # node numbers as the edges hold them (1.5 -> 0.7 MB)
         self._gpu_launch = (
-            n.select(_node_index(), "lane")  # the columns first: an eager filter copies every column
+            n.select(_node_index().cast(ix), "lane")  # the columns first: an eager filter copies every column
             .filter(pl.col("lane") == "gpu")
             .select("node")
             .join(
                 e.filter(pl.col("etype") == "launch").select(
-                    node=pl.col("dst").cast(pl.Int64), launch_node=pl.col("src").cast(pl.Int64)
+                    node=pl.col("dst").cast(ix), launch_node=pl.col("src").cast(ix)
                 ),
                 on="node",
                 how="left",
@@ -115,16 +116,23 @@ class Model:
             .unique("node", keep="first")
             .sort("node")
         )
-        # The captured times live on in `prepared.ts` and the replay of the capture (`base`,
-        # which reproduces them), the edges' destinations in its adjacency (`prepared`, read by
-        # `_sync_edges_into`) and their sources in `prepared.src` (int32): the tables need not
-        # hold them too (32 MB at 311 MB).
+        # a scenario cuts end edges only (`_apply`), so a replay reads the captured start of the
+        # nodes without start edges alone: the others' go (8 MB at 311 MB, 5 nodes kept), and the
+        # end offsets of the syncs alone are kept (4 MB)
+        self.prepared = self.prepared.keep_starts().keep_syncs()
+        # The captured times live on in the replay of the capture (`base`, which reproduces
+        # them; `prepared.ts` keeps the few a replay reads), the edges' destinations in its
+        # adjacency (`prepared`, read by `_sync_edges_into`) and their sources in `prepared.src`
+        # (int32): the tables need not hold them too (32 MB at 311 MB), and they go before the
+        # capture is replayed (its schedule, 24 MB, is made on top of what is left).
         self.graph = replace(self.graph, nodes=n.drop("ts_ns", "end_ns"), edges=e.drop("src", "dst"))
+        del n, e
         trim_heap()  # the build's numpy transients, under the arrays held from here on
+        self._base = self._replay_capture()
 
     def _replay_capture(self) -> Schedule:
-        n = self.graph.nodes
-        dur = n["dur_ns"].cast(pl.Int64).to_numpy()
+        d = self.graph.nodes["dur_ns"]
+        dur = (d if d.dtype in (pl.Int32, pl.Int64) else d.cast(pl.Int64)).to_numpy()  # Int32 read in place
         # the syncs' own times only: a replay reads no other (8 MB fewer at 311 MB)
         own = self.graph.column_at("own_ns", pl.Series(self.prepared.sync_nodes())).fill_null(0).to_numpy()
         return replay(self.prepared, dur, own)
@@ -243,10 +251,15 @@ class Model:
         n = self.graph.nodes.height
         # a slice of rows at a time (2 MB per float temporary): whole, the float intermediates of
         # every node were held together (a what-if at 311 MB held 90 MB)
-        dur_l = np.empty(n, dtype=np.int64)
+        # int32 while every duration fits (the replay reads either): 4 MB fewer at 311 MB
+        dur_l = np.empty(n, dtype=np.int32)
         for a in range(0, n, SLICE_ROWS):
             rows = slice(a, a + SLICE_ROWS)
-            dur_l[rows] = whole_ns(change.durations(rows))
+            got = whole_ns(change.durations(rows))
+            if dur_l.dtype == np.int32 and len(got) and int(got.max()) > INT32_MAX:
+                dur_l = dur_l.astype(np.int64)
+            dur_l[rows] = got
+            del got
         # own at the syncs only, the one place a replay reads it
         syncs = self.prepared.sync_nodes()
         own = self.graph.column_at("own_ns", pl.Series(syncs)).fill_null(0).cast(pl.Float64).to_numpy()
@@ -308,8 +321,8 @@ class Model:
         """Set `stop` (per edge) on the `to_end` edges of the nodes flagged in `nodes` (per node):
         those the adjacency lists as their end edges (`Prepared.end_idx`, grouped by
         destination), range by range for the few syncs among them."""
-        off = self.prepared.end_off
-        v = np.flatnonzero(nodes & (off[1:] > off[:-1]))
+        syncs, off = self.prepared.end_ranges()
+        v = np.flatnonzero(nodes[syncs])  # (positions among the syncs)
         lo, count = off[v].astype(np.int64), (off[v + 1] - off[v]).astype(np.int64)
         first = np.repeat(np.cumsum(count) - count, count)  # each range's start among the edges taken
         stop[self.prepared.end_idx[np.repeat(lo, count) + np.arange(int(count.sum())) - first]] = True
@@ -322,3 +335,32 @@ class Model:
         names = ops.select(ancestor_id="op_id", _n="name")
         cond = pl.col("_n") == pattern if exact else pl.col("_n").str.contains(pattern)
         return anc.join(names, on="ancestor_id", how="left").filter(cond)["op_id"].unique()
+
+
+def step_times(
+    graph_steps: pl.DataFrame, sched: Schedule, trace_steps: pl.DataFrame, gpu_launch: pl.DataFrame
+) -> pl.DataFrame:
+    """step, start_ns, end_ns of each step window in the replayed schedule, by the one definition
+    of a step (`trace.extend_steps`) applied to replayed times. `gpu_launch`: node, launch_node
+    (the slice that starts each GPU activity's launch call)."""
+    from traceanalyzer.trace import extend_steps
+
+    # the nodes' times gathered from the schedule's arrays themselves (a Series of each copied
+    # them: 16 MB per replay at 311 MB)
+    def at(times: np.ndarray, nodes: pl.Series) -> pl.Series:
+        return pl.Series(times[nodes.cast(pl.Int64).to_numpy()], dtype=pl.Int64)
+
+    st = graph_steps.filter(pl.col("first_node").is_not_null() & pl.col("last_node").is_not_null())
+    ranges = trace_steps.select("step", "name", "pid", "tid", "op_id").join(
+        st.select("step", "first_node", "last_node"), on="step"
+    )
+    ranges = ranges.with_columns(
+        cpu_start_ns=at(sched.start_ns, ranges["first_node"]), cpu_end_ns=at(sched.end_ns, ranges["last_node"])
+    ).drop("first_node", "last_node")
+    g = gpu_launch.with_columns(
+        launch_ts_ns=pl.when(pl.col("launch_node").is_not_null()).then(
+            at(sched.start_ns, gpu_launch["launch_node"].fill_null(0))
+        ),
+        end_ns=at(sched.end_ns, gpu_launch["node"]),
+    )
+    return extend_steps(ranges, g).select("step", "start_ns", "end_ns").sort("start_ns")
