@@ -96,7 +96,7 @@ class Model:
     prepared: Prepared = field(init=False)
     _base: Schedule | None = field(init=False, default=None)  # see `base`
     _replayed: pl.DataFrame | None = field(init=False, default=None)  # the steps of `base`
-    _path: CriticalPath | None = field(init=False, default=None)  # see `critical_path`
+    _walked: bool = field(init=False, default=False)  # see `critical_path`
 
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
@@ -161,11 +161,14 @@ class Model:
         return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
 
     def critical_path(self) -> CriticalPath:
-        """The critical path of every step of the capture (walked once: the nodes' threads,
-        streams and kinds, which only the walk and the path's lanes read, go once it is walked:
-        17 MB at 311 MB, held through every what-if)."""
-        if self._path is not None:
-            return self._path
+        """The critical path of every step of the capture, walked once: the nodes' threads,
+        streams and kinds, which only the walk and the path's lanes read, go once it is walked
+        (17 MB at 311 MB, held through every what-if). The caller holds the path (the Session,
+        as a result): the model does not, so that a command printing only its shares lets its
+        segments go before the what-ifs replay (28 MB at 311 MB); asked twice, it raises."""
+        if self._walked:
+            raise RuntimeError("the critical path is walked once: the Session holds it (Session.critical_path)")
+        self._walked = True
         w = self.windows(self.base)
         if self.graph.nodes.is_empty():  # no timed event at all
             return summarise(walk(self.graph, self.prepared, self.base, w.clear(), []), w.clear())
@@ -175,7 +178,6 @@ class Model:
         self._base = None  # walked: the segments are named and merged without it
         trim_heap()
         path = summarise(segment_table(self.graph, w, walked.pop()), w)
-        self._path = path
         self.graph = replace(self.graph, nodes=self.graph.nodes.drop(*LANE_COLUMNS, "kind", strict=False))
         trim_heap()  # the capture's replay and the walk's arrays
         return path

@@ -204,8 +204,9 @@ def summary_report(ses: Session, top: int, th: dict, lean: bool = False) -> Repo
     # the gap results, while only the Trace is held: the roofline's shapes (+38 MB of transient),
     # the kernel table and the health checks, after which the columns only they read go
     # (`UNREAD`); then the critical path, as the dependency model under it is the
-    # largest thing a summary builds (+145 MB of transient, 82 held) and built while little else
-    # is held it raises the peak least; then the findings, their savings replayed on it. The
+    # largest thing a summary builds (+100 MB of transient, 65 held) and built while little else
+    # is held it raises the peak least; its shares read, its segments go (28 MB); then the
+    # gaps, narrowed to what the rest reads, and the findings, their savings replayed on it. The
     # model goes once they are read; the stage breakdown and the op table (small results, their
     # transients far under that peak) come after, on what is left.
     ses.roofline, ses.kernels, ses.health  # noqa: B018 - computed here for the peak memory
@@ -216,6 +217,10 @@ def summary_report(ses: Session, top: int, th: dict, lean: bool = False) -> Repo
 
         _narrow(ses, UNREAD, cached=True)
     cp = ses.critical_path
+    path_text, path_kinds, path_names = path_headline(cp), shares(cp.by_kind), shares(cp.by_name)
+    if lean:  # the path's segments (28 MB): the shares above are all the summary prints of them
+        del cp
+        ses.release("critical_path")
     if lean:
         # The gaps (the report prints them) before the syncs and the rules, which read a few
         # columns of the gaps and of the classified pieces: the rest goes before the syncs are
@@ -225,10 +230,6 @@ def summary_report(ses: Session, top: int, th: dict, lean: bool = False) -> Repo
         _narrow_gap_results(ses)
     findings = ses.findings_by_saving  # what fixing each would save per step, largest first
     ses.release("dependency_model")  # the path and the savings are read: nothing below replays
-    path_text, path_kinds, path_names = path_headline(cp), shares(cp.by_kind), shares(cp.by_name)
-    if lean:  # the path's segments (28 MB): the shares above are all the summary prints of them
-        del cp
-        ses.release("critical_path")
     ses.stages, ses.ops  # noqa: B018 - computed here for the peak memory
     if lean:
         # Of what the report prints, only the gaps, syncs and stages read the CPU activity or the
