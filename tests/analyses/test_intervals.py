@@ -169,3 +169,22 @@ def test_overlap_join_paths_give_the_same_columns_and_pairs(monkeypatch):
     assert sorted(swept.select("lid", "rid").rows()) == [(0, 0), (1, 1)]
     assert joined.schema == swept.schema and joined.schema["_k"] == pl.Int64
     assert joined.sort("lid", "rid").equals(swept.sort("lid", "rid"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_coverage_index_before_on_numpy_is_the_polars_one(seed, monkeypatch):
+    """`coverage_index`'s `_before` (the time covered before each interval in its group) is the
+    same on numpy's running sums as on polars', and the sum of the group's earlier lengths."""
+    import types
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    df = pl.DataFrame({"g": rng.integers(0, 3, n), "s": rng.integers(0, 500, n)})
+    df = merge(df.with_columns(e=pl.col("s") + pl.Series(rng.integers(0, 30, n))), ["g"], "s", "e")
+    fast = intervals.coverage_index(df, ["g"], presorted=True)
+    monkeypatch.setattr(intervals, "sys", types.SimpleNamespace(modules={}))
+    slow = intervals.coverage_index(df, ["g"], presorted=True)
+    assert fast.equals(slow)
+    rows = df.rows()
+    want = [sum(e - s for g2, s, e in rows[:i] if g2 == g) for i, (g, _, _) in enumerate(rows)]
+    assert fast["_before"].to_list() == want

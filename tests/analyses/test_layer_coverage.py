@@ -93,3 +93,38 @@ def test_banded_coverage_is_the_same_stacked_or_one_index_at_a_time(SHARED_TRACE
     assert stacked.equals(one_by_one)
     assert stacked.equals(covered_many(q, list(act.cumulative), THREAD, "cpu_a", "cpu_b", outs))
     assert int(stacked[outs[-1]].sum()) > 0
+
+
+def test_small_unions_on_numpy_are_the_polars_ones(monkeypatch):
+    """The numpy merge of a small layer (`_merged_small`) and its `_before` give the frames the
+    polars sort, merge and sweep give: random overlapping layers over three threads, tied starts."""
+    import random
+    import types
+
+    import numpy  # noqa: F401  the numpy path needs it imported
+
+    from traceanalyzer.analyses import layer_coverage
+
+    rng = random.Random(7)
+
+    def layer(n):
+        rows = [(rng.choice([1, 2]), rng.choice([5, 6]), rng.randrange(0, 400, 5)) for _ in range(n)]
+        rows.sort()
+        return pl.DataFrame(
+            {
+                "pid": [r[0] for r in rows],
+                "tid": [r[1] for r in rows],
+                "start_ns": [r[2] for r in rows],
+                "end_ns": [r[2] + rng.randrange(0, 60) for r in rows],
+            }
+        )
+
+    layers = [layer(n) for n in (40, 0, 25, 60, 1)]
+    fast, fast_bands = cumulative_unions([f.clone() for f in layers], ["pid", "tid"])
+    monkeypatch.setattr(layer_coverage, "sys", types.SimpleNamespace(modules={}))
+    slow, slow_bands = cumulative_unions([f.clone() for f in layers], ["pid", "tid"])
+    assert fast_bands.keys.equals(slow_bands.keys)
+    assert (fast_bands.span, fast_bands.lo) == (slow_bands.span, slow_bands.lo)
+    assert len(fast) == len(slow) == 5
+    assert all(a.equals(b) for a, b in zip(fast, slow))
+    assert fast[-1].height > 1  # something merged
