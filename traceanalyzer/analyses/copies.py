@@ -27,7 +27,7 @@ from traceanalyzer import chain
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import coverage_index, covered, merge_sorted
+from traceanalyzer.analyses.intervals import collected, coverage_index, covered, filter_rows, merge_sorted
 from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
@@ -107,7 +107,8 @@ def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.Dat
     stream out, measured against that stream's copies, one stream at a time: each union and its
     as-of search go before the next (all at once: +31 MB of transient at 311 MB, three streams of
     70 k kernels each). The rows come back in the order one search over all of them gave."""
-    streams = copies.select("device", pl.col("stream").alias("_cstream")).drop_nulls().unique()
+    # each chain one query (`collected`: three frame calls were three)
+    streams = collected(copies.lazy().select("device", pl.col("stream").alias("_cstream")).drop_nulls().unique())
     if kernels.is_empty() or streams.is_empty():
         return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
     # The kernels sorted once; each copy stream's share filtered from them, in key order, is that
@@ -118,14 +119,16 @@ def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.Dat
     q = copies.select(*keys[:1], "ts_ns", "end_ns", _cstream="stream").with_row_index("_r")
     found, any_kernel = [], False
     for dev, cs in streams.sort(keys).iter_rows():
-        others = ordered.filter((pl.col("device") == dev) & (pl.col("_kstream") != cs)).select(
-            "device", _cstream=pl.lit(cs, cstream), start_ns="ts_ns", end_ns="end_ns"
+        others = collected(
+            ordered.lazy()
+            .filter((pl.col("device") == dev) & (pl.col("_kstream") != cs))
+            .select("device", _cstream=pl.lit(cs, cstream), start_ns="ts_ns", end_ns="end_ns")
         )
         any_kernel |= others.height > 0
         index = coverage_index(merge_sorted(others, keys), keys, presorted=True)
         del others
-        mine = q.filter((pl.col("device") == dev) & (pl.col("_cstream") == cs))
-        found.append(covered(mine, index, keys, "ts_ns", "end_ns", "overlap_ns").select("_r", "overlap_ns"))
+        mine = filter_rows(q, (q.get_column("device") == dev) & (q.get_column("_cstream") == cs))
+        found.append(covered(mine, index, keys, "ts_ns", "end_ns", "overlap_ns")[["_r", "overlap_ns"]])
         del index, mine
     del ordered
     if not any_kernel:  # no union at all: `covered` kept the rows as they were
