@@ -38,7 +38,7 @@ import polars as pl
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, by_gap, rows_at, step_thread_of
 from traceanalyzer.analyses.gap_edges import edge_activities, next_activity
-from traceanalyzer.analyses.intervals import collected, filled, filter_rows, overlap_join, picked, positions
+from traceanalyzer.analyses.intervals import collected, filled, filter_rows, overlap_join, picked, positions, series_of
 from traceanalyzer.analyses.layer_coverage import covered_many, on_bands
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
@@ -131,16 +131,17 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     )
     # The covered times on narrow columns, put alongside in the gaps' order: each `covered`
     # sorts its frame twice, and the gaps carry ~40 columns.
-    q = gaps.select(*THREAD, "start_ns", "cpu_a", "cpu_b", _gs1=start + 1)
+    q = pl.DataFrame([*series_of(gaps, [*THREAD, "start_ns", "cpu_a", "cpu_b"]), (gaps["start_ns"] + 1).alias("_gs1")])
     at_start = covered_many(q, [_on_bands(act)], THREAD, "start_ns", "_gs1", ["_blocked_at_start"], act.bands)
     u = [f"_u{k}" for k in range(len(act.unions))]
     gaps = gaps.hstack([*at_start, *covered_many(q, list(act.unions), THREAD, "cpu_a", "cpu_b", u, act.bands)])
     # A launch that blocks (a pageable cudaMemcpyAsync staging its data) is time blocked, not a
     # slow launch: the copy rules and `sync` speak of it.
     blocking_ids = act.blocking.get_column("runtime_id").implode()
-    gaps = gaps.with_columns(_launch_blocks=pl.col("launch_runtime_id").is_in(blocking_ids).fill_null(False))
+    # the steps below and the causes one lazy query (four frame calls before it were four)
+    lf = gaps.lazy().with_columns(_launch_blocks=pl.col("launch_runtime_id").is_in(blocking_ids).fill_null(False))
     # Each moment of the interval to the first layer covering it (causes.LAYERS).
-    gaps = gaps.with_columns(
+    lf = lf.with_columns(
         [
             (pl.col(f"_u{k}") - (pl.col(f"_u{k - 1}") if k else 0)).clip(0).alias(f"t_{name}")
             for k, name in enumerate(LAYERS)
@@ -148,7 +149,7 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     ).with_columns(
         pl.col("cpu_b").sub(pl.col("cpu_a")).sub(pl.col(f"_u{len(LAYERS) - 1}")).clip(0).alias(f"t_{UNCOVERED}")
     )
-    gaps = gaps.drop([f"_u{k}" for k in range(len(LAYERS))])
+    lf = lf.drop([f"_u{k}" for k in range(len(LAYERS))])
     # The terms below are columns of one lazy query, each computed once in its own stage, and
     # the branches compare columns: the one expression they made (a term used in several
     # branches written out in each) took ~1.4 ms on a DLRM rank's 214 gaps, a sixth of `gaps`.
@@ -210,8 +211,7 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
         .otherwise(pl.col("_by_cpu"))
     )
     return collected(
-        gaps.lazy()
-        .with_columns(**terms)
+        lf.with_columns(**terms)
         .with_columns(_largest=pl.max_horizontal([pl.col(name) for name, _, _ in shares]))
         .with_columns(_by_cpu=by_cpu)
         .with_columns(cause=cause)
@@ -350,22 +350,26 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     )
     del idle
     prev_id, next_id = edge_activities(trace, pieces)
-    pieces = pieces.drop("prev_end_ns").hstack([prev_id, next_id])
+    pieces = pieces[[c for c in pieces.columns if c != "prev_end_ns"]].hstack([prev_id, next_id])  # no query
     del prev_id, next_id
     pieces = next_activity(trace, pieces)
     # The thread whose timeline explains the gap: the one that launched the work ending it,
     # else the step's own thread (its columns joined to the step column alone).
     step = step_thread_of(trace, pieces.select("step", "device"))
-    pieces = pieces.with_columns(
-        pid=pl.coalesce(pl.col("launch_pid"), step.get_column("step_pid")),
-        tid=pl.coalesce(pl.col("launch_tid"), step.get_column("step_tid")),
-    ).drop("launch_pid")
+    pieces = collected(
+        pieces.lazy()
+        .with_columns(
+            pid=pl.coalesce(pl.col("launch_pid"), step.get_column("step_pid")),
+            tid=pl.coalesce(pl.col("launch_tid"), step.get_column("step_tid")),
+        )
+        .drop("launch_pid")
+    )
     del step
     act = activity or CpuActivity.of(trace, opts.patterns.data_loading_pattern)
     pieces = _classify(pieces, act, opts.gaps, trace.ops)  # in gap_id order
     # What the classification's steps left (layer times, helper columns) goes now, not at the
     # end: what is kept and the next activity's name (the start-up's key) go on (1 GB: ~20 MB).
-    pieces = pieces.select(*(c for c in PIECE_COLUMNS if c in pieces.columns), "next_name")
+    pieces = pieces[[*(c for c in PIECE_COLUMNS if c in pieces.columns), "next_name"]]
     # (the gaps of a cause as five columns filtered by Series, and what is found put at its
     # gap's row, gap_id: a filter of the pieces' ~25 columns and a join were a query each)
     narrow = pl.DataFrame([pieces.get_column(c) for c in ("gap_id", "pid", "tid", "cpu_a", "cpu_b")])
@@ -379,7 +383,8 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     rt_call = _longest_other_call(trace, rc, act.runtime_other.get_column("runtime_id"))
     pieces = pieces.hstack(by_gap(pieces.height, rt_call))
     del narrow, cause
-    pieces = pieces.hstack([_init_key(trace, pieces)]).drop("next_name")
+    pieces = pieces.hstack([_init_key(trace, pieces)])
+    pieces = pieces[[c for c in pieces.columns if c != "next_name"]]
     first_step = trace.steps.sort("start_ns")["step"][0] if trace.steps.height >= 2 else None
     boundaries = (
         wins.filter(pl.col("step").is_not_null())["start_ns"].unique().sort() if first_step is not None else None
@@ -389,7 +394,7 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     if startup.end_ns is not None:
         phase = pl.when(pl.col("start_ns") < startup.end_ns).then(pl.lit("startup", dtype=PHASE_DTYPE)).otherwise(phase)
     # Only what the readers read is kept (PIECE_COLUMNS): the rest were steps of the classification.
-    pieces = pieces.with_columns(phase=phase).select(PIECE_COLUMNS)
+    pieces = collected(pieces.lazy().with_columns(phase=phase).select(PIECE_COLUMNS))
     return ClassifiedGaps(
         pieces, per_window, act.blocking, act.data_ranges, startup.end_ns, startup.window_ns, startup.busy_ns
     )
