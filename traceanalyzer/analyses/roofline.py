@@ -32,6 +32,7 @@ import polars as pl
 from traceanalyzer import chain
 from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.intervals import filter_rows
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
 from traceanalyzer.analyses.work_model import KEYS, MODELLED_NAMES, NO_MODEL, work_table
@@ -291,7 +292,9 @@ def analyse_roofline(
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
     # the columns first: a filter copies every column of the rows it keeps
     host_copy = ((pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)).fill_null(False)
-    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy)
+    gpu = chain.collect(
+        trace.gpu.lazy().select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy)
+    )
     # Only ops the model knows by name can have work (`work_table`): the others, three in four
     # calls, are left out before their argument texts are copied (17 MB of a 311 MB trace's
     # 300k calls). Each call keeps the row of its (name, shape) in the work table, `_k`, not
@@ -300,10 +303,12 @@ def analyse_roofline(
     ops = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(named).drop("kind"))
     work = work_table(ops).with_row_index("_k")
     cand = chain.collect(
-        ops.lazy().join(work.lazy().select(*KEYS, "_k", "reason"), on=KEYS, how="inner", nulls_equal=True)
-    ).select("op_id", "_k", "reason")
+        ops.lazy()
+        .join(work.lazy().select(*KEYS, "_k", "reason"), on=KEYS, how="inner", nulls_equal=True)
+        .select("op_id", "_k", "reason")
+    )
     del ops
-    modelled = cand.filter(pl.col("reason").is_null())
+    modelled = filter_rows(cand, cand.get_column("reason").is_null())  # by Series below SMALL_ROWS
     # Report at the outermost modelled op: drop every modelled op that has one around it.
     around = (
         ancestors(trace.ops, modelled["op_id"])

@@ -176,15 +176,15 @@ def analyse_syncs(
     bundle = Options.of(options)
     opts = bundle.syncs
     blocking = blocking if blocking is not None else blocking_calls(trace)
-    waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API))
+    waits = trace.runtime.lazy().filter(pl.col("name").str.contains(GPU_WAIT_API))  # in the concat's query
     # each chain of frame steps is one polars query (`chain.collect`), run as the eager calls were
     calls = pl.concat(
-        [blocking.lazy().with_columns(_blocking=pl.lit(True)), waits.lazy().with_columns(_blocking=pl.lit(False))],
+        [blocking.lazy().with_columns(_blocking=pl.lit(True)), waits.with_columns(_blocking=pl.lit(False))],
         how="diagonal_relaxed",
     ).pipe(chain.collect)
-    step_table = windows.step_windows(trace).select("step", step_ns=pl.col("end_ns") - pl.col("start_ns"))
+    step_table = windows.step_windows(trace)  # the steps' time summed by Series (a select was a query)
     n_steps = windows.step_count(trace)
-    total_ns = int(step_table["step_ns"].sum() or 0)
+    total_ns = int((step_table.get_column("end_ns") - step_table.get_column("start_ns")).sum() or 0)
     if calls.is_empty():
         empty = pl.DataFrame(schema={c: pl.Null for c in SYNC_COLUMNS})
         return SyncsResult(
@@ -202,12 +202,12 @@ def analyse_syncs(
     gaps = charged_gaps(trace, bundle, classified)
     # The gap the call returned into is its bubble; gaps that opened and closed while it still
     # held the CPU (a pageable copy staged in chunks, say) are idle time while blocked.
-    ends = blocking.select("runtime_id", _call_end="end_ns")
+    ends = blocking.lazy().select("runtime_id", _call_end="end_ns")  # in the bubble's query
     gap_len, after = pl.col("end_ns") - pl.col("start_ns"), pl.col("end_ns") >= pl.col("_call_end")
     bubble = (
         gaps.lazy()
         .filter(pl.col("runtime_id").is_not_null())
-        .join(ends.lazy(), on="runtime_id", how="left")
+        .join(ends, on="runtime_id", how="left")
         .group_by("runtime_id")
         .agg(bubble_ns=gap_len.filter(after).sum(), idle_while_blocked_ns=gap_len.filter(~after).sum())
     )
@@ -217,9 +217,10 @@ def analyse_syncs(
         calls.lazy().join(ctx.lazy(), on="op_id", how="left").join(bubble, on="runtime_id", how="left")
     )
     # A call outside any op (torch.cuda.synchronize() in the loop) is named by its Python line.
-    lines = python_line_at(
-        trace, calls.filter(pl.col("python_frame").is_null()).select("runtime_id", "pid", "tid", "ts_ns"), "runtime_id"
+    outside = chain.collect(
+        calls.lazy().filter(pl.col("python_frame").is_null()).select("runtime_id", "pid", "tid", "ts_ns")
     )
+    lines = python_line_at(trace, outside, "runtime_id")
     calls = calls.lazy().join(lines.lazy().rename({"python_frame": "_line"}), on="runtime_id", how="left")
     kind = (
         pl.when(~pl.col("_blocking"))
@@ -328,7 +329,8 @@ def analyse_syncs(
         )
     )
     per_step = (
-        step_table.join(agg, on="step", how="left", nulls_equal=True)
+        step_table.select("step", step_ns=pl.col("end_ns") - pl.col("start_ns"))
+        .join(agg, on="step", how="left", nulls_equal=True)
         .with_columns(pl.col("syncs", "sync_points").fill_null(0), pl.col("blocked_ns", "bubble_ns").fill_null(0))
         .select(
             "step",
