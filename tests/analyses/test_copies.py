@@ -270,3 +270,30 @@ def test_blocked_ns_by_row_and_by_join():
     shifted = SimpleNamespace(runtime=rt.with_columns(pl.col("runtime_id") + 10))
     assert _blocked_ns(shifted, ids + 10, blocking + 10).to_list() == [40, None, 0, 20, 0]
     assert _blocked_ns(SimpleNamespace(runtime=rt), pl.Series("runtime_id", [99, 1]), blocking).to_list() == [0, 20]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_overlap_by_row_on_numpy_is_covered(seed):
+    """`_covered_by_row` (each copy's search alone, no sort) gives each copy the overlap `covered`
+    gives it (random kernels merged per key, copies with ties and zero lengths)."""
+    import numpy as np
+
+    from traceanalyzer.analyses.copies import _covered_by_row
+    from traceanalyzer.analyses.intervals import coverage_index, covered, merge
+
+    rng = np.random.default_rng(seed)
+    keys = ["device", "_cstream"]
+    n, m = 30, 40
+    kern = pl.DataFrame(
+        {"device": rng.integers(0, 2, m), "_cstream": rng.integers(0, 2, m), "ts": rng.integers(0, 300, m)}
+    )
+    kern = kern.with_columns(te=pl.col("ts") + pl.Series(rng.integers(0, 40, m)))
+    index = coverage_index(merge(kern, keys, "ts", "te"), keys, presorted=True)
+    q = pl.DataFrame(
+        {"device": rng.integers(0, 2, n), "_cstream": rng.integers(0, 3, n), "ts_ns": rng.integers(0, 300, n)}
+    )
+    q = q.with_columns(end_ns=pl.col("ts_ns") + pl.Series(rng.integers(0, 50, n))).with_row_index("_r")
+    fast = _covered_by_row(q, index, keys)
+    slow = covered(q, index, keys, "ts_ns", "end_ns", "overlap_ns").select("_r", "overlap_ns").sort("_r")
+    assert fast is not None and fast.equals(slow)
+    assert fast["overlap_ns"].sum() > 0

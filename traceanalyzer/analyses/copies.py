@@ -25,9 +25,18 @@ import polars as pl
 
 from traceanalyzer import chain
 from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.arrays import asof_covered
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
-from traceanalyzer.analyses.intervals import collected, coverage_index, covered, filter_rows, merge_sorted
+from traceanalyzer.analyses.intervals import (
+    SMALL_ROWS,
+    collected,
+    coverage_index,
+    covered,
+    filled,
+    filter_rows,
+    merge_sorted,
+)
 from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
@@ -94,11 +103,10 @@ def compute_kernels(trace: Trace, collective_pattern: str) -> pl.DataFrame:
     names = kernels.get_column("name")
     distinct = names.unique()
     hits = distinct.filter(distinct.fill_null("").str.contains(collective_pattern))
-    if hits.len():
-        null_hit = hits.null_count() > 0
-        comm = names.is_in(hits.drop_nulls().implode()).fill_null(null_hit)
-        kernels = kernels.filter(~comm)
-    return kernels.drop("name")
+    if hits.len():  # the filter and the drop one query
+        comm = pl.col("name").is_in(hits.drop_nulls().implode()).fill_null(hits.null_count() > 0)
+        return chain.collect(kernels.lazy().filter(~comm).drop("name"))
+    return kernels[[c for c in kernels.columns if c != "name"]]
 
 
 def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
@@ -128,17 +136,31 @@ def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.Dat
         index = coverage_index(merge_sorted(others, keys), keys, presorted=True)
         del others
         mine = filter_rows(q, (q.get_column("device") == dev) & (q.get_column("_cstream") == cs))
-        found.append(covered(mine, index, keys, "ts_ns", "end_ns", "overlap_ns")[["_r", "overlap_ns"]])
+        by_row = _covered_by_row(mine, index, keys)
+        found.append(by_row if by_row is not None else covered(mine, index, keys, "ts_ns", "end_ns", "overlap_ns"))
         del index, mine
     del ordered
     if not any_kernel:  # no union at all: `covered` kept the rows as they were
         return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
-    at = pl.concat(found)
+    at = pl.concat([f[["_r", "overlap_ns"]] for f in found])
     overlap = (
         pl.Series("overlap_ns", [0], pl.Int64).new_from_index(0, copies.height).scatter(at["_r"], at["overlap_ns"])
     )
     # `covered` over every copy sorted them by end, then by start (its two as-of searches)
     return copies.hstack([overlap.fill_null(0)]).sort("end_ns").sort("ts_ns")
+
+
+def _covered_by_row(q: pl.DataFrame, index: pl.DataFrame, keys: list[str]) -> pl.DataFrame | None:
+    """`covered`'s overlap_ns of each copy in `q` (_r, overlap_ns), by numpy's search of each row
+    alone (`asof_covered`): the rows go back by `_r`, so the two sorts `covered` makes (a query
+    each) are not needed. None (`covered`) off numpy, for large or empty frames, null times."""
+    if index.is_empty() or q.is_empty() or q.height + index.height >= SMALL_ROWS:
+        return None
+    until_b, until_a = asof_covered(q, index, "end_ns", keys), asof_covered(q, index, "ts_ns", keys)
+    if until_b is None or until_a is None:
+        return None
+    d = until_b - until_a  # clipped at 0 by `zip_with`, as `covered`
+    return pl.DataFrame([q.get_column("_r"), d.zip_with(d > 0, filled(0, d.len(), d.dtype)).alias("overlap_ns")])
 
 
 # The GPU table's columns a copy's row reads (the other dozen are not carried through the joins).
