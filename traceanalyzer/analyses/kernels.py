@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses.attribution import named_ops
 from traceanalyzer.options import KernelOptions, Options
 from traceanalyzer.patterns import (
@@ -146,8 +147,9 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
     opts = Options.of(options).kernels
     # the columns read, then the rows: a filter copies every column it keeps (the GPU table's
     # 23 columns: +58 MB of peak at 311 MB, these ~+19 MB)
-    k = (
-        trace.gpu.select(
+    k = chain.collect(  # one query (three frame calls were three)
+        trace.gpu.lazy()
+        .select(
             "name",
             "op_id",
             "dur_ns",

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import polars as pl
 
+from traceanalyzer import chain
 from traceanalyzer.analyses import work_conv, work_matmul, work_memory
 from traceanalyzer.analyses.work_args import Args, Work
 
@@ -86,7 +87,7 @@ def work_table(ops: pl.DataFrame) -> pl.DataFrame:
     `reason` is null where the model gave numbers. The Python model runs once per combination
     (shapes repeat: tens of thousands of calls share a few hundred), and remembers the last
     16k combinations' work across traces (`_model_memo`)."""
-    distinct = ops.filter(pl.col("name").is_in(MODELLED_NAMES)).select(KEYS).unique()
+    distinct = chain.collect(ops.lazy().filter(pl.col("name").is_in(MODELLED_NAMES)).select(KEYS).unique())  # one query
     rows = []
     for name, dims, types, concrete in distinct.iter_rows():
         w = _model_memo(name, dims, types, concrete)
