@@ -146,8 +146,9 @@ def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.Dat
     overlap = (
         pl.Series("overlap_ns", [0], pl.Int64).new_from_index(0, copies.height).scatter(at["_r"], at["overlap_ns"])
     )
-    # `covered` over every copy sorted them by end, then by start (its two as-of searches)
-    return copies.hstack([overlap.fill_null(0)]).sort("end_ns").sort("ts_ns")
+    overlap = overlap.fill_null(0) if overlap.null_count() else overlap
+    # `covered` over every copy sorted them by end, then by start (its two as-of searches): one query
+    return chain.collect(copies.hstack([overlap]).lazy().sort("end_ns").sort("ts_ns"))
 
 
 def _covered_by_row(q: pl.DataFrame, index: pl.DataFrame, keys: list[str]) -> pl.DataFrame | None:

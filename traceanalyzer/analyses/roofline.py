@@ -328,7 +328,7 @@ def analyse_roofline(
     # The kernels' patterns matched once per distinct name (a trace of 300 MB has ~100 among
     # 90k activities), then `any` per op; each op's device is the most frequent (the lowest of
     # equally frequent ones) by counting (device, op) pairs, not a `mode` per group.
-    names = owned["name"].drop_nulls().unique()
+    names = chain.collect(owned.lazy().select(pl.col("name").drop_nulls().unique())).get_column("name")  # a set
     is_kernel = pl.col("kind") == "kernel"
 
     def flag(pattern: str) -> pl.Expr:
