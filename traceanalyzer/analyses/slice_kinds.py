@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analyses.cpu_activity import LAYERS, CpuActivity
-from traceanalyzer.analyses.graph_table import LayerFold
+from traceanalyzer.analyses.graph_table import INT32, LayerFold
 from traceanalyzer.analyses.replay import native_kernel
 from traceanalyzer.analyses.thread_clock import ThreadClock
 
@@ -30,7 +30,6 @@ WORK_LAYERS = ("data_loading", "sync", "runtime_call", "launch", "cpu_op")
 KIND_LAYERS = (*LAYERS, "untraced")
 CPU_KINDS = (*KIND_LAYERS, "thread_wait")
 THREAD_WAIT = len(KIND_LAYERS)
-INT32 = (-(2**31), 2**31 - 1)
 
 
 def coverages(

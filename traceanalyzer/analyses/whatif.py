@@ -21,7 +21,7 @@ import polars as pl
 from traceanalyzer.analyses import windows as win
 from traceanalyzer.analyses.critical_path import CriticalPath, segment_table, summarise, walk, walk_back
 from traceanalyzer.analyses.dependency_graph import DependencyGraph
-from traceanalyzer.analyses.graph_table import trim_heap
+from traceanalyzer.analyses.graph_table import INT32, trim_heap
 from traceanalyzer.analyses.node_changes import NodeChanges, member, whole_ns
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.replay import Prepared, Schedule, native_kernel, prepare, replay
@@ -34,7 +34,6 @@ STEP_COLUMNS = ("step_ns", "replayed_ns", "predicted_ns", "saving_ns")
 LANE_COLUMNS = ("thread",)
 
 
-INT32_MAX = 2**31 - 1
 SLICE_ROWS = 1 << 18  # a what-if's expressions run on this many nodes at once (2 MB per float temporary)
 
 
@@ -101,7 +100,7 @@ class Model:
     def __post_init__(self) -> None:
         self.prepared = prepare(self.graph.nodes, self.graph.edges)
         n, e = self.graph.nodes, self.graph.edges
-        ix = pl.Int32 if n.height < 2**31 else pl.Int64  # node numbers as the edges hold them (1.5 -> 0.7 MB)
+        ix = pl.Int32 if n.height <= INT32[1] else pl.Int64  # node numbers as the edges hold them (1.5 -> 0.7 MB)
         self._gpu_launch = (
             n.select(_node_index().cast(ix), "lane")  # the columns first: an eager filter copies every column
             .filter(pl.col("lane") == "gpu")
@@ -258,7 +257,7 @@ class Model:
         for a in range(0, n, SLICE_ROWS):
             rows = slice(a, a + SLICE_ROWS)
             got = whole_ns(change.durations(rows))
-            if dur_l.dtype == np.int32 and len(got) and int(got.max()) > INT32_MAX:
+            if dur_l.dtype == np.int32 and len(got) and int(got.max()) > INT32[1]:
                 dur_l = dur_l.astype(np.int64)
             dur_l[rows] = got
             del got
