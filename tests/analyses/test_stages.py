@@ -213,3 +213,28 @@ def test_named_ops_by_chain_are_op_contexts_op(SHARED_TRACES, monkeypatch):
     got = attribution.named_ops(trace, ids).sort("op_id")
     want = attribution.op_context(trace, ids).select("op_id", "op").sort("op_id")
     assert got.height == want.height > 1000 and got.equals(want)
+
+
+@pytest.mark.parametrize("numpy_imported", [True, False])
+def test_priority_breakdown_by_hand(numpy_imported, monkeypatch):
+    """Layers a [0,10) [20,30), b [5,25), then a again [35,38); steps [0,15) and [15,40).
+    a: 10 and 10, +3 in step 2 from its second layer; b adds [10,15) and [15,20) to the union, 5
+    each; the rest is the remainder: none of step 1, 25 - 10 - 5 - 3 = 7 of step 2. The same
+    numbers on numpy's arrays and in Series calls."""
+    import sys
+
+    import numpy  # noqa: F401 - the numpy path is taken where numpy is imported
+
+    from traceanalyzer.analyses.stages import _breakdown_numpy, priority_breakdown
+
+    if not numpy_imported:
+        monkeypatch.delitem(sys.modules, "numpy")
+
+    def iv(*pairs):
+        return pl.DataFrame({"start_ns": [p[0] for p in pairs], "end_ns": [p[1] for p in pairs]})
+
+    layers = [("a", iv((20, 30), (0, 10))), ("b", iv((5, 25))), ("a", iv((35, 38)))]
+    wins = pl.DataFrame({"step": [1, 2], "start_ns": [0, 15], "end_ns": [15, 40]})
+    got = priority_breakdown(layers, wins, "rest")
+    assert (_breakdown_numpy(layers, wins, "rest") is not None) == numpy_imported
+    assert got.rows() == [(1, "a", 10), (2, "a", 13), (1, "b", 5), (2, "b", 5), (1, "rest", 0), (2, "rest", 7)]
