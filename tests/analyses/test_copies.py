@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -102,7 +103,8 @@ def test_pinned_copy_hidden_under_compute_on_side_stream(tmp_path):
     assert by["DtoH"]["overlap_fraction"] == 0 and by["DtoH"]["exposed_us"] == 100 and by["DtoH"]["blocked_us"] is None
 
 
-def test_each_copy_stream_against_the_kernels_of_the_others(tmp_path):
+@pytest.mark.parametrize("numpy_imported", [True, False])
+def test_each_copy_stream_against_the_kernels_of_the_others(tmp_path, numpy_imported, monkeypatch):
     # Kernels on streams 7 [0, 100), 20 [50, 150) and 30 [200, 300) µs of device 0. A copy on
     # stream 20 over [60, 260) is hidden by 7 over [60, 100) and 30 over [200, 260): 100 of 200;
     # one on stream 7 over [80, 220) by 20 over [80, 150) and 30 over [200, 220): 90 of 140; one
@@ -117,7 +119,10 @@ def test_each_copy_stream_against_the_kernels_of_the_others(tmp_path):
            correlation=10 + i, bytes=1000)
         for i, (s, ts, dur) in enumerate(copies)
     ]  # fmt: skip
-    r = analyse_copies(load(_write(tmp_path, events)))
+    trace = load(_write(tmp_path, events))
+    if not numpy_imported:  # the frame version (`_overlap_by_arrays` declines)
+        monkeypatch.delitem(sys.modules, "numpy", raising=False)
+    r = analyse_copies(trace)
     got = {
         (row["stream"], row["start_us"]): (row["overlap_fraction"], row["exposed_us"]) for row in r.copies.to_dicts()
     }
@@ -297,3 +302,35 @@ def test_overlap_by_row_on_numpy_is_covered(seed):
     slow = covered(q, index, keys, "ts_ns", "end_ns", "overlap_ns").select("_r", "overlap_ns").sort("_r")
     assert fast is not None and fast.equals(slow)
     assert fast["overlap_ns"].sum() > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_overlap_on_arrays_is_the_frame_version(seed, monkeypatch):
+    """`_overlap_with_compute` on numpy's arrays (`_overlap_by_arrays`) and by frames: the same
+    overlap per copy, in the same row order (random kernels and copies on three streams of two
+    devices, ties and zero lengths)."""
+    import numpy as np
+
+    from traceanalyzer.analyses.copies import _overlap_by_arrays, _overlap_with_compute
+
+    rng = np.random.default_rng(seed)
+    m, n = 60, 25
+    ts = rng.integers(0, 400, m)
+    kernels = pl.DataFrame(
+        {
+            "device": rng.integers(0, 2, m),
+            "_kstream": rng.integers(7, 10, m),
+            "ts_ns": ts,
+            "end_ns": ts + rng.integers(0, 40, m),
+        }
+    )
+    cs = rng.integers(0, 400, n)
+    copies = pl.DataFrame(
+        {"gpu_id": np.arange(n), "device": rng.integers(0, 2, n), "stream": rng.integers(7, 10, n), "ts_ns": cs,
+         "end_ns": cs + rng.integers(0, 60, n)}
+    )  # fmt: skip
+    streams = copies.select("device", _cstream="stream").unique()
+    fast = _overlap_by_arrays(copies, kernels, streams)
+    assert fast is not None and fast["overlap_ns"].sum() > 0
+    monkeypatch.delitem(sys.modules, "numpy")
+    assert fast.equals(_overlap_with_compute(copies, kernels))

@@ -90,3 +90,35 @@ def overlap_pairs(
     a, b, c, d = a[li], b[li], c[ri], d[ri]
     keep = ((c >= a) & (c < b) & (d > a)) | ((c < a) & (a < d))
     return pl.Series(li[keep]).cast(pl.UInt32), pl.Series(ri[keep]).cast(pl.UInt32)
+
+
+def union_sorted(us, ue, s, e) -> tuple:
+    """The disjoint sorted union (us, ue) (int64 arrays, empty for none) and intervals (s, e)
+    sorted by start, as one disjoint sorted union: the rows merged by start (a search for where
+    each of (s, e) goes), then one sweep (a run ends where a start passes every earlier end, as
+    `intervals.merge_sorted`); ends before starts are the caller's to rule out."""
+    np = sys.modules["numpy"]
+    if us.size:
+        at = np.searchsorted(us, s, side="right") + np.arange(s.size)
+        mine = np.zeros(us.size + s.size, bool)
+        mine[at] = True
+        ms, me = np.empty(mine.size, np.int64), np.empty(mine.size, np.int64)
+        ms[at], me[at], ms[~mine], me[~mine] = s, e, us, ue
+    else:
+        ms, me = s, e
+    reach = np.maximum.accumulate(me)
+    new = np.ones(ms.size, bool)
+    new[1:] = ms[1:] > reach[:-1]
+    last = np.ones(ms.size, bool)
+    last[:-1] = new[1:]
+    return ms[new], reach[last]
+
+
+def covered_until(us, ue, before, x):
+    """`intervals._covered_until` on arrays: the time of a disjoint sorted union (us, ue;
+    `before`: the time it covers before each interval) from -inf to each x, the interval
+    starting last by x binary searched, counted up to x or its end; 0 before the first."""
+    np = sys.modules["numpy"]
+    i = np.searchsorted(us, x, side="right") - 1
+    at = np.maximum(i, 0)
+    return np.where(i >= 0, before[at] + np.minimum(x, ue[at]) - us[at], 0)

@@ -19,13 +19,14 @@ Definitions (all per copy):
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import polars as pl
 
 from traceanalyzer import chain
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.arrays import asof_covered
+from traceanalyzer.analyses.arrays import asof_covered, covered_until, union_sorted
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import (
@@ -38,6 +39,7 @@ from traceanalyzer.analyses.intervals import (
     merge_sorted,
 )
 from traceanalyzer.analyses.op_tree import is_row_number
+from traceanalyzer.links import int64_arrays
 from traceanalyzer.options import CopyOptions, Options
 from traceanalyzer.patterns import COPY_DIRECTION, PAGEABLE_COPY, PINNED_COPY
 from traceanalyzer.reprs import Compact, Unread
@@ -119,6 +121,8 @@ def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.Dat
     streams = collected(copies.lazy().select("device", pl.col("stream").alias("_cstream")).drop_nulls().unique())
     if kernels.is_empty() or streams.is_empty():
         return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
+    if (by_arrays := _overlap_by_arrays(copies, kernels, streams)) is not None:
+        return by_arrays
     # The kernels sorted once; each copy stream's share filtered from them, in key order, is that
     # layer sorted by (device, copy stream, start) already.
     ordered = kernels.sort("device", "ts_ns")
@@ -149,6 +153,42 @@ def _overlap_with_compute(copies: pl.DataFrame, kernels: pl.DataFrame) -> pl.Dat
     overlap = overlap.fill_null(0) if overlap.null_count() else overlap
     # `covered` over every copy sorted them by end, then by start (its two as-of searches): one query
     return chain.collect(copies.hstack([overlap]).lazy().sort("end_ns").sort("ts_ns"))
+
+
+def _overlap_by_arrays(copies: pl.DataFrame, kernels: pl.DataFrame, streams: pl.DataFrame) -> pl.DataFrame | None:
+    """`_overlap_with_compute` on numpy arrays, where numpy is imported: the kernels sorted by
+    start once, each (device, copy stream)'s union of the others swept from them
+    (`arrays.union_sorted`) and its copies' covered time two binary searches
+    (`arrays.covered_until`), where each union, index and search was several queries (and the
+    larger ones a sort and an as-of join). None (the frame version) where a kernel's or copy's
+    time, device or stream is null or not an integer, or a kernel ends before it starts."""
+    if "numpy" not in sys.modules:
+        return None
+    k = int64_arrays([kernels.get_column(c) for c in ("device", "_kstream", "ts_ns", "end_ns")])
+    t = int64_arrays([copies.get_column("ts_ns"), copies.get_column("end_ns")])
+    if k is None or t is None or (k[3] < k[2]).any():
+        return None
+    np = sys.modules["numpy"]
+    order = np.argsort(k[2], kind="stable")
+    kd, ks, kts, kend = (a[order] for a in k)
+    cts, cend = t
+    device, stream = copies.get_column("device"), copies.get_column("stream")
+    overlap, any_kernel = np.zeros(copies.height, np.int64), False
+    for dev, cs in streams.sort("device", "_cstream").iter_rows():
+        others = (kd == dev) & (ks != cs)
+        if not others.any():
+            continue
+        any_kernel = True
+        us, ue = union_sorted(np.empty(0, np.int64), np.empty(0, np.int64), kts[others], kend[others])
+        length = ue - us
+        before = np.cumsum(length) - length
+        mine = ((device == dev) & (stream == cs)).fill_null(False).to_numpy()
+        d = covered_until(us, ue, before, cend[mine]) - covered_until(us, ue, before, cts[mine])
+        overlap[mine] = np.where(d > 0, d, 0)  # clipped at 0, as `intervals.covered`
+    if not any_kernel:  # no union at all: the rows as they were
+        return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
+    # the frame version's order: its search over every copy sorted them by end, then by start
+    return chain.collect(copies.hstack([pl.Series("overlap_ns", overlap)]).lazy().sort("end_ns").sort("ts_ns"))
 
 
 def _covered_by_row(q: pl.DataFrame, index: pl.DataFrame, keys: list[str]) -> pl.DataFrame | None:

@@ -37,6 +37,7 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.analyses import windows
+from traceanalyzer.analyses.arrays import covered_until, union_sorted
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import merge_sorted
 from traceanalyzer.analyses.stage_layers import (
@@ -199,12 +200,12 @@ def _breakdown_numpy(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFrame,
             if (a := int64_arrays([iv.get_column("start_ns"), iv.get_column("end_ns")])) is None or (a[1] < a[0]).any():
                 return None
             order = np.argsort(a[0], kind="stable")
-            us, ue = _union_sorted(np, us, ue, a[0][order], a[1][order])
+            us, ue = union_sorted(us, ue, a[0][order], a[1][order])
         cov = prev * 0
         if us.size:
             length = ue - us
             before = np.cumsum(length) - length
-            d = _until(np, us, ue, before, end) - _until(np, us, ue, before, start)
+            d = covered_until(us, ue, before, end) - covered_until(us, ue, before, start)
             cov = np.where(d > 0, d, 0)  # clipped at 0, as `intervals.covered`
         by_stage[stage] = by_stage.get(stage, 0) + (cov - prev)
         prev = cov
@@ -217,33 +218,6 @@ def _breakdown_numpy(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFrame,
             pl.Series("ns", np.concatenate(list(by_stage.values())), pl.Int64),
         ]
     )
-
-
-def _union_sorted(np, us, ue, s, e) -> tuple:
-    """The disjoint sorted union (us, ue) and intervals (s, e) sorted by start, as one disjoint
-    sorted union: the rows merged by start, then swept (a run ends where a start passes every
-    earlier end, as `intervals.merge_sorted`)."""
-    if us.size:
-        at = np.searchsorted(us, s, side="right") + np.arange(s.size)
-        mine = np.zeros(us.size + s.size, bool)
-        mine[at] = True
-        ms, me = np.empty(mine.size, np.int64), np.empty(mine.size, np.int64)
-        ms[at], me[at], ms[~mine], me[~mine] = s, e, us, ue
-    else:
-        ms, me = s, e
-    reach = np.maximum.accumulate(me)
-    new = np.ones(ms.size, bool)
-    new[1:] = ms[1:] > reach[:-1]
-    last = np.ones(ms.size, bool)
-    last[:-1] = new[1:]
-    return ms[new], reach[last]
-
-
-def _until(np, us, ue, before, x):
-    """`_covered_until` on arrays: the union's time from -inf to each x."""
-    i = np.searchsorted(us, x, side="right") - 1
-    at = np.maximum(i, 0)
-    return np.where(i >= 0, before[at] + np.minimum(x, ue[at]) - us[at], 0)
 
 
 def _wide(times: pl.DataFrame, durations: pl.DataFrame, stages: tuple[str, ...]) -> pl.DataFrame:
