@@ -110,3 +110,28 @@ def test_overlap_join_pairs_match_the_join(seed):
             and ((x["ts_ns"] <= y["r_s"] < x["end_ns"] and y["r_e"] > x["ts_ns"]) or (y["r_s"] < x["ts_ns"] < y["r_e"]))
         ]
         assert pairs == sorted(want)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_union_covered_is_covered_over_the_merged_keys(seed):
+    """`union_covered` (each key's union swept on arrays, two searches a row) gives what
+    `covered` over `merge` by that key gives each query row, and what the merged intervals give
+    worked out by hand: 0 for a key with no interval and for an interval ending before its start."""
+    import numpy as np
+
+    from traceanalyzer.analyses.arrays import union_covered
+
+    rng = random.Random(seed)
+    for _ in range(30):
+        iv = _intervals(rng, rng.randint(1, 50))
+        q = _intervals(rng, rng.randint(1, 20)).rename({"ts_ns": "a", "end_ns": "b"})
+        q = q.with_columns(b=pl.col("b") - pl.lit(rng.choice([0, 30])))  # some end before they start
+        cols = [np.asarray(iv[c].to_list(), np.int64) for c in ("device", "ts_ns", "end_ns")]
+        got = union_covered(*cols, *(np.asarray(q[c].to_list(), np.int64) for c in ("device", "a", "b")))
+        merged = merge(iv, ["device"])
+        want = covered(q.with_row_index("q"), coverage_index(merged, ["device"]), ["device"], "a", "b", "cov")
+        assert got.tolist() == want.sort("q")["cov"].to_list()
+        for row, cov in zip(q.iter_rows(named=True), got.tolist()):
+            mine = merged.filter(pl.col("device") == row["device"]).select("start_ns", "end_ns").rows()
+            assert cov == sum(max(0, min(e, row["b"]) - max(s, row["a"])) for s, e in mine)
+    assert union_covered(*(np.array([0, 0]), np.array([5, 9]), np.array([4, 12])), *(np.array([0]),) * 3) is None

@@ -122,3 +122,27 @@ def covered_until(us, ue, before, x):
     i = np.searchsorted(us, x, side="right") - 1
     at = np.maximum(i, 0)
     return np.where(i >= 0, before[at] + np.minimum(x, ue[at]) - us[at], 0)
+
+
+def union_covered(key, s, e, qkey, a, b):
+    """Per query row (qkey, a, b: int64 arrays): the time inside [a, b] covered by the union of
+    the intervals (s, e) of its key, as `intervals.covered` over `intervals.merge` by that key
+    gives it (0 where its key has none, or b is before a); None where an interval ends before
+    it starts (the frames' version)."""
+    np = sys.modules["numpy"]
+    if (e < s).any():
+        return None
+    order = np.argsort(s, kind="stable")
+    key, s, e = key[order], s[order], e[order]
+    out = np.zeros(len(qkey), np.int64)
+    none = np.empty(0, np.int64)
+    for k in np.unique(qkey):
+        if not (mine := key == k).any():
+            continue
+        us, ue = union_sorted(none, none, s[mine], e[mine])
+        length = ue - us
+        before = np.cumsum(length) - length
+        at = qkey == k
+        d = covered_until(us, ue, before, b[at]) - covered_until(us, ue, before, a[at])
+        out[at] = np.where(d > 0, d, 0)  # clipped at 0, as `intervals.covered`
+    return out
