@@ -164,3 +164,33 @@ def test_findings_without_their_full_evidence_are_the_same_findings(SHARED_TRACE
     assert dl_full.evidence["data_loading_stage_us_per_step"] == stage > 0
     # the other keys, in the order a full finding lists them
     assert [k for k in dl_full.evidence if k != "data_loading_stage_us_per_step"] == list(dl_lean.evidence)
+
+
+def test_a_finding_under_the_floor_gets_no_evidence_or_replay(workers):
+    """Of two findings, one with 0.5 % of the window at stake (under the 1 % floor) and one with
+    50 %, only the second is kept, and only its `Later` evidence and what-if spec are worked out."""
+    from traceanalyzer.findings.engine import Finding, Later, Rule
+
+    ses = Session(workers["workers0"])
+    window = ses.gaps.window_us
+    asked: list[str] = []
+
+    def later(name):
+        return Later(lambda: asked.append("evidence " + name) or name)
+
+    def check(_ses):
+        return [
+            Finding("probe", "medium", m, {"who": later(m)}, "", at_stake_us=window * share)
+            for m, share in (("small", 0.005), ("large", 0.5))
+        ]
+
+    def spec(_ses, f):
+        asked.append("replay " + f.message)
+        return "no scenario"
+
+    rule = Rule("probe", "a probe", (), "", check, whatif=spec)
+    kept = evaluate(ses, (rule,))
+    assert [(f.message, f.evidence["who"], f.saving_note) for f in kept] == [("large", "large", "no scenario")]
+    assert asked == ["evidence large", "replay large"]
+    every = Session(ses.trace, Options().with_values({"min_finding_share": 0.0}))
+    assert [f.message for f in evaluate(every, (rule,))] == ["large", "small"]  # most at stake first

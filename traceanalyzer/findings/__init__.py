@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from traceanalyzer.findings import copy_rules, job_rules, memory_rules, overview_rules, roofline_rules, sync_rules
-from traceanalyzer.findings.engine import Finding, Rule, material, ordered
+from traceanalyzer.findings.engine import Finding, Rule, ordered
 from traceanalyzer.findings.savings import SCENARIOS
 from traceanalyzer.session import Session
 from traceanalyzer.trace import Trace
@@ -53,8 +53,8 @@ def evaluate(
     the most time at stake (see `engine.ordered`). `estimate` False leaves out the savings (the
     what-if replays, and the dependency graph they need), `full` False the evidence that needs
     an analysis of its own (`engine.Later`): the same findings and messages, in the same order."""
-    found = [f for r in (RULES if rules is None else rules) for f in r.run(ses, estimate, full)]
-    return ordered(material(found, ses.options.materiality.min_finding_share))
+    floor = ses.options.materiality.min_finding_share  # each rule's run leaves out what is under it
+    return ordered([f for r in (RULES if rules is None else rules) for f in r.run(ses, estimate, full, floor)])
 
 
 def analyse_findings(trace: Trace, options: Any = None) -> list[Finding]:

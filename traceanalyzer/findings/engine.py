@@ -85,17 +85,21 @@ class Rule:
     commands: tuple[str, ...] = ()
     whatif: WhatIfSpec | str = "no what-if scenario for this rule"  # the fix as a scenario, or why none
 
-    def run(self, ses: Session, estimate: bool = True, full: bool = True) -> list[Finding]:
+    def run(self, ses: Session, estimate: bool = True, full: bool = True, floor: float = 0.0) -> list[Finding]:
         """The rule's findings, each stamped with the threshold values it was judged by and the
         saving its what-if scenario predicts (`estimate` False: no saving, no replay; nothing
         else in a finding depends on it). `full` False: no `Later` evidence either (the same
-        findings, severities and messages)."""
+        findings, severities and messages). `floor`: findings whose time at stake is not
+        `material` are left out before their `Later` evidence and their what-if replay are
+        worked out (at 311 MB a third of the replays' time went to a finding then dropped)."""
         values = {name: ses.options.value(name) for name in self.thresholds}
         window = ses.gaps.window_us if ses.trace.has_gpu_work else 0.0
         high = ses.options.materiality.high_finding_share
         out = []
         for f in self.check(ses):
             share = f.at_stake_us / window if f.at_stake_us is not None and window > 0 else None
+            if not material(share, floor):  # left out: nothing more to work out
+                continue
             sev = "medium" if f.severity == "high" and share is not None and share < high else f.severity
             evidence = {
                 k: v.compute() if isinstance(v, Later) else v
@@ -129,10 +133,10 @@ class Rule:
 SEVERITY_ORDER = ("high", "medium", "info")
 
 
-def material(findings: list[Finding], floor: float) -> list[Finding]:
-    """The findings whose GPU time at stake reaches `floor` of the window (and those not about
-    GPU time, whose share is unknown); `floor` 0 keeps all."""
-    return [f for f in findings if f.at_stake_share is None or f.at_stake_share >= floor]
+def material(share: float | None, floor: float) -> bool:
+    """Whether a finding whose GPU time at stake is `share` of the window reaches `floor` (one
+    not about GPU time, whose share is unknown, does); `floor` 0 keeps all."""
+    return share is None or share >= floor
 
 
 def ordered(findings: list[Finding]) -> list[Finding]:
