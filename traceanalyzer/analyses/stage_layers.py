@@ -8,6 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analyses.attribution import distinct_chains
+from traceanalyzer.analyses.intervals import filled, positions
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.analyses.op_tree import is_row_number
 from traceanalyzer.options import PatternOptions
@@ -142,7 +143,6 @@ def _labelled(
     cpu = pl.concat([op_rows, rt_rows])
     g = trace.gpu
     g_op = at(g)
-    memcpy = pl.col("kind") == "memcpy"
     gpu = (
         g.select(
             "ts_ns",
@@ -150,16 +150,27 @@ def _labelled(
             label=pl.lit(pl.concat([gpu_of, pl.Series([empty[1]], dtype=pl.UInt32)])).gather(
                 pl.lit(g_op.fill_null(n_ops))
             ),
-            _copy=pl.when(memcpy & pl.col("name").str.contains(H2D_COPY))
-            .then(pl.lit(1, pl.UInt8))
-            .when(memcpy & pl.col("name").str.contains(D2H_COPY))
-            .then(pl.lit(2, pl.UInt8))
-            .otherwise(pl.lit(0, pl.UInt8)),
+            _copy=pl.lit(_copy_direction(g)),
         )
         .rename({"ts_ns": "start_ns"})
         .filter(pl.col("end_ns") > pl.col("start_ns"))
     )
     return cpu.cast(IV_SCHEMA), gpu.cast(IV_SCHEMA)
+
+
+def _copy_direction(g: pl.DataFrame) -> pl.Series:
+    """Per GPU activity: 1 a host-to-device memcpy, 2 device-to-host, 0 neither (UInt8). The
+    names matched on the memcpy rows alone (a when/then matched every kernel's name: 12 ms of
+    two regular expressions over 93 k names at 311 MB, for 17 k copies)."""
+    copy = (g.get_column("kind") == "memcpy").fill_null(False)
+    rows = positions(copy)
+    out = filled(0, g.height, pl.UInt8)
+    if not rows.len():
+        return out.alias("_copy")
+    names = g.get_column("name").gather(rows)
+    h2d, d2h = names.str.contains(H2D_COPY).fill_null(False), names.str.contains(D2H_COPY).fill_null(False)
+    code = filled(0, rows.len(), pl.UInt8).zip_with(~d2h, filled(2, rows.len(), pl.UInt8))
+    return out.scatter(rows, code.zip_with(~h2d, filled(1, rows.len(), pl.UInt8))).alias("_copy")
 
 
 def pipeline_layers(trace: Trace, opts: PatternOptions, blocked: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
