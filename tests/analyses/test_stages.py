@@ -44,8 +44,21 @@ PUBLISHED = {
 }
 
 
+@pytest.fixture(params=["numpy", "no numpy"])
+def numpy_or_not(request, monkeypatch):
+    """Each test twice: with numpy imported (the breakdown on its arrays, as `summary` runs it)
+    and without (the Series calls, as `stages` alone runs it)."""
+    import sys
+
+    if request.param == "numpy":
+        import numpy  # noqa: F401 - the numpy steps run where it is imported
+    else:
+        monkeypatch.delitem(sys.modules, "numpy", raising=False)
+    return request.param
+
+
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_tensorboard_view_reproduces_the_plugin(SHARED_TRACES, name):
+def test_tensorboard_view_reproduces_the_plugin(SHARED_TRACES, name, numpy_or_not):
     step_us, published = PUBLISHED[name]
     r = analyse_stages(load(SHARED_TRACES / name), view="tensorboard")
     assert r.stages == TENSORBOARD_STAGES and r.table.height == 6
@@ -82,7 +95,7 @@ def _pipeline_trace() -> TraceBuilder:
     return b
 
 
-def test_pipeline_stages_by_hand(tmp_path):
+def test_pipeline_stages_by_hand(tmp_path, numpy_or_not):
     r = analyse_stages(load(_pipeline_trace().write(tmp_path)))
     assert r.stages == PIPELINE_STAGES
     row = r.table.row(0, named=True)
@@ -110,7 +123,7 @@ def test_pipeline_stages_by_hand(tmp_path):
     assert r.total_ns["gpu_idle"] == 265_000 and r.step_total_ns == 1_000_000 and r.average_step_us == 1000
 
 
-def test_mapping_file(tmp_path):
+def test_mapping_file(tmp_path, numpy_or_not):
     b = TraceBuilder()
     b.step(1, 0, 600)
     b.annotation("preprocess", 0, 100)

@@ -194,3 +194,19 @@ def test_a_finding_under_the_floor_gets_no_evidence_or_replay(workers):
     assert asked == ["evidence large", "replay large"]
     every = Session(ses.trace, Options().with_values({"min_finding_share": 0.0}))
     assert [f.message for f in evaluate(every, (rule,))] == ["large", "small"]  # most at stake first
+
+
+def test_idle_while_copies_blocked_on_arrays_is_idle_within(SHARED_TRACES, monkeypatch):
+    """The GPU idle while each blocking copy held the CPU: numpy's arrays (`_idle_by_arrays`)
+    and `gpu_time.idle_within` give each of a100's 75 blocking copies the same ns."""
+    import sys
+
+    import numpy  # noqa: F401 - the numpy steps run where it is imported
+
+    from traceanalyzer.findings.copy_rules import _blocked_idle
+
+    ses = Session.open(SHARED_TRACES / "a100_multistream_syncs.json.gz")
+    fast = _blocked_idle(ses, ses.copies.copies_ns)
+    monkeypatch.delitem(sys.modules, "numpy")
+    slow = _blocked_idle(ses, ses.copies.copies_ns)
+    assert fast.equals(slow) and fast.height == 75 and fast["_idle_ns"].sum() > 0
