@@ -21,6 +21,7 @@ mod buffer;
 mod calibrate;
 mod columns;
 mod events;
+mod fold;
 mod layers;
 mod replay;
 mod scan;
@@ -128,6 +129,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(walk::covered_until, m)?)?;
     m.add_function(wrap_pyfunction!(layers::covered_in, m)?)?;
     m.add_function(wrap_pyfunction!(layers::fold_layer, m)?)?;
+    m.add_function(wrap_pyfunction!(fold::fold_slices, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -267,18 +267,32 @@ def test_native_fold_layer_by_hand():
 @native
 @pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
 def test_slice_kinds_native_and_numpy_agree(name: str, SHARED_TRACES):
-    """Each slice's layer times, kind code, work and emptiness: folded natively and in numpy."""
+    """Each slice's layer times, kind code, work and emptiness: folded natively (every layer in
+    one pass) and in numpy (a layer at a time, into `LayerFold.add`)."""
     from traceanalyzer.analyses import slice_kinds as sk
+    from traceanalyzer.analyses.graph_table import LayerFold
 
     _, act, clock, s = _slices(_shared(SHARED_TRACES, name))
     th, a, b = (np.ascontiguousarray(s[c].cast(pl.Int64).to_numpy()) for c in ("_th", "ts_ns", "end_ns"))
-    seen: dict[str, list] = {"fast": [], "slow": []}
-    sink = lambda name: lambda k, t: seen[name].append((k, t.astype(np.int64)))  # noqa: E731 - (a copy: t is reused)
-    fast = sk._fold_native(th, a, b, act, clock, sink("fast"))
-    slow = sk._fold_numpy(th, a, b, act, clock, sink("slow"))
-    assert [k for k, _ in seen["fast"]] == [k for k, _ in seen["slow"]] == list(range(7))
-    assert all(np.array_equal(x[1], y[1]) for x, y in zip(seen["fast"], seen["slow"], strict=True))
+    seen: list = []
+    slow_fold, fast_fold = LayerFold(b - a, sk.KIND_LAYERS), LayerFold(b - a, sk.KIND_LAYERS)
+
+    def sink(k: int, t: np.ndarray) -> None:
+        seen.append(t.astype(np.int64))
+        slow_fold.add(k, t)
+
+    fast = sk._fold_native(th, a, b, act, clock, fast_fold)
+    slow = sk._fold_numpy(th, a, b, act, clock, sink)
     assert all(np.array_equal(x, y) for x, y in zip(fast, slow, strict=True))
+    assert np.array_equal(fast_fold.full, slow_fold.full) and np.array_equal(fast_fold.count, slow_fold.count)
+    for mine, ref in zip(fast_fold.part, slow_fold.part, strict=True):
+        assert np.array_equal(mine[0][0], np.concatenate([p[0] for p in ref]))
+        assert np.array_equal(mine[0][1], np.concatenate([p[1] for p in ref]))
+    # the two parts `build_graph` keeps, with some slices made waits (duration 0)
+    dur = b - a
+    dur[::7] = 0
+    (lf, lt), (rf, rt) = fast_fold.parts(dur), slow_fold.parts(dur)
+    assert lf.equals(rf) and lt.equals(rt) and lt.height > 0
     assert len(set(fast[0].tolist())) > 2 and fast[1].any()  # several kinds, and busy slices
     # every slice's time is its layers' times (each moment counted once)
-    assert np.array_equal(sum(t for _, t in seen["fast"]), b - a)
+    assert len(seen) == 7 and np.array_equal(sum(seen), b - a)

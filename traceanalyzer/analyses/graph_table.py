@@ -271,6 +271,11 @@ class LayerFold:
                 self.part[j].append((mine, self.span[mine].astype(np.int64)))
         self.full[at] = k
 
+    def fill(self, full: np.ndarray, count: np.ndarray, part: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """The fold of every layer at once (as `add` of each in turn leaves it): `full`, `count`,
+        and per layer its part's slices and times (int64, in slice order)."""
+        self.full, self.count, self.part = full, count, [[p] for p in part]
+
     def parts(self, dur: np.ndarray) -> tuple[pl.Series, pl.DataFrame]:
         """`layer_table`'s layer_of and long table for the slices' durations `dur` (a wait's 0)."""
         n = len(self.span)
