@@ -28,47 +28,73 @@ struct Out {
     end_idx: Vec<i32>,
 }
 
-/// Offsets (n + 1) and edge indexes of the edges `keep` admits, grouped by destination, each
-/// group in edge order.
-fn csr(dst: &[i32], keep: impl Fn(usize) -> bool, n: usize) -> (Vec<i32>, Vec<i32>) {
-    let mut off = vec![0i32; n + 1];
-    for (e, &d) in dst.iter().enumerate() {
-        if keep(e) {
-            off[d as usize + 1] += 1;
+/// Offsets (n + 1) and edge indexes of the start edges and of the `to_end` edges, each grouped
+/// by destination, each group in edge order: one counting sort of both (each offset moved on
+/// as its edges are placed, then back).
+fn csr(dst: &[i32], to_end: &[u8], n: usize) -> [(Vec<i32>, Vec<i32>); 2] {
+    let mut off = [vec![0i32; n + 1], vec![0i32; n + 1]];
+    for (&d, &e) in dst.iter().zip(to_end) {
+        off[(e != 0) as usize][d as usize] += 1;
+    }
+    for o in off.iter_mut() {
+        let mut sum = 0;
+        for x in o.iter_mut() {
+            let c = *x;
+            *x = sum;
+            sum += c;
         }
     }
-    for v in 0..n {
-        off[v + 1] += off[v];
+    let mut idx = [vec![0i32; off[0][n] as usize], vec![0i32; off[1][n] as usize]];
+    for (k, (&d, &e)) in dst.iter().zip(to_end).enumerate() {
+        let w = (e != 0) as usize;
+        let at = &mut off[w][d as usize];
+        idx[w][*at as usize] = k as i32;
+        *at += 1;
     }
-    let mut at: Vec<i32> = off[..n].to_vec();
-    let mut idx = vec![0i32; off[n] as usize];
-    for (e, &d) in dst.iter().enumerate() {
-        if keep(e) {
-            idx[at[d as usize] as usize] = e as i32;
-            at[d as usize] += 1;
-        }
+    // each offset is now its group's end: the next group's start
+    for o in off.iter_mut() {
+        o.copy_within(0..n, 1);
+        o[0] = 0;
     }
-    (off, idx)
+    let [s, e] = off;
+    let [si, ei] = idx;
+    [(s, si), (e, ei)]
+}
+
+/// The items (v: node v's start at ts[v]; n + v: sync v's end at end[v]) by time, then tie
+/// (ends first, CPU before GPU, then the item: numpy's prepare's order). A stable merge sort,
+/// as the nodes come in long sorted runs (each thread's); on one u64 per item where the times'
+/// range and the ties fit it together (a trace of minutes: 36 bits of ns), else on pairs.
+fn time_order(ts: &[i64], end: &[i64], gpu: &[u8], sync: &[usize]) -> Vec<i32> {
+    let n = ts.len();
+    let big = 2 * n as i64;
+    let tie = |v: usize, is_end: bool| -> i64 {
+        if is_end { gpu[v] as i64 * big + (n + v) as i64 } else { 2 * big + gpu[v] as i64 * big + v as i64 }
+    };
+    let times = ts.iter().copied().chain(sync.iter().map(|&v| end[v]));
+    let (lo, hi) = times.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+    let range = (hi as i128 - lo as i128).max(0) as u128;
+    let tie_bits = 64 - ((4 * big) as u64).leading_zeros(); // every tie is below 7n
+    let t_bits = 128 - range.leading_zeros();
+    if t_bits + tie_bits <= 64 {
+        let pack = |t: i64, v: usize, e: bool| (((t - lo) as u64) << tie_bits) | tie(v, e) as u64;
+        let mut keys: Vec<u64> = (0..n).map(|v| pack(ts[v], v, false)).collect();
+        keys.extend(sync.iter().map(|&v| pack(end[v], v, true)));
+        keys.sort();
+        let mask = (1u64 << tie_bits) - 1;
+        return keys.iter().map(|&k| ((k & mask) as i64 % big) as i32).collect();
+    }
+    let mut keys: Vec<(i64, i64)> = (0..n).map(|v| (ts[v], tie(v, false))).collect();
+    keys.extend(sync.iter().map(|&v| (end[v], tie(v, true))));
+    keys.sort();
+    keys.iter().map(|&(_, t)| (t % big) as i32).collect()
 }
 
 fn run(ts: &[i64], end: &[i64], gpu: &[u8], src: &[i32], dst: &[i32], fs: &[u8], to_end: &[u8]) -> Option<Out> {
     let n = ts.len();
-    let (start_off, start_idx) = csr(dst, |e| to_end[e] == 0, n);
-    let (end_off, end_idx) = csr(dst, |e| to_end[e] != 0, n);
+    let [(start_off, start_idx), (end_off, end_idx)] = csr(dst, to_end, n);
     let sync: Vec<usize> = (0..n).filter(|&v| end_off[v + 1] > end_off[v]).collect();
-    // items: v (node v's start), n + v (sync v's end); the tie after time as numpy's prepare
-    // writes it: ends first, then CPU before GPU, then the item (below 2n)
-    let big = 2 * n as i64;
-    let mut keys: Vec<(i64, i64)> = Vec::with_capacity(n + sync.len());
-    for v in 0..n {
-        keys.push((ts[v], 2 * big + gpu[v] as i64 * big + v as i64));
-    }
-    for &v in &sync {
-        keys.push((end[v], gpu[v] as i64 * big + (n + v) as i64));
-    }
-    keys.sort_unstable(); // every tie is distinct: one order
-    let order: Vec<i32> = keys.iter().map(|&(_, tie)| (tie % big) as i32).collect();
-    drop(keys);
+    let order = time_order(ts, end, gpu, &sync);
     let mut pos = vec![0i32; 2 * n];
     for (i, &x) in order.iter().enumerate() {
         pos[x as usize] = i as i32;
