@@ -163,15 +163,23 @@ def test_layer_times_are_held_as_each_slice_s_one_layer_else_its_times():
 def test_the_graph_holds_every_layer_time_of_the_slices(SHARED_TRACES: Path, monkeypatch):
     """The long table gives back, per slice and layer, the time `slice_kinds` computed (each
     layer's times as folded, `LayerFold.add`), on a trace with Python frames and slices that lie
-    in two layers (two slices of b200_eager_rank0: each moment is counted once, by layer priority)."""
+    in two layers (two slices of b200_eager_rank0: each moment is counted once, by layer priority).
+    The fold a layer at a time (`_fold_numpy`: the native one fills the fold at once, the same
+    as test_graph_native checks)."""
     from traceanalyzer.analyses import graph_table as gt
+    from traceanalyzer.analyses import slice_kinds as sk
     from traceanalyzer.analyses.graph_nodes import KIND_LAYERS
+
+    kernel = sk.native_kernel
+    monkeypatch.setattr(
+        sk, "native_kernel", lambda name, force=False: None if name == "fold_slices" else kernel(name, force)
+    )
 
     seen = {}
     add = gt.LayerFold.add
 
     def keep(self, k, t):
-        seen[KIND_LAYERS[k]] = t.astype(np.float64)  # (a copy: the native fold reuses its array)
+        seen[KIND_LAYERS[k]] = t.astype(np.float64)
         add(self, k, t)
 
     monkeypatch.setattr(gt.LayerFold, "add", keep)
