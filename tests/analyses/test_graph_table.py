@@ -249,3 +249,16 @@ def test_forks_by_joins_on_the_clock_are_the_forks_by_searches(SHARED_TRACES: Pa
             slow = Session(ses.trace).dependency_model.graph.edges
         assert fast.equals(slow), name
     assert fast.filter(pl.col("etype").is_in(["fork", "join"])).height > 0
+
+
+def test_as_enum_by_codes_where_the_categories_begin_alike():
+    """An Enum of ("a", "b") into ("a", "b", "c"): its codes are the new ones (a gather); from
+    ("b", "a") or from strings, a cast. Each the values and type the cast gives, nulls kept."""
+    from traceanalyzer.analyses.graph_table import as_enum
+
+    wide = pl.Enum(["a", "b", "c"])
+    for own in (pl.Enum(["a", "b"]), pl.Enum(["b", "a"]), pl.String):
+        s = pl.Series("kind", ["b", None, "a", "b"], dtype=own)
+        got = as_enum(s, wide)
+        assert got.dtype == wide and got.name == "kind" and got.to_list() == ["b", None, "a", "b"]
+        assert got.to_physical().to_list() == [1, None, 0, 1]

@@ -306,6 +306,15 @@ class LayerFold:
         return layer_of, narrow(table, ["ns"])
 
 
+def as_enum(s: pl.Series, dtype: pl.Enum) -> pl.Series:
+    """`s` cast to the Enum `dtype`; from an Enum whose categories begin `dtype`'s, by its codes
+    (a gather of the few categories: the cast looked up each value's string, ~0.28 G
+    instructions for the million slices' kinds at 311 MB)."""
+    own, cats = s.dtype, dtype.categories
+    prefix = isinstance(own, pl.Enum) and own.categories.equals(cats.head(own.categories.len()))
+    return pl.Series(s.name, cats, dtype=dtype).gather(s.to_physical()) if prefix else s.cast(dtype)
+
+
 def _positive(t: pl.Series) -> np.ndarray:
     """A time column as numpy (read in place where it is one chunk without nulls), null as 0."""
     return (t.fill_null(0) if t.null_count() else t).to_numpy()
