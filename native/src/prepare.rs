@@ -8,31 +8,18 @@
 use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 fn err(what: &str) -> PyErr {
     PyValueError::new_err(format!("prepare_order: {what}"))
 }
 
-fn as_bytes<'py>(py: Python<'py>, v: &[i32]) -> Bound<'py, PyBytes> {
-    // SAFETY: an i32 slice is plain bytes, 4 per value.
-    let b = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) };
-    PyBytes::new(py, b)
-}
-
-struct Out {
-    order: Vec<i32>,
-    start_off: Vec<i32>,
-    start_idx: Vec<i32>,
-    end_off: Vec<i32>,
-    end_idx: Vec<i32>,
-}
-
-/// Offsets (n + 1) and edge indexes of the start edges and of the `to_end` edges, each grouped
-/// by destination, each group in edge order: one counting sort of both (each offset moved on
-/// as its edges are placed, then back).
-fn csr(dst: &[i32], to_end: &[u8], n: usize) -> [(Vec<i32>, Vec<i32>); 2] {
-    let mut off = [vec![0i32; n + 1], vec![0i32; n + 1]];
+/// Offsets (n + 1) and edge indexes of the start edges (`off[0]`, `idx[0]`) and of the
+/// `to_end` edges (`off[1]`, `idx[1]`), each grouped by destination, each group in edge order:
+/// one counting sort of both (each offset moved on as its edges are placed, then back).
+fn csr(dst: &[i32], to_end: &[u8], mut off: [&mut [i32]; 2], idx: [&mut [i32]; 2]) {
+    for o in off.iter_mut() {
+        o.fill(0);
+    }
     for (&d, &e) in dst.iter().zip(to_end) {
         off[(e != 0) as usize][d as usize] += 1;
     }
@@ -44,7 +31,6 @@ fn csr(dst: &[i32], to_end: &[u8], n: usize) -> [(Vec<i32>, Vec<i32>); 2] {
             sum += c;
         }
     }
-    let mut idx = [vec![0i32; off[0][n] as usize], vec![0i32; off[1][n] as usize]];
     for (k, (&d, &e)) in dst.iter().zip(to_end).enumerate() {
         let w = (e != 0) as usize;
         let at = &mut off[w][d as usize];
@@ -53,19 +39,17 @@ fn csr(dst: &[i32], to_end: &[u8], n: usize) -> [(Vec<i32>, Vec<i32>); 2] {
     }
     // each offset is now its group's end: the next group's start
     for o in off.iter_mut() {
+        let n = o.len() - 1;
         o.copy_within(0..n, 1);
         o[0] = 0;
     }
-    let [s, e] = off;
-    let [si, ei] = idx;
-    [(s, si), (e, ei)]
 }
 
 /// The items (v: node v's start at ts[v]; n + v: sync v's end at end[v]) by time, then tie
 /// (ends first, CPU before GPU, then the item: numpy's prepare's order). A stable merge sort,
 /// as the nodes come in long sorted runs (each thread's); on one u64 per item where the times'
 /// range and the ties fit it together (a trace of minutes: 36 bits of ns), else on pairs.
-fn time_order(ts: &[i64], end: &[i64], gpu: &[u8], sync: &[usize]) -> Vec<i32> {
+fn time_order(ts: &[i64], end: &[i64], gpu: &[u8], sync: &[usize], out: &mut [i32]) {
     let n = ts.len();
     let big = 2 * n as i64;
     let tie = |v: usize, is_end: bool| -> i64 {
@@ -82,19 +66,37 @@ fn time_order(ts: &[i64], end: &[i64], gpu: &[u8], sync: &[usize]) -> Vec<i32> {
         keys.extend(sync.iter().map(|&v| pack(end[v], v, true)));
         keys.sort();
         let mask = (1u64 << tie_bits) - 1;
-        return keys.iter().map(|&k| ((k & mask) as i64 % big) as i32).collect();
+        for (o, &k) in out.iter_mut().zip(&keys) {
+            *o = ((k & mask) as i64 % big) as i32;
+        }
+        return;
     }
     let mut keys: Vec<(i64, i64)> = (0..n).map(|v| (ts[v], tie(v, false))).collect();
     keys.extend(sync.iter().map(|&v| (end[v], tie(v, true))));
     keys.sort();
-    keys.iter().map(|&(_, t)| (t % big) as i32).collect()
+    for (o, &(_, t)) in out.iter_mut().zip(&keys) {
+        *o = (t % big) as i32;
+    }
 }
 
-fn run(ts: &[i64], end: &[i64], gpu: &[u8], src: &[i32], dst: &[i32], fs: &[u8], to_end: &[u8]) -> Option<Out> {
+/// The outputs of `prepare_order`, written in place.
+struct Out<'a> {
+    order: &'a mut [i32],
+    start_off: &'a mut [i32],
+    start_idx: &'a mut [i32],
+    end_off: &'a mut [i32],
+    end_idx: &'a mut [i32],
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(ts: &[i64], end: &[i64], gpu: &[u8], src: &[i32], dst: &[i32], fs: &[u8], to_end: &[u8], o: Out) -> Option<usize> {
     let n = ts.len();
-    let [(start_off, start_idx), (end_off, end_idx)] = csr(dst, to_end, n);
+    csr(dst, to_end, [&mut *o.start_off, &mut *o.end_off], [o.start_idx, o.end_idx]);
+    let end_off = &*o.end_off;
     let sync: Vec<usize> = (0..n).filter(|&v| end_off[v + 1] > end_off[v]).collect();
-    let order = time_order(ts, end, gpu, &sync);
+    let items = n + sync.len();
+    let order = &mut o.order[..items];
+    time_order(ts, end, gpu, &sync, order);
     let mut pos = vec![0i32; 2 * n];
     for (i, &x) in order.iter().enumerate() {
         pos[x as usize] = i as i32;
@@ -115,30 +117,42 @@ fn run(ts: &[i64], end: &[i64], gpu: &[u8], src: &[i32], dst: &[i32], fs: &[u8],
     if sync.iter().any(|&v| pos[v] >= pos[n + v]) {
         return None;
     }
-    Some(Out { order, start_off, start_idx, end_off, end_idx })
+    Some(items)
 }
 
 /// The replay's order and adjacency of a graph of n nodes (`ts`, `end`: captured start and end,
 /// int64; `gpu`: uint8, a GPU node) and its edges (`src`, `dst`: int32; `from_start`, `to_end`:
-/// uint8), as `replay.prepare` makes them with int32 indexes: (order, start_off, start_idx,
-/// end_off, end_idx) as int32 bytes; None where captured time order breaks an edge (a damaged
-/// trace: `prepare` then orders the events by Kahn's algorithm).
+/// uint8), as `replay.prepare` makes them with int32 indexes, written into `order` (n + the
+/// number of `to_end` edges: at least n + the syncs), `start_off`, `end_off` (n + 1 each),
+/// `start_idx` and `end_idx` (one per start and per `to_end` edge). Returns the number of items
+/// in `order`; None where captured time order breaks an edge (a damaged trace: `prepare` then
+/// orders the events by Kahn's algorithm).
 #[pyfunction]
-#[pyo3(signature = (ts, end, gpu, src, dst, from_start, to_end))]
+#[pyo3(signature = (ts, end, gpu, src, dst, from_start, to_end, order, start_off, start_idx, end_off, end_idx))]
 #[allow(clippy::too_many_arguments)]
-pub fn prepare_order<'py>(
-    py: Python<'py>,
-    ts: &Bound<'py, PyAny>,
-    end: &Bound<'py, PyAny>,
-    gpu: &Bound<'py, PyAny>,
-    src: &Bound<'py, PyAny>,
-    dst: &Bound<'py, PyAny>,
-    from_start: &Bound<'py, PyAny>,
-    to_end: &Bound<'py, PyAny>,
-) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+pub fn prepare_order(
+    py: Python<'_>,
+    ts: &Bound<'_, PyAny>,
+    end: &Bound<'_, PyAny>,
+    gpu: &Bound<'_, PyAny>,
+    src: &Bound<'_, PyAny>,
+    dst: &Bound<'_, PyAny>,
+    from_start: &Bound<'_, PyAny>,
+    to_end: &Bound<'_, PyAny>,
+    order: &Bound<'_, PyAny>,
+    start_off: &Bound<'_, PyAny>,
+    start_idx: &Bound<'_, PyAny>,
+    end_off: &Bound<'_, PyAny>,
+    end_idx: &Bound<'_, PyAny>,
+) -> PyResult<Option<usize>> {
     let v = [ts, end, gpu, src, dst, from_start, to_end].iter().map(|o| View::new(o)).collect::<PyResult<Vec<View>>>()?;
-    let (ts, end) = (buffer::i64s(v[0].bytes(), "prepare_order", "ts")?, buffer::i64s(v[1].bytes(), "prepare_order", "end")?);
-    let (src, dst) = (buffer::i32s(v[3].bytes(), "prepare_order", "src")?, buffer::i32s(v[4].bytes(), "prepare_order", "dst")?);
+    let mut w = [order, start_off, start_idx, end_off, end_idx].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
+    if !buffer::outputs_apart(&w, v.iter()) {
+        return Err(err("an output shares memory with another array"));
+    }
+    let who = "prepare_order";
+    let (ts, end) = (buffer::i64s(v[0].bytes(), who, "ts")?, buffer::i64s(v[1].bytes(), who, "end")?);
+    let (src, dst) = (buffer::i32s(v[3].bytes(), who, "src")?, buffer::i32s(v[4].bytes(), who, "dst")?);
     let (gpu, fs, to_end) = (v[2].bytes(), v[5].bytes(), v[6].bytes());
     let (n, m) = (ts.len(), src.len());
     if end.len() != n || gpu.len() != n {
@@ -153,6 +167,20 @@ pub fn prepare_order<'py>(
     if !src.iter().chain(dst).all(|&x| x >= 0 && (x as usize) < n) {
         return Err(err("an edge's end is not a node"));
     }
-    let out = py.allow_threads(|| run(ts, end, gpu, src, dst, fs, to_end));
-    Ok(out.map(|o| [&o.order, &o.start_off, &o.start_idx, &o.end_off, &o.end_idx].iter().map(|x| as_bytes(py, x)).collect()))
+    let ends = to_end.iter().filter(|&&e| e != 0).count();
+    let [o, so, si, eo, ei] = &mut w[..] else { unreachable!() };
+    let out = Out {
+        order: buffer::i32s_mut(o.bytes_mut(), who, "order")?,
+        start_off: buffer::i32s_mut(so.bytes_mut(), who, "start_off")?,
+        start_idx: buffer::i32s_mut(si.bytes_mut(), who, "start_idx")?,
+        end_off: buffer::i32s_mut(eo.bytes_mut(), who, "end_off")?,
+        end_idx: buffer::i32s_mut(ei.bytes_mut(), who, "end_idx")?,
+    };
+    if out.start_off.len() != n + 1 || out.end_off.len() != n + 1 || out.order.len() != n + ends {
+        return Err(err("start_off and end_off need n + 1 values, order n + one per to_end edge"));
+    }
+    if out.start_idx.len() != m - ends || out.end_idx.len() != ends {
+        return Err(err("start_idx and end_idx need one value per start and per to_end edge"));
+    }
+    Ok(py.allow_threads(|| run(ts, end, gpu, src, dst, fs, to_end, out)))
 }

@@ -339,11 +339,17 @@ def test_native_prepare_out_of_order(monkeypatch):
     ts, end = np.array([0, 5, 10, -100]), np.array([10, 25, 30, -90])
     src, dst = i32(0, 0, 1, 2, 0, 0), i32(1, 2, 2, 3, 3, 3)
     fs, to_end = u8(1, 0, 0, 0, 0, 0), u8(0, 0, 1, 0, 0, 0)
-    assert fn(ts, end, u8(0, 1, 0, 0), src, dst, fs, to_end) is None
-    order = fn(np.array([0, 5, 10, 100]), np.array([10, 25, 30, 110]), u8(0, 1, 0, 0), src, dst, fs, to_end)
-    assert np.frombuffer(order[0], dtype=np.int32).tolist() == [0, 1, 2, 6, 3]
+    out = [np.empty(k, np.int32) for k in (5, 5, 5, 5, 1)]  # order: 4 nodes + 1 to_end edge
+    assert fn(ts, end, u8(0, 1, 0, 0), src, dst, fs, to_end, *out) is None
+    # node 3 at 100, after all it depends on: 5 items in time order, the adjacency of _small
+    assert fn(np.array([0, 5, 10, 100]), np.array([10, 25, 30, 110]), u8(0, 1, 0, 0), src, dst, fs, to_end, *out) == 5
+    assert [o.tolist() for o in out] == [[0, 1, 2, 6, 3], [0, 0, 1, 2, 5], [0, 1, 3, 4, 5], [0, 0, 0, 1, 1], [2]]
     with pytest.raises(ValueError, match="not a node"):
-        fn(ts, end, u8(0, 1, 0, 0), src, i32(1, 2, 2, 3, 3, 4), fs, to_end)
+        fn(ts, end, u8(0, 1, 0, 0), src, i32(1, 2, 2, 3, 3, 4), fs, to_end, *out)
+    with pytest.raises(ValueError, match="one value per start"):
+        fn(ts, end, u8(0, 1, 0, 0), src, dst, fs, to_end, out[0], out[1], out[2][:4], out[3], out[4])
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(ts, end, u8(0, 1, 0, 0), src, dst, fs, to_end, out[0], out[1], out[2], out[1], out[4])
     nodes = pl.DataFrame({"ts_ns": ts, "end_ns": end, "lane": ["cpu", "gpu", "cpu", "cpu"]})
     edges = pl.DataFrame({"src": src, "dst": dst, "from_start": fs.astype(bool), "to_end": to_end.astype(bool)})
     p = _same_prepared(nodes, edges.with_columns(lag_ns=pl.lit(0, pl.Int32)), monkeypatch)

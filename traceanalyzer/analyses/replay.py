@@ -208,10 +208,11 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     # the indexes held: items are below 2n, edge indexes below m (and the offsets at most m)
     ix = np.int32 if 2 * n < 2**31 and len(src) < 2**31 else np.int64
     fn = native_kernel("prepare_order") if ix is np.int32 and src.dtype == dst.dtype == np.int32 else None
-    gpu = (nodes["lane"] == "gpu").to_numpy()
-    got = None if fn is None else fn(ts, end_ns, gpu.view(np.uint8), src, dst, fs.view(np.uint8), to_end.view(np.uint8))
-    if got is not None:  # all of it in one native pass (None: captured order breaks an edge)
-        order, start_off, start_idx, end_off, end_idx = (np.frombuffer(b, dtype=np.int32) for b in got)
+    gpu, ends = (nodes["lane"] == "gpu").to_numpy(), int(to_end.sum())  # (at most a sync end per `to_end` edge)
+    out = [np.empty(k, np.int32) for k in (n + ends, n + 1, len(src) - ends, n + 1, ends)] if fn else []
+    got = fn and fn(ts, end_ns, gpu.view(np.uint8), src, dst, fs.view(np.uint8), to_end.view(np.uint8), *out)
+    if got is not None:  # all of it in one native pass, in place (None: captured order breaks an edge)
+        order, start_off, start_idx, end_off, end_idx = out[0][:got], *out[1:]
     else:
         (start_off, start_idx), (end_off, end_idx) = _csr(dst, ~to_end, n, ix), _csr(dst, to_end, n, ix)
     if len(start_idx) and start_idx[0] == 0 and start_idx[-1] == len(start_idx) - 1:
@@ -220,7 +221,6 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
         return Prepared(order, ts, src, lag, fs, start_off, start_idx, end_off, end_idx)
     it = np.int32 if 8 * n < 2**31 else np.int64  # the ordering's work arrays: the ties are below 8n
     sync_ids = np.flatnonzero(np.diff(end_off) > 0).astype(it)
-    node = np.arange(n, dtype=it)
     lane = gpu.astype(it)
     t = np.concatenate([ts, end_ns[sync_ids]])
     # by time, then end-first, lane and item: the last three as one integer (items are below
@@ -228,9 +228,8 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     tie = np.concatenate([np.full(n, 4 * n, dtype=it), np.zeros(len(sync_ids), dtype=it)])
     tie += np.concatenate([lane, lane[sync_ids]]) * it(2 * n)
     del lane, gpu
-    tie[:n] += node
+    tie[:n] += np.arange(n, dtype=it)
     tie[n:] += sync_ids + it(n)
-    del node
     order = np.lexsort((tie, t))  # positions in (nodes, sync ends): the item is the position,
     del tie, t
     late = order >= n  # or n + the sync's node
