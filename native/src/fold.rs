@@ -112,7 +112,7 @@ pub fn fold_slices<'py>(
     if a.len() != n || b.len() != n || outs.iter().any(|o| o.bytes().len() != n) {
         return Err(err("th, a, b, code, busy, empty, full and count need one value per slice"));
     }
-    if unions.len() % 5 != 0 || span <= 0 {
+    if !unions.len().is_multiple_of(5) || span <= 0 {
         return Err(err("five arrays per union, span > 0"));
     }
     let layers = which.len();
