@@ -1,8 +1,7 @@
 //! The CPU layers inside each slice of the dependency graph (`traceanalyzer.analyses.slice_kinds`,
 //! whose numpy loop is the fallback and the reference): the time a layer's coverage index covers
 //! inside each slice (`covered_in`: one merge of the slices' boundary keys with the index's start
-//! keys), and each layer folded into the slices' kinds (`fold_layer`: the layer's own time, the
-//! running maximum that picks the kind, the work seen so far, in one pass instead of numpy's eight).
+//! keys; `fold.rs` merges every layer's at once and folds them into the slices' kinds).
 
 use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
@@ -107,88 +106,4 @@ pub fn covered_in(
         }
     });
     Ok(())
-}
-
-
-/// Fold layer `k` into the slices' kinds: per slice, its time in the layer `t = max(u - prev,
-/// 0)` (`u`: the time the union of layers 0..k covers in the slice, `prev` that of 0..k-1; the
-/// first layer, `first`, takes `u` as it is), then `prev = u`; the kind `code` becomes k where
-/// `t` beats the running maximum `best` (the first layer sets it), and `busy` (uint8) is set where
-/// a `work` layer covers any of the slice. `t` is int64, or int32 (then the caller knows every
-/// time fits: a layer's time in a slice is at most the slice's length). Returns the least and
-/// largest `t` (0, 0 for none).
-#[pyfunction]
-#[pyo3(signature = (u, prev, t, best, code, busy, k, work, first))]
-#[allow(clippy::too_many_arguments)]
-pub fn fold_layer(
-    py: Python<'_>,
-    u: &Bound<'_, PyAny>,
-    prev: &Bound<'_, PyAny>,
-    t: &Bound<'_, PyAny>,
-    best: &Bound<'_, PyAny>,
-    code: &Bound<'_, PyAny>,
-    busy: &Bound<'_, PyAny>,
-    k: i8,
-    work: bool,
-    first: bool,
-) -> PyResult<(i64, i64)> {
-    let u_view = View::new(u)?;
-    let u = i64s(u_view.bytes(), "u")?;
-    let mut outs = [prev, t, best, code, busy].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
-    if !buffer::outputs_apart(&outs, std::iter::once(&u_view)) {
-        return Err(err("an output shares memory with another array"));
-    }
-    let [prev_v, t_v, best_v, code_v, busy_v] = &mut outs[..] else { unreachable!() };
-    let prev = i64s_mut(prev_v.bytes_mut(), "prev")?;
-    let n = u.len();
-    // `t` int64, or int32 when the caller knows every time fits (no slice longer than 2^31 ns)
-    let (mut t64, mut t32): (&mut [i64], &mut [i32]) = (&mut [], &mut []);
-    let tb = t_v.bytes_mut();
-    if tb.len() == 4 * n && n > 0 {
-        // SAFETY: every bit pattern is an i32; align_to_mut leaves unaligned bytes outside `mid`.
-        let (pre, mid, post) = unsafe { tb.align_to_mut::<i32>() };
-        if !pre.is_empty() || !post.is_empty() {
-            return Err(err("t: not an aligned int32 array"));
-        }
-        t32 = mid;
-    } else {
-        t64 = i64s_mut(tb, "t")?;
-    }
-    let narrow = !t32.is_empty();
-    let best = i64s_mut(best_v.bytes_mut(), "best")?;
-    let code = code_v.bytes_mut();
-    let busy = busy_v.bytes_mut();
-    let t_len = if narrow { t32.len() } else { t64.len() };
-    if [prev.len(), t_len, best.len(), code.len(), busy.len()].iter().any(|&l| l != n) {
-        return Err(err("u, prev, t, best, code and busy need one value per slice"));
-    }
-    let out = py.allow_threads(|| {
-        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-        for i in 0..n {
-            let ti = if first { u[i] } else { u[i].wrapping_sub(prev[i]).max(0) };
-            prev[i] = u[i];
-            if narrow {
-                t32[i] = ti as i32;
-            } else {
-                t64[i] = ti;
-            }
-            if first {
-                best[i] = ti;
-            } else if ti > best[i] {
-                code[i] = k as u8;
-                best[i] = ti;
-            }
-            if work && ti > 0 {
-                busy[i] = 1;
-            }
-            lo = lo.min(ti);
-            hi = hi.max(ti);
-        }
-        if n == 0 {
-            (0, 0)
-        } else {
-            (lo, hi)
-        }
-    });
-    Ok(out)
 }

@@ -12,8 +12,9 @@
 //! the innermost interval around each slice of the dependency graph (`innermost`, walk.rs: a
 //! merge of two sorted key arrays, then a climb up the parents), and the time a layer covers up to
 //! each slice boundary (`covered_until`, walk.rs: the same merge), inside each slice
-//! (`covered_in`, layers.rs) and folded into the slices' kinds (`fold_layer`, layers.rs); and the calibration of the
-//! graph's lags and own times (`calibrate`, calibrate.rs: one pass over the edges, one over the nodes).
+//! (`covered_in`, layers.rs) and folded into the slices' kinds (`fold_slices`, fold.rs: every layer in one pass); the
+//! calibration of the graph's lags and own times (`calibrate`, calibrate.rs: one pass over the edges, one over the
+//! nodes); and the replay's order and adjacency (`prepare_order`, prepare.rs).
 
 mod alloc;
 mod arrow;
@@ -21,7 +22,9 @@ mod buffer;
 mod calibrate;
 mod columns;
 mod events;
+mod fold;
 mod layers;
+mod prepare;
 mod replay;
 mod scan;
 mod state;
@@ -127,7 +130,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(walk::innermost, m)?)?;
     m.add_function(wrap_pyfunction!(walk::covered_until, m)?)?;
     m.add_function(wrap_pyfunction!(layers::covered_in, m)?)?;
-    m.add_function(wrap_pyfunction!(layers::fold_layer, m)?)?;
+    m.add_function(wrap_pyfunction!(fold::fold_slices, m)?)?;
+    m.add_function(wrap_pyfunction!(prepare::prepare_order, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -4,8 +4,8 @@ every synthetic case of test_whatif, whose paths are worked out by hand there) a
 innermost call and op (`_native.innermost` / numpy in `ThreadClock.innermost`, and both against
 `links.innermost_containing`) and the time each layer covers up to each slice boundary
 (`_native.covered_until` / numpy in `ThreadClock.until`) and inside each slice
-(`_native.covered_in` / numpy in `slice_kinds.coverages`), on hand-worked arrays and shared
-traces; and the native side refusing arrays that do not describe one graph."""
+(`_native.covered_in` / numpy in `slice_kinds.coverages`) and folded into the slices' kinds
+(`_native.fold_slices` / `slice_kinds._fold_numpy`), on hand-worked arrays and shared traces; and the native side refusing arrays that do not describe one graph."""
 
 from __future__ import annotations
 
@@ -241,44 +241,70 @@ def test_layer_times_native_and_numpy_agree(name: str, monkeypatch, SHARED_TRACE
 
 
 @native
-def test_native_fold_layer_by_hand():
-    """Three slices. Layer 0 covers 4, 0, 2 ns of them: their times, the kind code 0 and the
-    running maximum 4, 0, 2. Layer 1's union covers 4, 3, 6: layer 1 adds 0, 3, 4, beating the
-    maximum in slices 1 and 2 (code 1 there); it is a work layer, so slices 1 and 2 are busy.
-    The rest of slices of 10, 3, 6 ns (no layer): 6, 0, 0, beating 4 in slice 0 (code 2)."""
-    fn = native_kernel("fold_layer", force=True)
+def test_native_fold_slices_by_hand():
+    """The slices of test_native_covered_in_by_hand (lengths 15, 20, 25, 45, 10) under two
+    layers: the first's union is that index (it covers 5, 10, 15, 35, 0 of them), the second's
+    (a work layer) covers all of thread 0's [0, 60) and thread 1's [0, 40): 15, 20, 25, 35, 0, so
+    the second layer adds 10, 10, 10, 0, 0, and no layer covers 0, 0, 0, 10, 10 (untraced).
+    Kinds: 1 (10 beats 5), 0 (10 ties 10: the first), 0, 0, 2 (untraced alone). Busy where the
+    second layer has time; empty (untraced all of it), and in one layer whole, the last slice
+    alone; two layers have time in each slice but the last. The parts: each layer's times short
+    of their slice's length, in slice order."""
+    fn = native_kernel("fold_slices", force=True)
     i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
-    prev, best, t = np.zeros(3, np.int64), np.zeros(3, np.int64), np.empty(3, np.int64)
-    code, busy = np.zeros(3, np.uint8), np.zeros(3, np.uint8)
-    assert fn(i(4, 0, 2), prev, t, best, code, busy, 0, False, True) == (0, 4)
-    assert t.tolist() == [4, 0, 2] and code.tolist() == [0, 0, 0] and busy.tolist() == [0, 0, 0]
-    t32 = np.empty(3, np.int32)  # the same into an int32 column
-    assert fn(i(4, 3, 6), prev, t32, best, code, busy, 1, True, False) == (0, 4)
-    assert t32.tolist() == [0, 3, 4] and code.tolist() == [0, 1, 1] and busy.tolist() == [0, 1, 1]
-    assert prev.tolist() == [4, 3, 6] and best.tolist() == [4, 3, 4]
-    assert fn(i(10, 3, 6), prev, t, best, code, busy, 2, False, False) == (0, 6)
-    assert t.tolist() == [6, 0, 0] and code.tolist() == [2, 1, 1] and busy.tolist() == [0, 1, 1]
+    th, a, b = i(0, 0, 0, 1, 2), i(0, 15, 35, 5, 0), i(15, 35, 60, 50, 10)
+    first = [i(10, 30, 100), i(0, 0, 1), i(10, 30, 0), i(20, 50, 40), i(0, 10, 0)]
+    second = [i(0, 100), i(0, 1), i(0, 0), i(60, 40), i(0, 0)]
+    outs = [np.zeros(5, np.uint8) for _ in range(5)]
+    parts = fn(th, a, b, 100, 0, [*first, *second], [0, 1], [False, True], *outs)
+    code, busy, empty, full, count = (o.tolist() for o in outs)
+    assert code == [1, 0, 0, 0, 2] and busy == [1, 1, 1, 0, 0] and empty == [0, 0, 0, 0, 1]
+    assert full == [255, 255, 255, 255, 2] and count == [2, 2, 2, 2, 1]
+    got = [(np.frombuffer(x, np.int64).tolist(), np.frombuffer(y, np.int64).tolist()) for x, y in parts]
+    assert got == [([0, 1, 2, 3], [5, 10, 15, 35]), ([0, 1, 2], [10, 10, 10]), ([3], [10])]
+    # one union for both layers: the second adds nothing (no slice busy), untraced 10 in each
+    # slice, beating the first layer's 5 in the first (kind 2), tying its 10 in the second
+    fn(th, a, b, 100, 0, first, [0, 0], [False, True], *outs)
+    assert outs[1].tolist() == [0, 0, 0, 0, 0] and outs[0].tolist() == [2, 0, 0, 0, 2]
+    with pytest.raises(ValueError, match="key order"):
+        fn(i(1, 0, 0, 1, 2), a, b, 100, 0, first, [0], [False], *outs)
     with pytest.raises(ValueError, match="one value per slice"):
-        fn(i(1, 2), prev, t, best, code, busy, 0, False, True)
+        fn(th[:4], a[:4], b[:4], 100, 0, first, [0], [False], *outs)
     with pytest.raises(ValueError, match="shares memory"):
-        fn(i(1, 2, 3), prev, prev, best, code, busy, 0, False, True)
+        fn(th, a, b, 100, 0, first, [0], [False], outs[0], outs[0], *outs[2:])
+    with pytest.raises(ValueError, match="a union's"):
+        fn(th, a, b, 100, 0, first, [1], [False], *outs)
 
 
 @native
 @pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
 def test_slice_kinds_native_and_numpy_agree(name: str, SHARED_TRACES):
-    """Each slice's layer times, kind code, work and emptiness: folded natively and in numpy."""
+    """Each slice's layer times, kind code, work and emptiness: folded natively (every layer in
+    one pass) and in numpy (a layer at a time, into `LayerFold.add`)."""
     from traceanalyzer.analyses import slice_kinds as sk
+    from traceanalyzer.analyses.graph_table import LayerFold
 
     _, act, clock, s = _slices(_shared(SHARED_TRACES, name))
     th, a, b = (np.ascontiguousarray(s[c].cast(pl.Int64).to_numpy()) for c in ("_th", "ts_ns", "end_ns"))
-    seen: dict[str, list] = {"fast": [], "slow": []}
-    sink = lambda name: lambda k, t: seen[name].append((k, t.astype(np.int64)))  # noqa: E731 - (a copy: t is reused)
-    fast = sk._fold_native(th, a, b, act, clock, sink("fast"))
-    slow = sk._fold_numpy(th, a, b, act, clock, sink("slow"))
-    assert [k for k, _ in seen["fast"]] == [k for k, _ in seen["slow"]] == list(range(7))
-    assert all(np.array_equal(x[1], y[1]) for x, y in zip(seen["fast"], seen["slow"], strict=True))
+    seen: list = []
+    slow_fold, fast_fold = LayerFold(b - a, sk.KIND_LAYERS), LayerFold(b - a, sk.KIND_LAYERS)
+
+    def sink(k: int, t: np.ndarray) -> None:
+        seen.append(t.astype(np.int64))
+        slow_fold.add(k, t)
+
+    fast = sk._fold_native(th, a, b, act, clock, fast_fold)
+    slow = sk._fold_numpy(th, a, b, act, clock, sink)
     assert all(np.array_equal(x, y) for x, y in zip(fast, slow, strict=True))
+    assert np.array_equal(fast_fold.full, slow_fold.full) and np.array_equal(fast_fold.count, slow_fold.count)
+    for mine, ref in zip(fast_fold.part, slow_fold.part, strict=True):
+        assert np.array_equal(mine[0][0], np.concatenate([p[0] for p in ref]))
+        assert np.array_equal(mine[0][1], np.concatenate([p[1] for p in ref]))
+    # the two parts `build_graph` keeps, with some slices made waits (duration 0)
+    dur = b - a
+    dur[::7] = 0
+    (lf, lt), (rf, rt) = fast_fold.parts(dur), slow_fold.parts(dur)
+    assert lf.equals(rf) and lt.equals(rt) and lt.height > 0
     assert len(set(fast[0].tolist())) > 2 and fast[1].any()  # several kinds, and busy slices
     # every slice's time is its layers' times (each moment counted once)
-    assert np.array_equal(sum(t for _, t in seen["fast"]), b - a)
+    assert len(seen) == 7 and np.array_equal(sum(seen), b - a)

@@ -163,15 +163,23 @@ def test_layer_times_are_held_as_each_slice_s_one_layer_else_its_times():
 def test_the_graph_holds_every_layer_time_of_the_slices(SHARED_TRACES: Path, monkeypatch):
     """The long table gives back, per slice and layer, the time `slice_kinds` computed (each
     layer's times as folded, `LayerFold.add`), on a trace with Python frames and slices that lie
-    in two layers (two slices of b200_eager_rank0: each moment is counted once, by layer priority)."""
+    in two layers (two slices of b200_eager_rank0: each moment is counted once, by layer priority).
+    The fold a layer at a time (`_fold_numpy`: the native one fills the fold at once, the same
+    as test_graph_native checks)."""
     from traceanalyzer.analyses import graph_table as gt
+    from traceanalyzer.analyses import slice_kinds as sk
     from traceanalyzer.analyses.graph_nodes import KIND_LAYERS
+
+    kernel = sk.native_kernel
+    monkeypatch.setattr(
+        sk, "native_kernel", lambda name, force=False: None if name == "fold_slices" else kernel(name, force)
+    )
 
     seen = {}
     add = gt.LayerFold.add
 
     def keep(self, k, t):
-        seen[KIND_LAYERS[k]] = t.astype(np.float64)  # (a copy: the native fold reuses its array)
+        seen[KIND_LAYERS[k]] = t.astype(np.float64)
         add(self, k, t)
 
     monkeypatch.setattr(gt.LayerFold, "add", keep)
@@ -241,3 +249,16 @@ def test_forks_by_joins_on_the_clock_are_the_forks_by_searches(SHARED_TRACES: Pa
             slow = Session(ses.trace).dependency_model.graph.edges
         assert fast.equals(slow), name
     assert fast.filter(pl.col("etype").is_in(["fork", "join"])).height > 0
+
+
+def test_as_enum_by_codes_where_the_categories_begin_alike():
+    """An Enum of ("a", "b") into ("a", "b", "c"): its codes are the new ones (a gather); from
+    ("b", "a") or from strings, a cast. Each the values and type the cast gives, nulls kept."""
+    from traceanalyzer.analyses.graph_table import as_enum
+
+    wide = pl.Enum(["a", "b", "c"])
+    for own in (pl.Enum(["a", "b"]), pl.Enum(["b", "a"]), pl.String):
+        s = pl.Series("kind", ["b", None, "a", "b"], dtype=own)
+        got = as_enum(s, wide)
+        assert got.dtype == wide and got.name == "kind" and got.to_list() == ["b", None, "a", "b"]
+        assert got.to_physical().to_list() == [1, None, 0, 1]

@@ -16,7 +16,7 @@ Small graph (times in ns; `lag` on each edge):
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +110,7 @@ def test_small_graph_by_hand():
     assert p.ts.dtype == p.lag.dtype == np.int64
     assert p.start_off.tolist() == [0, 0, 1, 2, 5] and p.start_idx.tolist() == [0, 1, 3, 4, 5]
     assert p.end_off.tolist() == [0, 0, 0, 1, 1] and p.end_idx.tolist() == [2]
+    assert p.order.tolist() == [0, 1, 2, 6, 3]  # by time: starts at 0, 5, 10, the sync's end (6) at 30, 100
     s = s0 = _both(p, dur, own)
     assert s.start_ns.tolist() == [0, 5, 10, 0]
     assert s.end_ns.tolist() == [10, 25, 30, 10]
@@ -303,6 +304,56 @@ def test_synthetic_cases_same_schedule(case, tmp_path, monkeypatch):
     monkeypatch.setattr("traceanalyzer.analyses.whatif.replay", checked)
     case(tmp_path)
     assert calls
+
+
+def _same_prepared(nodes: pl.DataFrame, edges: pl.DataFrame, monkeypatch) -> rp.Prepared:
+    """`prepare` in its native pass and in numpy (TRACEANALYZER_NATIVE=0): every array equal, of one dtype."""
+    fast = rp.prepare(nodes, edges)
+    with monkeypatch.context() as m:
+        m.setenv(ln.ENV, "0")
+        slow = rp.prepare(nodes, edges)
+    for f in fields(rp.Prepared):
+        a, b = getattr(fast, f.name), getattr(slow, f.name)
+        assert (a is None and b is None) or (a.dtype == b.dtype and np.array_equal(a, b)), f.name
+    return fast
+
+
+@native
+@pytest.mark.parametrize("name", SHARED, ids=lambda p: Path(p).name[:30])
+def test_native_prepare_is_numpys(name, monkeypatch):
+    """The replay's order and adjacency of a shared trace's graph, natively and in numpy."""
+    session = Session(load(str(TRACES / name)))
+    graph = build_graph(session.trace, session.activity, Options().patterns.collective_pattern)
+    p = _same_prepared(graph.nodes, graph.edges, monkeypatch)
+    assert p.nodes > 1000 and len(p.end_idx) > 0
+
+
+@native
+def test_native_prepare_out_of_order(monkeypatch):
+    """The small graph with node 3 captured at -100, before the nodes its edges come from: the
+    native pass finds its time order broken (None), and Kahn's algorithm orders it, on either
+    path: node 0 (the one ready), which readies 1 and 2 (2 taken first: a stack), 2 then 1 ready
+    the sync's end (6), which readies node 3 (its serial edge from node 2's end)."""
+    fn = rp.native_kernel("prepare_order", force=True)
+    i32, u8 = (lambda *v: np.array(v, dtype=np.int32)), (lambda *v: np.array(v, dtype=np.uint8))  # noqa: E731
+    ts, end = np.array([0, 5, 10, -100]), np.array([10, 25, 30, -90])
+    src, dst = i32(0, 0, 1, 2, 0, 0), i32(1, 2, 2, 3, 3, 3)
+    fs, to_end = u8(1, 0, 0, 0, 0, 0), u8(0, 0, 1, 0, 0, 0)
+    out = [np.empty(k, np.int32) for k in (5, 5, 5, 5, 1)]  # order: 4 nodes + 1 to_end edge
+    assert fn(ts, end, u8(0, 1, 0, 0), src, dst, fs, to_end, *out) is None
+    # node 3 at 100, after all it depends on: 5 items in time order, the adjacency of _small
+    assert fn(np.array([0, 5, 10, 100]), np.array([10, 25, 30, 110]), u8(0, 1, 0, 0), src, dst, fs, to_end, *out) == 5
+    assert [o.tolist() for o in out] == [[0, 1, 2, 6, 3], [0, 0, 1, 2, 5], [0, 1, 3, 4, 5], [0, 0, 0, 1, 1], [2]]
+    with pytest.raises(ValueError, match="not a node"):
+        fn(ts, end, u8(0, 1, 0, 0), src, i32(1, 2, 2, 3, 3, 4), fs, to_end, *out)
+    with pytest.raises(ValueError, match="one value per start"):
+        fn(ts, end, u8(0, 1, 0, 0), src, dst, fs, to_end, out[0], out[1], out[2][:4], out[3], out[4])
+    with pytest.raises(ValueError, match="shares memory"):
+        fn(ts, end, u8(0, 1, 0, 0), src, dst, fs, to_end, out[0], out[1], out[2], out[1], out[4])
+    nodes = pl.DataFrame({"ts_ns": ts, "end_ns": end, "lane": ["cpu", "gpu", "cpu", "cpu"]})
+    edges = pl.DataFrame({"src": src, "dst": dst, "from_start": fs.astype(bool), "to_end": to_end.astype(bool)})
+    p = _same_prepared(nodes, edges.with_columns(lag_ns=pl.lit(0, pl.Int32)), monkeypatch)
+    assert p.order.tolist() == [0, 2, 1, 6, 3]
 
 
 @native

@@ -44,7 +44,7 @@ import polars as pl
 from traceanalyzer.analyses.calibration import calibrate
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, main_thread
 from traceanalyzer.analyses.graph_nodes import CPU_KINDS, KIND_LAYERS, cpu_nodes, gpu_nodes, graph_threads, slice_finder
-from traceanalyzer.analyses.graph_table import DependencyGraph, layer_table, narrow, one_chunk
+from traceanalyzer.analyses.graph_table import DependencyGraph, as_enum, layer_table, narrow, one_chunk
 from traceanalyzer.analyses.slice_kinds import thread_number
 from traceanalyzer.analyses.thread_clock import ThreadClock
 from traceanalyzer.patterns import GPU_WAIT_API
@@ -275,13 +275,13 @@ def build_graph(
         th = cpu.select(*THREAD).join(threads.with_row_index("_th"), on=THREAD, how="left", maintain_order="left")
         th = th["_th"]
     small = pl.Int16 if threads.height < 2**15 else pl.Int32
-    cpu = narrow(cpu.drop("node", "pid", "tid", strict=False).cast(kinds).with_columns(thread=th.cast(small)), NARROW)
+    cpu = cpu.drop("node", "pid", "tid", strict=False).with_columns(as_enum(cpu["kind"], kinds["kind"]))
+    cpu = narrow(cpu.cast(kinds).with_columns(thread=th.cast(small)), NARROW)
     del th
     # read above only (device and stream are the trace's, by gpu_id: `DependencyGraph.lanes`); what
     # only GPU nodes have, a table of their own (a column of the node table had a value per slice)
     gpu = narrow(gpu.drop("node", "launch_ts_ns", "launch_pid", "launch_tid", "device", "stream").cast(kinds), NARROW)
-    gpu_only = gpu.select("gpu_id", "wait_ns")
-    gpu = gpu.drop("gpu_id", "wait_ns")
+    gpu_only, gpu = gpu.select("gpu_id", "wait_ns"), gpu.drop("gpu_id", "wait_ns")
     nodes = pl.concat([cpu, gpu], how="diagonal_relaxed", rechunk=False)
     del cpu, gpu
     nodes = one_chunk(nodes)

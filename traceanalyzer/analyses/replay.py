@@ -188,12 +188,11 @@ def int64_values(s: pl.Series) -> np.ndarray:
 def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     """Flatten a dependency graph's nodes and edges and order them.
 
-    The order is over events: item v is node v's start (and its end, when nothing but its
-    duration sets that); item n + v is the end of a node with `to_end` edges, a sync, so that the
-    copy a blocking call launches (from its start) can end before the call returns. Captured time
-    order is tried first (vectorised, and checked against every edge); a trace whose clocks put
-    an event before what it depends on is ordered by Kahn's algorithm instead (a cycle, only
-    from a damaged trace, is broken at its earliest captured event).
+    The order is over events: item v is node v's start (and its end, when nothing but its duration sets that);
+    item n + v is the end of a node with `to_end` edges, a sync, so that the copy a blocking call launches (from
+    its start) can end before the call returns. Captured time order is tried first (in one native pass, else
+    vectorised; checked against every edge); a trace whose clocks put an event before what it depends on is
+    ordered by Kahn's algorithm instead (a cycle, only from a damaged trace, is broken at its earliest event).
 
     Times stay int64, lags as the edges hold them (int32 where they fit); every index, and the
     work arrays of the ordering, are int32 where every item fits (half the memory: the arrays
@@ -208,23 +207,29 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
     ts, end_ns = int64_values(nodes["ts_ns"]), int64_values(nodes["end_ns"])
     # the indexes held: items are below 2n, edge indexes below m (and the offsets at most m)
     ix = np.int32 if 2 * n < 2**31 and len(src) < 2**31 else np.int64
-    start_off, start_idx = _csr(dst, ~to_end, n, ix)
-    end_off, end_idx = _csr(dst, to_end, n, ix)
+    fn = native_kernel("prepare_order") if ix is np.int32 and src.dtype == dst.dtype == np.int32 else None
+    gpu, ends = (nodes["lane"] == "gpu").to_numpy(), int(to_end.sum())  # (at most a sync end per `to_end` edge)
+    out = [np.empty(k, np.int32) for k in (n + ends, n + 1, len(src) - ends, n + 1, ends)] if fn else []
+    got = fn and fn(ts, end_ns, gpu.view(np.uint8), src, dst, fs.view(np.uint8), to_end.view(np.uint8), *out)
+    if got is not None:  # all of it in one native pass, in place (None: captured order breaks an edge)
+        order, start_off, start_idx, end_off, end_idx = out[0][:got], *out[1:]
+    else:
+        (start_off, start_idx), (end_off, end_idx) = _csr(dst, ~to_end, n, ix), _csr(dst, to_end, n, ix)
     if len(start_idx) and start_idx[0] == 0 and start_idx[-1] == len(start_idx) - 1:
         start_idx = None  # the start edges first, in destination order (`build_graph`): the identity
+    if got is not None:
+        return Prepared(order, ts, src, lag, fs, start_off, start_idx, end_off, end_idx)
     it = np.int32 if 8 * n < 2**31 else np.int64  # the ordering's work arrays: the ties are below 8n
     sync_ids = np.flatnonzero(np.diff(end_off) > 0).astype(it)
-    node = np.arange(n, dtype=it)
-    lane = (nodes["lane"] == "gpu").to_numpy().astype(it)
+    lane = gpu.astype(it)
     t = np.concatenate([ts, end_ns[sync_ids]])
     # by time, then end-first, lane and item: the last three as one integer (items are below
     # 2n), so that the stable sort runs twice rather than four times
     tie = np.concatenate([np.full(n, 4 * n, dtype=it), np.zeros(len(sync_ids), dtype=it)])
     tie += np.concatenate([lane, lane[sync_ids]]) * it(2 * n)
-    del lane
-    tie[:n] += node
+    del lane, gpu
+    tie[:n] += np.arange(n, dtype=it)
     tie[n:] += sync_ids + it(n)
-    del node
     order = np.lexsort((tie, t))  # positions in (nodes, sync ends): the item is the position,
     del tie, t
     late = order >= n  # or n + the sync's node
@@ -247,9 +252,9 @@ def prepare(nodes: pl.DataFrame, edges: pl.DataFrame) -> Prepared:
 
 
 def _csr(dst: np.ndarray, keep: np.ndarray, n: int, ix: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets (n + 1) and edge indexes of the kept edges grouped by destination, each group in
-    edge order (a stable sort by destination; none when the kept edges are in destination order
-    already, as `calibrate` orders them), both of dtype `ix`."""
+    """Offsets (n + 1) and edge indexes of the kept edges grouped by destination, each group in edge order (a
+    stable sort by destination; none when the kept edges are in destination order already, as `calibrate` orders
+    them), both of dtype `ix`: the fallback of `_native.prepare_order`, whose pass makes them with the order."""
     idx = np.flatnonzero(keep)
     d = dst[idx]
     if len(d) > 1 and not bool((d[1:] >= d[:-1]).all()):
@@ -360,10 +365,7 @@ def _replay(
     si = range(len(p.src)) if p.start_idx is None else p.start_idx.tolist()
     so, eo, ei = p.start_off.tolist(), p.end_offsets().tolist(), p.end_idx.tolist()
     cut_l = None if cut is None else cut.tolist()
-    start = [0] * n
-    end = [0] * n
-    bind = [-1] * n
-    end_bind = [-1] * n
+    start, end, bind, end_bind = [0] * n, [0] * n, [-1] * n, [-1] * n
     for x in order:
         if x >= n:  # a sync's end: its own time, or the GPU work it waits for and its return
             v = x - n

@@ -132,8 +132,19 @@ class ThreadClock:
             keys, th_i, start, end, before = (a[order] for a in (keys, th_i, start, end, before))
         return tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (keys, th_i, start, end, before))
 
+    def points(self, slices: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """The slices' (`_th`, ts_ns, end_ns) start keys and ends, as `innermost` searches them."""
+        sth = slices["_th"].cast(pl.Int64).to_numpy()
+        skey = np.ascontiguousarray(sth * self.span + (slices["ts_ns"].cast(pl.Int64).to_numpy() - self.lo))
+        return skey, np.ascontiguousarray(slices["end_ns"].cast(pl.Int64).to_numpy())
+
     def innermost(
-        self, slices: pl.DataFrame, intervals: pl.DataFrame, id_col: str, number: np.ndarray | None = None
+        self,
+        slices: pl.DataFrame,
+        intervals: pl.DataFrame,
+        id_col: str,
+        number: np.ndarray | None = None,
+        points: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> pl.Series:
         """`links.innermost_containing` for the graph's slices (`_th`, ts_ns, end_ns, in key
         order): per slice the id of the innermost interval (ts_ns, end_ns, `id_col`, parent_id,
@@ -142,7 +153,8 @@ class ThreadClock:
         shortest, then the deepest, then the largest id), climbing to its parent while it
         ended before the slice did; but on the clock's keys, on int64 arrays: the slices are
         searched where they are (no sort of a million slices and back, no as-of join by
-        thread), the intervals sorted once."""
+        thread), the intervals sorted once. `points`: the slices' `points`, if made already (one
+        pair for the calls and the ops)."""
         n = slices.height
         deep = ["depth"] if "depth" in intervals.columns else []
         number = self.numbers(intervals) if number is None else number  # (given: its rows' thread numbers)
@@ -158,10 +170,7 @@ class ThreadClock:
         order = _innermost_last(key, iv["end_ns"].cast(pl.Int64).to_numpy(), depth, ids)
         key, cand_ids = np.ascontiguousarray(key[order]), np.ascontiguousarray(ids[order])
         del iv, ids, depth, order, th
-        sth = slices["_th"].cast(pl.Int64).to_numpy()
-        skey = np.ascontiguousarray(sth * self.span + (slices["ts_ns"].cast(pl.Int64).to_numpy() - self.lo))
-        del sth
-        point_end = np.ascontiguousarray(slices["end_ns"].cast(pl.Int64).to_numpy())
+        skey, point_end = self.points(slices) if points is None else points
         by_id = _by_id(intervals.drop_nulls(id_col), id_col)
         fn = native_kernel("innermost")
         if fn is not None and n:
@@ -185,11 +194,14 @@ class ThreadClock:
 def _innermost_last(key: np.ndarray, end: np.ndarray, depth: np.ndarray | None, ids: np.ndarray) -> np.ndarray:
     """The order of intervals by start key, and among those starting together the innermost
     last: the longest first (end descending), then by depth, then by id, then by position (a
-    stable lexsort of the four). One sort of the keys (timsort, fast on their sorted runs); the lexsort only for the
-    intervals that share a start key, put back in the positions their keys hold (a lexsort of
+    stable lexsort of the four). One sort of the keys (timsort, fast on their sorted runs; none
+    where they are in order); the lexsort only for the intervals that share a start key, put back in the positions their keys hold (a lexsort of
     four keys over every interval was 50 ms per table at 311 MB)."""
-    order = np.argsort(key, kind="stable")  # timsort: the intervals come in long sorted runs
-    k = key[order]
+    if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):  # in key order already (the loader's): no sort
+        order, k = np.arange(len(key)), key
+    else:
+        order = np.argsort(key, kind="stable")  # timsort: the intervals come in long sorted runs
+        k = key[order]
     tie = np.zeros(len(k), dtype=np.bool_)
     same = k[1:] == k[:-1]
     tie[1:] |= same
