@@ -271,3 +271,41 @@ def test_summary_after_another_command_prints_what_a_fresh_run_prints(cached, tr
     _run(first, str(trace), "--format", "json")
     fresh = _run("summary", str(trace), "--format", "json", "--no-cache")
     assert _run("summary", str(trace), "--format", "json") == fresh
+
+
+def test_a_released_trace_is_freed_though_its_cache_names_it(SHARED_TRACES, tmp_path):
+    """The store names the Session's traces in the results it pickles (`share`) without keeping
+    them: once the Session releases its Trace nothing holds it (`gaps` writes its output without
+    it, as without a cache), while a result that holds the Trace still pickles it by name."""
+    import gc
+    import weakref
+
+    from traceanalyzer.load import load
+    from traceanalyzer.session import Session
+
+    path = SHARED_TRACES / TRACE
+    store = cache.TraceCache(tmp_path, str(path), "[]", "{}")
+    ses = Session(load(path), store=store)
+    alive = weakref.ref(ses.trace)
+    store.put("holder", {"trace": ses.trace})  # a result that refers to the trace
+    assert store.get("holder")["trace"] is ses.trace
+    assert (store.results / "holder" / "value.pickle").stat().st_size < 200  # by name, no table in it
+    ses.release("trace")
+    gc.collect()
+    assert alive() is None and not dict(store.shared)
+
+
+def test_lazy_is_a_trace_read_from_the_cache_only(SHARED_TRACES, tmp_path):
+    """`cache.lazy`: a Trace from the cache reads its tables on first use (a command narrowing it
+    would read them all), a decoded one or a plain copy has them."""
+    import dataclasses
+
+    from traceanalyzer.load import load
+
+    path = SHARED_TRACES / TRACE
+    loaded = load(path)
+    store = cache.TraceCache(tmp_path, str(path), "[]", "{}")
+    store.put_trace(loaded, background=False)
+    back = store.get_trace()
+    assert cache.lazy(back) and not cache.lazy(loaded)
+    assert not cache.lazy(dataclasses.replace(back, steps=back.steps))

@@ -38,7 +38,9 @@ import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,7 +162,7 @@ class _Pickler(pickle.Pickler):
     """Pickles a value with its DataFrames replaced by references to Arrow files, and the
     `shared` objects (the Session's trace) by name."""
 
-    def __init__(self, fh, folder: Path, shared: dict[str, Any]) -> None:
+    def __init__(self, fh, folder: Path, shared: Mapping[str, Any]) -> None:
         import polars as pl  # not at import: the output cache (`cli.replay`) needs no polars
 
         super().__init__(fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -181,7 +183,7 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, fh, folder: Path, shared: dict[str, Any]) -> None:
+    def __init__(self, fh, folder: Path, shared: Mapping[str, Any]) -> None:
         super().__init__(fh)
         self.folder, self.shared, self.frames = folder, shared, {}
 
@@ -195,22 +197,20 @@ class _Unpickler(pickle.Unpickler):
         return self.frames[key] if kind == "df" else self.shared[key]
 
 
-def dump(value: Any, folder: Path, shared: dict[str, Any] | None = None) -> None:
+def dump(value: Any, folder: Path, shared: Mapping[str, Any] | None = None) -> None:
     """Write `value` into `folder` (value.pickle and its DataFrames as Arrow files)."""
     buf = io.BytesIO()
     _Pickler(buf, folder, shared or {}).dump(value)
     (folder / "value.pickle").write_bytes(buf.getvalue())
 
 
-def load(folder: Path, shared: dict[str, Any] | None = None) -> Any:
+def load(folder: Path, shared: Mapping[str, Any] | None = None) -> Any:
     """The value `dump` wrote into `folder`; MISSING when there is none or it cannot be read
     (an entry from another version of a class: it is simply computed again)."""
     try:
         with open(folder / "value.pickle", "rb") as fh:
             return _Unpickler(fh, folder, shared or {}).load()
-    except FileNotFoundError:
-        return MISSING
-    except Exception:  # noqa: BLE001 - a stale or damaged entry is a miss, never an error
+    except Exception:  # noqa: BLE001 - none, or a stale or damaged entry: a miss, never an error
         return MISSING
 
 
@@ -276,6 +276,11 @@ def _cached_trace_class() -> type:
     return CachedTrace
 
 
+def lazy(trace: Any) -> bool:
+    """Whether `trace` is a `CachedTrace` reading its tables on first use (a copy reads them all)."""
+    return "_heights" in getattr(trace, "__dict__", {})
+
+
 def load_trace(folder: Path, fallback: Callable[[], Any] | None = None) -> Any:
     """The Trace `dump_trace` wrote into `folder`, its tables read on first access; MISSING when
     there is none or it cannot be read. `fallback()` decodes the trace's file: a table that
@@ -287,9 +292,7 @@ def load_trace(folder: Path, fallback: Callable[[], Any] | None = None) -> Any:
         trace = object.__new__(_cached_trace_class())
         trace.__dict__.update(rest, _folder=folder, _heights=heights, _fallback=fallback)
         return trace
-    except FileNotFoundError:
-        return MISSING
-    except Exception:  # noqa: BLE001 - a stale or damaged entry is a miss, never an error
+    except Exception:  # noqa: BLE001 - none, or a stale or damaged entry: a miss, never an error
         return MISSING
 
 
@@ -337,7 +340,7 @@ class TraceCache:
         self.folder = Path(root) / trace_key(path, load_key)
         okey = hashlib.sha256(options_key.encode()).hexdigest()[:16]
         self.results = self.folder / f"results-{okey}"
-        self.shared: dict[str, Any] = {}
+        self.shared: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.loaded: set[str] = set()
         self.writer: Any = None  # the thread writing the Trace (`put_trace`)
 
@@ -351,9 +354,8 @@ class TraceCache:
         return value
 
     def put_trace(self, trace: Any, background: bool = True) -> None:
-        """Cache the loaded Trace (once; never over an existing entry), by default on a thread
-        while the analyses run: polars writes without the GIL, so on two cores the writing
-        costs the command next to no time. `wait()` joins it."""
+        """Cache the loaded Trace (once; never over an existing entry), by default on a thread while
+        the analyses run: polars writes without the GIL, on two cores at next to no cost. `wait()` joins it."""
 
         def write() -> None:
             with contextlib.suppress(Exception), atomic_folder(self.folder / "trace") as tmp:
@@ -362,10 +364,7 @@ class TraceCache:
 
         self.wait()
         if not background:
-            write()
-            return
-        import threading
-
+            return write()
         self.writer = threading.Thread(target=write, name="traceanalyzer-cache-write")
         self.writer.start()
 
@@ -376,7 +375,8 @@ class TraceCache:
             self.writer = None
 
     def share(self, **objects: Any) -> None:
-        """Objects results refer to that are stored elsewhere (the Session's traces)."""
+        """Objects results refer to that are stored elsewhere (the Session's traces), held weakly:
+        a Trace the Session releases is freed then (`gaps` at 200 MB: ~25 MB through its output)."""
         self.shared.update(objects)
 
     def computing(self, name: str) -> None:
