@@ -4,7 +4,7 @@ command on the same trace skips decoding and every analysis already done.
 Layout under the cache root (`default_root()`: `$XDG_CACHE_HOME/traceanalyzer`, else
 `~/.cache/traceanalyzer`; `--cache-dir` elsewhere):
 
-    <trace key>/trace/                   the loaded Trace: one Arrow file per table
+    <trace key>/trace/                   the loaded Trace: one Arrow file per table column
     <trace key>/results-<options key>/<analysis>/   one Session result each
     <trace key>/outputs/<command key>/   what a command printed and wrote (`cli.replay`)
 
@@ -16,15 +16,14 @@ columns' buffers as they are, at 311 MB in half the time and without Parquet's e
 buffers (+10 MB of peak RSS instead of +95 MB for the results of `gaps`), for as much disk
 (the tables 22 MB, the results 29 MB). The input file is only read.
 
-The Trace comes back lazily (`CachedTrace`): each table is read from its file when an
+The Trace comes back lazily (`CachedTrace`): each table is read from its files when an
 analysis first asks for it, so a command whose results are all cached reads none of them
 (a rerun of `gaps` on a 311 MB trace peaks at the results' size, not the tables').
 
-The trace key is a fingerprint of the file's content (`fingerprint`: size, mtime and a hash of
-its first and last MiB; hashing all of a 1-5 GB trace would cost seconds) with the tool version,
-the code (`code_fingerprint`: a checkout edited under one version never reads results of its
-former code) and the load options; the results key adds every option that changes a number
-(`options_key`). A trace edited in place changes its size, mtime or ends.
+The trace key is a fingerprint of the file's content (`fingerprint`: size, mtime and a hash of its first and last
+MiB; hashing all of a 1-5 GB trace would cost seconds) with the tool version, the code (`code_fingerprint`: a
+checkout edited under one version never reads results of its former code) and the load options; the results key adds
+every option that changes a number (`options_key`). A trace edited in place changes its size, mtime or ends.
 """
 
 from __future__ import annotations
@@ -38,7 +37,9 @@ import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,7 @@ DEFAULT_MAX_BYTES = 20 << 30  # --cache-max: the least recently used traces go b
 ENDS_BYTES = 1 << 20
 EXT = ".arrow"  # Arrow IPC, lz4
 MISSING = object()
-_FORMAT = 2  # bump when the layout or the pickled classes change incompatibly
+_FORMAT = 3  # bump when the layout or the pickled classes change incompatibly
 
 
 def options_key(options: Options) -> str:
@@ -160,7 +161,7 @@ class _Pickler(pickle.Pickler):
     """Pickles a value with its DataFrames replaced by references to Arrow files, and the
     `shared` objects (the Session's trace) by name."""
 
-    def __init__(self, fh, folder: Path, shared: dict[str, Any]) -> None:
+    def __init__(self, fh, folder: Path, shared: Mapping[str, Any]) -> None:
         import polars as pl  # not at import: the output cache (`cli.replay`) needs no polars
 
         super().__init__(fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -181,7 +182,7 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, fh, folder: Path, shared: dict[str, Any]) -> None:
+    def __init__(self, fh, folder: Path, shared: Mapping[str, Any]) -> None:
         super().__init__(fh)
         self.folder, self.shared, self.frames = folder, shared, {}
 
@@ -195,45 +196,44 @@ class _Unpickler(pickle.Unpickler):
         return self.frames[key] if kind == "df" else self.shared[key]
 
 
-def dump(value: Any, folder: Path, shared: dict[str, Any] | None = None) -> None:
+def dump(value: Any, folder: Path, shared: Mapping[str, Any] | None = None) -> None:
     """Write `value` into `folder` (value.pickle and its DataFrames as Arrow files)."""
     buf = io.BytesIO()
     _Pickler(buf, folder, shared or {}).dump(value)
     (folder / "value.pickle").write_bytes(buf.getvalue())
 
 
-def load(folder: Path, shared: dict[str, Any] | None = None) -> Any:
+def load(folder: Path, shared: Mapping[str, Any] | None = None) -> Any:
     """The value `dump` wrote into `folder`; MISSING when there is none or it cannot be read
     (an entry from another version of a class: it is simply computed again)."""
     try:
         with open(folder / "value.pickle", "rb") as fh:
             return _Unpickler(fh, folder, shared or {}).load()
-    except FileNotFoundError:
-        return MISSING
-    except Exception:  # noqa: BLE001 - a stale or damaged entry is a miss, never an error
+    except Exception:  # noqa: BLE001 - none, or a stale or damaged entry: a miss, never an error
         return MISSING
 
 
-_TABLES = "tables.pickle"  # a trace entry: its non-table fields, the table names and row counts
+_TABLES = "tables.pickle"  # a trace entry: its non-table fields, the tables' row and column counts
 
 
 def dump_trace(trace: Any, folder: Path) -> None:
-    """Write a Trace into `folder`: each table to `<name>.arrow`, the rest (metadata, counts,
-    warnings) and every table's row count to `tables.pickle`, so that `load_trace` can hand
-    the tables back one at a time."""
+    """Write a Trace into `folder`: each table column to `<name>.<i>.arrow` (polars builds a file in
+    memory first: a column holds +0.7-6 MB beside the analyses, a table +7-14 MB), the rest and the
+    tables' row and column counts to `tables.pickle`: `load_trace` hands them back one at a time."""
     import dataclasses
 
     import polars as pl
 
-    rest, heights = {}, {}
+    rest, heights, widths = {}, {}, {}
     for f in dataclasses.fields(trace):
         value = getattr(trace, f.name)
         if isinstance(value, pl.DataFrame):
-            write_frame(value, folder / f"{f.name}{EXT}")
-            heights[f.name] = value.height
+            for i, column in enumerate(value.columns):
+                write_frame(value.select(column), folder / f"{f.name}.{i}{EXT}")
+            heights[f.name], widths[f.name] = value.height, value.width
         else:
             rest[f.name] = value
-    (folder / _TABLES).write_bytes(pickle.dumps((rest, heights), protocol=pickle.HIGHEST_PROTOCOL))
+    (folder / _TABLES).write_bytes(pickle.dumps((rest, heights, widths), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 @functools.lru_cache(maxsize=1)
@@ -255,7 +255,8 @@ def _cached_trace_class() -> type:
                 raise AttributeError(name)
             try:
                 # stored as `build_trace` stores it: an Arrow file holds a one-valued column in full
-                d[name] = one_valued(pl.read_ipc(d["_folder"] / f"{name}{EXT}"))
+                files = (d["_folder"] / f"{name}.{i}{EXT}" for i in range(d["_widths"][name]))
+                d[name] = one_valued(pl.DataFrame([pl.read_ipc(f).to_series() for f in files]))
             except Exception:  # noqa: BLE001 - a damaged or vanished entry: decode the file after all
                 if d.get("_fallback") is None:
                     raise
@@ -276,20 +277,22 @@ def _cached_trace_class() -> type:
     return CachedTrace
 
 
+def lazy(trace: Any) -> bool:
+    """Whether `trace` is a `CachedTrace` reading its tables on first use (a copy reads them all)."""
+    return "_heights" in getattr(trace, "__dict__", {})
+
+
 def load_trace(folder: Path, fallback: Callable[[], Any] | None = None) -> Any:
-    """The Trace `dump_trace` wrote into `folder`, its tables read on first access; MISSING when
-    there is none or it cannot be read. `fallback()` decodes the trace's file: a table that
-    cannot be read when first asked for (a damaged entry) comes from there."""
+    """The Trace `dump_trace` wrote into `folder`, its tables read on first access; MISSING when there is
+    none or it cannot be read. `fallback()` decodes the file: a table that cannot be read comes from there."""
     try:
-        rest, heights = pickle.loads((folder / _TABLES).read_bytes())
-        if not all((folder / f"{n}{EXT}").is_file() for n in heights):
+        rest, heights, widths = pickle.loads((folder / _TABLES).read_bytes())
+        if not all((folder / f"{n}.{i}{EXT}").is_file() for n, w in widths.items() for i in range(w)):
             return MISSING
         trace = object.__new__(_cached_trace_class())
-        trace.__dict__.update(rest, _folder=folder, _heights=heights, _fallback=fallback)
+        trace.__dict__.update(rest, _folder=folder, _heights=heights, _widths=widths, _fallback=fallback)
         return trace
-    except FileNotFoundError:
-        return MISSING
-    except Exception:  # noqa: BLE001 - a stale or damaged entry is a miss, never an error
+    except Exception:  # noqa: BLE001 - none, or a stale or damaged entry: a miss, never an error
         return MISSING
 
 
@@ -337,7 +340,7 @@ class TraceCache:
         self.folder = Path(root) / trace_key(path, load_key)
         okey = hashlib.sha256(options_key.encode()).hexdigest()[:16]
         self.results = self.folder / f"results-{okey}"
-        self.shared: dict[str, Any] = {}
+        self.shared: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.loaded: set[str] = set()
         self.writer: Any = None  # the thread writing the Trace (`put_trace`)
 
@@ -351,9 +354,8 @@ class TraceCache:
         return value
 
     def put_trace(self, trace: Any, background: bool = True) -> None:
-        """Cache the loaded Trace (once; never over an existing entry), by default on a thread
-        while the analyses run: polars writes without the GIL, so on two cores the writing
-        costs the command next to no time. `wait()` joins it."""
+        """Cache the loaded Trace (once; never over an existing entry), by default on a thread while
+        the analyses run: polars writes without the GIL, on two cores at next to no cost. `wait()` joins it."""
 
         def write() -> None:
             with contextlib.suppress(Exception), atomic_folder(self.folder / "trace") as tmp:
@@ -362,10 +364,7 @@ class TraceCache:
 
         self.wait()
         if not background:
-            write()
-            return
-        import threading
-
+            return write()
         self.writer = threading.Thread(target=write, name="traceanalyzer-cache-write")
         self.writer.start()
 
@@ -376,7 +375,8 @@ class TraceCache:
             self.writer = None
 
     def share(self, **objects: Any) -> None:
-        """Objects results refer to that are stored elsewhere (the Session's traces)."""
+        """Objects results refer to that are stored elsewhere (the Session's traces), held weakly:
+        a Trace the Session releases is freed then (`gaps` at 200 MB: ~25 MB through its output)."""
         self.shared.update(objects)
 
     def computing(self, name: str) -> None:

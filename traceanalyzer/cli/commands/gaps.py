@@ -64,12 +64,13 @@ UNREAD = {
 
 def _narrow(ses: Session, unread: dict[str, tuple[str, ...]] = UNREAD, cached: bool = False) -> None:
     """The Session's traces without the `unread` columns (table -> columns; their other columns
-    and memos shared). Not with a cache (`ses.store`) unless `cached`: a Trace read from the
-    cache is read in full first (`dataclasses.replace`), which a command whose results are all
-    cached never needs. With `cached` the store is handed the narrowed Trace (`share`); the one
-    it writes (`put_trace`, on its thread) keeps every column. `summary` drops its own
-    (`summary.UNREAD`)."""
-    if ses.store is not None and not cached:
+    and memos shared). Not for a Trace read from the cache (`cache.lazy`) unless `cached`: it is
+    read in full first (`dataclasses.replace`), which a command whose results are all cached never
+    needs. With a cache the store is handed the narrowed Trace (`share`); the one it writes
+    (`put_trace`, on its thread) keeps every column. `summary` drops its own (`summary.UNREAD`)."""
+    from traceanalyzer.jobs import cache
+
+    if ses.store is not None and not cached and cache.lazy(ses.trace):
         return
     narrowed: dict[int, object] = {}
     for attr in ("trace", "loaded"):
