@@ -31,11 +31,11 @@ import polars as pl
 
 from traceanalyzer import chain
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.attribution import op_context
+from traceanalyzer.analyses.attribution import named_ops
 from traceanalyzer.analyses.intervals import filter_rows
 from traceanalyzer.analyses.op_tree import ancestors
 from traceanalyzer.analyses.peaks import COMPUTE_ROOFS, find_peaks, override
-from traceanalyzer.analyses.work_model import KEYS, MODELLED_NAMES, NO_MODEL, work_table
+from traceanalyzer.analyses.work_model import KEYS, MODELLED_NAMES, NO_MODEL, work_rows
 from traceanalyzer.options import Options, RooflineOptions
 from traceanalyzer.patterns import FEWER_FLOPS_KERNEL, TENSOR_CORE_KERNEL, matches
 from traceanalyzer.reprs import Compact, Unread
@@ -231,41 +231,80 @@ def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _unmodelled(
-    trace: Trace, gpu: pl.DataFrame, owned: pl.DataFrame, anc: pl.DataFrame, cand: pl.DataFrame, work: pl.DataFrame
-) -> pl.DataFrame:
-    """GPU time outside every reported op: by the innermost op around the launch that the model
-    knows by name and could not model (with its reason), else by the op a user would name;
-    copies between host and device in one row."""
-    host = trace.gpu.select("kind", "name", "dur_ns").filter(
-        (pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)
+def _is_host_copy(gpu: pl.DataFrame) -> pl.Expr:
+    """Whether each activity of `gpu` is a copy between host and device (HOST_COPY), each
+    distinct copy name matched once a process (`patterns.matches`)."""
+    copies = chain.collect(gpu.lazy().filter(pl.col("kind") == "memcpy").select(pl.col("name").drop_nulls().unique()))
+    names = copies.get_column("name")
+    host = names.filter(matches(names, HOST_COPY))
+    return ((pl.col("kind") == "memcpy") & pl.col("name").is_in(host.implode())).fill_null(False)
+
+
+def _per_op(owned: pl.DataFrame) -> pl.DataFrame:
+    """Per reported op (`ancestor_id`) of the activities it owns: gpu_ns, device, tensor_cores,
+    fewer_flops. The kernels' patterns are matched once per distinct name (a trace of 300 MB has
+    ~100 among 90k activities), then `any` per op. An op's device is the most frequent of its
+    activities' (the lowest of equally frequent ones): the one device of nearly every op (its
+    lowest and highest agree), counted by (op, device) only for the ops on several."""
+    names = chain.collect(owned.lazy().select(pl.col("name").drop_nulls().unique())).get_column("name")  # a set
+    is_kernel = pl.col("kind") == "kernel"
+
+    def flag(pattern: str) -> pl.Expr:
+        hits = names.filter(matches(names, pattern))  # each distinct name matched once a process
+        return is_kernel & pl.col("name").is_in(hits.implode())
+
+    device = pl.col("device")
+    per_op = chain.collect(
+        owned.lazy()
+        .select("ancestor_id", "dur_ns", "device", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
+        .group_by("ancestor_id")
+        .agg(
+            gpu_ns=pl.col("dur_ns").sum(),
+            device=device.min(),
+            _hi=device.max(),
+            tensor_cores=pl.col("_tc").any(),
+            fewer_flops=pl.col("_ff").any(),
+        )
     )
+    several = filter_rows(per_op, per_op.get_column("device") != per_op.get_column("_hi"))
+    if several.height:
+        most = chain.collect(
+            owned.lazy()
+            .join(several.lazy().select("ancestor_id"), on="ancestor_id", how="semi")
+            .filter(device.is_not_null())
+            .group_by("ancestor_id", "device")
+            .agg(_n=pl.len())
+            .group_by("ancestor_id")
+            .agg(_most=device.sort_by("_n", "device", descending=[True, False]).first())
+        )
+        per_op = per_op.join(most, on="ancestor_id", how="left").with_columns(device=pl.coalesce("_most", "device"))
+    return per_op.select("ancestor_id", "gpu_ns", "device", "tensor_cores", "fewer_flops")
+
+
+def _unmodelled(
+    trace: Trace, host: pl.Series, rest: pl.DataFrame, anc: pl.DataFrame, why: pl.DataFrame
+) -> pl.DataFrame:
+    """GPU time outside every reported op (`rest`: op_id, dur_ns): by the innermost op around the
+    launch that the model knows by name and could not model (`why`, with its reason), else by
+    the op a user would name; copies between host and device (`host`: their durations) in one row."""
     host_row = pl.DataFrame(
         {
             "op": ["(copies between host and device)"],
             "reason": ["their roof is the host link, not device memory (see `copies`)"],
-            "gpu_ns": [int(host["dur_ns"].sum()) if host.height else 0],
-            "activities": [host.height],
+            "gpu_ns": [int(host.sum()) if host.len() else 0],
+            "activities": [host.len()],
         },
         schema=UNMODELLED_SCHEMA,
     ).filter(pl.col("activities") > 0)
-    rest = gpu.join(owned.select("gpu_id"), on="gpu_id", how="anti")
     if rest.is_empty():
         return host_row
-    why = (
-        cand.filter(pl.col("reason").is_not_null())
-        .join(work.select("_k", "name"), on="_k", how="left", maintain_order="left")
-        .select(ancestor_id="op_id", why_op="name", reason="reason")
-    )
+    # the innermost: each (op, ancestor) is one level, and an op with a reason one `why` row
     reasoned = (
         anc.join(why, on="ancestor_id", how="inner")
-        .sort("op_id", "level")
-        .group_by("op_id", maintain_order=True)
-        .first()
-        .select("op_id", "why_op", "reason")
+        .group_by("op_id")
+        .agg(pl.col("why_op", "reason").get(pl.col("level").arg_min()))
     )
-    launching = rest["op_id"].drop_nulls().unique()
-    named = op_context(trace, launching).select("op_id", named="op")
+    named = named_ops(trace, rest["op_id"]).select("op_id", named="op")
     rows = (
         rest.join(reasoned, on="op_id", how="left")
         .join(named, on="op_id", how="left")
@@ -290,79 +329,47 @@ def analyse_roofline(
     opts = Options.of(options).roofline
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
-    # the columns first: a filter copies every column of the rows it keeps
-    host_copy = ((pl.col("kind") == "memcpy") & pl.col("name").str.contains(HOST_COPY)).fill_null(False)
-    gpu = chain.collect(
-        trace.gpu.lazy().select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_copy)
-    )
-    # Only ops the model knows by name can have work (`work_table`): the others, three in four
+    # the columns first: a filter copies every column of the rows it keeps; HOST_COPY matched
+    # once per distinct copy name (`patterns.matches`), not on each of 90k activities
+    host_mask = trace.gpu.select(_is_host_copy(trace.gpu)).to_series()
+    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_mask)
+    # Only ops the model knows by name can have work (`work_rows`): the others, three in four
     # calls, are left out before their argument texts are copied (17 MB of a 311 MB trace's
-    # 300k calls). Each call keeps the row of its (name, shape) in the work table, `_k`, not
-    # the four texts: they are joined back once per reported row.
+    # 300k calls). The calls are grouped by (name, shape) in the query that picks them: each
+    # keeps the row of its (name, shape) in the work table, `_k`, not the four texts (they are
+    # joined back once per reported row), and no join on the four texts finds it.
     named = (pl.col("kind") == "cpu_op") & pl.col("name").is_in(MODELLED_NAMES)
-    ops = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(named).drop("kind"))
-    work = work_table(ops).with_row_index("_k")
-    cand = chain.collect(
-        ops.lazy()
-        .join(work.lazy().select(*KEYS, "_k", "reason"), on=KEYS, how="inner", nulls_equal=True)
-        .select("op_id", "_k", "reason")
-    )
-    del ops
+    calls = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(named).group_by(KEYS).agg("op_id"))
+    work = work_rows(calls).with_row_index("_k")
+    cand = pl.DataFrame([calls.get_column("op_id"), work.get_column("_k"), work.get_column("reason")]).explode("op_id")
+    del calls
     modelled = filter_rows(cand, cand.get_column("reason").is_null())  # by Series below SMALL_ROWS
-    # Report at the outermost modelled op: drop every modelled op that has one around it.
-    around = (
-        ancestors(trace.ops, modelled["op_id"])
-        .lazy()
-        .filter(pl.col("level") > 0)
-        .join(modelled.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")
-    )
-    reported = chain.collect(modelled.lazy().join(around.select("op_id").unique(), on="op_id", how="anti"))
-    # Each launch belongs to at most one reported op: reported ops never nest.
+    # Report at the outermost modelled op: a launch belongs to the outermost modelled op of its
+    # chain (its launching op and those around it), which has no modelled op around it, so the
+    # reported ops never nest and each launch has at most one. Modelled ops that own no launch
+    # are never reported: no walk up from every modelled op is needed to drop the nested ones.
     anc = ancestors(trace.ops, gpu["op_id"].drop_nulls().unique())
     owner = (
         anc.lazy()
-        .join(reported.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")
-        .select("op_id", "ancestor_id")
+        .join(modelled.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")
+        .group_by("op_id")
+        .agg(pl.col("ancestor_id").get(pl.col("level").arg_max()))
     )
     owned = chain.collect(gpu.lazy().join(owner, on="op_id", how="inner"))
-    # The kernels' patterns matched once per distinct name (a trace of 300 MB has ~100 among
-    # 90k activities), then `any` per op; each op's device is the most frequent (the lowest of
-    # equally frequent ones) by counting (device, op) pairs, not a `mode` per group.
-    names = chain.collect(owned.lazy().select(pl.col("name").drop_nulls().unique())).get_column("name")  # a set
-    is_kernel = pl.col("kind") == "kernel"
-
-    def flag(pattern: str) -> pl.Expr:
-        matched = matches(names, pattern)  # each distinct name once a process
-        return is_kernel & pl.col("name").replace_strict(names, matched, default=None, return_dtype=pl.Boolean)
-
-    per_op = (
-        owned.lazy()
-        .select("ancestor_id", "dur_ns", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
-        .group_by("ancestor_id")
-        .agg(gpu_ns=pl.col("dur_ns").sum(), tensor_cores=pl.col("_tc").any(), fewer_flops=pl.col("_ff").any())
-    )
-    on_device = (
-        owned.lazy()
-        .filter(pl.col("device").is_not_null())
-        .group_by("ancestor_id", "device")
-        .agg(_n=pl.len())
-        .group_by("ancestor_id")
-        .agg(pl.col("device").sort_by("_n", "device", descending=[True, False]).first())
-    )
-    per_op = per_op.join(on_device, on="ancestor_id", how="left").select(
-        "ancestor_id", "gpu_ns", "device", "tensor_cores", "fewer_flops"
-    )
     rows = (
-        reported.lazy()
-        .join(per_op, left_on="op_id", right_on="ancestor_id", how="inner")
+        modelled.lazy()
+        .join(_per_op(owned).lazy(), left_on="op_id", right_on="ancestor_id", how="inner")
         .filter(pl.col("gpu_ns") > 0)
-        .group_by("_k", "device", maintain_order=True)  # a (name, shape) is one `_k`: the same groups, in order
+        .group_by("_k", "device")  # a (name, shape) is one `_k`
         .agg(
             calls=pl.len().cast(pl.Int64),
             gpu_ns=pl.col("gpu_ns").sum(),
             tensor_cores=pl.col("tensor_cores").any(),
             fewer_flops=pl.col("fewer_flops").any(),
+            _first=pl.col("op_id").min(),
         )
+        .sort("_first")  # in the order of their first calls: how rows equal in `_judge`'s sort keys come out
+        .drop("_first")
         .join(work.lazy().drop("reason"), on="_k", how="left", maintain_order="left")
         .rename({"name": "op", "flops": "flops_per_call", "bytes": "bytes_per_call"})
     )
@@ -370,11 +377,20 @@ def analyse_roofline(
     note = None
     if trace.ops.height and trace.ops["input_dims"].null_count() == trace.ops.height:
         note = "the trace recorded no shapes (Input Dims): profile with record_shapes=True to model ops"
+    if lean:
+        unmodelled = Unread("RooflineResult.unmodelled_ns")
+    else:
+        why = chain.collect(
+            cand.lazy()
+            .filter(pl.col("reason").is_not_null())
+            .join(work.lazy().select("_k", "name"), on="_k", how="left", maintain_order="left")
+            .select(ancestor_id="op_id", why_op="name", reason="reason")
+        )
+        rest = gpu.select("gpu_id", "op_id", "dur_ns").join(owned.select("gpu_id"), on="gpu_id", how="anti")
+        unmodelled = _unmodelled(trace, trace.gpu["dur_ns"].filter(host_mask), rest.drop("gpu_id"), anc, why)
     return RooflineResult(
         ops_ns=table,
-        unmodelled_ns=Unread("RooflineResult.unmodelled_ns")
-        if lean
-        else _unmodelled(trace, gpu, owned, anc, cand, work),
+        unmodelled_ns=unmodelled,
         devices=devices,
         gpu_ns=all_gpu_ns,
         modelled_gpu_ns=int(owned["dur_ns"].sum()) if owned.height else 0,

@@ -84,12 +84,18 @@ _model_memo = lru_cache(maxsize=1 << 14)(model_call)
 
 def work_table(ops: pl.DataFrame) -> pl.DataFrame:
     """WORK_SCHEMA: one row per distinct KEYS combination of `ops` whose name the model knows;
-    `reason` is null where the model gave numbers. The Python model runs once per combination
-    (shapes repeat: tens of thousands of calls share a few hundred), and remembers the last
-    16k combinations' work across traces (`_model_memo`)."""
+    `reason` is null where the model gave numbers (`work_rows`)."""
     distinct = chain.collect(ops.lazy().filter(pl.col("name").is_in(MODELLED_NAMES)).select(KEYS).unique())  # one query
+    return work_rows(distinct)
+
+
+def work_rows(distinct: pl.DataFrame) -> pl.DataFrame:
+    """WORK_SCHEMA: the work of each row of `distinct` (KEYS, each combination once), in its
+    order. The Python model runs once per combination (shapes repeat: tens of thousands of calls
+    share a few hundred), and remembers the last 16k combinations' work across traces
+    (`_model_memo`)."""
     rows = []
-    for name, dims, types, concrete in distinct.iter_rows():
+    for name, dims, types, concrete in distinct.select(KEYS).iter_rows():
         w = _model_memo(name, dims, types, concrete)
         if isinstance(w, Work):
             rows.append((name, dims, types, concrete, w.family, w.flops, w.bytes, w.dtype, w.note, None))
