@@ -140,7 +140,6 @@ def device_peaks(trace: Trace, opts: RooflineOptions) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=DEVICE_SCHEMA, orient="row") if rows else pl.DataFrame(schema=DEVICE_SCHEMA)
 
 
-@functools.cache  # an expression is a value: built once
 def _roof() -> pl.Expr:
     memory = pl.col("family").is_in(MEMORY_FAMILIES)
     fp32 = (
@@ -163,7 +162,6 @@ def _roof() -> pl.Expr:
     )
 
 
-@functools.cache
 def _peak_tflops() -> pl.Expr:
     expr = pl.when(pl.lit(False)).then(pl.lit(None, pl.Float64))
     for r in COMPUTE_ROOFS:
@@ -171,20 +169,18 @@ def _peak_tflops() -> pl.Expr:
     return expr.otherwise(pl.lit(None, pl.Float64))
 
 
-def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
-    """Achieved rates, roof, bound and share of each op/shape row (one query)."""
+@functools.cache  # an expression is a value: built once
+def _judging() -> tuple[dict[str, pl.Expr], ...]:
+    """The steps of `_judge`, each a `with_columns`, built once (on a rank's ~140 rows, building
+    them cost a third of the query)."""
     secs = pl.col("gpu_ns") / 1e9
-    out = (
-        rows.join(devices.lazy().drop("name", "part", "found", "source"), on="device", how="left")
-        .with_columns(roof=_roof())
-        .with_columns(
-            peak_tflops=_peak_tflops(),
-            peak_gbps=pl.col("memory_gbps"),
-            achieved_tflops=pl.col("flops_per_call") * pl.col("calls") / secs / 1e12,
-            achieved_gbps=pl.col("bytes_per_call") * pl.col("calls") / secs / 1e9,
-            intensity=pl.when(pl.col("bytes_per_call") > 0).then(pl.col("flops_per_call") / pl.col("bytes_per_call")),
-        )
-    )
+    rates = {
+        "peak_tflops": _peak_tflops(),
+        "peak_gbps": pl.col("memory_gbps"),
+        "achieved_tflops": pl.col("flops_per_call") * pl.col("calls") / secs / 1e12,
+        "achieved_gbps": pl.col("bytes_per_call") * pl.col("calls") / secs / 1e9,
+        "intensity": pl.when(pl.col("bytes_per_call") > 0).then(pl.col("flops_per_call") / pl.col("bytes_per_call")),
+    }
     ridge = pl.col("peak_tflops") * 1000.0 / pl.col("peak_gbps")  # FLOPs per byte where the roofs meet
     memory = pl.col("roof") == "memory"
     bound = (
@@ -204,10 +200,10 @@ def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
     bound = pl.when(above_memory).then(pl.lit("cache")).when(above_compute).then(pl.lit("fewer_flops")).otherwise(bound)
     note = pl.col("note").fill_null("")
     fewer = pl.when(pl.col("fewer_flops")).then(pl.lit("Winograd/FFT kernels: fewer FLOPs executed than counted"))
-    out = out.with_columns(
-        bound=bound,
-        note=pl.concat_str([note, fewer.otherwise(pl.lit(""))], separator="; ").str.strip_chars("; "),
-    )
+    bounds = {
+        "bound": bound,
+        "note": pl.concat_str([note, fewer.otherwise(pl.lit(""))], separator="; ").str.strip_chars("; "),
+    }
     share = (
         pl.when(pl.col("bound") == "compute")
         .then(pl.col("achieved_tflops") / pl.col("peak_tflops"))
@@ -217,13 +213,21 @@ def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
     # The same rate against the device's 16-bit Tensor Core roof: what the hardware offers a
     # matmul at all, whatever precision this one ran in (an FP32 SGEMM shows low here).
     tensor = pl.max_horizontal("fp16", "bf16")
-    out = out.with_columns(peak_share=share).with_columns(
+    shares = {
         # from the µs shown: a product taken in ns would move the last digit of a third of the rows
-        headroom_us=us_expr("gpu_ns", 0) * (1 - pl.col("peak_share").clip(0, 1)),
-        tensor_core_share=pl.when(~pl.col("family").is_in(MEMORY_FAMILIES) & (tensor > 0)).then(
+        "headroom_us": us_expr("gpu_ns", 0) * (1 - pl.col("peak_share").clip(0, 1)),
+        "tensor_core_share": pl.when(~pl.col("family").is_in(MEMORY_FAMILIES) & (tensor > 0)).then(
             pl.col("achieved_tflops") / tensor
         ),
-    )
+    }
+    return {"roof": _roof()}, rates, bounds, {"peak_share": share}, shares
+
+
+def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
+    """Achieved rates, roof, bound and share of each op/shape row (one query)."""
+    out = rows.join(devices.lazy().drop("name", "part", "found", "source"), on="device", how="left")
+    for step in _judging():
+        out = out.with_columns(**step)
     return chain.collect(
         out.sort(
             ["headroom_us", "gpu_ns", "op", "input_dims"], descending=[True, True, False, False], nulls_last=True
@@ -231,13 +235,14 @@ def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _is_host_copy(gpu: pl.DataFrame) -> pl.Expr:
+def _host_copies(gpu: pl.DataFrame) -> pl.Series:
     """Whether each activity of `gpu` is a copy between host and device (HOST_COPY), each
-    distinct copy name matched once a process (`patterns.matches`)."""
-    copies = chain.collect(gpu.lazy().filter(pl.col("kind") == "memcpy").select(pl.col("name").drop_nulls().unique()))
-    names = copies.get_column("name")
-    host = names.filter(matches(names, HOST_COPY))
-    return ((pl.col("kind") == "memcpy") & pl.col("name").is_in(host.implode())).fill_null(False)
+    distinct copy name matched once a process (`patterns.matches`), not each of 90k activities."""
+    names = chain.collect(gpu.lazy().filter(pl.col("kind") == "memcpy").select(pl.col("name").drop_nulls().unique()))
+    host = names.get_column("name").filter(matches(names.get_column("name"), HOST_COPY))
+    return gpu.select(
+        ((pl.col("kind") == "memcpy") & pl.col("name").is_in(host.implode())).fill_null(False)
+    ).to_series()
 
 
 def _per_op(owned: pl.DataFrame) -> pl.DataFrame:
@@ -250,8 +255,7 @@ def _per_op(owned: pl.DataFrame) -> pl.DataFrame:
     is_kernel = pl.col("kind") == "kernel"
 
     def flag(pattern: str) -> pl.Expr:
-        hits = names.filter(matches(names, pattern))  # each distinct name matched once a process
-        return is_kernel & pl.col("name").is_in(hits.implode())
+        return is_kernel & pl.col("name").is_in(names.filter(matches(names, pattern)).implode())
 
     device = pl.col("device")
     per_op = chain.collect(
@@ -329,15 +333,13 @@ def analyse_roofline(
     opts = Options.of(options).roofline
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
-    # the columns first: a filter copies every column of the rows it keeps; HOST_COPY matched
-    # once per distinct copy name (`patterns.matches`), not on each of 90k activities
-    host_mask = trace.gpu.select(_is_host_copy(trace.gpu)).to_series()
+    # the columns first: a filter copies every column of the rows it keeps
+    host_mask = _host_copies(trace.gpu)
     gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_mask)
-    # Only ops the model knows by name can have work (`work_rows`): the others, three in four
-    # calls, are left out before their argument texts are copied (17 MB of a 311 MB trace's
-    # 300k calls). The calls are grouped by (name, shape) in the query that picks them: each
-    # keeps the row of its (name, shape) in the work table, `_k`, not the four texts (they are
-    # joined back once per reported row), and no join on the four texts finds it.
+    # Only ops the model knows by name can have work: the others, three in four calls, are left
+    # out before their argument texts are copied (17 MB of a 311 MB trace's 300k calls). Grouped
+    # by (name, shape) in that query, each call keeps the row of its (name, shape) in the work
+    # table, `_k`, not the four texts (joined back once per reported row; no join on them).
     named = (pl.col("kind") == "cpu_op") & pl.col("name").is_in(MODELLED_NAMES)
     calls = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(named).group_by(KEYS).agg("op_id"))
     work = work_rows(calls).with_row_index("_k")
@@ -345,9 +347,8 @@ def analyse_roofline(
     del calls
     modelled = filter_rows(cand, cand.get_column("reason").is_null())  # by Series below SMALL_ROWS
     # Report at the outermost modelled op: a launch belongs to the outermost modelled op of its
-    # chain (its launching op and those around it), which has no modelled op around it, so the
-    # reported ops never nest and each launch has at most one. Modelled ops that own no launch
-    # are never reported: no walk up from every modelled op is needed to drop the nested ones.
+    # chain (its launching op and those around it), which has none around it, so reported ops
+    # never nest. One that owns no launch is never reported: no walk up from every modelled op.
     anc = ancestors(trace.ops, gpu["op_id"].drop_nulls().unique())
     owner = (
         anc.lazy()
