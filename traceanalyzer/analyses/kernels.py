@@ -156,7 +156,7 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
             "grid",
             "block",
             "kind",
-            graph=pl.col("launch_api").fill_null("").str.contains(GRAPH_LAUNCH),
+            graph=pl.col("launch_api").str.contains(GRAPH_LAUNCH).fill_null(False),  # no copy of the texts
             short=pl.col("dur_ns") < int(opts.short_kernel_us * 1000),
         )
         .filter(pl.col("kind") == "kernel")

@@ -235,32 +235,35 @@ def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _host_copies(gpu: pl.DataFrame) -> pl.Series:
-    """Whether each activity of `gpu` is a copy between host and device (HOST_COPY), each
-    distinct copy name matched once a process (`patterns.matches`), not each of 90k activities."""
-    names = chain.collect(gpu.lazy().filter(pl.col("kind") == "memcpy").select(pl.col("name").drop_nulls().unique()))
-    host = names.get_column("name").filter(matches(names.get_column("name"), HOST_COPY))
-    return gpu.select(
-        ((pl.col("kind") == "memcpy") & pl.col("name").is_in(host.implode())).fill_null(False)
-    ).to_series()
+def _activities(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """(gpu_id, op_id, device, dur_ns; a kernel's name says Tensor Cores `_tc`, fewer FLOPs `_ff`) of
+    every activity but the copies between host and device (HOST_COPY), and the mask of those: each
+    distinct name matched once a process (`patterns.matches`; ~100 among 90k at 311 MB), no text copied."""
+    names = chain.collect(gpu.lazy().select(pl.col("name").drop_nulls().unique())).get_column("name")  # a set
+
+    def named(pattern: str) -> pl.Expr:
+        return pl.col("name").is_in(names.filter(matches(names, pattern)).implode())
+
+    kernel = pl.col("kind") == "kernel"
+    every = chain.collect(
+        gpu.lazy().select(
+            pl.col("gpu_id", "op_id", "device", "dur_ns"),
+            _tc=kernel & named(TENSOR_CORE_KERNEL),
+            _ff=kernel & named(FEWER_FLOPS_KERNEL),
+            _host=((pl.col("kind") == "memcpy") & named(HOST_COPY)).fill_null(False),
+        )
+    )
+    host = every.get_column("_host")
+    return every.drop("_host").filter(~host), host
 
 
 def _per_op(owned: pl.DataFrame) -> pl.DataFrame:
-    """Per reported op (`ancestor_id`) of the activities it owns: gpu_ns, device, tensor_cores,
-    fewer_flops. The kernels' patterns are matched once per distinct name (a trace of 300 MB has
-    ~100 among 90k activities), then `any` per op. An op's device is the most frequent of its
-    activities' (the lowest of equally frequent ones): the one device of nearly every op (its
-    lowest and highest agree), counted by (op, device) only for the ops on several."""
-    names = chain.collect(owned.lazy().select(pl.col("name").drop_nulls().unique())).get_column("name")  # a set
-    is_kernel = pl.col("kind") == "kernel"
-
-    def flag(pattern: str) -> pl.Expr:
-        return is_kernel & pl.col("name").is_in(names.filter(matches(names, pattern)).implode())
-
+    """Per reported op (`ancestor_id`) of the activities it owns: gpu_ns, device, tensor_cores and
+    fewer_flops (any activity's). The device is its activities' most frequent (the lowest of equally
+    frequent ones): nearly every op's one (lowest = highest), counted only for ops on several."""
     device = pl.col("device")
     per_op = chain.collect(
         owned.lazy()
-        .select("ancestor_id", "dur_ns", "device", _tc=flag(TENSOR_CORE_KERNEL), _ff=flag(FEWER_FLOPS_KERNEL))
         .group_by("ancestor_id")
         .agg(
             gpu_ns=pl.col("dur_ns").sum(),
@@ -333,9 +336,7 @@ def analyse_roofline(
     opts = Options.of(options).roofline
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
-    # the columns first: a filter copies every column of the rows it keeps
-    host_mask = _host_copies(trace.gpu)
-    gpu = trace.gpu.select("gpu_id", "op_id", "kind", "name", "device", "dur_ns").filter(~host_mask)
+    gpu, host_mask = _activities(trace.gpu)  # the columns first: a filter copies every column it keeps
     # Only ops the model knows by name can have work: the others, three in four calls, are left
     # out before their argument texts are copied (17 MB of a 311 MB trace's 300k calls). Grouped
     # by (name, shape) in that query, each call keeps the row of its (name, shape) in the work
@@ -344,7 +345,6 @@ def analyse_roofline(
     calls = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(named).group_by(KEYS).agg("op_id"))
     work = work_rows(calls).with_row_index("_k")
     cand = pl.DataFrame([calls.get_column("op_id"), work.get_column("_k"), work.get_column("reason")]).explode("op_id")
-    del calls
     modelled = filter_rows(cand, cand.get_column("reason").is_null())  # by Series below SMALL_ROWS
     # Report at the outermost modelled op: a launch belongs to the outermost modelled op of its
     # chain (its launching op and those around it), which has none around it, so reported ops
