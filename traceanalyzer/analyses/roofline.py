@@ -236,13 +236,13 @@ def _judge(rows: pl.LazyFrame, devices: pl.DataFrame) -> pl.DataFrame:
 
 
 def _activities(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
-    """(gpu_id, op_id, device, dur_ns; a kernel's name says Tensor Cores `_tc`, fewer FLOPs `_ff`) of
-    every activity but the copies between host and device (HOST_COPY), and the mask of those: each
-    distinct name matched once a process (`patterns.matches`; ~100 among 90k at 311 MB), no text copied."""
+    """(gpu_id, op_id, device, dur_ns; a kernel's name says Tensor Cores `_tc`, fewer FLOPs `_ff`;
+    `_host` False) of the activities but the copies between host and device (HOST_COPY), and the
+    mask of those: each distinct name matched once a process (`patterns.matches`), no text copied."""
     names = chain.collect(gpu.lazy().select(pl.col("name").drop_nulls().unique())).get_column("name")  # a set
 
     def named(pattern: str) -> pl.Expr:
-        return pl.col("name").is_in(names.filter(matches(names, pattern)).implode())
+        return pl.col("name").is_in(pl.lit(names.filter(matches(names, pattern))).implode())  # no query
 
     kernel = pl.col("kind") == "kernel"
     every = chain.collect(
@@ -254,7 +254,7 @@ def _activities(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         )
     )
     host = every.get_column("_host")
-    return every.drop("_host").filter(~host), host
+    return filter_rows(every, ~host), host  # by Series below SMALL_ROWS
 
 
 def _per_op(owned: pl.DataFrame) -> pl.DataFrame:
@@ -285,7 +285,7 @@ def _per_op(owned: pl.DataFrame) -> pl.DataFrame:
             .agg(_most=device.sort_by("_n", "device", descending=[True, False]).first())
         )
         per_op = per_op.join(most, on="ancestor_id", how="left").with_columns(device=pl.coalesce("_most", "device"))
-    return per_op.select("ancestor_id", "gpu_ns", "device", "tensor_cores", "fewer_flops")
+    return per_op  # and `_hi` (the highest device), `_most`: no query to drop them
 
 
 def _unmodelled(
@@ -349,7 +349,7 @@ def analyse_roofline(
     # Report at the outermost modelled op: a launch belongs to the outermost modelled op of its
     # chain (its launching op and those around it), which has none around it, so reported ops
     # never nest. One that owns no launch is never reported: no walk up from every modelled op.
-    anc = ancestors(trace.ops, gpu["op_id"].drop_nulls().unique())
+    anc = ancestors(trace.ops, gpu["op_id"])  # each distinct id once
     owner = (
         anc.lazy()
         .join(modelled.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")

@@ -95,7 +95,7 @@ def work_rows(distinct: pl.DataFrame) -> pl.DataFrame:
     share a few hundred), and remembers the last 16k combinations' work across traces
     (`_model_memo`)."""
     rows = []
-    for name, dims, types, concrete in distinct.select(KEYS).iter_rows():
+    for name, dims, types, concrete in zip(*(distinct.get_column(k).to_list() for k in KEYS), strict=True):
         w = _model_memo(name, dims, types, concrete)
         if isinstance(w, Work):
             rows.append((name, dims, types, concrete, w.family, w.flops, w.bytes, w.dtype, w.note, None))
