@@ -294,26 +294,23 @@ def _unmodelled(
     """GPU time outside every reported op (`rest`: op_id, dur_ns): by the innermost op around the
     launch that the model knows by name and could not model (`why`, with its reason), else by
     the op a user would name; copies between host and device (`host`: their durations) in one row."""
+    copies = ("(copies between host and device)", "their roof is the host link, not device memory (see `copies`)")
     host_row = pl.DataFrame(
-        {
-            "op": ["(copies between host and device)"],
-            "reason": ["their roof is the host link, not device memory (see `copies`)"],
-            "gpu_ns": [int(host.sum()) if host.len() else 0],
-            "activities": [host.len()],
-        },
-        schema=UNMODELLED_SCHEMA,
-    ).filter(pl.col("activities") > 0)
+        [(*copies, int(host.sum()), host.len())] if host.len() else [], schema=UNMODELLED_SCHEMA, orient="row"
+    )
     if rest.is_empty():
         return host_row
-    # the innermost: each (op, ancestor) is one level, and an op with a reason one `why` row
+    # one query (nine were); the innermost: each (op, ancestor) is one level, an op one `why` row
     reasoned = (
-        anc.join(why, on="ancestor_id", how="inner")
+        anc.lazy()
+        .join(why.lazy(), on="ancestor_id", how="inner")
         .group_by("op_id")
         .agg(pl.col("why_op", "reason").get(pl.col("level").arg_min()))
     )
-    named = named_ops(trace, rest["op_id"]).select("op_id", named="op")
-    rows = (
-        rest.join(reasoned, on="op_id", how="left")
+    named = named_ops(trace, rest["op_id"]).lazy().select("op_id", named="op")
+    per = (
+        rest.lazy()
+        .join(reasoned, on="op_id", how="left")
         .join(named, on="op_id", how="left")
         .select(
             op=pl.coalesce("why_op", "named", pl.lit("(no CPU op around the launch)")),
@@ -322,9 +319,10 @@ def _unmodelled(
             ),
             dur_ns="dur_ns",
         )
+        .group_by("op", "reason")
+        .agg(gpu_ns=pl.col("dur_ns").sum(), activities=pl.len().cast(pl.Int64))
     )
-    per = rows.group_by("op", "reason").agg(gpu_ns=pl.col("dur_ns").sum(), activities=pl.len().cast(pl.Int64))
-    return pl.concat([per.select(list(UNMODELLED_SCHEMA)), host_row]).sort(["gpu_ns", "op"], descending=[True, False])
+    return chain.collect(pl.concat([per, host_row.lazy()]).sort(["gpu_ns", "op"], descending=[True, False]))
 
 
 def analyse_roofline(
@@ -387,8 +385,10 @@ def analyse_roofline(
             .join(work.lazy().select("_k", "name"), on="_k", how="left", maintain_order="left")
             .select(ancestor_id="op_id", why_op="name", reason="reason")
         )
-        rest = gpu.select("gpu_id", "op_id", "dur_ns").join(owned.select("gpu_id"), on="gpu_id", how="anti")
-        unmodelled = _unmodelled(trace, trace.gpu["dur_ns"].filter(host_mask), rest.drop("gpu_id"), anc, why)
+        rest = chain.collect(
+            gpu.lazy().select("op_id", "dur_ns", "gpu_id").join(owned.lazy().select("gpu_id"), on="gpu_id", how="anti")
+        )
+        unmodelled = _unmodelled(trace, trace.gpu["dur_ns"].filter(host_mask), rest, anc, why)
     return RooflineResult(
         ops_ns=table,
         unmodelled_ns=unmodelled,
