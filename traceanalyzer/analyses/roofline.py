@@ -258,9 +258,9 @@ def _activities(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 
 
 def _per_op(owned: pl.DataFrame) -> pl.DataFrame:
-    """Per reported op (`ancestor_id`) of the activities it owns: gpu_ns, device, tensor_cores and
-    fewer_flops (any activity's). The device is its activities' most frequent (the lowest of equally
-    frequent ones): nearly every op's one (lowest = highest), counted only for ops on several."""
+    """Per reported op (`ancestor_id`) of the activities it owns: its `_k`, gpu_ns, device, tensor_cores
+    and fewer_flops (any activity's). The device: their most frequent (the lowest of equally frequent
+    ones), nearly every op's one (lowest = highest), counted only for the ops on several."""
     device = pl.col("device")
     per_op = chain.collect(
         owned.lazy()
@@ -271,6 +271,7 @@ def _per_op(owned: pl.DataFrame) -> pl.DataFrame:
             _hi=device.max(),
             tensor_cores=pl.col("_tc").any(),
             fewer_flops=pl.col("_ff").any(),
+            _k=pl.col("_k").first(),
         )
     )
     several = filter_rows(per_op, per_op.get_column("device") != per_op.get_column("_hi"))
@@ -335,10 +336,9 @@ def analyse_roofline(
     devices = device_peaks(trace, opts)
     all_gpu_ns = int(trace.gpu["dur_ns"].sum()) if trace.gpu.height else 0
     gpu, host_mask = _activities(trace.gpu)  # the columns first: a filter copies every column it keeps
-    # Only ops the model knows by name can have work: the others, three in four calls, are left
-    # out before their argument texts are copied (17 MB of a 311 MB trace's 300k calls). Grouped
-    # by (name, shape) in that query, each call keeps the row of its (name, shape) in the work
-    # table, `_k`, not the four texts (joined back once per reported row; no join on them).
+    # Only ops the model knows by name can have work: the others, three in four calls, are left out
+    # before their argument texts are copied (17 MB at 311 MB). Grouped by (name, shape) there, a
+    # call keeps the row of its (name, shape) in the work table, `_k`, not the four texts (no join).
     named = (pl.col("kind") == "cpu_op") & pl.col("name").is_in(MODELLED_NAMES)
     calls = chain.collect(trace.ops.lazy().select("op_id", "kind", *KEYS).filter(named).group_by(KEYS).agg("op_id"))
     work = work_rows(calls).with_row_index("_k")
@@ -350,14 +350,14 @@ def analyse_roofline(
     anc = ancestors(trace.ops, gpu["op_id"])  # each distinct id once
     owner = (
         anc.lazy()
-        .join(modelled.lazy().select(ancestor_id="op_id"), on="ancestor_id", how="semi")
+        .join(modelled.lazy().select("_k", ancestor_id="op_id"), on="ancestor_id", how="inner")
         .group_by("op_id")
-        .agg(pl.col("ancestor_id").get(pl.col("level").arg_max()))
+        .agg(pl.col("ancestor_id", "_k").get(pl.col("level").arg_max()))
     )
     owned = chain.collect(gpu.lazy().join(owner, on="op_id", how="inner"))
     rows = (
-        modelled.lazy()
-        .join(_per_op(owned).lazy(), left_on="op_id", right_on="ancestor_id", how="inner")
+        _per_op(owned)
+        .lazy()
         .filter(pl.col("gpu_ns") > 0)
         .group_by("_k", "device")  # a (name, shape) is one `_k`
         .agg(
@@ -365,7 +365,7 @@ def analyse_roofline(
             gpu_ns=pl.col("gpu_ns").sum(),
             tensor_cores=pl.col("tensor_cores").any(),
             fewer_flops=pl.col("fewer_flops").any(),
-            _first=pl.col("op_id").min(),
+            _first=pl.col("ancestor_id").min(),
         )
         .sort("_first")  # in the order of their first calls: how rows equal in `_judge`'s sort keys come out
         .drop("_first")
