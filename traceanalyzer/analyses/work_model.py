@@ -13,7 +13,6 @@ from functools import lru_cache
 
 import polars as pl
 
-from traceanalyzer import chain
 from traceanalyzer.analyses import work_conv, work_matmul, work_memory
 from traceanalyzer.analyses.work_args import Args, Work
 
@@ -80,13 +79,6 @@ def model_call(name: str, dims: str | None, types: str | None, concrete: str | N
 # worker analyses in turn) share their shapes: a DLRM rank's 187 combinations cost ~5 ms of its
 # ~120 ms CPU each time. Bounded: a few thousand combinations a trace, each a few hundred bytes.
 _model_memo = lru_cache(maxsize=1 << 14)(model_call)
-
-
-def work_table(ops: pl.DataFrame) -> pl.DataFrame:
-    """WORK_SCHEMA: one row per distinct KEYS combination of `ops` whose name the model knows;
-    `reason` is null where the model gave numbers (`work_rows`)."""
-    distinct = chain.collect(ops.lazy().filter(pl.col("name").is_in(MODELLED_NAMES)).select(KEYS).unique())  # one query
-    return work_rows(distinct)
 
 
 def work_rows(distinct: pl.DataFrame) -> pl.DataFrame:
