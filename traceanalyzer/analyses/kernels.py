@@ -127,8 +127,9 @@ def _launchers(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
     """kernel name -> 'op (n), op (n), …' (three most frequent launching ops)."""
     ctx = named_ops(trace, kernels["op_id"])
     counted = (
-        kernels.select("name", "op_id")
-        .join(ctx, on="op_id", how="left")
+        kernels.lazy()
+        .select("name", "op_id")
+        .join(ctx.lazy(), on="op_id", how="left")
         .with_columns(op=pl.col("op").fill_null("(no op)"))
         .group_by("name", "op")
         .agg(n=pl.len())
@@ -136,8 +137,10 @@ def _launchers(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
         .group_by("name", maintain_order=True)
         .head(3)
     )
-    return counted.group_by("name", maintain_order=True).agg(
-        launched_by=(pl.col("op") + pl.lit(" (") + pl.col("n").cast(pl.String) + pl.lit(")")).str.join(", ")
+    return chain.collect(  # one query (seven frame calls were seven)
+        counted.group_by("name", maintain_order=True).agg(
+            launched_by=(pl.col("op") + pl.lit(" (") + pl.col("n").cast(pl.String) + pl.lit(")")).str.join(", ")
+        )
     )
 
 
@@ -156,7 +159,7 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
             "grid",
             "block",
             "kind",
-            graph=pl.col("launch_api").fill_null("").str.contains(GRAPH_LAUNCH),
+            graph=pl.col("launch_api").str.contains(GRAPH_LAUNCH).fill_null(False),  # no copy of the texts
             short=pl.col("dur_ns") < int(opts.short_kernel_us * 1000),
         )
         .filter(pl.col("kind") == "kernel")
@@ -185,21 +188,23 @@ def analyse_kernels(trace: Trace, options: Options | KernelOptions | None = None
     if lean:
         table = short_names = Unread("KernelsResult.table_ns / short_names_ns")
     else:
-        table = (
-            per.with_columns(
+        table = chain.collect(  # one query, as the short names'
+            per.lazy()
+            .with_columns(
                 # over the µs as shown (units), as the outputs always gave it: a ratio of the ns would
                 # move the last digit of most shares in every table
                 share=us_expr("total_ns", 0) / duration_us(total_ns) if total_ns else pl.lit(None, pl.Float64),
                 tensor_cores=tc,
                 matmul_conv=mm,
             )
-            .join(_launchers(trace, k), on="name", how="left")
+            .join(_launchers(trace, k).lazy(), on="name", how="left")
             .rename({"name": "kernel"})
             .sort(["total_ns", "kernel"], descending=[True, False])
             .select(KERNEL_COLUMNS)
         )
-        short_names = (
-            k.filter(short)
+        short_names = chain.collect(
+            k.lazy()
+            .filter(pl.col("short"))
             .group_by("name")
             .agg(calls=pl.len(), total_ns=pl.col("dur_ns").sum())
             .sort(["calls", "name"], descending=[True, False])

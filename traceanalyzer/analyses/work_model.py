@@ -13,7 +13,6 @@ from functools import lru_cache
 
 import polars as pl
 
-from traceanalyzer import chain
 from traceanalyzer.analyses import work_conv, work_matmul, work_memory
 from traceanalyzer.analyses.work_args import Args, Work
 
@@ -82,14 +81,13 @@ def model_call(name: str, dims: str | None, types: str | None, concrete: str | N
 _model_memo = lru_cache(maxsize=1 << 14)(model_call)
 
 
-def work_table(ops: pl.DataFrame) -> pl.DataFrame:
-    """WORK_SCHEMA: one row per distinct KEYS combination of `ops` whose name the model knows;
-    `reason` is null where the model gave numbers. The Python model runs once per combination
-    (shapes repeat: tens of thousands of calls share a few hundred), and remembers the last
-    16k combinations' work across traces (`_model_memo`)."""
-    distinct = chain.collect(ops.lazy().filter(pl.col("name").is_in(MODELLED_NAMES)).select(KEYS).unique())  # one query
+def work_rows(distinct: pl.DataFrame) -> pl.DataFrame:
+    """WORK_SCHEMA: the work of each row of `distinct` (KEYS, each combination once), in its
+    order. The Python model runs once per combination (shapes repeat: tens of thousands of calls
+    share a few hundred), and remembers the last 16k combinations' work across traces
+    (`_model_memo`)."""
     rows = []
-    for name, dims, types, concrete in distinct.iter_rows():
+    for name, dims, types, concrete in zip(*(distinct.get_column(k).to_list() for k in KEYS), strict=True):
         w = _model_memo(name, dims, types, concrete)
         if isinstance(w, Work):
             rows.append((name, dims, types, concrete, w.family, w.flops, w.bytes, w.dtype, w.note, None))
