@@ -270,8 +270,8 @@ pub fn innermost(
     if end.len() != ids.len() || parent.len() != ids.len() || span <= 0 {
         return Err(err("ids, end and parent need one value per interval, span > 0"));
     }
-    let sorted = |a: &[i64]| a.windows(2).all(|w| w[0] <= w[1]);
-    if !sorted(skey) || !sorted(ikey) || !ids.windows(2).all(|w| w[0] < w[1]) {
+    let sorted = |a: &[i64]| buffer::ascending(a, false);
+    if !sorted(skey) || !sorted(ikey) || !buffer::ascending(ids, true) {
         return Err(err("skey and ikey must be sorted, ids sorted and distinct"));
     }
     py.allow_threads(|| {
@@ -362,7 +362,7 @@ pub fn covered_until(
     if ith.len() != m || istart.len() != m || iend.len() != m || ibefore.len() != m || span <= 0 {
         return Err(err("ikey, ith, istart, iend and ibefore need one value per interval, span > 0"));
     }
-    let sorted = |a: &[i64]| a.windows(2).all(|w| w[0] <= w[1]);
+    let sorted = |a: &[i64]| buffer::ascending(a, false);
     if !sorted(q) || !sorted(ikey) {
         return Err(err("q and ikey must be sorted"));
     }

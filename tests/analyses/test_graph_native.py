@@ -169,6 +169,8 @@ def test_native_innermost_by_hand():
         fn(skey, send, ikey, i(0, 1, 2**31), 100, big, end, parent, 256, out32)
     with pytest.raises(ValueError, match="must be sorted"):
         fn(i(10, 0, 20, 100, 105, 130), send, ikey, icand, 100, ids, end, parent, 256, out)
+    with pytest.raises(ValueError, match="sorted and distinct"):  # (ids repeated)
+        fn(skey, send, ikey, icand, 100, i(0, 1, 1), end, parent, 256, out)
     with pytest.raises(ValueError, match="one value per point"):
         fn(skey, send[:5], ikey, icand, 100, ids, end, parent, 256, out)
     with pytest.raises(ValueError, match="shares memory"):
