@@ -172,19 +172,3 @@ pub(crate) fn outputs_apart<'a>(outs: &[View], ins: impl IntoIterator<Item = &'a
             && outs.iter().skip(i + 1).all(|p| disjoint(o.bytes(), p.bytes()))
     })
 }
-
-/// Whether `a` never decreases (`strict`: always increases). Every pair is compared, without an
-/// early exit, so that the loop vectorises (`windows(2).all` went pair by pair: ~30 M
-/// instructions for the checks of `innermost`'s keys at 311 MB).
-pub(crate) fn ascending(a: &[i64], strict: bool) -> bool {
-    if a.len() < 2 {
-        return true;
-    }
-    let pairs = a[..a.len() - 1].iter().zip(&a[1..]);
-    let bad = if strict {
-        pairs.fold(0u8, |bad, (p, q)| bad | u8::from(q <= p))
-    } else {
-        pairs.fold(0u8, |bad, (p, q)| bad | u8::from(q < p))
-    };
-    bad == 0
-}

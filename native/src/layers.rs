@@ -78,7 +78,7 @@ pub fn covered_in(
         }
         last = key(i, b[i]);
     }
-    if !buffer::ascending(ikey, false) {
+    if !crate::walk::ascending(ikey, false) {
         return Err(err("ikey must be sorted"));
     }
     py.allow_threads(|| {
