@@ -78,7 +78,7 @@ pub fn covered_in(
         }
         last = key(i, b[i]);
     }
-    if !ikey.windows(2).all(|w| w[0] <= w[1]) {
+    if !crate::walk::ascending(ikey, false) {
         return Err(err("ikey must be sorted"));
     }
     py.allow_threads(|| {

@@ -160,8 +160,17 @@ def test_native_innermost_by_hand():
     # no climb allowed: the slice that needs its parent gets none
     fn(skey, send, ikey, icand, 100, ids, end, parent, 1, out)
     assert out.tolist() == [0, 1, -1, -1, 2, -1]
+    # an int32 out (as the graph's ids are) gets the same ids; one that cannot hold an id is refused
+    out32 = np.empty(6, dtype=np.int32)
+    fn(skey, send, ikey, icand, 100, ids, end, parent, 256, out32)
+    assert out32.tolist() == [0, 1, 0, -1, 2, -1]
+    big = i(0, 1, 2**31)
+    with pytest.raises(ValueError, match="fit in int32"):
+        fn(skey, send, ikey, i(0, 1, 2**31), 100, big, end, parent, 256, out32)
     with pytest.raises(ValueError, match="must be sorted"):
         fn(i(10, 0, 20, 100, 105, 130), send, ikey, icand, 100, ids, end, parent, 256, out)
+    with pytest.raises(ValueError, match="sorted and distinct"):  # (ids repeated)
+        fn(skey, send, ikey, icand, 100, i(0, 1, 1), end, parent, 256, out)
     with pytest.raises(ValueError, match="one value per point"):
         fn(skey, send[:5], ikey, icand, 100, ids, end, parent, 256, out)
     with pytest.raises(ValueError, match="shares memory"):

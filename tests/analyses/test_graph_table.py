@@ -262,3 +262,16 @@ def test_as_enum_by_codes_where_the_categories_begin_alike():
         got = as_enum(s, wide)
         assert got.dtype == wide and got.name == "kind" and got.to_list() == ["b", None, "a", "b"]
         assert got.to_physical().to_list() == [1, None, 0, 1]
+
+
+def test_narrow_int32_where_every_value_fits():
+    """`narrow`: a column whose values all fit in int32 becomes Int32 with the same values, by
+    numpy (one chunk, no null: `a`, sorted, keeps its flag) or by polars (`b` has a null, `d` is
+    two chunks); `c` holds 2^40 and stays Int64; an Int32 column and a missing name are left."""
+    d = pl.concat([pl.Series("d", [-(2**31)]), pl.Series("d", [0, 2**31 - 1])], rechunk=False)
+    df = pl.DataFrame({"a": pl.Series([-5, 0, 7]).set_sorted(), "b": [1, None, 3], "c": [2**40, 1, 2], "d": d})
+    df = df.with_columns(e=pl.Series([1, 2, 3], dtype=pl.Int32))
+    out = narrow(df, ["a", "b", "c", "d", "e", "missing"])
+    assert dict(out.schema) == {"a": pl.Int32, "b": pl.Int32, "c": pl.Int64, "d": pl.Int32, "e": pl.Int32}
+    assert out.rows() == [(-5, 1, 2**40, -(2**31), 1), (0, None, 1, 0, 2), (7, 3, 2, 2**31 - 1, 3)]
+    assert out["a"].flags["SORTED_ASC"] and not out["b"].flags["SORTED_ASC"]

@@ -322,15 +322,24 @@ def _positive(t: pl.Series) -> np.ndarray:
 
 def narrow(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     """The columns `names` (those present) as Int32 where every value fits (the same values, half the memory), one column at
-    a time so that only one wide column is ever copied at once."""
-    cols = [c for c in names if c in df.columns]
-    bounds = df.select(
-        [pl.col(c).min().alias(f"lo_{c}") for c in cols] + [pl.col(c).max().alias(f"hi_{c}") for c in cols]
-    )
+    a time so that only one wide column is ever copied at once. An Int64 column in one chunk
+    without nulls through numpy (read in place, its bounds and the copy vectorised: ~5
+    instructions a value; polars' checked cast alone took ~30)."""
+    cols = [c for c in names if c in df.columns and df.schema[c] != pl.Int32]
     for c in cols:
-        lo, hi = bounds[f"lo_{c}"].item(), bounds[f"hi_{c}"].item()
-        if df.schema[c] != pl.Int32 and (lo is None or (lo >= INT32[0] and hi <= INT32[1])):
-            df = df.with_columns(pl.col(c).cast(pl.Int32))
+        col = df[c]
+        if col.dtype == pl.Int64 and col.n_chunks() == 1 and not col.null_count():
+            v = col.to_numpy()
+            if not len(v) or (v.min() >= INT32[0] and v.max() <= INT32[1]):
+                out, flags = pl.Series(c, v.astype(np.int32)), col.flags
+                if flags["SORTED_ASC"] or flags["SORTED_DESC"]:  # (as the cast keeps it)
+                    out = out.set_sorted(descending=flags["SORTED_DESC"])
+                df = df.with_columns(out)
+            del v
+            continue
+        lo, hi = col.min(), col.max()
+        if lo is None or (lo >= INT32[0] and hi <= INT32[1]):
+            df = df.with_columns(col.cast(pl.Int32))
     return df
 
 

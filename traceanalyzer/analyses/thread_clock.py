@@ -174,8 +174,9 @@ class ThreadClock:
         by_id = _by_id(intervals.drop_nulls(id_col), id_col)
         fn = native_kernel("innermost")
         if fn is not None and n:
-            # one merge of the two sorted key arrays and the climb, natively (0.2 s -> ms at 311 MB)
-            out = np.empty(n, dtype=np.int64)
+            # one merge of the two sorted key arrays and the climb, natively (0.2 s -> ms at 311 MB),
+            # written as int32 where the ids are (no cast of the result: 1.8 M values at 311 MB)
+            out = np.empty(n, dtype=np.int32 if intervals.schema[id_col] == pl.Int32 else np.int64)
             fn(skey, point_end, key, cand_ids, self.span, *by_id, CLIMB_LEVELS, out)
         else:
             cand = np.full(n, -1, dtype=np.int64)
