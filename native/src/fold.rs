@@ -132,20 +132,9 @@ pub fn fold_slices<'py>(
         }
         ix.push(one);
     }
-    let key = |i: usize, t: i64| th[i].wrapping_mul(span).wrapping_add(t.wrapping_sub(lo));
     // the queries in merge order: a thread's first slice's start, then every slice's end
-    let mut last = i64::MIN;
-    for i in 0..n {
-        if i == 0 || th[i] != th[i - 1] {
-            if key(i, a[i]) < last {
-                return Err(err("the slices must be in key order"));
-            }
-            last = key(i, a[i]);
-        }
-        if key(i, b[i]) < last {
-            return Err(err("the slices must be in key order"));
-        }
-        last = key(i, b[i]);
+    if !crate::layers::in_key_order(th, a, b, span, lo) {
+        return Err(err("the slices must be in key order"));
     }
     let [code_v, busy_v, empty_v, full_v, count_v] = &mut outs[..] else { unreachable!() };
     let (code, busy, empty) = (code_v.bytes_mut(), busy_v.bytes_mut(), empty_v.bytes_mut());

@@ -62,22 +62,10 @@ pub fn covered_in(
     if ith.len() != m || istart.len() != m || iend.len() != m || ibefore.len() != m || span <= 0 {
         return Err(err("ikey, ith, istart, iend and ibefore need one value per interval, span > 0"));
     }
-    let key = |i: usize, t: i64| th[i].wrapping_mul(span).wrapping_add(t.wrapping_sub(lo));
-    // the queries in merge order: a thread's first slice's start, then every slice's end
-    let mut last = i64::MIN;
-    for i in 0..n {
-        let first = i == 0 || th[i] != th[i - 1];
-        if first {
-            if key(i, a[i]) < last {
-                return Err(err("the slices must be in key order"));
-            }
-            last = key(i, a[i]);
-        }
-        if key(i, b[i]) < last {
-            return Err(err("the slices must be in key order"));
-        }
-        last = key(i, b[i]);
+    if !in_key_order(th, a, b, span, lo) {
+        return Err(err("the slices must be in key order"));
     }
+    let key = |i: usize, t: i64| th[i].wrapping_mul(span).wrapping_add(t.wrapping_sub(lo));
     if !crate::walk::ascending(ikey, false) {
         return Err(err("ikey must be sorted"));
     }
@@ -106,4 +94,25 @@ pub fn covered_in(
         }
     });
     Ok(())
+}
+
+/// Whether the slices (thread numbers `th`, [a, b)) are in the merge order both layer passes
+/// read them in: by key (thread x span + t - lo), a thread's first slice's start, then every
+/// slice's end. Shared with `fold::fold_slices`.
+pub(crate) fn in_key_order(th: &[i64], a: &[i64], b: &[i64], span: i64, lo: i64) -> bool {
+    let key = |i: usize, t: i64| th[i].wrapping_mul(span).wrapping_add(t.wrapping_sub(lo));
+    let mut last = i64::MIN;
+    for i in 0..th.len() {
+        if i == 0 || th[i] != th[i - 1] {
+            if key(i, a[i]) < last {
+                return false;
+            }
+            last = key(i, a[i]);
+        }
+        if key(i, b[i]) < last {
+            return false;
+        }
+        last = key(i, b[i]);
+    }
+    true
 }
