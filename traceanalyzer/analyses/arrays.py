@@ -124,6 +124,17 @@ def covered_until(us, ue, before, x):
     return np.where(i >= 0, before[at] + np.minimum(x, ue[at]) - us[at], 0)
 
 
+def covered_between(us, ue, a, b):
+    """The time of a disjoint sorted union (us, ue) inside each [a, b] (int64 arrays): what it
+    covers up to b less what it covers up to a (`covered_until` on its prefix sums), clipped at
+    0 as `intervals.covered` clips it."""
+    np = sys.modules["numpy"]
+    length = ue - us
+    before = np.cumsum(length) - length
+    d = covered_until(us, ue, before, b) - covered_until(us, ue, before, a)
+    return np.where(d > 0, d, 0)
+
+
 def union_covered(key, s, e, qkey, a, b):
     """Per query row (qkey, a, b: int64 arrays): the time inside [a, b] covered by the union of
     the intervals (s, e) of its key, as `intervals.covered` over `intervals.merge` by that key
@@ -140,9 +151,6 @@ def union_covered(key, s, e, qkey, a, b):
         if not (mine := key == k).any():
             continue
         us, ue = union_sorted(none, none, s[mine], e[mine])
-        length = ue - us
-        before = np.cumsum(length) - length
         at = qkey == k
-        d = covered_until(us, ue, before, b[at]) - covered_until(us, ue, before, a[at])
-        out[at] = np.where(d > 0, d, 0)  # clipped at 0, as `intervals.covered`
+        out[at] = covered_between(us, ue, a[at], b[at])
     return out

@@ -26,7 +26,7 @@ import polars as pl
 
 from traceanalyzer import chain
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.arrays import asof_covered, covered_until, union_sorted
+from traceanalyzer.analyses.arrays import asof_covered, covered_between, union_sorted
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import (
@@ -159,7 +159,7 @@ def _overlap_by_arrays(copies: pl.DataFrame, kernels: pl.DataFrame, streams: pl.
     """`_overlap_with_compute` on numpy arrays, where numpy is imported: the kernels sorted by
     start once, each (device, copy stream)'s union of the others swept from them
     (`arrays.union_sorted`) and its copies' covered time two binary searches
-    (`arrays.covered_until`), where each union, index and search was several queries (and the
+    (`arrays.covered_between`), where each union, index and search was several queries (and the
     larger ones a sort and an as-of join). None (the frame version) where a kernel's or copy's
     time, device or stream is null or not an integer, or a kernel ends before it starts."""
     if "numpy" not in sys.modules:
@@ -180,11 +180,8 @@ def _overlap_by_arrays(copies: pl.DataFrame, kernels: pl.DataFrame, streams: pl.
             continue
         any_kernel = True
         us, ue = union_sorted(np.empty(0, np.int64), np.empty(0, np.int64), kts[others], kend[others])
-        length = ue - us
-        before = np.cumsum(length) - length
         mine = ((device == dev) & (stream == cs)).fill_null(False).to_numpy()
-        d = covered_until(us, ue, before, cend[mine]) - covered_until(us, ue, before, cts[mine])
-        overlap[mine] = np.where(d > 0, d, 0)  # clipped at 0, as `intervals.covered`
+        overlap[mine] = covered_between(us, ue, cts[mine], cend[mine])
     if not any_kernel:  # no union at all: the rows as they were
         return copies.with_columns(overlap_ns=pl.lit(0, pl.Int64))
     # the frame version's order: its search over every copy sorted them by end, then by start

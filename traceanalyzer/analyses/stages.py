@@ -37,7 +37,7 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.analyses import windows
-from traceanalyzer.analyses.arrays import covered_until, union_sorted
+from traceanalyzer.analyses.arrays import covered_between, union_sorted
 from traceanalyzer.analyses.cpu_activity import blocking_calls
 from traceanalyzer.analyses.intervals import merge_sorted
 from traceanalyzer.analyses.stage_layers import (
@@ -201,12 +201,7 @@ def _breakdown_numpy(layers: list[tuple[str, pl.DataFrame]], wins: pl.DataFrame,
                 return None
             order = np.argsort(a[0], kind="stable")
             us, ue = union_sorted(us, ue, a[0][order], a[1][order])
-        cov = prev * 0
-        if us.size:
-            length = ue - us
-            before = np.cumsum(length) - length
-            d = covered_until(us, ue, before, end) - covered_until(us, ue, before, start)
-            cov = np.where(d > 0, d, 0)  # clipped at 0, as `intervals.covered`
+        cov = covered_between(us, ue, start, end) if us.size else prev * 0
         by_stage[stage] = by_stage.get(stage, 0) + (cov - prev)
         prev = cov
     by_stage[remainder] = by_stage.get(remainder, 0) + (end - start - prev)
