@@ -235,11 +235,12 @@ def layer_table(cpu: pl.DataFrame, layers: tuple[str, ...]) -> tuple[pl.DataFram
 
 class LayerFold:
     """`layer_table`'s two parts built a layer at a time, as the slices' layer times are folded
-    (`slice_kinds`; or all at once by its native fold, `fill`), so that no time column is held: per slice whether one layer covers all of
-    it (`t == span`, an Int8 code) and how many layers have time in it, per layer the times of
-    the slices it covers in part; the few slices that turn out to be a wait (duration 0) or in
-    several layers go to the long table once the waits are known (`parts`). Seven Int32 columns
-    of a million slices were 28 MB at 311 MB, under the build's peak."""
+    (`slice_kinds`; or all at once by its native fold, `fill`), so that no time column is held:
+    per slice whether one layer covers all of it (`t == span`, an Int8 code) and how many layers
+    have time in it, per layer the times of the slices it covers in part; the few slices that turn
+    out to be a wait (duration 0) or in several layers go to the long table once the waits are
+    known (`parts`). Seven Int32 columns of a million slices were 28 MB at 311 MB, under the
+    build's peak."""
 
     def __init__(self, span: np.ndarray, layers: tuple[str, ...]):
         self.span, self.layers = span, layers

@@ -5,11 +5,12 @@ modelled duration, and the forks of the main thread (gaps in which another threa
 On the thread clock (`ThreadClock`) the slices come in key order, every thread's slices
 contiguous and in time order, with no null time; so all of it is computed here on int64 arrays:
 every layer in one native pass (`_fold_native`), else a layer at a time in numpy (the running
-maximum that picks the kind, the work seen so far), and each column is made once, at its final width: a polars column per helper (the layers' cumulative
-unions, their differences, the flags) cost 0.25 s and ~100 MB at 311 MB. Each layer's times go
-straight into the form the graph holds them in (`graph_table.LayerFold`), not into a column per
-layer (28 MB at 311 MB). `graph_nodes` keeps the same rules in polars for the slices of a trace
-no clock holds (its t_<layer> columns then go through `graph_table.layer_table`).
+maximum that picks the kind, the work seen so far), and each column is made once, at its final
+width: a polars column per helper (the layers' cumulative unions, their differences, the flags)
+cost 0.25 s and ~100 MB at 311 MB. Each layer's times go straight into the form the graph holds
+them in (`graph_table.LayerFold`), not into a column per layer (28 MB at 311 MB). `graph_nodes`
+keeps the same rules in polars for the slices of a trace no clock holds (its t_<layer> columns
+then go through `graph_table.layer_table`).
 """
 
 from __future__ import annotations
