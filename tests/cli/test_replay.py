@@ -112,7 +112,7 @@ def test_no_cache_after_the_trace_hashes_no_file(trace, monkeypatch):
     # `gaps t.json --no-cache` is never replayed: its trace is not fingerprinted first (the
     # first and last MiB hashed) only to be dropped at the next token.
     hashed = []
-    monkeypatch.setattr(replay.cache, "fingerprint", lambda p: hashed.append(p) or "x")
+    monkeypatch.setattr(cache, "fingerprint", lambda p: hashed.append(p) or "x")
     assert replay.command_key("gaps", [str(trace), "--no-cache"], {}) is None
     assert replay.command_key("gaps", [str(trace), "--cache-dir=/tmp/c"], {}) is None
     assert hashed == []

@@ -101,13 +101,17 @@ def _replay_module():
 def _replay_or_record(ctx: click.Context, name: str, args: list[str]) -> click.Command | None:
     """The replay of this command line when the output cache holds it; else None, with the
     run recorded when it may be kept (the cache on, a report on one trace file). The output cache's
-    modules (hashing, pickling, the cache) load here, not for `--help` or `--version`."""
+    modules (the cache, hashing) load here, not for `--help` or `--version`, nor for a command line
+    that is never replayed (`--no-cache`)."""
     from traceanalyzer.cli import replay
-    from traceanalyzer.jobs import cache
 
     replay.RECORDING = None
     params = ctx.params
-    if params.get("no_cache") or cache.disabled_by_env() or not replay.replayable(name, args, REPLAYABLE[name]):
+    if params.get("no_cache") or replay.never(args) or not replay.replayable(name, args, REPLAYABLE[name]):
+        return None
+    from traceanalyzer.jobs import cache
+
+    if cache.disabled_by_env():
         return None
     try:
         limit = _size(params["max_decompressed"]) if params.get("max_decompressed") else None
@@ -265,10 +269,12 @@ def rank_dir_plan(argv: list[str]) -> tuple[list[str], int, int] | None:
 def rank_dir_polars_threads(argv: list[str]) -> str | None:
     """`"1"` when a command line runs a command of RANK_DIR_COMMANDS on a local directory whose
     ranks this process should analyse on one polars thread (`jobs.plan.one_polars_thread`); else None."""
+    args = rank_dir_plan(argv)
+    if args is None:  # one trace file: the directory mode's plan is not imported
+        return None
     from traceanalyzer.jobs import plan
 
-    args = rank_dir_plan(argv)
-    return "1" if args is not None and plan.one_polars_thread(*args) else None
+    return "1" if plan.one_polars_thread(*args) else None
 
 
 def rank_dir_alone(argv: list[str]) -> bool:

@@ -19,7 +19,6 @@ from typing import Any
 
 import click
 
-from traceanalyzer.jobs import cache
 from traceanalyzer.options import Options
 
 
@@ -92,7 +91,11 @@ def cache_root(options: Options) -> str | None:
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
     obj = obj if isinstance(obj, dict) else {}
-    if obj.get("no_cache") or (ctx is not None and ctx.meta.get("traceanalyzer.no_cache")) or cache.disabled_by_env():
+    if obj.get("no_cache") or (ctx is not None and ctx.meta.get("traceanalyzer.no_cache")):
+        return None
+    from traceanalyzer.jobs import cache  # the cache's module (hashing, pickling) only when it may be on
+
+    if cache.disabled_by_env():
         return None
     return obj.get("cache_dir") or options.ranks.rank_cache or str(cache.default_root())
 
@@ -101,6 +104,8 @@ def prune(store: Any) -> None:
     """Keep the cache under `--cache-max` once the command is done (the trace in use stays)."""
     if store is None:
         return
+    from traceanalyzer.jobs import cache
+
     store.wait()  # the Trace written beside the analyses
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
@@ -122,6 +127,8 @@ def open_trace(path: str, options: Options, max_decompressed: int | None = None)
     root = cache_root(options)
     store = None
     if root is not None and os.path.isfile(path):
+        from traceanalyzer.jobs import cache
+
         try:
             store = cache.TraceCache(
                 root, path, load_key(max_decompressed), cache.options_key(options), on_compute=PROGRESS.analysing
@@ -134,8 +141,8 @@ def open_trace(path: str, options: Options, max_decompressed: int | None = None)
 
         return load(path, progress=PROGRESS.loading, **kwargs)
 
-    trace = store.get_trace(fallback=decode) if store is not None else cache.MISSING
-    if trace is cache.MISSING:
+    trace = store.get_trace(fallback=decode) if store is not None else None
+    if store is None or trace is store.MISSING:
         trace = decode()
         if store is not None:
             store.put_trace(trace)

@@ -22,7 +22,6 @@ stderr lines (the load's warnings, `wrote PATH`) and each file `-o` wrote (atomi
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pickle
 import shutil
@@ -30,8 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer.jobs import cache
-
+# The single-file cache's module (`traceanalyzer.jobs.cache`) and hashing load where a key is made
+# or an entry read or written: a command line that is never replayed (`--no-cache` after the
+# command) imports this module alone.
 OUTPUT_FLAGS = ("-o", "--output")  # their value is written, not read: never fingerprinted
 NEVER = ("-", "-h", "--help", "--no-cache", "--cache-dir")  # and `--cache-dir=...`
 MAX_BYTES = 64 << 20  # a larger output is not kept
@@ -50,8 +50,10 @@ def command_key(name: str, args: list[str], group: dict[str, Any]) -> tuple[str,
     """(trace, key) of a command line, or None when it is not to be replayed: no regular file
     among its tokens, or a token that makes it something else than a report on one trace."""
     # Every token first: `gaps t.json --no-cache` fingerprints no file (2 MiB hashed, ~3 ms).
-    if any(tok in NEVER or tok.startswith(("--no-cache=", "--cache-dir=")) for tok in args):
+    if never(args):
         return None
+    from traceanalyzer.jobs import cache
+
     files, trace, previous = [], None, ""
     for tok in args:
         if previous not in OUTPUT_FLAGS and not tok.startswith("-"):
@@ -64,7 +66,14 @@ def command_key(name: str, args: list[str], group: dict[str, Any]) -> tuple[str,
     if trace is None:
         return None
     parts = (_FORMAT, name, tuple(args), tuple(files), group.get("max_decompressed"), _display_key())
+    import hashlib
+
     return trace, hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+
+
+def never(args: list[str]) -> bool:
+    """Whether a token makes the command line something else than a report on one trace (NEVER)."""
+    return any(tok in NEVER or tok.startswith(("--no-cache=", "--cache-dir=")) for tok in args)
 
 
 def replayable(name: str, args: list[str], flags: tuple[str, ...]) -> bool:
@@ -90,6 +99,8 @@ class Recording:
         """Keep the recording (atomically; never over an entry already there)."""
         if self.size > MAX_BYTES:
             return
+        from traceanalyzer.jobs import cache
+
         with contextlib.suppress(Exception), cache.atomic_folder(self.folder) as tmp:
             if tmp is not None:
                 (tmp / "events.pickle").write_bytes(pickle.dumps(self.events, protocol=pickle.HIGHEST_PROTOCOL))
@@ -122,6 +133,7 @@ def note_file(path: str) -> None:
 def entry(root: str, trace: str, key: str, max_decompressed: int | None) -> Path | None:
     """The folder of a command line's output under `root`, or None when the trace is unreadable."""
     from traceanalyzer.cli.opening import load_key
+    from traceanalyzer.jobs import cache
 
     try:
         return Path(root) / cache.trace_key(trace, load_key(max_decompressed)) / "outputs" / key

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import polars as pl
 
-from traceanalyzer.cli import opening, replay, startup
+from traceanalyzer.cli import opening, startup
 from traceanalyzer.cli.options import resolve_format
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import Options
@@ -80,7 +80,7 @@ def emit(report: Report, fmt: str | None, output: str | None) -> None:
     opening.stop_progress()
     if output:
         for path in renderer.write(report, output):
-            replay.note_file(path)
+            _recorded("note_file", path)
             _err(f"wrote {path}")
         return
     if renderer.name == "csv" and len(report.tables()) > 1:
@@ -92,13 +92,21 @@ def emit(report: Report, fmt: str | None, output: str | None) -> None:
         sys.stdout.buffer.write(data)
     else:
         sys.stdout.write(data)
-    replay.note_out(data)
+    _recorded("note_out", data)
 
 
 def _err(line: str) -> None:
     """A line on stderr (kept with the output when the run is recorded: `cli.replay`)."""
     click.echo(line, err=True)
-    replay.note_err(line)
+    _recorded("note_err", line)
+
+
+def _recorded(note: str, what: str | bytes) -> None:
+    """`cli.replay`'s `note`, when the command line loaded the output cache to record this run
+    (`cli.main`): with `--no-cache` it is never imported (hashing, pickling, the cache's module)."""
+    replay = sys.modules.get("traceanalyzer.cli.replay")
+    if replay is not None:
+        getattr(replay, note)(what)
 
 
 def record_report(report: Report, table: pl.DataFrame, n: int, noun: str) -> Report:

@@ -68,10 +68,11 @@ def _narrow(ses: Session, unread: dict[str, tuple[str, ...]] = UNREAD, cached: b
     read in full first (`dataclasses.replace`), which a command whose results are all cached never
     needs. With a cache the store is handed the narrowed Trace (`share`); the one it writes
     (`put_trace`, on its thread) keeps every column. `summary` drops its own (`summary.UNREAD`)."""
-    from traceanalyzer.jobs import cache
+    if ses.store is not None and not cached:
+        from traceanalyzer.jobs import cache
 
-    if ses.store is not None and not cached and cache.lazy(ses.trace):
-        return
+        if cache.lazy(ses.trace):
+            return
     narrowed: dict[int, object] = {}
     for attr in ("trace", "loaded"):
         old = getattr(ses, attr)
