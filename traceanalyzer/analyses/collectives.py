@@ -139,10 +139,15 @@ def rank_collectives(gpu: pl.DataFrame, pattern: str, args: pl.DataFrame) -> pl.
         k = k.with_columns([pl.coalesce(m, f"{m}_op").alias(m) for m in meta])
     else:  # no metadata read (none in the trace, or not asked for): every field null, no join
         k = k.with_columns(pl.lit(None, COMM_ARGS_SCHEMA[m]).alias(m) for m in meta)
-    sizes = pl.col("dtype").map_elements(dtype_bytes, return_dtype=pl.Int64)
+    # The kind and bytes per element looked up by distinct name and dtype (a handful): a Python call
+    # per row (`map_elements`) also imported and inspected its function on first use (~3 ms).
+    names = [*gpu["name"].filter(is_coll).unique(), *(args["coll_name"].unique() if args.height else ())]
+    kinds = {n: kind_of(n) for n in names if n is not None}
+    dtypes = {d: dtype_bytes(d) for d in (args["dtype"].unique() if args.height else ()) if d is not None}
+    sizes = pl.col("dtype").replace_strict(dtypes, default=None, return_dtype=pl.Int64)
     made = {
         "cidx": pl.int_range(pl.len()),
-        "coll": pl.coalesce("coll_name", "name").map_elements(kind_of, return_dtype=pl.String),
+        "coll": pl.coalesce("coll_name", "name").replace_strict(kinds, default=None, return_dtype=pl.String),
         "seq": pl.when(pl.col("pg_name").is_not_null()).then(pl.int_range(pl.len()).over("pg_name")).cast(pl.Int64),
         "bytes": pl.max_horizontal("in_nelems", "out_nelems") * sizes,
     }
