@@ -26,6 +26,7 @@ from traceanalyzer.analyses.cpu_activity import CpuActivity, main_thread
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
 from traceanalyzer.analyses.gaps import GapsResult, analyse_gaps
 from traceanalyzer.analyses.health import HealthCheck, analyse_health
+from traceanalyzer.analyses.scenario import Scenario
 from traceanalyzer.analyses.step_detection import with_steps
 from traceanalyzer.analyses.steps import Caveat, StepsResult, analyse_steps, step_caveats
 from traceanalyzer.analyses.verdict import Verdict, compiled_model, verdict
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from traceanalyzer.analyses.memory import MemoryResult
     from traceanalyzer.analyses.ops import OpsResult
     from traceanalyzer.analyses.roofline import RooflineResult
-    from traceanalyzer.analyses.scenario import Scenario
     from traceanalyzer.analyses.stages import StagesResult
     from traceanalyzer.analyses.syncs import SyncsResult
     from traceanalyzer.analyses.whatif import Model, WhatIf
@@ -344,8 +344,6 @@ class Session:
 
     def whatif(self, scenario: Scenario | None = None, **changes: tuple) -> WhatIf:
         """The steps predicted under `scenario` (or `Scenario(**changes)`: without, speedup, drop)."""
-        from traceanalyzer.analyses.scenario import Scenario
-
         sc = scenario if scenario is not None else Scenario(**changes)
         cache = self.__dict__.setdefault("_whatifs", {})
         if sc not in cache:
