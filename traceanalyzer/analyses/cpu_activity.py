@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.intervals import collected, coverage_index, filter_rows, merge, run_id, series_of
-from traceanalyzer.analyses.layer_coverage import Bands, cumulative_unions, unband
+from traceanalyzer.analyses.layer_coverage import Bands, bounds, cumulative_unions, unband
 from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API, matches
@@ -229,6 +229,15 @@ class CpuActivity:
             if id(u) not in made:
                 made[id(u)] = unband(u, self.bands, THREAD)
         return tuple(made[id(u)] for u in self.unions)
+
+    def bounds(self) -> list[pl.DataFrame]:
+        """Per distinct union, start_ns and end_ns frames of its least start and greatest end
+        (`layer_coverage.bounds`: what a clock over them reads, without a keyed copy)."""
+        made: dict[int, pl.DataFrame] = {}
+        for u in self.unions:
+            if id(u) not in made:
+                made[id(u)] = bounds(u, self.bands)
+        return list(made.values())
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:

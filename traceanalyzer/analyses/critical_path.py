@@ -260,6 +260,11 @@ def segment_table(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) 
     ).cast({c: t for c, t in SEGMENT_SCHEMA.items()})
     # each segment's lane, gathered by position (node v is row v): no join against the node table
     where = graph.lanes(seg["lane_node"])
+    return seg.hstack(where).with_columns(lane=_lane_names(graph, seg["lane_node"], where)).drop("_lt")
+
+
+def _lane_format() -> pl.Expr:
+    """A lane's name from its `_lt`, tid, device and stream ("" where one is not known)."""
     lane = (
         pl.when(pl.col("_lt").is_null())
         .then(pl.lit(""))
@@ -267,7 +272,41 @@ def segment_table(graph: DependencyGraph, windows: pl.DataFrame, out: Segments) 
         .then(pl.format("thread {}", pl.col("tid")))
         .otherwise(pl.format("GPU {} stream {}", pl.col("device"), pl.col("stream")))
     )
-    return seg.hstack(where).with_columns(lane=lane.fill_null("")).drop("_lt")
+    return lane.fill_null("")
+
+
+def _lane_names(graph: DependencyGraph, lane_node: pl.Series, where: pl.DataFrame) -> pl.Series:
+    """Each segment's lane name (`_lane_format`, `where` as `DependencyGraph.lanes` gives it):
+    one gather from the names of the few lanes, each formatted once (a thread's by its number, a
+    stream's by its device and stream, counted in a table of their ranges), rather than a string
+    formatted per segment (14 ms for the 174k segments at 311 MB); per segment where the graph
+    numbers no threads or the GPU lanes' numbers span too wide a table."""
+    nodes, threads = graph.nodes, graph.threads
+    if "thread" not in nodes.columns or threads is None or not where.height:
+        return where.select(_lane_format()).to_series().alias("lane")
+    lt = where["_lt"]
+    cpu = (lt == "cpu").fill_null(False).to_numpy()
+    gpu = (lt != "cpu").fill_null(False).to_numpy()
+    th = nodes["thread"].gather(lane_node.clip(0)).filter(pl.Series(cpu))
+    dev, st = where["device"], where["stream"]
+    gpu &= (dev.is_not_null() & st.is_not_null()).to_numpy()
+    d, s = dev.filter(pl.Series(gpu)).to_numpy(), st.filter(pl.Series(gpu)).to_numpy()
+    d_lo, s_lo = (int(x.min()) if len(x) else 0 for x in (d, s))
+    d_n, s_n = (int(x.max()) - lo + 1 if len(x) else 1 for x, lo in ((d, d_lo), (s, s_lo)))
+    if th.null_count() or d_n * s_n > 1 << 20:
+        return where.select(_lane_format()).to_series().alias("lane")
+    tids = threads["tid"].cast(pl.Int64).to_list()
+    names = ["", *("" if t is None else f"thread {t}" for t in tids)]  # code 0: no lane known
+    code = np.zeros(where.height, dtype=np.int64)
+    code[cpu] = 1 + th.cast(pl.Int64).to_numpy()
+    if len(d):
+        key = (d - d_lo) * s_n + (s - s_lo)
+        used = np.flatnonzero(np.bincount(key, minlength=d_n * s_n))
+        at = np.zeros(d_n * s_n, dtype=np.int64)
+        at[used] = len(names) + np.arange(len(used))
+        names += [f"GPU {u // s_n + d_lo} stream {u % s_n + s_lo}" for u in used.tolist()]
+        code[gpu] = at[key]
+    return pl.Series("lane", names, dtype=pl.String).gather(code)
 
 
 def _kinds(nodes: pl.DataFrame, k: pl.Series, named: pl.Series) -> pl.Series:

@@ -107,7 +107,7 @@ def build_graph(
     ends = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
     ends += [
         trace.steps.select("cpu_start_ns", "cpu_end_ns"),
-        *(i.select("start_ns", "end_ns") for i in act.cumulative),
+        *act.bounds(),
     ]
     clock = ThreadClock.of(threads, ends)
     cpu, forks, layers = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
