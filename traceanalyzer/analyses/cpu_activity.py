@@ -218,6 +218,8 @@ class CpuActivity:
     # runtime calls that neither launch nor synchronise: their runtime_id only (rows of Trace.runtime)
     runtime_other: pl.DataFrame
     bands: Bands | None = None  # how `unions` numbered the threads (layer_coverage.covered_many reads it)
+    # per runtime call whether it launches (`is_launch`: a bit a call), for the dependency graph's threads
+    launches: pl.Series | None = None
 
     @property
     def cumulative(self) -> tuple[pl.DataFrame, ...]:
@@ -257,7 +259,7 @@ class CpuActivity:
         rt = trace.runtime[four]
         is_launch_call, is_other = launches_ & ~blocks, ~launches_ & ~blocks
         other_ids = filter_rows(trace.runtime[["runtime_id"]], is_other)
-        del kind, blocks, launches_
+        del kind, blocks
         # An op that launches GPU work (itself or through the ops inside it: aten::linear over
         # aten::addmm, an autograd node over its aten ops) is issuing launches: its CPU time is
         # launch overhead. A compiled-code wrapper (`Torch-Compiled Region`, `TorchDynamo Cache
@@ -313,4 +315,5 @@ class CpuActivity:
             data_ranges=data,
             runtime_other=other_ids,
             bands=bands,
+            launches=launches_,
         )

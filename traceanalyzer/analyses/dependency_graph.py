@@ -103,7 +103,7 @@ def build_graph(
 ) -> DependencyGraph:
     """The dependency graph of `trace` (see the module docstring); `act` is the Session's CpuActivity."""
     blocking = act.blocking
-    threads = graph_threads(trace, blocking)
+    threads = graph_threads(trace, blocking, act.launches)
     ends = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
     ends += [
         trace.steps.select("cpu_start_ns", "cpu_end_ns"),
