@@ -349,10 +349,12 @@ def summarise(segments: pl.DataFrame, windows: pl.DataFrame) -> CriticalPath:
     """Shares of step time on the path by kind and by name."""
     steps = windows.select("step", "start_ns", "end_ns", step_ns=pl.col("end_ns") - pl.col("start_ns"))
     total = int(steps["step_ns"].sum() or 0)
-    by = lambda cols: (  # noqa: E731
-        segments.group_by(cols)
-        .agg(duration_ns=pl.col("duration_ns").sum(), segments=pl.len())
-        .with_columns(share=pl.col("duration_ns") / total if total else pl.lit(None, pl.Float64))
-        .sort("duration_ns", *cols, descending=[True] + [False] * len(cols))
+    share = pl.col("duration_ns") / total if total else pl.lit(None, pl.Float64)
+    by_name = segments.group_by("kind", "name").agg(duration_ns=pl.col("duration_ns").sum(), segments=pl.len())
+    # by kind from the few (kind, name) sums, not from the segments again: integer sums, exact
+    count = by_name.schema["segments"]
+    by_kind = by_name.group_by("kind").agg(pl.col("duration_ns").sum(), pl.col("segments").sum().cast(count))
+    order = lambda df, cols: df.with_columns(share=share).sort(  # noqa: E731
+        "duration_ns", *cols, descending=[True] + [False] * len(cols)
     )
-    return CriticalPath(segments, steps, by(["kind"]), by(["kind", "name"]))
+    return CriticalPath(segments, steps, order(by_kind, ["kind"]), order(by_name, ["kind", "name"]))

@@ -98,10 +98,12 @@ def slice_kinds(
     if forks.height:
         # the gap (if any) each slice starts in: a binary search of the start times in the gaps'
         # (disjoint, sorted) starts
+        # (the main thread's idle slices alone: only they can be waiting in a gap)
         ga, gb = forks["gap_a"].to_numpy(), forks["gap_b"].to_numpy()
-        pos = np.searchsorted(ga, a, side="right") - 1
-        wait |= is_main & idle & (pos >= 0) & (b <= gb[np.maximum(pos, 0)])
-        del ga, gb, pos
+        rows = np.flatnonzero(is_main & idle)
+        pos = np.searchsorted(ga, a[rows], side="right") - 1
+        wait[rows[(pos >= 0) & (b[rows] <= gb[np.maximum(pos, 0)])]] = True
+        del ga, gb, pos, rows
     del is_main, idle
     code[wait] = THREAD_WAIT
     # an Enum (a byte per slice, as `build_graph` casts it) rather than a million strings

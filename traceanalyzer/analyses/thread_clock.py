@@ -34,19 +34,14 @@ class ThreadClock:
         """The clock of `threads` (sorted by pid, tid) for every instant of `times` (frames of
         one `lo` and one `hi` column each, their min and max), or None when one key per
         (thread, instant) would not fit an int64 or a time is null."""
-        bounds = [
-            df.select(
-                lo=pl.col(df.columns[0]).min(), hi=pl.col(df.columns[1]).max(), n=df.null_count().sum_horizontal()
-            )
-            for df in times
-            if df.height
-        ]
-        if not bounds or not threads.height:
+        # (by Series: a frame's select is a polars query each, ~0.5 ms for ten small frames)
+        cols = [(df.to_series(0), df.to_series(1)) for df in times if df.height]
+        if not cols or not threads.height or any(a.null_count() or b.null_count() for a, b in cols):
             return None
-        b = pl.concat(bounds).select(pl.col("lo").min(), pl.col("hi").max(), pl.col("n").sum()).row(0)
-        if b[0] is None or b[2]:
+        los, his = [a.min() for a, _ in cols], [b.max() for _, b in cols]
+        if any(x is None for x in los) or any(x is None for x in his):
             return None
-        lo, span = int(b[0]), int(b[1]) - int(b[0]) + 1
+        lo, span = int(min(los)), int(max(his)) - int(min(los)) + 1
         if threads.height * span >= KEY_LIMIT:
             return None
         return cls(threads.with_row_index("_th").with_columns(pl.col("_th").cast(pl.Int64)), lo, span)
