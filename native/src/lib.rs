@@ -28,6 +28,7 @@ mod prepare;
 mod replay;
 mod scan;
 mod state;
+mod ties;
 mod walk;
 
 use events::{decode_piece, Piece};
@@ -132,6 +133,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(layers::covered_in, m)?)?;
     m.add_function(wrap_pyfunction!(fold::fold_slices, m)?)?;
     m.add_function(wrap_pyfunction!(fold::fold_bands, m)?)?;
+    m.add_function(wrap_pyfunction!(ties::innermost_ties, m)?)?;
     m.add_function(wrap_pyfunction!(prepare::prepare_order, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -286,6 +286,31 @@ def test_native_fold_slices_by_hand():
 
 
 @native
+@pytest.mark.parametrize("deep", [False, True])
+def test_innermost_ties_native_and_lexsort_agree(deep: bool, monkeypatch):
+    """The intervals' order for `innermost` (start key, then the longest, the shallowest, the
+    lowest id, the first): each run of equal keys sorted natively, and the lexsort over every
+    tied interval, on keys with many ties, in key order and not."""
+    from traceanalyzer.analyses import thread_clock as tc
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    key, end = rng.integers(0, 300, n), rng.integers(0, 40, n)
+    depth, ids = (rng.integers(0, 3, n) if deep else None), rng.integers(0, 50, n)
+    real = tc.native_kernel
+    off = lambda name, force=False: None if name == "innermost_ties" else real(name, force)  # noqa: E731
+    for k in (key, np.sort(key)):
+        fast = tc._innermost_last(k, end, depth, ids)
+        monkeypatch.setattr(tc, "native_kernel", off)
+        slow = tc._innermost_last(k, end, depth, ids)
+        monkeypatch.setattr(tc, "native_kernel", real)
+        assert np.array_equal(fast, slow)
+    z = [np.zeros(3, np.int64), np.zeros(3, np.int64), np.zeros(0, np.int64), np.zeros(3, np.int64)]
+    with pytest.raises(ValueError, match="positions"):
+        native_kernel("innermost_ties", force=True)(np.full(3, 5, np.int64), *z)
+
+
+@native
 def test_native_fold_bands_by_hand():
     """`fold_bands` on the unions of test_native_fold_slices_by_hand kept on their bands' axis
     (thread k's band from k x 100, its intervals [t, te) shifted so): every output the same;

@@ -216,6 +216,13 @@ def _innermost_last(key: np.ndarray, end: np.ndarray, depth: np.ndarray | None, 
     else:
         order = np.argsort(key, kind="stable")  # timsort: the intervals come in long sorted runs
         k = key[order]
+    fn = native_kernel("innermost_ties")
+    if fn is not None:  # each run of equal keys sorted alone, natively (`ties.rs`)
+        del k
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        cols = (key, end, np.zeros(0, np.int64) if depth is None else depth, ids)
+        fn(order, *(np.ascontiguousarray(c, dtype=np.int64) for c in cols))
+        return order
     tie = np.zeros(len(k), dtype=np.bool_)
     same = k[1:] == k[:-1]
     tie[1:] |= same
