@@ -93,11 +93,7 @@ def walk_back(
     `sched` needs its binding edges (a replay with `binds=True`)."""
     if sched.bind is None or sched.end_bind is None:
         raise ValueError("walk: the schedule was replayed without its binding edges (binds=False)")
-    nodes = graph.nodes
-    waits = graph.column("wait_ns").fill_null(0)
-    coll_wait = ((nodes["kind"] == "collective") & (waits > 0)).fill_null(False).to_numpy()
-    wait = np.ascontiguousarray(waits.cast(pl.Int64).to_numpy(), dtype=np.int64)
-    del waits
+    coll_wait, wait = _collective_waits(graph)
     code = {k: WAIT_KINDS.index(w) for k, w in EDGE_WAIT_KIND.items()}
     etype = graph.edges["etype"]
     if isinstance(etype.dtype, pl.Enum):  # a table of its few categories, gathered by code (no string per edge)
@@ -131,6 +127,25 @@ def walk_back(
         with no_gc():
             out = _walk_py(p, sched, bounds, end_nodes, coll_wait, wait, wait_code)
     return out
+
+
+def _collective_waits(graph: DependencyGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Per node whether it is a collective that waited for its peers, and that wait (int64, 0
+    where none). Only GPU nodes wait, the last rows (`DependencyGraph.gpu`): the arrays are
+    zeroed (calloc's pages, untouched) and written there alone, not made of node-long columns
+    (four of them: 12 MB of fresh pages at 311 MB)."""
+    nodes = graph.nodes
+    n, g = nodes.height, graph.gpu
+    if g is None or "wait_ns" not in g.columns or g.height > n:
+        waits = graph.column("wait_ns").fill_null(0)
+        coll_wait = ((nodes["kind"] == "collective") & (waits > 0)).fill_null(False).to_numpy()
+        return coll_wait, np.ascontiguousarray(waits.cast(pl.Int64).to_numpy(), dtype=np.int64)
+    first = n - g.height
+    waits = g["wait_ns"].fill_null(0)
+    coll_wait, wait = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.int64)
+    coll_wait[first:] = ((nodes["kind"].slice(first) == "collective") & (waits > 0)).fill_null(False).to_numpy()
+    wait[first:] = waits.cast(pl.Int64).to_numpy()
+    return coll_wait, wait
 
 
 def _walk_py(

@@ -334,40 +334,37 @@ def _forks_by_joins(
 
 
 def _forks_on_clock(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr, clock: ThreadClock) -> pl.DataFrame | None:
-    """`_forks_by_joins` by searches in the kept slices' keys, a thread of the fork's process at a
-    time (a few threads; no sort of the million slices by time, twice). None where two threads
-    tie (the joins' choice between them is theirs): the joins then decide."""
-    kept = np.flatnonzero(cpu.select(keep.fill_null(False)).to_series().to_numpy())
-    th = cpu["_th"].cast(pl.Int64).to_numpy()[kept]
-    a, b = (cpu[c].cast(pl.Int64).to_numpy()[kept] for c in ("ts_ns", "end_ns"))
-    ka, kb = th * clock.span + (a - clock.lo), th * clock.span + (b - clock.lo)
+    """`_forks_by_joins` by searches in the kept slices' times, a thread of the fork's process at
+    a time (a few threads; each thread's slices are a run of rows in time order: no key or copy
+    per slice, no sort of the million slices by time, twice). None where two threads tie (the
+    joins' choice between them is theirs): the joins then decide."""
+    kept = cpu.select(keep.fill_null(False)).to_series().to_numpy()
+    th, a, b = cpu["_th"].to_numpy(), cpu["ts_ns"].cast(pl.Int64).to_numpy(), cpu["end_ns"].cast(pl.Int64).to_numpy()
+    runs = np.searchsorted(th, np.arange(clock.threads.height + 1, dtype=th.dtype))
     pid, ga, gb = (forks[c].cast(pl.Int64).to_numpy() for c in ("pid", "gap_a", "gap_b"))
-    n, m = len(kept), len(pid)
-    first, last = np.full(m, -1, np.int64), np.full(m, -1, np.int64)  # rows of `kept`
+    m = len(pid)
+    first, last = np.full(m, -1, np.int64), np.full(m, -1, np.int64)  # nodes
+    now_a, now_b = np.zeros(m, np.int64), np.zeros(m, np.int64)  # their start, their end
     owner = clock.threads["pid"].to_numpy()
-    for t in np.flatnonzero(np.isin(owner, pid)):
+    for t in np.flatnonzero(np.isin(owner, pid)).tolist():
         mine = pid == owner[t]
-        base = int(t) * clock.span - clock.lo
-        i = np.searchsorted(ka, ga + base, side="left")  # its first kept slice starting at or after gap_a
-        ok = mine & (i < n) & (th[np.minimum(i, n - 1)] == t)
-        j = np.searchsorted(kb, gb + base, side="right") - 1  # its last one ending at or before gap_b
-        okj = mine & (j >= 0) & (th[np.maximum(j, 0)] == t)
+        rows = np.flatnonzero(kept[runs[t] : runs[t + 1]]) + runs[t]  # its kept slices
+        at, bt, n = a[rows], b[rows], len(rows)
+        i = np.searchsorted(at, ga, side="left")  # its first kept slice starting at or after gap_a
+        j = np.searchsorted(bt, gb, side="right") - 1  # its last one ending at or before gap_b
+        ok, okj = mine & (i < n), mine & (j >= 0)
         i, j = np.minimum(i, n - 1), np.maximum(j, 0)
-        now_a, now_b = a[first], b[last]
-        if (ok & (first >= 0) & (a[i] == now_a)).any() or (okj & (last >= 0) & (b[j] == now_b)).any():
+        ai, bj = (at[i], bt[j]) if n else (now_a, now_b)
+        if (ok & (first >= 0) & (ai == now_a)).any() or (okj & (last >= 0) & (bj == now_b)).any():
             return None
-        first = np.where(ok & ((first < 0) | (a[i] < now_a)), i, first)
-        last = np.where(okj & ((last < 0) | (b[j] > now_b)), j, last)
-    node = pl.Series(kept)
-    got = {"_dst": first, "_jsrc": last}
-    cols = {c: pl.Series(v).cast(pl.Int64) for c, v in got.items()}
-    out = forks.with_columns(
-        _dst=pl.when(cols["_dst"] >= 0).then(node.gather(cols["_dst"].clip(0))).cast(pl.Int64),
-        _ts=pl.when(cols["_dst"] >= 0).then(pl.Series(a).gather(cols["_dst"].clip(0))),
-        _jsrc=pl.when(cols["_jsrc"] >= 0).then(node.gather(cols["_jsrc"].clip(0))).cast(pl.Int64),
-        _te=pl.when(cols["_jsrc"] >= 0).then(pl.Series(b).gather(cols["_jsrc"].clip(0))),
+        new_a, new_b = ok & ((first < 0) | (ai < now_a)), okj & ((last < 0) | (bj > now_b))
+        first, now_a = np.where(new_a, rows[i] if n else first, first), np.where(new_a, ai, now_a)
+        last, now_b = np.where(new_b, rows[j] if n else last, last), np.where(new_b, bj, now_b)
+    got = {"_dst": (first, first), "_ts": (first, now_a), "_jsrc": (last, last), "_te": (last, now_b)}
+    return forks.with_columns(
+        pl.when(pl.lit(pl.Series(w >= 0))).then(pl.lit(pl.Series(v, dtype=pl.Int64))).alias(c)
+        for c, (w, v) in got.items()
     )
-    return out
 
 
 def _stream_order(gpu: pl.DataFrame) -> pl.Series:
