@@ -28,6 +28,7 @@ mod prepare;
 mod replay;
 mod scan;
 mod state;
+mod ties;
 mod walk;
 
 use events::{decode_piece, Piece};
@@ -131,6 +132,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(walk::covered_until, m)?)?;
     m.add_function(wrap_pyfunction!(layers::covered_in, m)?)?;
     m.add_function(wrap_pyfunction!(fold::fold_slices, m)?)?;
+    m.add_function(wrap_pyfunction!(fold::fold_bands, m)?)?;
+    m.add_function(wrap_pyfunction!(ties::innermost_ties, m)?)?;
     m.add_function(wrap_pyfunction!(prepare::prepare_order, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -286,6 +286,55 @@ def test_native_fold_slices_by_hand():
 
 
 @native
+@pytest.mark.parametrize("deep", [False, True])
+def test_innermost_ties_native_and_lexsort_agree(deep: bool, monkeypatch):
+    """The intervals' order for `innermost` (start key, then the longest, the shallowest, the
+    lowest id, the first): each run of equal keys sorted natively, and the lexsort over every
+    tied interval, on keys with many ties, in key order and not."""
+    from traceanalyzer.analyses import thread_clock as tc
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    key, end = rng.integers(0, 300, n), rng.integers(0, 40, n)
+    depth, ids = (rng.integers(0, 3, n) if deep else None), rng.integers(0, 50, n)
+    real = tc.native_kernel
+    off = lambda name, force=False: None if name == "innermost_ties" else real(name, force)  # noqa: E731
+    for k in (key, np.sort(key)):
+        fast = tc._innermost_last(k, end, depth, ids)
+        monkeypatch.setattr(tc, "native_kernel", off)
+        slow = tc._innermost_last(k, end, depth, ids)
+        monkeypatch.setattr(tc, "native_kernel", real)
+        assert np.array_equal(fast, slow)
+    z = [np.zeros(3, np.int64), np.zeros(3, np.int64), np.zeros(0, np.int64), np.zeros(3, np.int64)]
+    with pytest.raises(ValueError, match="positions"):
+        native_kernel("innermost_ties", force=True)(np.full(3, 5, np.int64), *z)
+
+
+@native
+def test_native_fold_bands_by_hand():
+    """`fold_bands` on the unions of test_native_fold_slices_by_hand kept on their bands' axis
+    (thread k's band from k x 100, its intervals [t, te) shifted so): every output the same;
+    a thread without a band (thread 2's) has no layer time."""
+    bands, keyed = native_kernel("fold_bands", force=True), native_kernel("fold_slices", force=True)
+    i = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    th, a, b = i(0, 0, 0, 1, 2), i(0, 15, 35, 5, 0), i(15, 35, 60, 50, 10)
+    first = [i(10, 30, 100), i(0, 0, 1), i(10, 30, 0), i(20, 50, 40), i(0, 10, 0)]
+    second = [i(0, 100), i(0, 1), i(0, 0), i(60, 40), i(0, 0)]
+    on_bands = [i(10, 30, 100), i(20, 50, 140), i(0, 10, 0), i(0, 100), i(60, 140), i(0, 0)]
+    outs, ref = [np.zeros(5, np.uint8) for _ in range(5)], [np.zeros(5, np.uint8) for _ in range(5)]
+    got = bands(th, a, b, [0, 1, -1], 100, 0, on_bands, [0, 1], [False, True], *outs)
+    want = keyed(th, a, b, 100, 0, [*first, *second], [0, 1], [False, True], *ref)
+    assert all(np.array_equal(x, y) for x, y in zip(outs, ref, strict=True))
+    assert [(bytes(x), bytes(y)) for x, y in got] == [(bytes(x), bytes(y)) for x, y in want]
+    with pytest.raises(ValueError, match="key order"):
+        bands(i(1, 0, 0, 1, 2), a, b, [0, 1, -1], 100, 0, on_bands, [0], [False], *outs)
+    with pytest.raises(ValueError, match="t must be sorted"):
+        bands(th, a, b, [0, 1, -1], 100, 0, [i(30, 10, 100), *on_bands[1:]], [0], [False], *outs)
+    with pytest.raises(ValueError, match="three arrays per union"):
+        bands(th, a, b, [0, 1, -1], 100, 0, on_bands[:4], [0], [False], *outs)
+
+
+@native
 @pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
 def test_slice_kinds_native_and_numpy_agree(name: str, SHARED_TRACES):
     """Each slice's layer times, kind code, work and emptiness: folded natively (every layer in

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceanalyzer.analyses.intervals import collected, coverage_index, filter_rows, merge, run_id, series_of
-from traceanalyzer.analyses.layer_coverage import Bands, cumulative_unions, unband
+from traceanalyzer.analyses.layer_coverage import Bands, bounds, cumulative_unions, unband
 from traceanalyzer.analyses.op_tree import ancestors, is_row_number
 from traceanalyzer.causes import LAYERS
 from traceanalyzer.patterns import COMPILED_WRAPPER, LAUNCH_API, PAGEABLE_COPY, PROFILER_STEP, SYNC_API, matches
@@ -218,6 +218,8 @@ class CpuActivity:
     # runtime calls that neither launch nor synchronise: their runtime_id only (rows of Trace.runtime)
     runtime_other: pl.DataFrame
     bands: Bands | None = None  # how `unions` numbered the threads (layer_coverage.covered_many reads it)
+    # per runtime call whether it launches (`is_launch`: a bit a call), for the dependency graph's threads
+    launches: pl.Series | None = None
 
     @property
     def cumulative(self) -> tuple[pl.DataFrame, ...]:
@@ -229,6 +231,15 @@ class CpuActivity:
             if id(u) not in made:
                 made[id(u)] = unband(u, self.bands, THREAD)
         return tuple(made[id(u)] for u in self.unions)
+
+    def bounds(self) -> list[pl.DataFrame]:
+        """Per distinct union, start_ns and end_ns frames of its least start and greatest end
+        (`layer_coverage.bounds`: what a clock over them reads, without a keyed copy)."""
+        made: dict[int, pl.DataFrame] = {}
+        for u in self.unions:
+            if id(u) not in made:
+                made[id(u)] = bounds(u, self.bands)
+        return list(made.values())
 
     @classmethod
     def of(cls, trace: Trace, data_pattern: str) -> CpuActivity:
@@ -248,7 +259,7 @@ class CpuActivity:
         rt = trace.runtime[four]
         is_launch_call, is_other = launches_ & ~blocks, ~launches_ & ~blocks
         other_ids = filter_rows(trace.runtime[["runtime_id"]], is_other)
-        del kind, blocks, launches_
+        del kind, blocks
         # An op that launches GPU work (itself or through the ops inside it: aten::linear over
         # aten::addmm, an autograd node over its aten ops) is issuing launches: its CPU time is
         # launch overhead. A compiled-code wrapper (`Torch-Compiled Region`, `TorchDynamo Cache
@@ -304,4 +315,5 @@ class CpuActivity:
             data_ranges=data,
             runtime_other=other_ids,
             bands=bands,
+            launches=launches_,
         )

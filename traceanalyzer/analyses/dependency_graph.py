@@ -103,11 +103,11 @@ def build_graph(
 ) -> DependencyGraph:
     """The dependency graph of `trace` (see the module docstring); `act` is the Session's CpuActivity."""
     blocking = act.blocking
-    threads = graph_threads(trace, blocking)
+    threads = graph_threads(trace, blocking, act.launches)
     ends = [trace.ops.select("ts_ns", "end_ns"), trace.runtime.select("ts_ns", "end_ns")]
     ends += [
         trace.steps.select("cpu_start_ns", "cpu_end_ns"),
-        *(i.select("start_ns", "end_ns") for i in act.cumulative),
+        *act.bounds(),
     ]
     clock = ThreadClock.of(threads, ends)
     cpu, forks, layers = cpu_nodes(trace, act, threads, int(thread_wait_us * 1000), clock)
@@ -163,16 +163,17 @@ def build_graph(
     cols = ("node", "device", "stream", "launch_ts_ns", "launch_pid", "launch_tid", "gpu_id")
     launched = gpu.select(cols).filter(pl.col("launch_ts_ns").is_not_null()).sort("launch_ts_ns")
     # cross-stream waits
-    waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API)).select("correlation", w_ts="ts_ns")
-    marks = trace.sync_markers
-    if waits.height and marks.height and "wait_on_stream" in marks.columns:
+    # (the calls' names tested only where a marker names a stream waited on: 5 ms at 311 MB)
+    marks, waits = trace.sync_markers, None
+    if marks.height and "wait_on_stream" in marks.columns:
+        waits = trace.runtime.filter(pl.col("name").str.contains(GPU_WAIT_API)).select("correlation", w_ts="ts_ns")
+    if waits is not None and waits.height:
         m = marks.filter(pl.col("wait_on_stream").is_not_null()).select(
             "correlation", "device", "stream", "wait_on_stream"
         )
         w = waits.join(m, on="correlation", how="inner").sort("w_ts")
-        by_launch = launched
         before = w.join_asof(
-            by_launch.select(_src="node", device="device", wait_on_stream="stream", _l="launch_ts_ns"),
+            launched.select(_src="node", device="device", wait_on_stream="stream", _l="launch_ts_ns"),
             left_on="w_ts",
             right_on="_l",
             by=["device", "wait_on_stream"],
@@ -181,7 +182,7 @@ def build_graph(
             check_sortedness=False,
         )
         after = before.join_asof(
-            by_launch.select(_dst="node", device="device", stream="stream", _l2="launch_ts_ns"),
+            launched.select(_dst="node", device="device", stream="stream", _l2="launch_ts_ns"),
             left_on="w_ts",
             right_on="_l2",
             by=["device", "stream"],
@@ -190,7 +191,7 @@ def build_graph(
             check_sortedness=False,
         )
         edges.append(_pairs(after, "_src", "_dst", "event"))
-        del w, before, after, by_launch
+        del w, before, after
     # syncs: the slice that ends the blocking call returns after the GPU work it waited for
     bl = (
         blocking.filter(pl.col("end_ns") > pl.col("ts_ns"))
@@ -258,13 +259,12 @@ def build_graph(
         del f
     steps = trace.steps.select("step", *THREAD, "cpu_start_ns", "cpu_end_ns").cast({"pid": pl.Int64, "tid": pl.Int64})
     steps = steps.with_columns(first_node=starting(steps, "cpu_start_ns"), last_node=ending(steps, "cpu_end_ns"))
-    del starting, ending  # they hold the slices' keys
+    del starting, ending, launched  # (the finders hold the slices' times)
     # CPU nodes are numbered first, GPU nodes after, each in row order: the concatenation is in
     # node order already (no sort). Each part is narrowed before it (narrowing the two-chunk
     # table after it copied all of it: +140 MB at 311 MB), and it is made one chunk a column at a
     # time: the own times computed over it are one chunk, and a frame of columns chunked
     # differently is copied whole by its next drop or select (+100 MB at 311 MB).
-    del launched
     # kinds and lanes as a byte per node (an Enum), not a string
     gpu_kinds = gpu["kind"].drop_nulls().unique().sort().to_list()
     kinds = {"kind": pl.Enum(list(dict.fromkeys([*CPU_KINDS, "collective", *gpu_kinds]))), "lane": LANES}
@@ -334,40 +334,37 @@ def _forks_by_joins(
 
 
 def _forks_on_clock(cpu: pl.DataFrame, forks: pl.DataFrame, keep: pl.Expr, clock: ThreadClock) -> pl.DataFrame | None:
-    """`_forks_by_joins` by searches in the kept slices' keys, a thread of the fork's process at a
-    time (a few threads; no sort of the million slices by time, twice). None where two threads
-    tie (the joins' choice between them is theirs): the joins then decide."""
-    kept = np.flatnonzero(cpu.select(keep.fill_null(False)).to_series().to_numpy())
-    th = cpu["_th"].cast(pl.Int64).to_numpy()[kept]
-    a, b = (cpu[c].cast(pl.Int64).to_numpy()[kept] for c in ("ts_ns", "end_ns"))
-    ka, kb = th * clock.span + (a - clock.lo), th * clock.span + (b - clock.lo)
+    """`_forks_by_joins` by searches in the kept slices' times, a thread of the fork's process at
+    a time (a few threads; each thread's slices are a run of rows in time order: no key or copy
+    per slice, no sort of the million slices by time, twice). None where two threads tie (the
+    joins' choice between them is theirs): the joins then decide."""
+    kept = cpu.select(keep.fill_null(False)).to_series().to_numpy()
+    th, a, b = cpu["_th"].to_numpy(), cpu["ts_ns"].cast(pl.Int64).to_numpy(), cpu["end_ns"].cast(pl.Int64).to_numpy()
+    runs = np.searchsorted(th, np.arange(clock.threads.height + 1, dtype=th.dtype))
     pid, ga, gb = (forks[c].cast(pl.Int64).to_numpy() for c in ("pid", "gap_a", "gap_b"))
-    n, m = len(kept), len(pid)
-    first, last = np.full(m, -1, np.int64), np.full(m, -1, np.int64)  # rows of `kept`
+    m = len(pid)
+    first, last = np.full(m, -1, np.int64), np.full(m, -1, np.int64)  # nodes
+    now_a, now_b = np.zeros(m, np.int64), np.zeros(m, np.int64)  # their start, their end
     owner = clock.threads["pid"].to_numpy()
-    for t in np.flatnonzero(np.isin(owner, pid)):
+    for t in np.flatnonzero(np.isin(owner, pid)).tolist():
         mine = pid == owner[t]
-        base = int(t) * clock.span - clock.lo
-        i = np.searchsorted(ka, ga + base, side="left")  # its first kept slice starting at or after gap_a
-        ok = mine & (i < n) & (th[np.minimum(i, n - 1)] == t)
-        j = np.searchsorted(kb, gb + base, side="right") - 1  # its last one ending at or before gap_b
-        okj = mine & (j >= 0) & (th[np.maximum(j, 0)] == t)
+        rows = np.flatnonzero(kept[runs[t] : runs[t + 1]]) + runs[t]  # its kept slices
+        at, bt, n = a[rows], b[rows], len(rows)
+        i = np.searchsorted(at, ga, side="left")  # its first kept slice starting at or after gap_a
+        j = np.searchsorted(bt, gb, side="right") - 1  # its last one ending at or before gap_b
+        ok, okj = mine & (i < n), mine & (j >= 0)
         i, j = np.minimum(i, n - 1), np.maximum(j, 0)
-        now_a, now_b = a[first], b[last]
-        if (ok & (first >= 0) & (a[i] == now_a)).any() or (okj & (last >= 0) & (b[j] == now_b)).any():
+        ai, bj = (at[i], bt[j]) if n else (now_a, now_b)
+        if (ok & (first >= 0) & (ai == now_a)).any() or (okj & (last >= 0) & (bj == now_b)).any():
             return None
-        first = np.where(ok & ((first < 0) | (a[i] < now_a)), i, first)
-        last = np.where(okj & ((last < 0) | (b[j] > now_b)), j, last)
-    node = pl.Series(kept)
-    got = {"_dst": first, "_jsrc": last}
-    cols = {c: pl.Series(v).cast(pl.Int64) for c, v in got.items()}
-    out = forks.with_columns(
-        _dst=pl.when(cols["_dst"] >= 0).then(node.gather(cols["_dst"].clip(0))).cast(pl.Int64),
-        _ts=pl.when(cols["_dst"] >= 0).then(pl.Series(a).gather(cols["_dst"].clip(0))),
-        _jsrc=pl.when(cols["_jsrc"] >= 0).then(node.gather(cols["_jsrc"].clip(0))).cast(pl.Int64),
-        _te=pl.when(cols["_jsrc"] >= 0).then(pl.Series(b).gather(cols["_jsrc"].clip(0))),
+        new_a, new_b = ok & ((first < 0) | (ai < now_a)), okj & ((last < 0) | (bj > now_b))
+        first, now_a = np.where(new_a, rows[i] if n else first, first), np.where(new_a, ai, now_a)
+        last, now_b = np.where(new_b, rows[j] if n else last, last), np.where(new_b, bj, now_b)
+    got = {"_dst": (first, first), "_ts": (first, now_a), "_jsrc": (last, last), "_te": (last, now_b)}
+    return forks.with_columns(
+        pl.when(pl.lit(pl.Series(w >= 0))).then(pl.lit(pl.Series(v, dtype=pl.Int64))).alias(c)
+        for c, (w, v) in got.items()
     )
-    return out
 
 
 def _stream_order(gpu: pl.DataFrame) -> pl.Series:

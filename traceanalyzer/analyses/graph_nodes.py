@@ -33,10 +33,16 @@ from traceanalyzer.links import innermost_containing
 from traceanalyzer.trace import Trace
 
 
-def graph_threads(trace: Trace, blocking: pl.DataFrame) -> pl.DataFrame:
-    """The threads whose timelines matter for the GPU: they launch, block or run a step."""
+def graph_threads(trace: Trace, blocking: pl.DataFrame, launches: pl.Series | None = None) -> pl.DataFrame:
+    """The threads whose timelines matter for the GPU: they launch, block or run a step.
+    `launches`: per runtime call whether it launches (`CpuActivity.launches`), if known (else
+    tested again: 16 ms at 311 MB)."""
+    if launches is not None and launches.len() == trace.runtime.height:
+        launching = trace.runtime[list(THREAD)].filter(launches)
+    else:
+        launching = launch_calls(trace, trace.runtime.select("runtime_id", "name", *THREAD)).select(*THREAD)
     parts = [
-        launch_calls(trace, trace.runtime.select("runtime_id", "name", *THREAD)).select(*THREAD),
+        launching,
         blocking.select(*THREAD),
         trace.steps.select(*THREAD),
     ]
@@ -65,19 +71,25 @@ def slices(
     if clock is None:
         return _slices_by_keys(trace, threads)
     # every boundary's key on numpy arrays: numpy sorts int64 several times faster than polars
-    keys = []
+    # (written straight into the array sorted: a key array per table and column, then their
+    # concatenation, were 11 MB of fresh pages more at 311 MB)
     known = numbers or {}
-    for name, df in zip(("ops", "runtime", "steps"), _events(trace), strict=True):
-        th = known[name] if name in known else clock.numbers(df)
-        mine = pl.lit(th >= 0)
-        th = th[th >= 0] * clock.span - clock.lo
+    events = list(zip(("ops", "runtime", "steps"), _events(trace), strict=True))
+    ths = [known[name] if name in known else clock.numbers(df) for name, df in events]
+    k = _mapped(2 * sum(int((th >= 0).sum()) for th in ths))  # sorted in place, on a mapping of its own
+    at = 0
+    for (_, df), th in zip(events, ths, strict=True):
+        mine = th >= 0
+        every = bool(mine.all())
+        base = th[mine] if not every else th.astype(np.int64, copy=True)
+        base *= clock.span
+        base -= clock.lo
         for c in ("ts_ns", "end_ns"):
-            keys.append(th + df.select(pl.col(c).filter(mine).cast(pl.Int64)).to_series().to_numpy())
-        del th, mine
-    k = _mapped(sum(len(x) for x in keys))  # sorted in place, on a mapping of its own
-    if len(k):
-        np.concatenate(keys, out=k)
-    del keys
+            t = df[c].cast(pl.Int64).to_numpy()
+            np.add(base, t if every else t[mine], out=k[at : at + len(base)])
+            at += len(base)
+        del base, mine
+    del events, ths
     k.sort(kind="stable")  # timsort: each table's keys come in long sorted runs (8x quicksort's speed)
     if len(k):
         new = np.empty(len(k), dtype=np.bool_)  # distinct boundaries: sorted, so by neighbours
@@ -321,16 +333,26 @@ def slice_finder(cpu: pl.DataFrame, clock: ThreadClock | None, at: str) -> Calla
     (ts_ns or end_ns) is df[col] on its thread, null where none: a binary search in the slices'
     keys (they are sorted on their clock), or a join on (pid, tid, time) without a clock."""
     if clock is not None:
-        keys = clock.key(cpu["_th"], cpu[at])
-        n = keys.len()
+        # each thread's slices are a run of rows in time order (key order): a search in its run
+        # of `at` (the column read in place), no key per slice (two columns of a million keys
+        # cost 18 ms at 311 MB)
+        th, times = cpu["_th"].to_numpy(), cpu[at].cast(pl.Int64).to_numpy()
+        runs = np.searchsorted(th, np.arange(clock.threads.height + 1, dtype=th.dtype))
 
         def by_key(df: pl.DataFrame, col: str) -> pl.Series:
-            q = clock.key(clock.number(df), df[col].cast(pl.Int64))
-            if not n:
-                return pl.repeat(None, q.len(), dtype=pl.Int64, eager=True).alias("node")
-            pos = keys.search_sorted(q, side="left").cast(pl.Int64)
-            hit = ((pos < n) & (keys.gather(pos.clip(0, n - 1)) == q)).fill_null(False)
-            return pl.select(pl.when(hit).then(pos)).to_series().alias("node")
+            q_th, t = clock.numbers(df), df[col].cast(pl.Int64)
+            known = (q_th >= 0) & t.is_not_null().to_numpy()
+            q = t.fill_null(0).to_numpy()
+            node = np.full(len(q), -1, dtype=np.int64)
+            for k in np.flatnonzero(np.bincount(q_th[known], minlength=len(runs) - 1)).tolist():
+                rows = np.flatnonzero(known & (q_th == k))
+                lo, hi = int(runs[k]), int(runs[k + 1])
+                pos = np.searchsorted(times[lo:hi], q[rows], side="left")
+                hit = pos < hi - lo
+                hit[hit] = times[lo + pos[hit]] == q[rows[hit]]
+                node[rows[hit]] = lo + pos[hit]
+            out = pl.Series("node", node)
+            return out.set(out < 0, None)
 
         return by_key
     right = cpu.select(*THREAD, at, "node")

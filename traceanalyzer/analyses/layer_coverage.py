@@ -196,6 +196,22 @@ def unband(index: pl.DataFrame, bands: Bands | None, by: list[str]) -> pl.DataFr
     )
 
 
+def bounds(index: pl.DataFrame, bands: Bands | None) -> pl.DataFrame:
+    """A coverage index of `cumulative_unions` as start_ns, end_ns frames whose least start and
+    greatest end are the index's: on the bands, each band's first and last interval alone (its
+    intervals are disjoint and in order), not the index unbanded (a keyed copy of every union:
+    17 ms at 311 MB)."""
+    if bands is None or "_t" not in index.columns:
+        return index.select("start_ns", "end_ns")
+    t, te = index.get_column("_t"), index.get_column("_te")
+    at = pl.int_range(0, bands.keys.height + 1, dtype=pl.Int64, eager=True) * bands.span
+    first = t.search_sorted(at, side="left").cast(pl.Int64)
+    some = first[:-1] < first[1:]
+    off = (at[:-1] - bands.lo).filter(some)
+    start = t.gather(first[:-1].filter(some)) - off
+    return pl.DataFrame({"start_ns": start, "end_ns": te.gather(first[1:].filter(some) - 1) - off})
+
+
 def on_bands(index: pl.DataFrame, bands: Bands | None, by: list[str]) -> pl.DataFrame:
     """A keyed coverage index (by..., start_ns, end_ns, _before) on the bands' axis (`_t`,
     `_te`, `_before`), so that `covered_many` measures it as the layer unions; as it is when a

@@ -98,10 +98,12 @@ def slice_kinds(
     if forks.height:
         # the gap (if any) each slice starts in: a binary search of the start times in the gaps'
         # (disjoint, sorted) starts
+        # (the main thread's idle slices alone: only they can be waiting in a gap)
         ga, gb = forks["gap_a"].to_numpy(), forks["gap_b"].to_numpy()
-        pos = np.searchsorted(ga, a, side="right") - 1
-        wait |= is_main & idle & (pos >= 0) & (b <= gb[np.maximum(pos, 0)])
-        del ga, gb, pos
+        rows = np.flatnonzero(is_main & idle)
+        pos = np.searchsorted(ga, a[rows], side="right") - 1
+        wait[rows[(pos >= 0) & (b[rows] <= gb[np.maximum(pos, 0)])]] = True
+        del ga, gb, pos, rows
     del is_main, idle
     code[wait] = THREAD_WAIT
     # an Enum (a byte per slice, as `build_graph` casts it) rather than a million strings
@@ -153,18 +155,32 @@ def _fold_native(
     four int64 arrays of a million slices, 0.15 s at 311 MB). The unions' index arrays are held
     together (the distinct ones: 19 MB at 311 MB, fewer than those four arrays)."""
     n = len(th)
+    # on the unions' bands where they have them (`_native.fold_bands`: no keyed copy of each)
+    bands = act.bands if all("_t" in u.columns for u in act.unions) else None
+    fold_bands = native_kernel("fold_bands") if bands is not None else None
     distinct: dict[int, int] = {}
     which, arrays = [], []
     for index in act.unions:
         if id(index) not in distinct:
             distinct[id(index)] = len(distinct)
-            arrays.extend(clock.index_arrays(index, act.bands))
+            if fold_bands is not None:
+                arrays.extend(
+                    np.ascontiguousarray(index[c].cast(pl.Int64).to_numpy()) for c in ("_t", "_te", "_before")
+                )
+            else:
+                arrays.extend(clock.index_arrays(index, act.bands))
         which.append(distinct[id(index)])
     code, busy, empty = np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
     full, count = np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int8)
     work = [name in WORK_LAYERS for name in LAYERS]
     outs = (code.view(np.uint8), busy, empty, full.view(np.uint8), count.view(np.uint8))
-    got = native_kernel("fold_slices")(th, a, b, clock.span, clock.lo, arrays, which, work, *outs)
+    if fold_bands is not None:
+        on = clock.numbers(bands.keys)  # a band's thread number (its row is its number), -1: none
+        band_of = np.full(clock.threads.height, -1, dtype=np.int64)
+        band_of[on[on >= 0]] = np.flatnonzero(on >= 0)
+        got = fold_bands(th, a, b, band_of.tolist(), bands.span, bands.lo, arrays, which, work, *outs)
+    else:
+        got = native_kernel("fold_slices")(th, a, b, clock.span, clock.lo, arrays, which, work, *outs)
     del arrays
     fold.fill(full, count, [(np.frombuffer(at, dtype=np.int64), np.frombuffer(ns, dtype=np.int64)) for at, ns in got])
     return code, busy.view(np.bool_), empty.view(np.bool_)
