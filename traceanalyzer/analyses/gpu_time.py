@@ -105,9 +105,64 @@ def _idle_small(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame | None:
     return pl.DataFrame([device, start, end, start.alias("prev_end_ns"), end.alias("next_start_ns")])
 
 
+def _idle_disjoint(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame | None:
+    """`idle_intervals` of busy intervals as `merge` returns them (sorted by device, then start,
+    each starting after the one before it on its device ends), in Series slices: there the
+    query's gaps are already distinct and, per device, in start order (the leading gap before
+    the first, the trailing one after the last), so neither its `unique` nor its sort is needed
+    (1 GB: ~0.2 s). None (the query, or `_idle_small`) where the busy intervals are not so, a
+    column holds a null, or the frames' types differ."""
+    bd, bs, be, wd, ws, we = cols = [
+        *series_of(busy, ["device", "start_ns", "end_ns"]),
+        *series_of(wins, ["device", "start_ns", "end_ns"]),
+    ]
+    if wins.is_empty() or any(c.null_count() for c in cols) or bd.dtype != wd.dtype or not bd.dtype.is_integer():
+        return None
+    if any(c.dtype != pl.Int64 for c in (bs, be, ws, we)):
+        return None
+    n = bd.len()
+    head, tail = (lambda c: c.slice(1)), (lambda c: c.slice(0, max(n - 1, 0)))
+    same = head(bd) == tail(bd)
+    if (head(bd) < tail(bd)).any() or (same & (head(bs) <= tail(be))).any() or (be < bs).any():
+        return None
+    w_of = {
+        d: (lo, hi)
+        for d, lo, hi in pl.DataFrame([wd, ws, we])
+        .group_by("device")
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .iter_rows()
+    }
+    devices = sorted(set(bd.unique().to_list()) | set(w_of))
+    out_d, out_s, out_e = [], [], []
+    for dev in devices:
+        a, b = int(bd.search_sorted(dev, side="left")), int(bd.search_sorted(dev, side="right"))
+        lead, trail = None, None
+        if dev in w_of:
+            lo, hi = w_of[dev]
+            lead = (lo, bs[a] if b > a else hi)
+            trail = (be[b - 1], hi) if b > a else None
+        starts, ends = [], []
+        if lead is not None and lead[1] > lead[0]:
+            starts.append(pl.Series([lead[0]], dtype=pl.Int64)), ends.append(pl.Series([lead[1]], dtype=pl.Int64))
+        if b > a:  # between two busy intervals
+            starts.append(be.slice(a, b - a - 1)), ends.append(bs.slice(a + 1, b - a - 1))
+        if trail is not None and trail[1] > trail[0]:
+            starts.append(pl.Series([trail[0]], dtype=pl.Int64)), ends.append(pl.Series([trail[1]], dtype=pl.Int64))
+        s = pl.concat(starts, rechunk=False) if starts else pl.Series([], dtype=pl.Int64)
+        out_s.append(s), out_e.append(pl.concat(ends, rechunk=False) if ends else s)
+        out_d.append(pl.Series([dev], dtype=bd.dtype).new_from_index(0, s.len()))
+    start = pl.concat(out_s).alias("start_ns")
+    end = pl.concat(out_e).alias("end_ns")
+    return pl.DataFrame(
+        [pl.concat(out_d).alias("device"), start, end, start.alias("prev_end_ns"), end.alias("next_start_ns")]
+    )
+
+
 def idle_intervals(busy: pl.DataFrame, wins: pl.DataFrame) -> pl.DataFrame:
     """Complement of `busy` inside the windows: device, start_ns, end_ns (before clipping),
     prev_end_ns / next_start_ns (the busy edges around it, null at a window edge with no work)."""
+    if (disjoint := _idle_disjoint(busy, wins)) is not None:
+        return disjoint
     if busy.height + wins.height < SMALL_ROWS and (small := _idle_small(busy, wins)) is not None:
         return small
     # one lazy query (its dozen frame calls were a query each)
