@@ -180,11 +180,7 @@ pub fn fold_slices<'py>(
     full: &Bound<'py, PyAny>,
     count: &Bound<'py, PyAny>,
 ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
-    let ins = [th, a, b].iter().map(|o| View::new(o)).chain(unions.iter().map(View::new)).collect::<PyResult<Vec<View>>>()?;
-    let mut outs = [code, busy, empty, full, count].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
-    if !buffer::outputs_apart(&outs, ins.iter()) {
-        return Err(err("an output shares memory with another array"));
-    }
+    let (ins, mut outs) = fold_views([th, a, b], &unions, [code, busy, empty, full, count])?;
     if !unions.len().is_multiple_of(5) || span <= 0 {
         return Err(err("five arrays per union, span > 0"));
     }
@@ -234,11 +230,7 @@ pub fn fold_bands<'py>(
     full: &Bound<'py, PyAny>,
     count: &Bound<'py, PyAny>,
 ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
-    let ins = [th, a, b].iter().map(|o| View::new(o)).chain(unions.iter().map(View::new)).collect::<PyResult<Vec<View>>>()?;
-    let mut outs = [code, busy, empty, full, count].iter().map(|o| View::writable(o)).collect::<PyResult<Vec<View>>>()?;
-    if !buffer::outputs_apart(&outs, ins.iter()) {
-        return Err(err("an output shares memory with another array"));
-    }
+    let (ins, mut outs) = fold_views([th, a, b], &unions, [code, busy, empty, full, count])?;
     if !unions.len().is_multiple_of(3) || span <= 0 {
         return Err(err("three arrays per union, span > 0"));
     }
@@ -280,6 +272,17 @@ pub fn fold_bands<'py>(
     }
     let parts = folded(py, &mut ix, &s, &which, &work, &mut outs);
     Ok(parts.0.iter().zip(&parts.1).map(|(x, y)| (as_bytes(py, x), as_bytes(py, y))).collect())
+}
+
+/// The fold's inputs (the slices' th, a, b, then every union's arrays) and its writable outputs
+/// (code, busy, empty, full, count) as views, refused where an output shares memory with anything.
+fn fold_views(slices: [&Bound<'_, PyAny>; 3], unions: &[Bound<'_, PyAny>], outs: [&Bound<'_, PyAny>; 5]) -> PyResult<(Vec<View>, Vec<View>)> {
+    let ins = slices.into_iter().map(View::new).chain(unions.iter().map(View::new)).collect::<PyResult<Vec<View>>>()?;
+    let outs = outs.into_iter().map(View::writable).collect::<PyResult<Vec<View>>>()?;
+    if !buffer::outputs_apart(&outs, ins.iter()) {
+        return Err(err("an output shares memory with another array"));
+    }
+    Ok((ins, outs))
 }
 
 type Parts = (Vec<Vec<i64>>, Vec<Vec<i64>>);
