@@ -64,10 +64,6 @@ class ThreadClock:
             return got.fill_null(-1).to_numpy().astype(np.int64, copy=False)
         codes = p * (1 << 32) + t  # sorted: the threads are in (pid, tid) order
         q = _thread_codes(df)
-        if q is None:
-            pid, tid = pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64)
-            fits = pid.is_between(0, (1 << 31) - 1) & tid.is_between(0, (1 << 32) - 1)
-            q = df.select(pl.when(fits).then(pid * (1 << 32) + tid).otherwise(-1)).to_series().to_numpy()
         pos = np.searchsorted(codes, q)
         np.minimum(pos, len(codes) - 1, out=pos)
         return np.where(codes[pos] == q, pos, -1)
@@ -190,14 +186,11 @@ class ThreadClock:
         return found.set(found < 0, None).alias(id_col).cast(intervals.schema[id_col])
 
 
-def _thread_codes(df: pl.DataFrame) -> np.ndarray | None:
+def _thread_codes(df: pl.DataFrame) -> np.ndarray:
     """pid x 2^32 + tid per row of `df` where its pid and tid fit 31 and 32 bits, else -1 (a
-    null among them), on integer columns read in place (None otherwise: `numbers` codes them by
-    an expression). A table of a million rows: one array made, not four."""
-    cols = [df.get_column(c) for c in THREAD]
-    if not all(c.dtype.is_integer() for c in cols):
-        return None
-    pid, tid = (c.cast(pl.Int64).fill_null(-1).to_numpy() for c in cols)
+    null among them), on the columns read in place as int64. A table of a million rows: one
+    array made, not four."""
+    pid, tid = (df.get_column(c).cast(pl.Int64).fill_null(-1).to_numpy() for c in THREAD)
     q = np.left_shift(pid, 32)
     q += tid
     if len(pid) and (pid.min() < 0 or pid.max() >= 1 << 31 or tid.min() < 0 or tid.max() >= 1 << 32):
