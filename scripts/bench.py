@@ -11,7 +11,11 @@ Markdown table. A case past `--max-rss-mb` is killed and reported so. Cases:
 
 - `ta load`: `traceanalyzer.load(path)` with the native decoder; `ta load (pure)`: the same with
   `TRACEANALYZER_NATIVE=0` (the msgspec decoder, worker processes above 256 MB);
-- `ta gaps`, `ta summary`: the CLI end to end (`--format json` to /dev/null), native decoder;
+- `ta gaps`, `ta summary`: the CLI end to end (`--format json` to /dev/null), native decoder,
+  each run with its own empty cache (`XDG_CACHE_HOME` a fresh folder: a first run, which writes
+  the cache and reads nothing from it);
+- `ta gaps again`, `ta summary after gaps`: the same after an untimed `ta gaps` on that cache
+  (its output replayed; the cached Trace and gap results read back);
 - `json.load + columns` / `msgspec + columns`: the stdlib's or msgspec's whole-document decode
   plus building per-kind polars columns from the dicts (ts through float64: not exact);
 - `DuckDB read_json`: the events array (copied to a temporary file first, untimed: DuckDB reads
@@ -20,8 +24,15 @@ Markdown table. A case past `--max-rss-mb` is killed and reported so. Cases:
 - `HTA load`: Holistic Trace Analysis' `TraceAnalysis(trace_dir=...)`, run with the Python of
   `--hta-python` where HTA is installed there.
 
-Ratios compare `ta load` with its pure path and each other reader with `ta load` and `ta gaps`
-on the same JSON. `--stages` adds where the time of one load + gaps goes, native and pure.
+Ratios compare `ta load` with its pure path, each other reader with `ta load` and `ta gaps`
+on the same JSON, and a first run with one on a cache. `--stages` adds where the time of one
+load + gaps goes, native and pure.
+
+The package's bytecode is compiled first (`compileall`), as `pip install` leaves an installed
+package and a first run leaves a checkout: a run that compiles every module from source (~0.07 s
+at start-up) measures the interpreter, not the tool, and Python skips writing bytecode where
+`PYTHONDONTWRITEBYTECODE` is set, as on some CI machines. `--bytecode none` measures that case
+(an empty `PYTHONPYCACHEPREFIX`: every module compiled, nothing written).
 """
 
 from __future__ import annotations
@@ -171,6 +182,12 @@ def _ratios(results: list[tuple[Path, float, dict[str, dict]]]) -> list[str]:
                     f"{path.name}: {mine} native vs pure: {b['wall_s'] / a['wall_s']:.1f}x faster (wall), "
                     f"{b['cpu_s'] / a['cpu_s']:.1f}x less CPU, {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}x the peak RSS"
                 )
+        for first, then in (("ta gaps", "ta gaps again"), ("ta summary", "ta summary after gaps")):
+            a, b = best.get(first), best.get(then)
+            if a and b and a["rc"] == b["rc"] == 0:
+                lines.append(
+                    f"{path.name}: {then} vs {first} on an empty cache: {a['wall_s'] / b['wall_s']:.1f}x faster (wall)"
+                )
         for base in ("HTA load", "json.load + columns", "msgspec + columns", "DuckDB read_json"):
             src, b = path, best.get(base)
             if b is None:
@@ -199,29 +216,64 @@ def _has(python: str, module: str) -> bool:
     )
 
 
-def _cases(path: Path, mb: float, args: argparse.Namespace, ta: str, tmp: Path) -> list[tuple[str, list, dict]]:
-    env = dict(os.environ)
+Case = tuple[str, list, dict, list]  # name, command, environment, untimed commands before it (same cache)
+CACHED = "_TA_BENCH_OWN_CACHE"  # in a case's environment: each run gets an empty cache folder
+
+
+def _cases(path: Path, mb: float, args: argparse.Namespace, ta: str, tmp: Path) -> list[Case]:
+    env = {**os.environ, **args.bytecode_env}
     pure = {**env, "TRACEANALYZER_NATIVE": "0"}
-    cases = [("ta load", PY + [LOAD, str(path)], env), ("ta load (pure)", PY + [LOAD, str(path)], pure)]
-    cases.append(("ta gaps", [ta, "gaps", str(path), "--format", "json"], env))
+    own = {**env, CACHED: "1"}
+    gaps = [ta, "gaps", str(path), "--format", "json"]
+    summary = [ta, "summary", str(path), "--format", "json"]
+    cases = [("ta load", PY + [LOAD, str(path)], env, []), ("ta load (pure)", PY + [LOAD, str(path)], pure, [])]
+    cases.append(("ta gaps", gaps, own, []))
     if mb <= args.pure_gaps_max_mb:
-        cases.append(("ta gaps (pure)", [ta, "gaps", str(path), "--format", "json"], pure))
-    cases.append(("ta summary", [ta, "summary", str(path), "--format", "json"], env))
+        cases.append(("ta gaps (pure)", gaps, {**pure, CACHED: "1"}, []))
+    cases.append(("ta summary", summary, own, []))
+    cases.append(("ta gaps again", gaps, own, [gaps]))
+    cases.append(("ta summary after gaps", summary, own, [gaps]))
     plain_twin = any(abs(m - mb) < 0.5 and not _is_gzip(p) for p, m in args.sizes if p != path)
     once = not (_is_gzip(path) and plain_twin)  # readers of the whole document: the plain file stands for both
     if mb <= args.baseline_max_mb and once:
-        cases.append(("json.load + columns", PY + [BASELINE, str(path), "json"], env))
-        cases.append(("msgspec + columns", PY + [BASELINE, str(path), "msgspec"], env))
+        cases.append(("json.load + columns", PY + [BASELINE, str(path), "json"], env, []))
+        cases.append(("msgspec + columns", PY + [BASELINE, str(path), "msgspec"], env, []))
         if _has(sys.executable, "duckdb"):
             array = tmp / f"{path.name}.events.json"
             events_array(path, array)
-            cases.append(("DuckDB read_json", PY + [DUCKDB, str(array)], env))
+            cases.append(("DuckDB read_json", PY + [DUCKDB, str(array)], env, []))
     if args.has_hta and mb <= args.hta_max_mb and once:
         d = tmp / f"hta_{path.name}"
         d.mkdir()
         os.symlink(path.resolve(), d / path.name)
-        cases.append(("HTA load", [args.hta_python, "-c", HTA, str(d)], env))
+        cases.append(("HTA load", [args.hta_python, "-c", HTA, str(d)], env, []))
     return [c for c in cases if c[0] not in args.skip]
+
+
+def _run_case(cmd: list[str], env: dict, before: list[list[str]], max_rss_mb: float) -> dict:
+    """One measured run; a case marked `CACHED` in its own empty cache, `before` run in it first."""
+    if CACHED not in env:
+        return measure(cmd, env, max_rss_mb)
+    with tempfile.TemporaryDirectory(prefix="ta_bench_cache_") as cache:
+        env = {k: v for k, v in env.items() if k != CACHED} | {"XDG_CACHE_HOME": cache}
+        env.pop("TRACEANALYZER_NO_CACHE", None)
+        for b in before:
+            subprocess.run(b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+        return measure(cmd, env, max_rss_mb)
+
+
+def _bytecode(mode: str, tmp: Path) -> tuple[dict[str, str], str]:
+    """The children's environment for `--bytecode` and how the header says it."""
+    if mode == "none":
+        prefix = tmp / "no_bytecode"
+        prefix.mkdir()
+        return {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(prefix)}, "every module compiled from source"
+    import compileall
+
+    import traceanalyzer
+
+    compileall.compile_dir(Path(traceanalyzer.__file__).parent, quiet=1)
+    return {}, "bytecode compiled ahead"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,27 +291,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pure-gaps-max-mb", type=float, default=200.0, help="`ta gaps (pure)` up to this size")
     ap.add_argument("--max-rss-mb", type=float, default=8000.0, help="kill a case past this peak RSS")
     ap.add_argument("--stages", action="store_true", help="also: where one load + gaps spends its time")
+    ap.add_argument("--bytecode", choices=("compiled", "none"), default="compiled", help="see the module docstring")
     args = ap.parse_args(argv)
     ta = shutil.which("traceanalyzer", path=str(Path(sys.executable).parent)) or "traceanalyzer"
     args.has_hta = _has(args.hta_python, "hta")
     args.sizes = [(p, json_bytes(p) / 1e6) for p in args.traces]
-    print(
-        f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, {psutil.cpu_count()} CPUs, "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}, "
-        f"load average at start {os.getloadavg()[0]:.1f}\n"
-    )
-    print("| trace | JSON MB | case | wall s | CPU s | peak RSS MB | RSS / JSON | MB/s |")
-    print("|---|---|---|---|---|---|---|---|")
     results: list[tuple[Path, float, dict[str, dict]]] = []
     with tempfile.TemporaryDirectory(prefix="ta_bench_") as tmpdir:
+        args.bytecode_env, bytecode = _bytecode(args.bytecode, Path(tmpdir))
+        print(
+            f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
+            f"{psutil.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+            f"Python {platform.python_version()} ({bytecode}), load average at start {os.getloadavg()[0]:.1f}\n"
+        )
+        print("| trace | JSON MB | case | wall s | CPU s | peak RSS MB | RSS / JSON | MB/s |")
+        print("|---|---|---|---|---|---|---|---|")
         for path, mb in args.sizes:
             cases = _cases(path, mb, args, ta, Path(tmpdir))
-            runs: dict[str, list[dict]] = {n: [] for n, _, _ in cases}
+            runs: dict[str, list[dict]] = {n: [] for n, *_ in cases}
             for _ in range(max(1, args.repeat)):  # interleaved: a load spike hits every case alike
-                for name, cmd, env in cases:
-                    runs[name].append(measure(cmd, env, args.max_rss_mb))
+                for name, cmd, env, before in cases:
+                    runs[name].append(_run_case(cmd, env, before, args.max_rss_mb))
             best: dict[str, dict] = {}
-            for name, _, _ in cases:
+            for name, *_ in cases:
                 rs = sorted(runs[name], key=lambda r: r["wall_s"])
                 r = best[name] = rs[len(rs) // 2]
                 note = "" if r["rc"] == 0 else f" (exit {r['rc']}: {r['err']})"

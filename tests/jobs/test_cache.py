@@ -149,13 +149,18 @@ def _table_reads(monkeypatch) -> list[str]:
     """The Arrow files read from now on (folder/name)."""
     import polars as pl
 
-    read, real = [], pl.read_ipc
+    read = []
 
-    def spy(path, *a, **k):
-        read.append(f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}")
-        return real(path, *a, **k)
+    def spy(real):
+        def reading(path, *a, **k):
+            read.append(f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}")
+            return real(path, *a, **k)
 
-    monkeypatch.setattr(pl, "read_ipc", spy)
+        return reading
+
+    # results are read with read_ipc, a Trace's table as a scan of each of its columns' files
+    monkeypatch.setattr(pl, "read_ipc", spy(pl.read_ipc))
+    monkeypatch.setattr(pl, "scan_ipc", spy(pl.scan_ipc))
     return read
 
 

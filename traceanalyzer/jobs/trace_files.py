@@ -1,0 +1,117 @@
+"""A Trace in the cache (`jobs.cache`): one Arrow IPC file per table column, lz4-compressed,
+written while the analyses run and read back lazily, a table when an analysis first asks for it
+(`CachedTrace`): a command whose results are all cached reads none of them."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+EXT = ".arrow"  # Arrow IPC, lz4
+MISSING = object()  # no such entry, or one that cannot be read: a miss, never an error
+
+__all__ = ["EXT", "MISSING", "dump_trace", "lazy", "load_trace", "read_columns", "write_frame"]
+
+
+def write_frame(df: Any, path: Path) -> None:
+    """One DataFrame as an lz4 Arrow file of one record batch: read back, one chunk a column (a
+    chunked column is copied by every numpy hand-off: the dependency model's peak, +28 MB at 311 MB)."""
+    df.write_ipc(path, compression="lz4", record_batch_size=max(df.height, 1))
+
+
+_TABLES = "tables.pickle"  # a trace entry: its non-table fields, the tables' row and column counts
+
+
+def dump_trace(trace: Any, folder: Path) -> None:
+    """Write a Trace into `folder`: each table column to `<name>.<i>.arrow` (polars builds a file in
+    memory first: a column holds +0.7-6 MB beside the analyses, a table +7-14 MB), the rest and the
+    tables' row and column counts to `tables.pickle`: `load_trace` hands them back one at a time."""
+    import dataclasses
+
+    import polars as pl
+
+    rest, heights, widths = {}, {}, {}
+    for f in dataclasses.fields(trace):
+        value = getattr(trace, f.name)
+        if isinstance(value, pl.DataFrame):
+            for i, column in enumerate(value.columns):
+                write_frame(value.select(column), folder / f"{f.name}.{i}{EXT}")
+            heights[f.name], widths[f.name] = value.height, value.width
+        else:
+            rest[f.name] = value
+    (folder / _TABLES).write_bytes(pickle.dumps((rest, heights, widths), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def read_columns(files: list[Path]) -> Any:
+    """One table from the Arrow files of its columns (`dump_trace`), side by side: one query, so
+    polars reads and inflates the files in parallel (a table of 311 MB's Trace in half the time of
+    a `read_ipc` per file, one after another), each column one chunk as written (the in-memory
+    engine: the streaming one hands some back in pieces, which the next numpy hand-off copies)."""
+    import polars as pl
+
+    if not files:
+        return pl.DataFrame()
+    return pl.concat([pl.scan_ipc(f) for f in files], how="horizontal").collect(engine="in-memory")
+
+
+@functools.lru_cache(maxsize=1)
+def _cached_trace_class() -> type:
+    """`CachedTrace`, made on first use (it subclasses `Trace`, which needs polars)."""
+    from traceanalyzer.trace import Trace, one_valued
+
+    class CachedTrace(Trace):
+        """A Trace from the cache whose tables are read from their Arrow files when first
+        used, then kept. A Trace in every other way (`dataclasses.replace` reads them all and
+        gives a plain one)."""
+
+        def __getattr__(self, name: str) -> Any:
+            # Called only when `name` is not in the instance: a table not read yet.
+            d = self.__dict__
+            if name not in d.get("_heights", ()):
+                raise AttributeError(name)
+            try:
+                # stored as `build_trace` stores it: an Arrow file holds a one-valued column in full
+                d[name] = one_valued(
+                    read_columns([d["_folder"] / f"{name}.{i}{EXT}" for i in range(d["_widths"][name])])
+                )
+            except Exception:  # noqa: BLE001 - a damaged or vanished entry: decode the file after all
+                if d.get("_fallback") is None:
+                    raise
+                decoded = d.pop("_fallback")()
+                shutil.rmtree(d["_folder"], ignore_errors=True)  # written again by the next run
+                for table in d["_heights"]:
+                    d.setdefault(table, getattr(decoded, table))
+            return d[name]
+
+        @property
+        def has_gpu_work(self) -> bool:
+            """Whether the trace holds GPU work, from the row count (without reading `gpu`)."""
+            d = self.__dict__
+            if "gpu" in d or "_heights" not in d:  # read already, or a plain copy (`replace`)
+                return self.gpu.height > 0
+            return d["_heights"].get("gpu", 0) > 0
+
+    return CachedTrace
+
+
+def lazy(trace: Any) -> bool:
+    """Whether `trace` is a `CachedTrace` reading its tables on first use (a copy reads them all)."""
+    return "_heights" in getattr(trace, "__dict__", {})
+
+
+def load_trace(folder: Path, fallback: Callable[[], Any] | None = None) -> Any:
+    """The Trace `dump_trace` wrote into `folder`, its tables read on first access; MISSING when there is
+    none or it cannot be read. `fallback()` decodes the file: a table that cannot be read comes from there."""
+    try:
+        rest, heights, widths = pickle.loads((folder / _TABLES).read_bytes())
+        if not all((folder / f"{n}.{i}{EXT}").is_file() for n, w in widths.items() for i in range(w)):
+            return MISSING
+        trace = object.__new__(_cached_trace_class())
+        trace.__dict__.update(rest, _folder=folder, _heights=heights, _widths=widths, _fallback=fallback)
+        return trace
+    except Exception:  # noqa: BLE001 - none, or a stale or damaged entry: a miss, never an error
+        return MISSING
