@@ -367,9 +367,10 @@ def test_the_runtime_call_named_is_the_longest_in_any_chunk(tmp_path, monkeypatc
     # Gap [100, 1320], launch returns at 1315: calls overlapping it 300 µs (110-410), 600 µs
     # (420-1020) and 250 µs (1030-1280); the other calls' columns are gathered `chunk` rows at
     # a time, and the longest of each chunk's longest is the 600 µs call whatever the chunking.
-    from traceanalyzer.analyses import gap_causes
+    from traceanalyzer.analyses import gap_overlaps
 
-    monkeypatch.setattr(gap_causes, "OTHER_CALLS_CHUNK", chunk)
+    monkeypatch.setattr(gap_overlaps, "OTHER_CALLS_CHUNK", chunk)
+    monkeypatch.setattr(gap_overlaps, "MEET_BLOCK", chunk)  # the calls searched a block at a time too
     b = TraceBuilder()
     b.kernel("k1", ts=0, dur=100, launch_ts=-10)
     b.runtime("cudaGetDevice", 110, 300)
@@ -380,13 +381,39 @@ def test_the_runtime_call_named_is_the_longest_in_any_chunk(tmp_path, monkeypatc
     assert g["cause"] == "runtime_call" and g["call_api"] == "cudaStreamCreateWithFlags" and g["call_us"] == 600
 
 
+@pytest.mark.parametrize("block", [1, 3, 1 << 20])
+def test_each_runtime_call_gap_names_its_own_call_among_calls_outside_every_gap(tmp_path, monkeypatch, block):
+    # Gaps [100, 1320] and [1330, 2550] (kernels at 0-100, 1320-1330, 2550-2560, each launched
+    # 5-10 µs before it runs; the trace starts at -10); calls 110-1300 (in the first),
+    # 1340-2530 (in the second), and calls that meet neither gap: 1321-1329 between them and
+    # 3000-3400 after. The calls that meet no gap's span are left out before the pairs are
+    # joined (`_meeting`, searched `block` calls at a time): each gap still names its own call.
+    from traceanalyzer.analyses import gap_overlaps
+
+    monkeypatch.setattr(gap_overlaps, "MEET_BLOCK", block)
+    b = TraceBuilder()
+    b.kernel("k1", ts=0, dur=100, launch_ts=-10)
+    b.runtime("cudaStreamCreateWithFlags", 110, 1190)
+    b.runtime("cudaEventQuery", 1321, 8)
+    b.kernel("k2", ts=1320, dur=10, launch_ts=1310, launch_dur=5)
+    b.runtime("cudaEventCreate", 1340, 1190)
+    b.kernel("k3", ts=2550, dur=10, launch_ts=2540, launch_dur=5)
+    b.runtime("cudaFree", 3000, 400)
+    ses = _session(b, tmp_path)
+    first, second = _gap(ses, 110), _gap(ses, 1340)
+    assert first["cause"] == second["cause"] == "runtime_call"
+    assert (first["call_api"], first["call_us"]) == ("cudaStreamCreateWithFlags", 1190)
+    assert (second["call_api"], second["call_us"]) == ("cudaEventCreate", 1190)
+
+
 @pytest.mark.parametrize("chunk", [1, 1 << 18])
 def test_equal_runtime_calls_name_the_first_in_any_chunk(tmp_path, monkeypatch, chunk):
     # Two calls overlapping the gap [100, 1320] 500 µs each (110-610, 620-1120): the tie goes to
     # the lower runtime id, the earlier call, in one pass or chunk by chunk.
-    from traceanalyzer.analyses import gap_causes
+    from traceanalyzer.analyses import gap_overlaps
 
-    monkeypatch.setattr(gap_causes, "OTHER_CALLS_CHUNK", chunk)
+    monkeypatch.setattr(gap_overlaps, "OTHER_CALLS_CHUNK", chunk)
+    monkeypatch.setattr(gap_overlaps, "MEET_BLOCK", chunk)  # the calls searched a block at a time too
     b = TraceBuilder()
     b.kernel("k1", ts=0, dur=100, launch_ts=-10)
     b.runtime("cudaEventCreate", 110, 500)

@@ -38,7 +38,14 @@ import polars as pl
 from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, by_gap, rows_at, step_thread_of
 from traceanalyzer.analyses.gap_edges import edge_activities, next_activity
-from traceanalyzer.analyses.intervals import collected, filled, filter_rows, overlap_join, picked, positions, series_of
+from traceanalyzer.analyses.gap_overlaps import largest_overlap, longest_other_call
+from traceanalyzer.analyses.intervals import (
+    collected,
+    filled,
+    filter_rows,
+    positions,
+    series_of,
+)
 from traceanalyzer.analyses.layer_coverage import covered_many, on_bands
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
@@ -219,84 +226,6 @@ def _classify(gaps: pl.DataFrame, act: CpuActivity, o: GapOptions, ops: pl.DataF
     )
 
 
-def largest_overlap(
-    gaps: pl.DataFrame, intervals: pl.DataFrame, id_col: str, out: str, same_thread: bool
-) -> pl.DataFrame:
-    """For each gap (gap_id, cpu_a, cpu_b, pid, tid), the interval overlapping [cpu_a, cpu_b]
-    longest: on the gap's thread (same_thread) or on another thread of its process."""
-    if gaps.is_empty() or intervals.is_empty():
-        return pl.DataFrame(
-            schema={"gap_id": pl.UInt32, out: intervals.schema.get(id_col, pl.Int64), f"{out}_overlap_ns": pl.Int64}
-        )
-    # the gaps and (when small) the intervals as frames of Series: a frame `select` is a polars
-    # query, ~25 µs
-    names = {id_col: out, "pid": "_pid", "tid": "_tid", "ts_ns": "_s", "end_ns": "_e"}
-    iv = picked(intervals, names)
-    g = pl.DataFrame([gaps.get_column(c) for c in ("gap_id", "pid", "tid", "cpu_a", "cpu_b")])
-    spans = ("cpu_a", "cpu_b"), ("_s", "_e")
-    same = (pl.col("_tid") == pl.col("tid")) & (pl.col("_pid") == pl.col("pid"))
-    if same_thread:  # pairs on one thread only, never gaps x every thread's intervals
-        j = overlap_join(g, iv, ["pid", "tid"], *spans, right_by=["_pid", "_tid"])
-    elif not g.get_column("pid").null_count() and not iv.get_column("_pid").null_count():
-        # every process known (the usual case): the keyed join alone, without its filters
-        j = overlap_join(g, iv, ["pid"], *spans, right_by=["_pid"])
-        # the pids are equal: another thread, or one not known to be the same (a null tid)
-        other = j.get_column("_tid") != j.get_column("tid")
-        j = filter_rows(j, other.fill_null(True) if other.null_count() else other)
-    else:
-        # Another thread of the gap's process; an unknown process matches any (kept as it was).
-        unknown_g, unknown_iv = pl.col("pid").is_null(), pl.col("_pid").is_null()
-        keyed = overlap_join(g.filter(~unknown_g), iv.filter(~unknown_iv), ["pid"], *spans, right_by=["_pid"])
-        rest = [
-            overlap_join(g.filter(unknown_g), iv, [], *spans),
-            overlap_join(g.filter(~unknown_g), iv.filter(unknown_iv), [], *spans),
-        ]
-        j = pl.concat([keyed, *(r.select(keyed.columns) for r in rest)]).filter(~same.fill_null(False))
-    # the overlap of each pair (no null time: overlap_join keeps none), then the longest per gap
-    # in one query (four frame calls were four)
-    e, b, s_, a = (j.get_column(c) for c in ("_e", "cpu_b", "_s", "cpu_a"))
-    ov = (e.zip_with(e <= b, b) - s_.zip_with(s_ >= a, a)).alias("_ov")
-    return collected(
-        pl.DataFrame([j.get_column("gap_id"), j.get_column(out), ov])
-        .lazy()
-        .sort(["_ov", out], descending=[True, False], nulls_last=True)  # ties: the lowest id, every run
-        .unique("gap_id", keep="first")
-        .select("gap_id", out, pl.col("_ov").alias(f"{out}_overlap_ns"))
-    )
-
-
-# How many of the other runtime calls are gathered at once to find the runtime_call gaps' calls.
-OTHER_CALLS_CHUNK = 1 << 16
-
-
-def _longest_other_call(trace: Trace, rc: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
-    """`largest_overlap` of the runtime_call gaps `rc` with the runtime calls `ids` (those that
-    neither launch nor synchronise: most of a trace's calls), on the gap's thread, the calls'
-    columns gathered a chunk at a time: the longest of each chunk's longest is the longest,
-    ties to the lowest id as in one pass. Gathered whole, with `overlap_join`'s helpers over
-    them, they were the largest transient of `classify_gaps` (~120 MB at 1 GB)."""
-    cols = {c: c for c in ("runtime_id", *THREAD, "ts_ns", "end_ns")}
-    if rc.is_empty():
-        ids = ids.clear()
-    parts = [
-        largest_overlap(
-            rc,
-            rows_at(trace.runtime, "runtime_id", ids.slice(i, OTHER_CALLS_CHUNK), **cols),
-            "runtime_id",
-            "rt_call",
-            True,
-        )
-        for i in range(0, max(ids.len(), 1), OTHER_CALLS_CHUNK)
-    ]
-    if len(parts) == 1:
-        return parts[0]
-    return (
-        pl.concat(parts)
-        .sort(["rt_call_overlap_ns", "rt_call"], descending=[True, False], nulls_last=True)
-        .unique("gap_id", keep="first")
-    )
-
-
 def _init_key(trace: Trace, pieces: pl.DataFrame) -> pl.Series:
     """init_key: the name start-up tells one-time calls from churn by (a runtime_call gap's
     call, a slow_launch gap's next activity), null elsewhere. Made on those few rows and put in
@@ -380,7 +309,7 @@ def classify_gaps(trace: Trace, options: Options | None = None, activity: CpuAct
     # culprit `gaps` names, and the key by which start-up tells one-time calls from churn. The
     # other calls' columns are gathered only when such gaps exist.
     rc = filter_rows(narrow, cause == "runtime_call")
-    rt_call = _longest_other_call(trace, rc, act.runtime_other.get_column("runtime_id"))
+    rt_call = longest_other_call(trace, rc, act.runtime_other.get_column("runtime_id"))
     pieces = pieces.hstack(by_gap(pieces.height, rt_call))
     del narrow, cause
     pieces = pieces.hstack([_init_key(trace, pieces)])

@@ -9,7 +9,8 @@ import polars as pl
 from traceanalyzer import chain
 from traceanalyzer.analyses.attribution import op_context, python_line_at
 from traceanalyzer.analyses.cpu_activity import by_gap, rows_at
-from traceanalyzer.analyses.gap_causes import ClassifiedGaps, largest_overlap
+from traceanalyzer.analyses.gap_causes import ClassifiedGaps
+from traceanalyzer.analyses.gap_overlaps import largest_overlap
 from traceanalyzer.analyses.intervals import SMALL_ROWS, filled, filter_rows, overlap_join, picked, series_of
 from traceanalyzer.analyses.modules import op_modules
 from traceanalyzer.causes import CULPRITS, WAITED_ON, culprit_causes
