@@ -207,6 +207,23 @@ def test_damaged_entries_are_decoded_or_computed_again(cached, trace):
     assert cache.load_trace(entry / "trace") is cache.MISSING
 
 
+def test_a_column_file_shorter_than_its_table_is_decoded_again(cached, trace):
+    """A table's columns are read side by side in one query (`trace_files.read_columns`): a
+    column of fewer rows than the others (a damaged entry, valid Arrow) fails the read, never
+    padded with nulls, and the file is decoded again."""
+    import polars as pl
+
+    _run("gaps", str(trace), "--format", "json")
+    fresh = _run("summary", str(trace), "--format", "json", "--no-cache")
+    (entry,) = list(cached.iterdir())
+    column = entry / "trace" / "ops.1.arrow"
+    short = pl.read_ipc(column).head(1)
+    assert pl.read_ipc(column).height > 1
+    short.write_ipc(column)
+    assert _run("summary", str(trace), "--format", "json") == fresh
+    assert not column.exists()  # the damaged trace entry went
+
+
 def test_a_cached_trace_is_the_loaded_one_table_for_table(SHARED_TRACES, tmp_path):
     """Written on a thread and read back lazily, every table, the metadata, the counts and the
     warnings are the loaded Trace's."""

@@ -55,7 +55,10 @@ def read_columns(files: list[Path]) -> Any:
 
     if not files:
         return pl.DataFrame()
-    return pl.concat([pl.scan_ipc(f) for f in files], how="horizontal").collect(engine="in-memory")
+    # columns of unequal heights (a damaged entry) must fail, not be padded: polars 2 refuses
+    # them side by side, 1.x pads them with nulls unless `strict`
+    strict = {} if int(pl.__version__.split(".")[0]) >= 2 else {"strict": True}
+    return pl.concat([pl.scan_ipc(f) for f in files], how="horizontal", **strict).collect(engine="in-memory")
 
 
 @functools.lru_cache(maxsize=1)
