@@ -42,6 +42,22 @@ def test_path_json(sync_bound):
     assert doc["by_name"][0]["name"] == "gemm" and doc["thresholds"]["thread_wait_us"] == 50.0
 
 
+def test_path_text_makes_no_step_paths_and_json_lists_each_steps_segments(sync_bound, monkeypatch):
+    """Every step's path is JSON's alone: the text (and CSV) print the slowest step's, which they
+    read from the segments, so `step_paths` is never called for them (at 311 MB it was +110 MB)."""
+    from traceanalyzer.cli.commands import path
+
+    real = path.step_paths
+    monkeypatch.setattr(path, "step_paths", lambda *a: pytest.fail("step_paths made for the text"))
+    text = CliRunner().invoke(cli, ["path", sync_bound], catch_exceptions=False)
+    assert text.exit_code == 0 and "Slowest step (1, 500 µs)" in text.stdout, text.output
+    monkeypatch.setattr(path, "step_paths", real)
+    (step,) = _json("path", sync_bound)["steps"]
+    assert (step["step"], step["index"]) == (1, 0) and set(step["segments"][0]) == {
+        "kind", "name", "lane", "start_us", "duration_us"
+    }  # fmt: skip
+
+
 def test_whatif_json(sync_bound):
     doc = _json("whatif", sync_bound, "--speedup", "gemm=2")
     assert doc["median_step_us"] == 500 and doc["replayed_median_step_us"] == 500
