@@ -39,13 +39,7 @@ from traceanalyzer.analyses import gpu_time, windows
 from traceanalyzer.analyses.cpu_activity import THREAD, CpuActivity, by_gap, rows_at, step_thread_of
 from traceanalyzer.analyses.gap_edges import edge_activities, next_activity
 from traceanalyzer.analyses.gap_overlaps import largest_overlap, longest_other_call
-from traceanalyzer.analyses.intervals import (
-    collected,
-    filled,
-    filter_rows,
-    positions,
-    series_of,
-)
+from traceanalyzer.analyses.intervals import collected, filled, filter_rows, positions, series_of
 from traceanalyzer.analyses.layer_coverage import covered_many, on_bands
 from traceanalyzer.analyses.startup import find_startup
 from traceanalyzer.causes import CAUSES, HINTS, LAYERS, MEANINGS, UNCOVERED, by_layer_share
