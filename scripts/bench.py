@@ -32,7 +32,8 @@ The package's bytecode is compiled first (`compileall`), as `pip install` leaves
 package and a first run leaves a checkout: a run that compiles every module from source (~0.07 s
 at start-up) measures the interpreter, not the tool, and Python skips writing bytecode where
 `PYTHONDONTWRITEBYTECODE` is set, as on some CI machines. `--bytecode none` measures that case
-(an empty `PYTHONPYCACHEPREFIX`: every module compiled, nothing written).
+(the package's `__pycache__` folders removed, nothing written: its modules compiled at every
+start, the libraries' bytecode kept).
 """
 
 from __future__ import annotations
@@ -262,18 +263,25 @@ def _run_case(cmd: list[str], env: dict, before: list[list[str]], max_rss_mb: fl
         return measure(cmd, env, max_rss_mb)
 
 
-def _bytecode(mode: str, tmp: Path) -> tuple[dict[str, str], str]:
+def _bytecode(mode: str) -> tuple[dict[str, str], str]:
     """The children's environment for `--bytecode` and how the header says it."""
     if mode == "none":
-        prefix = tmp / "no_bytecode"
-        prefix.mkdir()
-        return {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(prefix)}, "every module compiled from source"
+        import traceanalyzer
+
+        for cache in Path(traceanalyzer.__file__).parent.rglob("__pycache__"):
+            shutil.rmtree(cache, ignore_errors=True)  # the package's only: the libraries keep theirs
+        return {"PYTHONDONTWRITEBYTECODE": "1"}, "the package compiled from source at every start"
+    compile_package()
+    return {}, "bytecode compiled ahead"
+
+
+def compile_package() -> None:
+    """The package's bytecode, written as an install writes it (also for `bench_ranks.py`)."""
     import compileall
 
     import traceanalyzer
 
     compileall.compile_dir(Path(traceanalyzer.__file__).parent, quiet=1)
-    return {}, "bytecode compiled ahead"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     args.sizes = [(p, json_bytes(p) / 1e6) for p in args.traces]
     results: list[tuple[Path, float, dict[str, dict]]] = []
     with tempfile.TemporaryDirectory(prefix="ta_bench_") as tmpdir:
-        args.bytecode_env, bytecode = _bytecode(args.bytecode, Path(tmpdir))
+        args.bytecode_env, bytecode = _bytecode(args.bytecode)
         print(
             f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
             f"{psutil.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "

@@ -130,13 +130,11 @@ def main() -> None:
         print(json.dumps(one(*a.one)))
         return
     tmp = Path(tempfile.mkdtemp(prefix="bench_ranks_"))
-    # as an install leaves the package (scripts/bench.py): without its bytecode every worker
-    # compiles the ~70 modules it imports, where PYTHONDONTWRITEBYTECODE keeps it from being written
-    import compileall
+    # as an install leaves the package: without its bytecode every worker compiles the ~70
+    # modules it imports, where PYTHONDONTWRITEBYTECODE keeps it from being written
+    from bench import compile_package  # scripts/bench.py, beside this file
 
-    import traceanalyzer
-
-    compileall.compile_dir(Path(traceanalyzer.__file__).parent, quiet=1)
+    compile_package()
     print(
         "| ranks | executor | wall s | vs serial | CPU s | vs HTA | driver peak RSS MiB | worker peak RSS MiB | straggler |"
     )
