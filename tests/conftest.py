@@ -16,7 +16,7 @@ import pytest
 
 # The single-file cache (traceanalyzer.jobs.cache) is off in tests, and points away from the real
 # home cache should a test turn it on: CI runs as root in a fresh clone, and a test must compute
-# what it checks. tests/jobs/test_cache.py turns it on in a temporary folder.
+# what it checks. The `cached` fixture below turns it on in a temporary folder.
 os.environ["TRACEANALYZER_NO_CACHE"] = "1"
 os.environ["XDG_CACHE_HOME"] = _CACHE_HOME = tempfile.mkdtemp(prefix="traceanalyzer-test-cache-")
 atexit.register(shutil.rmtree, _CACHE_HOME, True)
@@ -34,6 +34,23 @@ def SHARED_TRACES() -> Path:
     if not SHARED_TRACES_DIR.is_dir():
         pytest.skip(NO_TRACES)
     return SHARED_TRACES_DIR
+
+
+@pytest.fixture
+def cached(monkeypatch, tmp_path) -> Path:
+    """The single-file cache on, in a temporary XDG_CACHE_HOME (off for every other test, above):
+    its root, `<XDG_CACHE_HOME>/traceanalyzer`."""
+    monkeypatch.delenv("TRACEANALYZER_NO_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "traceanalyzer"
+
+
+@pytest.fixture
+def trace(SHARED_TRACES, tmp_path) -> Path:
+    """A copy of a100_multistream_syncs of the test's own (the cache keys a file by its path and mtime)."""
+    dst = tmp_path / "a100_multistream_syncs.json.gz"
+    shutil.copy(SHARED_TRACES / dst.name, dst)
+    return dst
 
 
 @pytest.fixture(scope="module")

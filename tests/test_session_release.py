@@ -61,7 +61,7 @@ def test_a_released_result_is_still_handed_to_the_store(SHARED_TRACES):
     store = Store()
     s = ta.Session(ta.load(SHARED_TRACES / "a100_simple_add_syncs.json.gz"), store=store)
     _ = s.gaps
-    s.release("activity", "classified", "dependency_model")  # the model is no result: never stored
+    s.release("activity", "classified", "dependency_model")  # the model was never built: nothing to store
     assert sorted(store.put_names) == ["activity", "classified"]
     s.save()  # at the command's end: what is left, not the released ones again
     assert store.put_names.count("activity") == 1 and "gaps" in store.put_names

@@ -286,16 +286,14 @@ class Session:
 
         return analyse_memory(self.trace, self.options)
 
-    @cached_property  # a building block, not kept by the store: it holds the trace and its graph
+    @_result  # a building block (`release`), kept by the store as tables (`analyses.model_state`)
     def dependency_model(self) -> Model:
         """The dependency graph of the trace, ordered, with its replay of the capture."""
-        self._not_released("dependency_model")
-        from traceanalyzer.analyses.dependency_graph import build_graph
-        from traceanalyzer.analyses.whatif import Model
+        from traceanalyzer.analyses import dependency_graph, whatif
 
-        o = self.options
-        graph = build_graph(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
-        return Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
+        o, build = self.options, dependency_graph.build_graph
+        graph = build(self.trace, self.activity, o.patterns.collective_pattern, o.path.thread_wait_us)
+        return whatif.Model(self.trace, graph, int(o.gaps.kernel_spacing_us * 1000), int(o.gaps.slow_launch_us * 1000))
 
     def kept(self, name: str) -> bool:
         """Whether the result `name` is at hand without computing it: computed already, or held
@@ -315,11 +313,10 @@ class Session:
         Trace as read and with its steps) once what reads them is done: their memory serves what
         comes next. Asked for again, each raises `ReleasedError` rather than being built twice (a
         command releasing too early fails its tests). A result goes to the store (if any) as it goes."""
-        unknown = set(names) - {*self.results(), "dependency_model", "trace"}
-        if unknown:
+        results = self.results()
+        if unknown := set(names) - {*results, "trace"}:
             raise ValueError(f"not a result of the Session: {sorted(unknown)}")
         released = self.__dict__.setdefault("_released", set())
-        results = self.results()
         for name in (*names, "loaded") if "trace" in names else names:
             value = self.__dict__.pop(name, None)
             if value is not None and self.store is not None and name in results:
@@ -340,7 +337,10 @@ class Session:
     @_result
     def critical_path(self) -> CriticalPath:
         """The critical path of every step: segments that sum to the step time (`analyses.critical_path`)."""
-        return self.dependency_model.critical_path()
+        model = self.dependency_model
+        if model.walked:  # stored, walked by a command whose path the store lacks: built again
+            model = self.__dict__["dependency_model"] = Session.dependency_model.func(self)
+        return model.critical_path()
 
     def whatif(self, scenario: Scenario | None = None, **changes: tuple) -> WhatIf:
         """The steps predicted under `scenario` (or `Scenario(**changes)`: without, speedup, drop)."""

@@ -24,19 +24,10 @@ TRACE = "a100_multistream_syncs.json.gz"
 
 
 @pytest.fixture
-def cached(monkeypatch, tmp_path):
-    """The cache on, in a temporary XDG_CACHE_HOME (conftest turns it off for every other test)."""
-    monkeypatch.delenv(cache.ENV_DISABLE, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+def cached(cached, monkeypatch):
+    """The cache on (`conftest.cached`), the terminal 100 columns wide."""
     monkeypatch.setenv("COLUMNS", "100")
-    return tmp_path / "xdg" / "traceanalyzer"
-
-
-@pytest.fixture
-def trace(SHARED_TRACES, tmp_path):
-    dst = tmp_path / TRACE
-    shutil.copy(SHARED_TRACES / TRACE, dst)
-    return dst
+    return cached
 
 
 def _run(*args: str) -> tuple[str, str]:

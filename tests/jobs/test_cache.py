@@ -20,21 +20,6 @@ from traceanalyzer.jobs import cache
 TRACE = "a100_multistream_syncs.json.gz"
 
 
-@pytest.fixture
-def cached(monkeypatch, tmp_path):
-    """The cache on, in a temporary XDG_CACHE_HOME (conftest turns it off for every other test)."""
-    monkeypatch.delenv(cache.ENV_DISABLE, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    return tmp_path / "xdg" / "traceanalyzer"
-
-
-@pytest.fixture
-def trace(SHARED_TRACES, tmp_path):
-    dst = tmp_path / TRACE
-    shutil.copy(SHARED_TRACES / TRACE, dst)
-    return dst
-
-
 def _run(*args: str) -> str:
     r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     assert r.exit_code == 0, r.output

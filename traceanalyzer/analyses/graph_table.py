@@ -39,10 +39,11 @@ class DependencyGraph:
     nodes: pl.DataFrame
     edges: pl.DataFrame
     steps: pl.DataFrame
-    # the names nodes take, by id: runtime calls', ops' (runtime_id, op_id) and GPU activities' (gpu_id)
-    runtime_names: pl.Series
-    op_names: pl.Series
-    gpu_names: pl.Series
+    # the names nodes take, by id: runtime calls', ops' (runtime_id, op_id) and GPU activities' (gpu_id);
+    # None, with gpu_lanes, where `names_from` gives them (`trace_columns`)
+    runtime_names: pl.Series | None
+    op_names: pl.Series | None
+    gpu_names: pl.Series | None
     layer_times: pl.DataFrame | None = None  # None: no layer time known (every one zero)
     layer_of: pl.Series | None = None  # per CPU slice its one layer (an index into layer_times' layers), or null
     # the trace's GPU activities' device and stream (by gpu_id: the rows of its GPU table, not copied)
@@ -54,6 +55,16 @@ class DependencyGraph:
 
     # node, own_ns of the nodes whose own time is not their duration (the syncs'; `column`)
     own: pl.DataFrame | None = None
+    names_from: Any = None  # the Trace whose columns the names and lanes are, where they are not held
+
+    def trace_columns(self) -> tuple[pl.Series, pl.Series, pl.Series, pl.DataFrame | None]:
+        """The calls', ops' and GPU activities' names and the activities' device and stream: held,
+        or read from `names_from` when asked. A model read back from the cache holds none: they
+        are three of the trace's tables (300 MB at 1 GB), which a what-if never reads."""
+        if self.runtime_names is not None or self.names_from is None:
+            return self.runtime_names, self.op_names, self.gpu_names, self.gpu_lanes
+        t = self.names_from
+        return t.runtime["name"], t.ops["name"], t.gpu["name"], t.gpu.select("device", "stream")
 
     def column(self, name: str) -> pl.Series:
         """The node column `name`, a value per node: the node table's; one of `gpu` (gpu_id,
@@ -103,7 +114,7 @@ class DependencyGraph:
         for c in ("pid", "tid"):
             on = th[c].cast(pl.Int64).gather(n["_th"]) if th is not None and th.height else None
             n = n.with_columns(on.alias(c) if on is not None else pl.lit(None, pl.Int64).alias(c))
-        g = self.gpu_lanes
+        g = self.trace_columns()[3]
         for c in ("device", "stream"):
             on = g[c].cast(pl.Int64).gather(n["_g"]) if g is not None and g.height else None
             n = n.with_columns(on.alias(c) if on is not None else pl.lit(None, pl.Int64).alias(c))
@@ -151,9 +162,10 @@ class DependencyGraph:
         # a kind's name by its Enum code (the strings of 174k segments hashed: ~4 ms at 311 MB)
         enum = isinstance(kind.dtype, pl.Enum)
         kinds = kind.dtype.categories if enum else kind.cast(pl.String).drop_nulls().unique().sort()
-        r, o, g = self.runtime_names.len(), self.op_names.len(), self.gpu_names.len()
+        runtime_names, op_names, gpu_names, _ = self.trace_columns()
+        r, o, g = runtime_names.len(), op_names.len(), gpu_names.len()
         last = pl.Series([missing], dtype=pl.String)
-        every = pl.concat([self.runtime_names, self.op_names, self.gpu_names, kinds, last], rechunk=True)
+        every = pl.concat([runtime_names, op_names, gpu_names, kinds, last], rechunk=True)
 
         def named(names: pl.Series, col: str, size: int) -> pl.Expr:  # an id that has a name
             has = names.is_not_null().extend_constant(False, 1)  # row `size`: no id
@@ -165,9 +177,9 @@ class DependencyGraph:
         at = (
             pl.when(pl.col("lane") == "gpu")
             .then(pl.when(pl.col("gpu_id") < g).then(r + o + pl.col("gpu_id").cast(pl.Int64)))
-            .when(named(self.runtime_names, "runtime_id", r))
+            .when(named(runtime_names, "runtime_id", r))
             .then(pl.col("runtime_id").cast(pl.Int64))
-            .when(named(self.op_names, "op_id", o))
+            .when(named(op_names, "op_id", o))
             .then(r + pl.col("op_id").cast(pl.Int64))
             .otherwise(r + o + g + code.cast(pl.Int64))
         )
@@ -177,7 +189,7 @@ class DependencyGraph:
     def gpu_node_names(self) -> pl.Series:
         """Every node's GPU activity name (null on CPU slices), in node order (views of the
         names, gathered from one chunk)."""
-        return _by_id(self.gpu_names.rechunk(), self.column("gpu_id")).alias("name")
+        return _by_id(self.trace_columns()[2].rechunk(), self.column("gpu_id")).alias("name")
 
 
 def _by_id(names: pl.Series, ids: pl.Series) -> pl.Series:

@@ -159,6 +159,18 @@ class Model:
         s, e = pl.Series(sched.start_ns).gather(cpu), pl.Series(sched.end_ns).gather(cpu)
         return pl.DataFrame({"step": [None], "start_ns": [s.min()], "end_ns": [e.max()]}, schema=win.WINDOW_SCHEMA)
 
+    def __reduce__(self) -> tuple:
+        """Pickled as tables and the trace (`model_state`): a cache writes the tables as Arrow
+        files and names the trace it holds anyway."""
+        from traceanalyzer.analyses.model_state import model_state, restored
+
+        return restored, (self.trace, model_state(self))
+
+    @property
+    def walked(self) -> bool:
+        """Whether `critical_path` was walked (it is walked once)."""
+        return self._walked
+
     def critical_path(self) -> CriticalPath:
         """The critical path of every step of the capture, walked once: the nodes' threads,
         streams and kinds, which only the walk and the path's lanes read, go once it is walked

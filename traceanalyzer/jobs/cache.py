@@ -5,7 +5,7 @@ Layout under the cache root (`default_root()`: `$XDG_CACHE_HOME/traceanalyzer`, 
 `~/.cache/traceanalyzer`; `--cache-dir` elsewhere):
 
     <trace key>/trace/                   the loaded Trace: one Arrow file per table column
-    <trace key>/results-<options key>/<analysis>/   one Session result each
+    <trace key>/results-<options key>/<analysis>/   one Session result each (the what-if model too, as tables)
     <trace key>/outputs/<command key>/   what a command printed and wrote (`cli.replay`)
 
 Every entry is a folder written under a temporary name and renamed into place (`atomic_folder`,
