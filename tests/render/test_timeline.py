@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import time
 
 import polars as pl
 import pytest
@@ -129,10 +128,8 @@ def test_by_pixel_merges_subpixel_events_and_keeps_real_gaps():
     ts = pl.int_range(0, n, eager=True) * 2000
     ts = pl.concat([ts, ts + 2_100_000_000])
     df = pl.DataFrame({"lane": 0, "ts_ns": ts}).with_columns(end_ns=pl.col("ts_ns") + 1000)
-    t0 = time.perf_counter()
     axis = TimeAxis(width=1190, lo_ns=0.0, hi_ns=4.1e9, ns_per_px=4_100_000_000 / 1000, plot_w=1000)
     bars = by_pixel(df, ["lane"], axis)
-    assert time.perf_counter() - t0 < 5
     assert bars.height == 2
     assert bars["px0"].to_list() == [0, 512]  # 2.1e9 / 4.1e6 = 512.2 -> column 512
 
@@ -153,9 +150,7 @@ def workers0(SHARED_TRACES):
 def test_real_trace_slowest_step_and_data_loading_gap(workers0):
     # Step 5 is the slowest GPU-extended step (187,948 µs: `traceanalyzer gaps` per-step
     # window, and the TensorBoard definition of a step in shared/traces/README.md).
-    t0 = time.perf_counter()
     pic = render_timeline(workers0)
-    assert time.perf_counter() - t0 < 20
     assert pic.window.step == 5
     assert (pic.window.end_ns - pic.window.start_ns) == 187_948_000
     img = _rgb(pic.png)
