@@ -20,6 +20,10 @@ import pytest
 os.environ["TRACEANALYZER_NO_CACHE"] = "1"
 os.environ["XDG_CACHE_HOME"] = _CACHE_HOME = tempfile.mkdtemp(prefix="traceanalyzer-test-cache-")
 atexit.register(shutil.rmtree, _CACHE_HOME, True)
+# Tables are laid out at the fixed width (`render.fit.terminal_width`) unless a test sets COLUMNS:
+# the shell or the test runner's (pytest-xdist's workers get 80) must not change what is printed.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
 
 ENV = "TRACEANALYZER_SHARED_TRACES"
 SHARED_TRACES_DIR = Path(
