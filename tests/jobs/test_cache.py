@@ -8,6 +8,7 @@ import hashlib
 import importlib
 import json
 import os
+import pickle
 import shutil
 
 import pytest
@@ -15,9 +16,17 @@ from click.testing import CliRunner
 
 import traceanalyzer.session
 from traceanalyzer.cli import cli
-from traceanalyzer.jobs import cache
+from traceanalyzer.jobs import cache, trace_files
 
 TRACE = "a100_multistream_syncs.json.gz"
+
+
+@pytest.fixture
+def as_files(monkeypatch) -> None:
+    """Every table and result frame of rows in Arrow files of its own, none packed in a pickle
+    (the layout of a trace over ~20 MB; the test trace's tables are under `TABLE_INLINE_BYTES`)."""
+    monkeypatch.setattr(trace_files, "TABLE_INLINE_BYTES", 0)
+    monkeypatch.setattr(trace_files, "FRAME_INLINE_BYTES", 0)
 
 
 def _run(*args: str) -> str:
@@ -37,7 +46,7 @@ def _forbid(monkeypatch) -> None:
     monkeypatch.setattr(traceanalyzer.session, "analyse_gaps", boom)
 
 
-def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, monkeypatch):
+def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, as_files, monkeypatch):
     before = hashlib.sha256(trace.read_bytes()).hexdigest(), os.stat(trace).st_mtime_ns
     first = _run("gaps", str(trace), "--format", "json")
     entries = list(cached.iterdir())
@@ -52,6 +61,47 @@ def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, m
     summary = json.loads(_run("summary", str(trace), "--format", "json"))
     assert summary["idle_by_cause"]  # built from the cached classification (classify_gaps is forbidden)
     assert (hashlib.sha256(trace.read_bytes()).hexdigest(), os.stat(trace).st_mtime_ns) == before
+
+
+def test_small_tables_and_frames_are_packed_in_the_pickle(cached, trace, monkeypatch):
+    """A table or result frame under TABLE_ / FRAME_INLINE_BYTES is packed into its entry's pickle, not written
+    as Arrow files of its own (a file costs ~0.5 ms), and reads back equal to the decoded one,
+    lazily too."""
+    import dataclasses
+
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from traceanalyzer.load import load
+
+    _run("gaps", str(trace))
+    (entry,) = list(cached.iterdir())
+    decoded = load(trace)
+    small, big = ("steps", "thread_names", "python", "memory"), ("ops", "gpu")  # 0-422 bytes; 2.6, 3.6 MB
+    assert all(getattr(decoded, n).estimated_size() <= trace_files.TABLE_INLINE_BYTES for n in small)
+    assert all(getattr(decoded, n).estimated_size() > trace_files.TABLE_INLINE_BYTES for n in big)
+    files = {p.name.split(".")[0] for p in (entry / "trace").glob("*.arrow")}
+    assert not files & set(small) and set(big) <= files
+    read = _tables_read(monkeypatch)
+    t = cache.load_trace(entry / "trace")
+    assert not read and "steps" not in vars(t)  # not unpacked before it is asked for
+    for name in (*small, *big):
+        assert_frame_equal(getattr(t, name), getattr(decoded, name))
+    assert read == [*small, *big]
+    # the results: only frames over the limit as files of their own
+    (results,) = list(entry.glob("results-*"))
+    value = cache.load(results / "gaps")
+    frames = {id(v): v for f in dataclasses.fields(value) if isinstance(v := getattr(value, f.name), pl.DataFrame)}
+    big = [df for df in frames.values() if df.estimated_size() > trace_files.FRAME_INLINE_BYTES]
+    assert big and len(big) < len(frames)
+    assert len(list((results / "gaps").glob(f"*{cache.EXT}"))) == len(big)
+    # a packed table that cannot be unpacked (damaged, the pickle around it sound): decoded again
+    tables = entry / "trace" / "tables.pickle"
+    rest, heights, widths, inline = pickle.loads(tables.read_bytes())
+    tables.write_bytes(pickle.dumps((rest, heights, widths, {**inline, "steps": b"damaged"})))
+    assert set(inline) == set(decoded.__dataclass_fields__) & set(heights) - set(widths) >= set(small)
+    t = cache.load_trace(entry / "trace", fallback=lambda: decoded)
+    assert t.steps is decoded.steps and not (entry / "trace").exists()
 
 
 def test_cached_output_equals_a_fresh_run(cached, trace):
@@ -130,22 +180,20 @@ def test_cache_max_keeps_only_the_trace_in_use(cached, trace, SHARED_TRACES, tmp
     _run("gaps", str(trace))  # the entry in use survived the pruning: a hit
 
 
-def _table_reads(monkeypatch) -> list[str]:
-    """The Arrow files read from now on (folder/name)."""
-    import polars as pl
+def _tables_read(monkeypatch) -> list[str]:
+    """The cached Trace's tables read from now on (from their Arrow files or their pickle)."""
+    from traceanalyzer.jobs import trace_files
 
     read = []
+    cls = trace_files._cached_trace_class()
+    real = cls.__getattr__
 
-    def spy(real):
-        def reading(path, *a, **k):
-            read.append(f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}")
-            return real(path, *a, **k)
+    def reading(self, name):
+        if name in self.__dict__.get("_heights", ()):
+            read.append(name)
+        return real(self, name)
 
-        return reading
-
-    # results are read with read_ipc, a Trace's table as a scan of each of its columns' files
-    monkeypatch.setattr(pl, "read_ipc", spy(pl.read_ipc))
-    monkeypatch.setattr(pl, "scan_ipc", spy(pl.scan_ipc))
+    monkeypatch.setattr(cls, "__getattr__", reading)
     return read
 
 
@@ -154,11 +202,10 @@ def test_cached_results_read_no_table_they_do_not_need(cached, trace, monkeypatc
     and its results, none of the event tables; the trace's tables come only when asked for."""
     _run("gaps", str(trace), "--format", "json")
     fresh = _run("gaps", str(trace), "--format", "csv", "--no-cache")
-    read = _table_reads(monkeypatch)
+    read = _tables_read(monkeypatch)
     _forbid(monkeypatch)
     assert _run("gaps", str(trace), "--format", "csv") == fresh  # another format: not a replay
-    tables = [r for r in read if r.startswith("trace/")]
-    assert tables and all(r.startswith("trace/steps.") for r in tables), read
+    assert read == ["steps"]
     (entry,) = list(cached.iterdir())
     t = cache.load_trace(entry / "trace")
     assert t.has_gpu_work and "gpu" not in vars(t)  # from the row count
@@ -175,7 +222,7 @@ def test_steps_from_ranges_read_from_a_cached_trace(cached, SHARED_TRACES, tmp_p
         assert _run(cmd, str(path), "--format", "json") == _run(cmd, str(path), "--format", "json", "--no-cache")
 
 
-def test_damaged_entries_are_decoded_or_computed_again(cached, trace):
+def test_damaged_entries_are_decoded_or_computed_again(cached, trace, as_files):
     _run("gaps", str(trace), "--format", "json")
     fresh = _run("summary", str(trace), "--format", "json", "--no-cache")
     (entry,) = list(cached.iterdir())
@@ -192,7 +239,7 @@ def test_damaged_entries_are_decoded_or_computed_again(cached, trace):
     assert cache.load_trace(entry / "trace") is cache.MISSING
 
 
-def test_a_column_file_shorter_than_its_table_is_decoded_again(cached, trace):
+def test_a_column_file_shorter_than_its_table_is_decoded_again(cached, trace, as_files):
     """A table's columns are read side by side in one query (`trace_files.read_columns`): a
     column of fewer rows than the others (a damaged entry, valid Arrow) fails the read, never
     padded with nulls, and the file is decoded again."""
@@ -209,14 +256,18 @@ def test_a_column_file_shorter_than_its_table_is_decoded_again(cached, trace):
     assert not column.exists()  # the damaged trace entry went
 
 
-def test_a_cached_trace_is_the_loaded_one_table_for_table(SHARED_TRACES, tmp_path):
+@pytest.mark.parametrize("inline", [None, 0], ids=["packed", "files"])
+def test_a_cached_trace_is_the_loaded_one_table_for_table(SHARED_TRACES, tmp_path, monkeypatch, inline):
     """Written on a thread and read back lazily, every table, the metadata, the counts and the
-    warnings are the loaded Trace's."""
+    warnings are the loaded Trace's, its tables packed in the pickle or in Arrow files."""
     import dataclasses
 
     import polars as pl
 
     from traceanalyzer.load import load
+
+    if inline is not None:
+        monkeypatch.setattr(trace_files, "TABLE_INLINE_BYTES", inline)
 
     path = SHARED_TRACES / "v100_memory_events.json.gz"  # memory events: a table most traces lack
     loaded = load(path)
@@ -229,7 +280,7 @@ def test_a_cached_trace_is_the_loaded_one_table_for_table(SHARED_TRACES, tmp_pat
         mine, theirs = getattr(back, f.name), getattr(loaded, f.name)
         if isinstance(theirs, pl.DataFrame):
             assert mine.equals(theirs) and mine.schema == theirs.schema, f.name
-            assert set(mine.n_chunks("all")) <= {1}, f.name  # its columns' files, side by side
+            assert set(mine.n_chunks("all")) <= {1}, f.name  # its columns' files side by side, or its pickle
         else:
             assert mine == theirs, f.name
     assert loaded.memory.height > 0 and back.has_gpu_work == loaded.has_gpu_work
@@ -237,17 +288,20 @@ def test_a_cached_trace_is_the_loaded_one_table_for_table(SHARED_TRACES, tmp_pat
     assert steps.ops.equals(loaded.ops) and steps.steps.height == 1
 
 
-def test_a_frame_held_twice_comes_back_once_and_in_one_chunk(tmp_path):
-    """A DataFrame that a result holds twice (two layers' shared union) is one Arrow file and
-    comes back as one frame, and a chunked frame comes back with one chunk per column: the
-    dependency model copies every chunked column it hands to numpy."""
+@pytest.mark.parametrize(("rows", "files"), [(1000, 0), (100_000, 2)])
+def test_a_frame_held_twice_comes_back_once_and_in_one_chunk(tmp_path, rows, files):
+    """A DataFrame that a result holds twice (two layers' shared union) is stored once (one Arrow
+    file, or packed in the entry when under FRAME_INLINE_BYTES) and comes back as one frame, and a
+    chunked frame comes back with one chunk per column: the dependency model copies every
+    chunked column it hands to numpy."""
     import polars as pl
 
-    part = pl.DataFrame({"a": list(range(1000)), "b": [str(i) for i in range(1000)]})
+    part = pl.DataFrame({"a": list(range(rows)), "b": [str(i) for i in range(rows)]})
     chunked = pl.concat([part, part, part], rechunk=False)
     assert chunked.n_chunks() == 3
+    assert (part.estimated_size() > trace_files.FRAME_INLINE_BYTES) == (files > 0)
     cache.dump((chunked, chunked, part), tmp_path)
-    assert len(list(tmp_path.glob(f"*{cache.EXT}"))) == 2
+    assert len(list(tmp_path.glob(f"*{cache.EXT}"))) == files
     one, again, other = cache.load(tmp_path)
     assert one is again and other is not one
     assert one.equals(chunked) and one.n_chunks("all") == [1, 1] and other.equals(part)

@@ -4,17 +4,18 @@ command on the same trace skips decoding and every analysis already done.
 Layout under the cache root (`default_root()`: `$XDG_CACHE_HOME/traceanalyzer`, else
 `~/.cache/traceanalyzer`; `--cache-dir` elsewhere):
 
-    <trace key>/trace/                   the loaded Trace: one Arrow file per table column
+    <trace key>/trace/                   the loaded Trace: one Arrow file per table column (small tables packed)
     <trace key>/results-<options key>/<analysis>/   one Session result each (the what-if model too, as tables)
     <trace key>/outputs/<command key>/   what a command printed and wrote (`cli.replay`)
 
 Every entry is a folder written under a temporary name and renamed into place (`atomic_folder`,
 also used by the directory mode's per-rank cache), holding `value.pickle` with every polars
-DataFrame in it written beside as an Arrow IPC file, lz4-compressed (`dump` / `load`): reading
-is an Arrow read, not an unpickling of the tables. Arrow IPC rather than Parquet: it writes the
-columns' buffers as they are, at 311 MB in half the time and without Parquet's encoding
-buffers (+10 MB of peak RSS instead of +95 MB for the results of `gaps`), for as much disk
-(the tables 22 MB, the results 29 MB). The input file is only read.
+DataFrame in it over `FRAME_INLINE_BYTES` written beside as an Arrow IPC file, lz4-compressed (`dump` /
+`load`): reading is an Arrow read, not an unpickling of the tables; a smaller frame is packed into
+`value.pickle` (`pack`: a file costs ~0.5 ms to write and read, most of a small trace's entry).
+Arrow IPC rather than Parquet: it writes the columns' buffers as they are, at 311 MB in half the
+time and without Parquet's encoding buffers (+10 MB of peak RSS instead of +95 MB for the results
+of `gaps`), for as much disk (the tables 22 MB, the results 29 MB). The input file is only read.
 
 The Trace comes back lazily (`CachedTrace`, in `trace_files`): each table is read from its files when an
 analysis first asks for it, so a command whose results are all cached reads none of them
@@ -43,7 +44,17 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.jobs.trace_files import EXT, MISSING, dump_trace, lazy, load_trace, write_frame  # noqa: F401 - lazy: asked of the cache
+from traceanalyzer.jobs import trace_files
+from traceanalyzer.jobs.trace_files import (  # noqa: F401 - lazy: asked of the cache
+    EXT,
+    MISSING,
+    dump_trace,
+    lazy,
+    load_trace,
+    pack,
+    unpack,
+    write_frame,
+)
 from traceanalyzer.version import __version__
 
 if TYPE_CHECKING:
@@ -52,7 +63,7 @@ if TYPE_CHECKING:
 ENV_DISABLE = "TRACEANALYZER_NO_CACHE"  # "1": no cache (as --no-cache)
 DEFAULT_MAX_BYTES = 20 << 30  # --cache-max: the least recently used traces go beyond it
 ENDS_BYTES = 1 << 20
-_FORMAT = 3  # bump when the layout or the pickled classes change incompatibly
+_FORMAT = 4  # bump when the layout or the pickled classes change incompatibly
 
 
 def options_key(options: Options) -> str:
@@ -164,12 +175,17 @@ class _Pickler(pickle.Pickler):
         self.shared = {id(v): k for k, v in shared.items()}
 
     def persistent_id(self, obj: Any) -> Any:
-        """A DataFrame goes to its own Arrow file (one held twice, once), a shared object by name."""
+        """A DataFrame goes to its own Arrow file, or packed here when it is small (`pack`,
+        `FRAME_INLINE_BYTES`), in one chunk a column either way and once however often it is held; a
+        shared object by name."""
         if isinstance(obj, self.frame_type):
             name = self.frames.get(id(obj))
-            if name is None:  # the value holds obj while it is pickled: its id is not reused
-                name = self.frames[id(obj)] = f"df{len(self.frames)}{EXT}"
-                self.pending.append((obj, self.folder / name))
+            if name is not None:  # the value holds obj while it is pickled: its id is not reused
+                return ("df", name)
+            name = self.frames[id(obj)] = f"df{len(self.frames)}{EXT}"
+            if obj.estimated_size() <= trace_files.FRAME_INLINE_BYTES:
+                return ("inline", name, pack(obj.rechunk() if obj.n_chunks() > 1 else obj))
+            self.pending.append((obj, self.folder / name))
             return ("df", name)
         key = self.shared.get(id(obj))
         return None if key is None else ("shared", key)
@@ -182,8 +198,10 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         """The DataFrame or shared object `persistent_id` named."""
-        kind, key = pid
-        return self.frames[key] if kind == "df" else self.shared[key]
+        kind, key, *blob = pid
+        if kind == "inline":  # the frame's first mention (pickle reads in the order it wrote)
+            self.frames[key] = unpack(blob[0])
+        return self.frames[key] if kind in ("df", "inline") else self.shared[key]
 
 
 def _read_frames(folder: Path) -> dict[str, Any]:
