@@ -113,11 +113,6 @@ def prune(store: Any) -> None:
     cache.prune(store.folder.parent, limit, keep=store.folder)
 
 
-def load_key(max_decompressed: int | None) -> str:
-    """The load options as part of a cache key."""
-    return repr(sorted({"max_decompressed": max_decompressed}.items())) if max_decompressed else "[]"
-
-
 def open_trace(path: str, options: Options, max_decompressed: int | None = None) -> tuple[Any, Any]:
     """(trace, store): the Trace, from the cache when it holds this file (its tables read when
     an analysis first needs them), and the cache the Session keeps its results in (None when
@@ -131,7 +126,7 @@ def open_trace(path: str, options: Options, max_decompressed: int | None = None)
 
         try:
             store = cache.TraceCache(
-                root, path, load_key(max_decompressed), cache.options_key(options), on_compute=PROGRESS.analysing
+                root, path, cache.load_key(max_decompressed), cache.options_key(options), on_compute=PROGRESS.analysing
             )
         except OSError:
             store = None

@@ -132,11 +132,10 @@ def note_file(path: str) -> None:
 
 def entry(root: str, trace: str, key: str, max_decompressed: int | None) -> Path | None:
     """The folder of a command line's output under `root`, or None when the trace is unreadable."""
-    from traceanalyzer.cli.opening import load_key
     from traceanalyzer.jobs import cache
 
     try:
-        return Path(root) / cache.trace_key(trace, load_key(max_decompressed)) / "outputs" / key
+        return Path(root) / cache.trace_key(trace, cache.load_key(max_decompressed)) / "outputs" / key
     except OSError:
         return None
 
