@@ -23,10 +23,12 @@ TRACE = "a100_multistream_syncs.json.gz"
 
 @pytest.fixture
 def as_files(monkeypatch) -> None:
-    """Every table and result frame of rows in Arrow files of its own, none packed in a pickle
-    (the layout of a trace over ~20 MB; the test trace's tables are under `TABLE_INLINE_BYTES`)."""
+    """Every table and result frame of rows in Arrow files of its own, none packed in a pickle,
+    a table in several files of a few columns each (the layout of a trace over ~20 MB; the test
+    trace's tables are under `TABLE_INLINE_BYTES`, its op table 2.6 MB)."""
     monkeypatch.setattr(trace_files, "TABLE_INLINE_BYTES", 0)
     monkeypatch.setattr(trace_files, "FRAME_INLINE_BYTES", 0)
+    monkeypatch.setattr(trace_files, "GROUP_BYTES", 256 << 10)
 
 
 def _run(*args: str) -> str:
@@ -51,9 +53,16 @@ def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, a
     first = _run("gaps", str(trace), "--format", "json")
     entries = list(cached.iterdir())
     assert len(entries) == 1 and (entries[0] / "trace" / "tables.pickle").is_file()
-    # one Arrow file per table column, not in the pickle (a table read when first needed)
+    # a table in Arrow files of consecutive columns, not in the pickle (a table read when first needed)
+    import polars as pl
+
+    from traceanalyzer.load import load
+
     files = {p.name for p in (entries[0] / "trace").glob("*.arrow")}
-    assert {"ops.0.arrow", "gpu.0.arrow"} <= files and len([f for f in files if f.startswith("ops.")]) > 10
+    assert {"ops.0.arrow", "gpu.0.arrow"} <= files
+    ops = sorted((p for p in (entries[0] / "trace").glob("ops.*.arrow")), key=lambda p: int(p.name.split(".")[1]))
+    held = [list(pl.read_ipc_schema(p)) for p in ops]
+    assert 1 < len(held) < sum(map(len, held)) and [c for cs in held for c in cs] == load(trace).ops.columns
     assert not list(cached.rglob(".tmp-*"))  # written atomically: nothing half-written left
     _forbid(monkeypatch)
     assert _run("gaps", str(trace), "--format", "json") == first
@@ -61,6 +70,19 @@ def test_second_command_reads_tables_and_results_from_the_cache(cached, trace, a
     summary = json.loads(_run("summary", str(trace), "--format", "json"))
     assert summary["idle_by_cause"]  # built from the cached classification (classify_gaps is forbidden)
     assert (hashlib.sha256(trace.read_bytes()).hexdigest(), os.stat(trace).st_mtime_ns) == before
+
+
+def test_column_groups_hold_consecutive_columns_up_to_the_limit():
+    """Columns in order, a file's worth at a time: 8,000 bytes each (1,000 Int64), so two to a
+    group of 20,000 bytes; a struct of two of them (16,000) with neither neighbour."""
+    import polars as pl
+
+    df = pl.DataFrame({c: range(1000) for c in "abcde"}, schema={c: pl.Int64 for c in "abcde"})
+    assert trace_files.column_groups(df, 20_000) == [["a", "b"], ["c", "d"], ["e"]]
+    assert trace_files.column_groups(df, 0) == [[c] for c in "abcde"]  # one column a file
+    assert trace_files.column_groups(df, 1 << 40) == [list("abcde")]
+    big = df.with_columns(pl.struct("a", "b").alias("ab")).select("a", "ab", "c")  # 8,000 + 16,000 + 8,000
+    assert trace_files.column_groups(big, 20_000) == [["a"], ["ab"], ["c"]]
 
 
 def test_small_tables_and_frames_are_packed_in_the_pickle(cached, trace, monkeypatch):
