@@ -16,11 +16,50 @@ from traceanalyzer.cli.commands.syncs import syncs_report
 from traceanalyzer.load import load
 from traceanalyzer.options import Options
 from traceanalyzer.render import markdown, text
-from traceanalyzer.render.fit import fit_columns, middle_ellipsis, terminal_width
+from traceanalyzer.render.fit import fit_columns, fold_name, middle_ellipsis, terminal_width
 from traceanalyzer.report import Report, Section
 from traceanalyzer.session import Session
 
 FRAME = "transformers/pipelines/base.py(1173): _ensure_tensor_on_device"
+
+
+@pytest.mark.parametrize(
+    ("name", "width", "lines"),
+    [
+        # an op of a100_multistream_syncs, in its 21 columns of the gaps table at 100 columns
+        (
+            "autograd::engine::evaluate_function: CompiledFunctionBackward",
+            21,
+            ["autograd::engine::", "evaluate_function:", "CompiledFunction", "Backward"],
+        ),
+        (FRAME, 24, ["transformers/pipelines/", "base.py(1173):", "_ensure_tensor_on_device"]),
+        # a frame of v100_resnet50_dataloader_workers0: the file name whole, its line number after
+        ("resnet50_profiler_api.py(42): <module>", 24, ["resnet50_profiler_api.py", "(42): <module>"]),
+        (
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            24,
+            ["enumerate(DataLoader)#_", "SingleProcessDataLoader", "Iter.__next__"],
+        ),
+        ("fbgemm::block_bucketize_sparse_features", 21, ["fbgemm::block_", "bucketize_sparse_", "features"]),
+        ("aten::to", 8, ["aten::to"]),
+        ("abcdefghijklmnopqrstuvwxyz", 10, ["abcdefghij", "klmnopqrst", "uvwxyz"]),  # no place to break: at the width
+    ],
+)
+def test_names_fold_where_a_reader_breaks_them(name, width, lines):
+    folded = fold_name(name, width)
+    assert folded.split("\n") == lines
+    assert all(len(line) <= width for line in lines) and "".join(lines).replace(" ", "") == name.replace(" ", "")
+
+
+def test_a_folded_name_is_drawn_as_folded():
+    df = pl.DataFrame({"op": ["autograd::engine::evaluate_function: CompiledFunctionBackward"], "idle_us": [1.0]})
+    lines = text.table_lines(df, 30)  # idle_us is 7 wide (its header), the gutter 2: the op 21
+    assert [line.split("  ")[0].strip() for line in lines[2:]] == [
+        "autograd::engine::",
+        "evaluate_function:",
+        "CompiledFunction",
+        "Backward",
+    ]
 
 
 def test_middle_ellipsis_keeps_the_function():

@@ -85,6 +85,45 @@ def middle_ellipsis(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - tail :]
 
 
+# Where a name folds, best first: after a C++ scope, a path separator, a comma or at a space;
+# then after a dot, an underscore (a word of a snake_case name) or a closing bracket, or before an
+# opening one (a Python frame's line number: `base.py` / `(1173): _ensure_tensor_on_device`)
+BREAKS_AFTER = (("::", "/", ",", " "), (".", "_", ">", ")"))
+BREAKS_BEFORE = ((), ("(",))
+
+
+def fold_name(text: str, width: int) -> str:
+    """A name as lines of at most `width` (joined by newlines), each folded where a reader would
+    break it (`BREAKS_AFTER`, `BREAKS_BEFORE`: the last such place of the better kind past the
+    line's middle), else before a capital of a CamelCase word, else at the width.
+    `autograd::engine::evaluate_function: CompiledFunctionBackward` in 21 columns is
+    `autograd::engine::` / `evaluate_function:` / `CompiledFunction` / `Backward`, not cut
+    mid-word (`autograd::engine::eva` / `luate_function:`)."""
+    if width < 2 or len(text) <= width:
+        return text
+    lines, rest = [], text
+    while len(rest) > width:
+        cut = _fold_at(rest, width)
+        lines.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip(" ")
+    return "\n".join([*lines, rest] if rest else lines)
+
+
+def _fold_at(text: str, width: int) -> int:
+    """How many characters of `text` (longer than `width`) the first folded line takes (a space
+    it ends with is dropped, so a space just past the width is a place to fold too)."""
+    half = width // 2
+    for after, before in zip(BREAKS_AFTER, BREAKS_BEFORE, strict=True):
+        cuts = [text.rfind(b, 0, width + (b == " ")) + len(b) for b in after]
+        cuts = [c for c, b in zip(cuts, after, strict=True) if c >= len(b)]  # found
+        cuts += [text.rfind(b, 1, width + 1) for b in before]
+        cut = max(cuts, default=0)
+        if cut > half:
+            return cut
+    camel = next((i for i in range(width, half, -1) if text[i].isupper() and text[i - 1].islower()), None)
+    return camel if camel is not None else width
+
+
 @dataclass(frozen=True)
 class Fit:
     """The columns kept (by index), their widths, the columns hidden, which wrap (prose and names),

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceanalyzer.render.base import Format
-from traceanalyzer.render.fit import GUTTER, fit_columns, middle_ellipsis, terminal_width
+from traceanalyzer.render.fit import GUTTER, WRAP_COLUMNS, fit_columns, fold_name, middle_ellipsis, terminal_width
 from traceanalyzer.render.values import cause_style, cell, display_frame
 from traceanalyzer.report import Findings, Image, Report, plain
 from traceanalyzer.report import Table as TableBlock
@@ -70,12 +70,14 @@ def table_lines(
             no_wrap=not wrap,
             overflow="fold" if wrap else "ellipsis",
         )
+    # a name folds where a reader would break it (`fold_name`), prose by rich at its words, the rest is cut
+    shape = [
+        (lambda v, w: v) if wrap and headers[i] in WRAP_COLUMNS else fold_name if wrap else middle_ellipsis
+        for i, wrap in zip(fit.keep, fit.wrap)
+    ]
     for r in cells:
         table.add_row(
-            *(
-                Text(r[i] if wrap else middle_ellipsis(r[i], w), style=_style(headers[i], r[i], color))
-                for i, w, wrap in zip(fit.keep, fit.widths, fit.wrap)
-            )
+            *(Text(f(r[i], w), style=_style(headers[i], r[i], color)) for i, w, f in zip(fit.keep, fit.widths, shape))
         )
     total = sum(fit.widths) + GUTTER * max(len(fit.widths) - 1, 0)
     buf = io.StringIO()
