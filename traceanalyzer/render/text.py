@@ -70,9 +70,10 @@ def table_lines(
             no_wrap=not wrap,
             overflow="fold" if wrap else "ellipsis",
         )
-    # a name folds where a reader would break it (`fold_name`), prose by rich at its words, the rest is cut
+    # a name folds where a reader would break it (`fold_name`), prose is left to rich, which wraps
+    # it at its words, the rest is cut in the middle
     shape = [
-        (lambda v, w: v) if wrap and headers[i] in WRAP_COLUMNS else fold_name if wrap else middle_ellipsis
+        _as_written if wrap and headers[i] in WRAP_COLUMNS else fold_name if wrap else middle_ellipsis
         for i, wrap in zip(fit.keep, fit.wrap)
     ]
     for r in cells:
@@ -99,6 +100,11 @@ def table_lines(
         note = f"(not shown at this width: {', '.join(said)}; --wide shows every column)"
         lines += _wrap(note, width, wide)
     return lines
+
+
+def _as_written(text: str, width: int) -> str:
+    """A prose cell as it is: rich wraps it at its words to the column's width."""
+    return text
 
 
 def _wrap(text: str, width: int, wide: bool) -> list[str]:
