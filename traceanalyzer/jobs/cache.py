@@ -4,7 +4,7 @@ command on the same trace skips decoding and every analysis already done.
 Layout under the cache root (`default_root()`: `$XDG_CACHE_HOME/traceanalyzer`, else
 `~/.cache/traceanalyzer`; `--cache-dir` elsewhere):
 
-    <trace key>/trace/                   the loaded Trace: one Arrow file per table column (small tables packed)
+    <trace key>/trace/                   the loaded Trace: Arrow files of column groups (small tables packed)
     <trace key>/results-<options key>/<analysis>/   one Session result each (the what-if model too, as tables)
     <trace key>/outputs/<command key>/   what a command printed and wrote (`cli.replay`)
 

@@ -16,8 +16,8 @@ EXT = ".arrow"  # Arrow IPC, lz4
 MISSING = object()  # no such entry, or one that cannot be read: a miss, never an error
 # A small table or result frame is packed into its entry's pickle (`pack`: polars' own pickle,
 # deflated by isal, ~3 ms a MB) instead of written as Arrow files of its own (~0.5 ms a file, most of
-# it polars' fixed cost; 2026-12-03, 2 vCPUs). A Trace's table is a file per column: a 1 MB table of
-# 15 columns costs 9 ms written and 6.5 read as files, 5 and 3 packed; at 5 MB the two cost the same.
+# it polars' fixed cost; 2026-12-03, 2 vCPUs). A Trace's table was then a file per column: a 1 MB table
+# of 15 columns cost 9 ms written and 6.5 read as files, 5 and 3 packed; at 5 MB the two cost the same.
 # A result frame is one file, and its pickle can be twice its estimated size (string views): packed
 # only when tiny. A 10 MB trace's tables were 115 files, 90 ms of writing.
 TABLE_INLINE_BYTES = 2 << 20
