@@ -25,7 +25,7 @@ TRACE = "a100_multistream_syncs.json.gz"
 def as_files(monkeypatch) -> None:
     """Every table and result frame of rows in Arrow files of its own, none packed in a pickle,
     a table in several files of a few columns each (the layout of a trace over ~20 MB; the test
-    trace's tables are under `TABLE_INLINE_BYTES`, its op table 2.6 MB)."""
+    trace's small tables are under `TABLE_INLINE_BYTES`, its op table 2.6 MB)."""
     monkeypatch.setattr(trace_files, "TABLE_INLINE_BYTES", 0)
     monkeypatch.setattr(trace_files, "FRAME_INLINE_BYTES", 0)
     monkeypatch.setattr(trace_files, "GROUP_BYTES", 256 << 10)

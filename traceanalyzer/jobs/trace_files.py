@@ -15,12 +15,13 @@ from typing import Any
 EXT = ".arrow"  # Arrow IPC, lz4
 MISSING = object()  # no such entry, or one that cannot be read: a miss, never an error
 # A small table or result frame is packed into its entry's pickle (`pack`: polars' own pickle,
-# deflated by isal, ~3 ms a MB) instead of written as Arrow files of its own (~0.5 ms a file, most of
-# it polars' fixed cost; 2026-12-03, 2 vCPUs). A Trace's table was then a file per column: a 1 MB table
-# of 15 columns cost 9 ms written and 6.5 read as files, 5 and 3 packed; at 5 MB the two cost the same.
-# A result frame is one file, and its pickle can be twice its estimated size (string views): packed
-# only when tiny. A 10 MB trace's tables were 115 files, 90 ms of writing.
-TABLE_INLINE_BYTES = 2 << 20
+# deflated by isal, ~3 ms a MB) instead of written as an Arrow file of its own (~0.5 ms a file, most
+# of it polars' fixed cost). Since a table is a file of many columns (`GROUP_BYTES`), packing pays up
+# to ~0.4 MB (2026-12-04, 2 vCPUs, the op table of a 10 MB trace, 15 columns, written and read back:
+# 0.25 MB 1.2 ms packed against 2.3 ms as a file, 0.5 MB 3.7 against 3.2, 1 MB 8 against 5). A
+# result frame is one file, and its pickle can be twice its estimated size (string views): packed
+# only when tiny. A 10 MB trace's tables were 115 files, 90 ms of writing, when a column was a file.
+TABLE_INLINE_BYTES = 512 << 10
 FRAME_INLINE_BYTES = 128 << 10
 # A larger table is written as files of consecutive columns of at most this estimated size (a
 # larger column alone): polars builds each file in memory first, so a file per table held +7-14 MB
