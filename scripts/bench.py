@@ -6,8 +6,8 @@
 Build the files with scripts/make_big_trace.py (in /tmp; never commit them). Every case runs in
 a fresh process; wall time, CPU time (user + system, threads and worker processes included),
 peak RSS (the larger of the child's own maximum, as `/usr/bin/time -f %M` reports it, and the
-sum over it and its worker processes sampled every 20 ms while it has any: `SAMPLE_S`) and MB/s of JSON are printed as a
-Markdown table. A case past `--max-rss-mb` is killed and reported so. Cases:
+sum over it and its worker processes sampled every 20 ms while it has any: `SAMPLE_S`) and MB/s
+of JSON are printed as a Markdown table. A case past `--max-rss-mb` is killed and reported so. Cases:
 
 - `ta load`: `traceanalyzer.load(path)` with the native decoder; `ta load (pure)`: the same with
   `TRACEANALYZER_NATIVE=0` (the msgspec decoder, worker processes above 256 MB);
@@ -145,13 +145,18 @@ def events_array(path: Path, out: Path) -> None:
 # own high-water mark (`ru_maxrss`) is exact.
 SAMPLE_S = 0.02
 LOOK_S = 0.1
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _children(pid: int) -> list[int]:
     """The child processes of `pid` and theirs (`/proc/<pid>/task/*/children`: no scan of every
     process, as psutil's `children` does)."""
     kids: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # ended (and reaped) meanwhile
+        return kids
+    for task in tasks:
         try:
             kids += [int(k) for k in (task / "children").read_text().split()]
         except (OSError, ValueError):
@@ -168,9 +173,6 @@ def _rss(pids: list[int]) -> int:
         except (OSError, ValueError, IndexError):
             continue
     return total
-
-
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def measure(cmd: list[str], env: dict | None = None, max_rss_mb: float = 1e12) -> dict:

@@ -114,9 +114,8 @@ def _fold_at(text: str, width: int) -> int:
     it ends with is dropped, so a space just past the width is a place to fold too)."""
     half = width // 2
     for after, before in zip(BREAKS_AFTER, BREAKS_BEFORE, strict=True):
-        cuts = [text.rfind(b, 0, width + (b == " ")) + len(b) for b in after]
-        cuts = [c for c, b in zip(cuts, after, strict=True) if c >= len(b)]  # found
-        cuts += [text.rfind(b, 1, width + 1) for b in before]
+        cuts = [i + len(b) for b in after if (i := text.rfind(b, 0, width + (b == " "))) >= 0]
+        cuts += [i for b in before if (i := text.rfind(b, 1, width + 1)) > 0]
         cut = max(cuts, default=0)
         if cut > half:
             return cut
