@@ -118,6 +118,7 @@ FLOORS = [
             "wording",
             "reprs",
             "chain",
+            "keys",
             "load",
         ),
     ),

@@ -26,6 +26,7 @@ from traceanalyzer.analyses import windows
 from traceanalyzer.analyses.attribution import op_context
 from traceanalyzer.analyses.memory_timeline import MB, step_function
 from traceanalyzer.analyses.op_tree import ancestors
+from traceanalyzer.keys import grouped
 from traceanalyzer.links import innermost_containing
 from traceanalyzer.options import MemoryOptions, Options
 from traceanalyzer.patterns import PROFILER_STEP
@@ -143,27 +144,24 @@ def _top_ops(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     and the bytes freed directly in it."""
     allocs = ev.filter(pl.col("bytes") > 0)
     frees = ev.filter(pl.col("bytes") < 0)
-    self_alloc = (
-        allocs.group_by("device", "inner_op")
-        .agg(self_allocs=pl.len(), self_alloc_bytes=pl.col("bytes").sum())
-        .rename({"inner_op": "name"})
-    )
-    self_free = (
-        frees.group_by("device", "inner_op")
-        .agg(self_frees=pl.len(), self_freed_bytes=-pl.col("bytes").sum())
-        .rename({"inner_op": "name"})
-    )
+    self_alloc = grouped(
+        allocs, ["device", "inner_op"], pl.len().alias("self_allocs"), pl.col("bytes").sum().alias("self_alloc_bytes")
+    ).rename({"inner_op": "name"})
+    self_free = grouped(
+        frees, ["device", "inner_op"], pl.len().alias("self_frees"), (-pl.col("bytes").sum()).alias("self_freed_bytes")
+    ).rename({"inner_op": "name"})
     chain = _ancestor_names(trace, pl.concat([allocs["alloc_op_id"], frees["alloc_op_id"]]))
-    total = (
+    on_chain = (
         ev.filter(pl.col("alloc_op_id").is_not_null())
         .select("device", "bytes", op_id="alloc_op_id")
         .join(chain, on="op_id", how="inner")
-        .group_by("device", "name")
-        .agg(
-            total_allocs=(pl.col("bytes") > 0).sum(),
-            total_alloc_bytes=pl.col("bytes").clip(lower_bound=0).sum(),
-            total_freed_bytes=-pl.col("bytes").clip(upper_bound=0).sum(),
-        )
+    )
+    total = grouped(  # every event once per name on its chain: the names by their codes (`keys`)
+        on_chain,
+        ["device", "name"],
+        (pl.col("bytes") > 0).sum().alias("total_allocs"),
+        pl.col("bytes").clip(lower_bound=0).sum().alias("total_alloc_bytes"),
+        (-pl.col("bytes").clip(upper_bound=0).sum()).alias("total_freed_bytes"),
     )
     out = (
         total.join(self_alloc, on=["device", "name"], how="full", coalesce=True)

@@ -41,6 +41,7 @@ from traceanalyzer.analyses.cpu_activity import blocking_calls
 # The gap pieces, their classification and the sync a gap is blamed on come from gaps itself, so
 # that a sync's bubble is by construction the gap `gaps` blames on it.
 from traceanalyzer.analyses.gap_causes import ClassifiedGaps, classify_gaps
+from traceanalyzer.keys import grouped
 from traceanalyzer.options import Options, SyncOptions
 from traceanalyzer.patterns import GPU_WAIT_API, NAMESPACED_OP
 from traceanalyzer.reprs import Compact, Unread
@@ -258,15 +259,15 @@ def analyse_syncs(
     ).pipe(chain.collect)
     stalls = table.filter(IS_STALL)
     summary = (
-        stalls.lazy()
-        .group_by("kind", "op", "range", "python_frame")
-        .agg(
-            calls=pl.len(),
-            sync_points=pl.col("_point").n_unique(),
-            apis=pl.col("api").unique().sort().str.join(", "),
-            blocked_ns=pl.col("blocked_ns").sum(),
-            bubble_ns=pl.col("bubble_ns").sum(),
-            idle_while_blocked_ns=pl.col("idle_while_blocked_ns").sum(),
+        grouped(  # the texts by their codes (`keys`)
+            stalls.lazy(),
+            ["kind", "op", "range", "python_frame"],
+            pl.len().alias("calls"),
+            pl.col("_point").n_unique().alias("sync_points"),
+            pl.col("api").unique().sort().str.join(", ").alias("apis"),
+            pl.col("blocked_ns").sum(),
+            pl.col("bubble_ns").sum(),
+            pl.col("idle_while_blocked_ns").sum(),
         )
         .with_columns(
             points_per_step=pl.col("sync_points") / n_steps,
