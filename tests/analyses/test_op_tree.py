@@ -56,3 +56,28 @@ def test_sum_by_row_by_hand(monkeypatch, with_numpy):
     values = pl.Series([5, 2, 7, 100, None], dtype=pl.Int64)
     got = op_tree.sum_by_row(4, at, values)
     assert got.dtype == pl.Int64 and got.to_list() == [0, 12, 0, 2]
+
+
+def test_chain_sums_by_hand():
+    """On PARENTS: op 3 (10 ns, 1 kernel) and op 4 (5 ns, 2 kernels) launch. Op 0 encloses both:
+    15 ns, 3 kernels; ops 1 and 2 enclose op 3 only; op 5 neither."""
+    ns, n = op_tree.chain_sums(
+        pl.Series(PARENTS, dtype=pl.Int32),
+        pl.Series([3, 4], dtype=pl.Int32),
+        [pl.Series([10, 5], dtype=pl.Int64), pl.Series([1, 2], dtype=pl.Int64)],
+    )
+    assert ns.to_list() == [15, 10, 10, 10, 5, 0] and n.to_list() == [3, 1, 1, 1, 2, 0]
+
+
+def test_chain_sums_are_the_sums_over_the_ancestor_pairs():
+    import random
+
+    rnd = random.Random(11)
+    parents = [None] + [rnd.randrange(i) if rnd.random() < 0.9 else None for i in range(1, 3000)]
+    ids = pl.Series(rnd.sample(range(3000), 800), dtype=pl.Int64)
+    values = pl.Series([rnd.randrange(1, 10**6) for _ in range(800)], dtype=pl.Int64)
+    anc = op_tree.ancestors(_ops(parents), ids)
+    by_id = dict(zip(ids.to_list(), values.to_list(), strict=True))
+    want = op_tree.sum_by_row(3000, anc["ancestor_id"], anc["op_id"].replace_strict(by_id, return_dtype=pl.Int64))
+    (got,) = op_tree.chain_sums(pl.Series(parents, dtype=pl.Int64), ids, [values])
+    assert got.to_list() == want.to_list() and got.sum() > values.sum()

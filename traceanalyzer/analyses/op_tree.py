@@ -137,6 +137,26 @@ def sum_by_row(n: int, at: pl.Series, values: pl.Series) -> pl.Series:
     return pl.Series([0], dtype=pl.Int64).new_from_index(0, n).scatter(sums["at"], sums["v"])
 
 
+def chain_sums(parent: pl.Series, ids: pl.Series, values: list[pl.Series]) -> list[pl.Series]:
+    """Int64 by op row, one per Series of `values` (a value per id of `ids`: distinct op rows,
+    row i of `parent` op i's parent_id): each op's sum of the values of the ids it is or encloses,
+    as `sum_by_row` over the pairs of `ancestors` gives it, summed a level at a time up the
+    chains without the pairs (a 1 GB trace's 300k launching ops nest 10 deep: +60 MB of pairs)."""
+    n = parent.len()
+    up_of = parent.fill_null(n).cast(pl.UInt32)
+    keep = (ids >= 0) & (ids < n)
+    cur, vals = ids.filter(keep).cast(pl.UInt32), [v.filter(keep) for v in values]
+    totals = [sum_by_row(n, cur, v) for v in vals]
+    for _ in range(MAX_DEPTH):
+        nxt = up_of[cur]
+        keep = nxt < n
+        if not keep.any():
+            break
+        cur, vals = nxt.filter(keep), [v.filter(keep) for v in vals]
+        totals = [t + sum_by_row(n, cur, v) for t, v in zip(totals, vals, strict=True)]
+    return totals
+
+
 def self_time(ops: pl.DataFrame) -> pl.DataFrame:
     """op_id, self_ns: an op's duration less the durations of the ops directly nested in it
     (runtime calls stay in its self time), never below zero."""

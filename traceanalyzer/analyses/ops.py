@@ -21,7 +21,7 @@ import polars as pl
 
 from traceanalyzer.analyses.attribution import distinct_chains
 from traceanalyzer.analyses.modules import op_modules
-from traceanalyzer.analyses.op_tree import ancestors, is_row_number, self_time, sum_by_row
+from traceanalyzer.analyses.op_tree import ancestors, chain_sums, is_row_number, self_time, sum_by_row
 from traceanalyzer.errors import UsageError
 from traceanalyzer.options import OpsOptions, Options
 from traceanalyzer.patterns import NN_MODULE
@@ -77,8 +77,8 @@ def _per_op(trace: Trace, shapes: bool = True) -> pl.DataFrame:
     self_n = by_row(gpu["op_id"], pl.Series([1], dtype=pl.Int64).new_from_index(0, gpu.height))
     # Total GPU: each launching op's self GPU counts for it and for every op enclosing it.
     launching = ops["op_id"].filter(self_n > 0)
-    anc = ancestors(ops, launching)
-    below = anc["op_id"].cast(pl.UInt32)
+    at = launching.cast(pl.UInt32)
+    total_ns, total_n = chain_sums(parent, launching, [self_gpu.gather(at), self_n.gather(at)])
     # fresh columns of one chunk each (a cached Trace's tables come in several): a group-by over
     # columns chunked unlike each other copies them all into one first (+26 MB at 311 MB); the
     # names and shapes as categories (the group-by hashes codes; `analyse_ops` gives strings back)
@@ -93,8 +93,8 @@ def _per_op(trace: Trace, shapes: bool = True) -> pl.DataFrame:
         self_cpu_ns=self_cpu,
         self_gpu_ns=self_gpu,
         self_gpu_n=self_n,
-        total_gpu_ns=by_row(anc["ancestor_id"], self_gpu.gather(below)),
-        total_gpu_n=by_row(anc["ancestor_id"], self_n.gather(below)),
+        total_gpu_ns=total_ns,
+        total_gpu_n=total_n,
     )
 
 
