@@ -20,6 +20,7 @@ mod alloc;
 mod arrow;
 mod buffer;
 mod calibrate;
+mod crossing;
 mod columns;
 mod events;
 mod fold;
@@ -135,6 +136,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fold::fold_bands, m)?)?;
     m.add_function(wrap_pyfunction!(ties::innermost_ties, m)?)?;
     m.add_function(wrap_pyfunction!(prepare::prepare_order, m)?)?;
+    m.add_function(wrap_pyfunction!(crossing::crossing_events, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

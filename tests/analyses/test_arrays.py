@@ -65,7 +65,7 @@ def test_int_order_sorts_stably_and_declines_nulls():
 @pytest.mark.parametrize("seed", range(3))
 def test_idle_intervals_and_crossings_match_the_polars_calls(seed):
     from traceanalyzer.analyses import gpu_time
-    from traceanalyzer.analyses.health import crossing_events
+    from traceanalyzer.analyses.crossing import crossing_events
 
     rng = random.Random(seed)
     for _ in range(40):

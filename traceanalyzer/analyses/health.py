@@ -33,16 +33,15 @@ are the trace's integer ns shown in µs by `units.duration_us`.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
 
 from traceanalyzer import chain
+from traceanalyzer.analyses.crossing import crossing_events
 from traceanalyzer.analyses.intervals import reach, series_of
 from traceanalyzer.analyses.steps import Caveat
-from traceanalyzer.links import int64_arrays
 from traceanalyzer.options import HealthOptions, Options
 from traceanalyzer.patterns import GRAPH_LAUNCH, LAUNCH_API
 from traceanalyzer.trace import Trace
@@ -289,57 +288,6 @@ def _sampled(trace: Trace, o: HealthOptions) -> HealthCheck | None:
         {"external_id_density": ext_density, "correlation_density": corr_density, "ops": trace.ops.height},
         ("busy_share", "gap_causes"),
     )
-
-
-# Up to this many rows a table's threads are swept in one query (windows over pid, tid): their
-# temporaries are small, and a small rank has several threads a table (~25 µs a query each).
-SMALL_TABLE_ROWS = 100_000
-
-
-def _crossing_small(df: pl.DataFrame) -> int | None:
-    """`crossing_events` on numpy arrays (its query's sort and windows were two queries, ~0.4 ms
-    a table of a small rank); None (the query) where a column holds a null or is not an integer."""
-    if (cols := int64_arrays(series_of(df, ["pid", "tid", "ts_ns", "end_ns"]))) is None:
-        return None
-    np = sys.modules["numpy"]
-    pid, tid, ts, end = cols
-    order = np.lexsort((-end, ts, tid, pid))
-    pid, tid, ts, end = pid[order], tid[order], ts[order], end[order]
-    first = np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])]
-    furthest = np.empty_like(end)  # the running maximum of the ends, per thread
-    starts = np.flatnonzero(first)
-    for a, b in zip(starts, [*starts[1:], len(end)]):
-        furthest[a:b] = np.maximum.accumulate(end[a:b])
-    # against the rows before (none on a thread's first row)
-    reach, prev, ts, end = furthest[:-1], end[:-1], ts[1:], end[1:]
-    crosses = ((ts < reach) & (reach < end)) | ((ts < prev) & (prev < end))
-    return int((crosses & ~first[1:]).sum())
-
-
-def crossing_events(df: pl.DataFrame) -> int:
-    """Events of a CPU table (pid, tid, ts_ns, end_ns) that start inside an earlier event on
-    their thread and end after it: witnessed by the one just before, or by the one reaching
-    furthest (`intervals.reach`; a lower bound where both miss a crossing).
-
-    One thread at a time (a trace has a few dozen): windows `.over(["pid", "tid"])` on the
-    whole table held ~170 MB of temporaries on a 1 GB trace, these ~115 MB, and are faster (measured
-    when the loader ran this check, docs/performance.md)."""
-    if df.height < 2:
-        return 0
-    furthest, prev = reach("end_ns"), pl.col("end_ns").shift(1)
-    ts, end = pl.col("ts_ns"), pl.col("end_ns")
-    crosses = ((ts < furthest) & (furthest < end)) | ((ts < prev) & (prev < end))
-    if df.height <= SMALL_TABLE_ROWS and (n := _crossing_small(df)) is not None:
-        return n
-    if df.height <= SMALL_TABLE_ROWS:  # one query, the windows per thread: two in all, not two a thread
-        order = ["pid", "tid", "ts_ns", "end_ns"]
-        ordered = df.select(order).sort(order, descending=[False, False, False, True], nulls_last=True)
-        return int(ordered.select(crosses.fill_null(False).over(["pid", "tid"]).sum()).item())
-    n = 0
-    for thread in df.select("pid", "tid", "ts_ns", "end_ns").partition_by(["pid", "tid"], include_key=False):
-        ordered = thread.sort(["ts_ns", "end_ns"], descending=[False, True], nulls_last=True)
-        n += int(ordered.select(crosses.fill_null(False).sum()).item())
-    return n
 
 
 def _crossing(trace: Trace) -> HealthCheck | None:

@@ -173,11 +173,7 @@ def native_kernel(name: str, force: bool = False) -> Any:
     """`traceanalyzer._native.<name>`, one of the dependency model's native loops (`replay`,
     `walk`, `innermost`), or None: not built (or built before it had that one), or turned off
     with the decoder by TRACEANALYZER_NATIVE=0 (`force`: regardless of the switch)."""
-    if not native.available() or not (force or native.enabled()):
-        return None
-    import traceanalyzer._native as ext
-
-    return getattr(ext, name, None)
+    return native.kernel(name, force)
 
 
 def int64_values(s: pl.Series) -> np.ndarray:

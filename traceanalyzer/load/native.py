@@ -65,6 +65,15 @@ def replay_loop(force: bool = False) -> Any:
     return getattr(_native, "replay", None)
 
 
+def kernel(name: str, force: bool = False) -> Any:
+    """`_native.<name>`, one of the module's loops besides the decoder (the what-if model's,
+    the health checks' crossing events), or None: not built (or built before it had that one),
+    or turned off with the decoder by TRACEANALYZER_NATIVE=0 (`force`: regardless)."""
+    if _native is None or not (force or enabled()):
+        return None
+    return getattr(_native, name, None)
+
+
 def threads() -> int:
     """Decoding threads: the CPUs this process may use (`load.cpus`)."""
     return cpu_count()
