@@ -110,6 +110,7 @@ FLOORS = [
             "options",
             "redact",
             "links",
+            "links_native",
             "version",
             "causes",
             "option_field",

@@ -107,7 +107,7 @@ def int64_arrays(columns: list[pl.Series]) -> list[np.ndarray] | None:
     return out
 
 
-def _clean_ints(df: pl.DataFrame, cols: list[str]) -> list[np.ndarray] | None:
+def clean_ints(df: pl.DataFrame, cols: list[str]) -> list[np.ndarray] | None:
     """`int64_arrays` of the columns `cols` of `df`."""
     picked = df[list(dict.fromkeys(cols))]  # a copy: a Trace's one-valued column stays held once
     return int64_arrays([picked.get_column(c) for c in cols])
@@ -117,7 +117,7 @@ def _nest_small(df: pl.DataFrame, id_col: str, group: list[str]) -> pl.DataFrame
     """`nest` on numpy arrays, the frame version's steps one for one (the same depth and parent
     for every row, ties and zero-length intervals included); None (the frame version) where a key
     is null or not an integer, or ids repeat."""
-    cols = _clean_ints(df, [*group, "ts_ns", "end_ns", id_col])
+    cols = clean_ints(df, [*group, "ts_ns", "end_ns", id_col])
     if cols is None or df.schema[id_col] == pl.UInt64:
         return None
     np = sys.modules["numpy"]
@@ -164,10 +164,16 @@ def _nest_small(df: pl.DataFrame, id_col: str, group: list[str]) -> pl.DataFrame
     parent = np.where(has, ids[by_level[np.maximum(at, 0)]], 0)
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)
-    id_type = df.schema[id_col]
-    parent_s = pl.Series("parent_id", parent[back]).cast(id_type)
-    parent_s = parent_s.zip_with(pl.Series(has[back]), pl.Series([None], dtype=id_type).new_from_index(0, n))
-    out = [pl.Series("depth", depth[back]).cast(pl.Int32), parent_s]
+    return with_nesting(df, id_col, depth[back], parent[back], has[back])
+
+
+def with_nesting(df: pl.DataFrame, id_col: str, depth: np.ndarray, parent: np.ndarray, has: np.ndarray) -> pl.DataFrame:
+    """`df` with `depth` (Int32) and `parent_id` (of `id_col`'s type: `parent` where `has`, else
+    null), numpy arrays in the rows' order, as `nest` adds them."""
+    n, id_type = len(depth), df.schema[id_col]
+    parent_s = pl.Series("parent_id", parent).cast(id_type)
+    parent_s = parent_s.zip_with(pl.Series(has), pl.Series([None], dtype=id_type).new_from_index(0, n))
+    out = [pl.Series("depth", depth).cast(pl.Int32), parent_s]
     if "depth" in df.columns or "parent_id" in df.columns:
         return df.with_columns(out)
     return df.hstack(out)
@@ -181,6 +187,11 @@ def nest(df: pl.DataFrame, id_col: str, group: list[str] = GROUP) -> pl.DataFram
         return df.with_columns(depth=pl.lit(0, pl.Int32), parent_id=pl.lit(None, df.schema[id_col]))
     if df.height < SMALL_ROWS and (small := _nest_small(df, id_col, group)) is not None:
         return small
+    if df.height >= SMALL_ROWS:
+        from traceanalyzer.links_native import nest_native  # its switch is the decoder's (`load.native`)
+
+        if (done := nest_native(df, id_col, group)) is not None:
+            return done
     # The key columns only, sorted (a frame sort: ~10x less CPU than `arg_sort_by` on these
     # keys), with each row's place in `df` (`_r`) to put the answers back. The thread is one
     # small code (`_g`) in place of its columns: every relation below is within a thread, and
@@ -254,8 +265,8 @@ def _innermost_small(
     if (np := sys.modules.get("numpy")) is None:  # imported by the decoder; its own import costs more
         return None
     deep = ["depth"] if "depth" in intervals.columns else []
-    pcols = _clean_ints(points, [*group, "ts_ns", point_end])
-    icols = _clean_ints(intervals, [*group, "ts_ns", "end_ns", *deep, id_col])
+    pcols = clean_ints(points, [*group, "ts_ns", point_end])
+    icols = clean_ints(intervals, [*group, "ts_ns", "end_ns", *deep, id_col])
     parent_s = intervals[["parent_id"]].get_column("parent_id")
     if pcols is None or icols is None or not parent_s.dtype.is_integer() or intervals.schema[id_col] == pl.UInt64:
         return None

@@ -25,6 +25,7 @@ mod columns;
 mod events;
 mod fold;
 mod layers;
+mod nest;
 mod prepare;
 mod replay;
 mod scan;
@@ -137,6 +138,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ties::innermost_ties, m)?)?;
     m.add_function(wrap_pyfunction!(prepare::prepare_order, m)?)?;
     m.add_function(wrap_pyfunction!(crossing::crossing_events, m)?)?;
+    m.add_function(wrap_pyfunction!(nest::nest, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -15,7 +15,7 @@ from traceanalyzer.analyses import crossing
 from traceanalyzer.load import native
 from traceanalyzer.load.loader import load
 
-pytestmark = pytest.mark.skipif(not native.available(), reason="the native module is not built")
+pytestmark = pytest.mark.skipif(not native.enabled(), reason="the native module is not built, or turned off")
 TRACES = sorted(p for p in SHARED_TRACES_DIR.glob("*.json*") if p.is_file())
 
 
