@@ -9,7 +9,7 @@
 use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::collections::HashMap;
+use crate::threads::by_thread;
 
 fn err(what: &str) -> PyErr {
     PyValueError::new_err(format!("crossing_events: {what}"))
@@ -42,31 +42,9 @@ pub fn crossing_events(
 }
 
 fn count(pid: &[i64], tid: &[i64], ts: &[i64], end: &[i64]) -> u64 {
-    let n = ts.len();
-    // each event's thread as a small number, and the events bucketed by it (a counting sort)
-    let mut number: HashMap<(i64, i64), u32> = HashMap::new();
-    let thread: Vec<u32> = (0..n)
-        .map(|i| {
-            let next = number.len() as u32;
-            *number.entry((pid[i], tid[i])).or_insert(next)
-        })
-        .collect();
-    let mut start = vec![0usize; number.len() + 1];
-    for &t in &thread {
-        start[t as usize + 1] += 1;
-    }
-    for t in 0..number.len() {
-        start[t + 1] += start[t];
-    }
-    let mut fill = start.clone();
-    let mut order = vec![0u32; n];
-    for (i, &t) in thread.iter().enumerate() {
-        order[fill[t as usize]] = i as u32;
-        fill[t as usize] += 1;
-    }
-    drop(thread);
+    let (mut order, start) = by_thread(pid, tid);
     let mut crossing = 0u64;
-    for t in 0..number.len() {
+    for t in 0..start.len() - 1 {
         let mine = &mut order[start[t]..start[t + 1]];
         mine.sort_unstable_by(|&a, &b| {
             let (a, b) = (a as usize, b as usize);

@@ -30,6 +30,7 @@ mod prepare;
 mod replay;
 mod scan;
 mod state;
+mod threads;
 mod ties;
 mod walk;
 

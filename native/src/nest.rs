@@ -11,7 +11,7 @@
 use crate::buffer::{self, View};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::collections::HashMap;
+use crate::threads::by_thread;
 
 fn err(what: &str) -> PyErr {
     PyValueError::new_err(format!("nest: {what}"))
@@ -57,31 +57,8 @@ pub fn nest(
 }
 
 fn nest_rows(g0: &[i64], g1: &[i64], ts: &[i64], end: &[i64], ids: &[i64], depth: &mut [i32], parent: &mut [i64]) -> bool {
-    let n = ts.len();
-    // each row's thread as a small number, and the rows bucketed by it (a counting sort)
-    let mut number: HashMap<(i64, i64), u32> = HashMap::new();
-    let thread: Vec<u32> = (0..n)
-        .map(|i| {
-            let next = number.len() as u32;
-            *number.entry((g0[i], g1[i])).or_insert(next)
-        })
-        .collect();
-    let threads = number.len();
-    drop(number);
-    let mut start = vec![0usize; threads + 1];
-    for &t in &thread {
-        start[t as usize + 1] += 1;
-    }
-    for t in 0..threads {
-        start[t + 1] += start[t];
-    }
-    let mut fill = start.clone();
-    let mut order = vec![0u32; n];
-    for (i, &t) in thread.iter().enumerate() {
-        order[fill[t as usize]] = i as u32;
-        fill[t as usize] += 1;
-    }
-    drop(thread);
+    let (mut order, start) = by_thread(g0, g1);
+    let threads = start.len() - 1;
     let mut ends: Vec<i64> = Vec::new();
     let mut last_at: Vec<i64> = Vec::new(); // per level: the last row seen at it (-1: none)
     for t in 0..threads {
