@@ -74,3 +74,47 @@ def test_native_is_the_polars_version_on_every_shared_trace(path, monkeypatch):
     ops = load(path).ops.drop("depth", "parent_id")
     if ops.height >= 2:
         assert links_native.nest_native(ops, "op_id", ["pid", "tid"]).equals(_by_polars(ops, "op_id", monkeypatch))
+
+
+def _by_polars_innermost(points, intervals, id_col, out_col, monkeypatch, **kw):
+    with monkeypatch.context() as m:
+        m.setattr(links, "SMALL_ROWS", 0)
+        m.setattr(links_native, "innermost_native", lambda *a: None)
+        return links.innermost_containing(points, intervals, id_col, out_col, **kw)
+
+
+def test_innermost_by_hand():
+    # thread (1, 1): op 0 0-100 holds op 1 10-50; a call 20-30 lies in op 1, one 40-60 starts
+    # in op 1 but ends after it: op 0; one 120-130 in none. Thread (1, 2): a call with no op.
+    ops = links.nest(
+        pl.DataFrame({"pid": [1, 1], "tid": [1, 1], "ts_ns": [0, 10], "end_ns": [100, 50], "op_id": [0, 1]}), "op_id"
+    )
+    calls = pl.DataFrame(
+        {"pid": [1, 1, 1, 1], "tid": [1, 1, 1, 2], "ts_ns": [20, 40, 120, 20], "end_ns": [30, 60, 130, 30]}
+    )
+    out = links_native.innermost_native(calls, ops, "op_id", "op_id", ["pid", "tid"], "end_ns")
+    assert out["op_id"].to_list() == [1, 0, None, None]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_innermost_native_is_the_polars_version_on_random_threads(seed, monkeypatch):
+    rng = random.Random(seed)
+    ops = links.nest(_random(rng, 40_000), "op_id")
+    calls = _random(rng, 40_000).drop("op_id")
+    for point_end in ("end_ns", "ts_ns"):
+        want = _by_polars_innermost(calls, ops, "op_id", "op_id", monkeypatch, point_end=point_end)
+        got = links.innermost_containing(calls, ops, "op_id", "op_id", point_end=point_end)
+        assert got.equals(want) and 0 < got["op_id"].null_count() < got.height
+    # ids out of order, one parent dangling (its op left out): the same as the polars version
+    shuffled = ops.sample(fraction=1.0, shuffle=True, seed=seed).filter(pl.col("op_id") != 5)
+    want = _by_polars_innermost(calls, shuffled, "op_id", "op_id", monkeypatch)
+    assert links.innermost_containing(calls, shuffled, "op_id", "op_id").equals(want)
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_innermost_native_is_the_polars_version_on_every_shared_trace(path, monkeypatch):
+    trace = load(path)
+    calls = trace.runtime.drop("op_id")
+    if calls.height and trace.ops.height:
+        got = links_native.innermost_native(calls, trace.ops, "op_id", "op_id", ["pid", "tid"], "end_ns")
+        assert got.equals(_by_polars_innermost(calls, trace.ops, "op_id", "op_id", monkeypatch))

@@ -262,7 +262,7 @@ def _innermost_small(
     """`innermost_containing` on numpy arrays, its steps one for one (the same id for every
     point); None (the frame version) where a key or time is null or not an integer, or ids
     repeat."""
-    if (np := sys.modules.get("numpy")) is None:  # imported by the decoder; its own import costs more
+    if (np := sys.modules.get("numpy")) is None:  # its own import costs more than it saves here
         return None
     deep = ["depth"] if "depth" in intervals.columns else []
     pcols = clean_ints(points, [*group, "ts_ns", point_end])
@@ -342,12 +342,14 @@ def innermost_containing(
         return points.with_columns(pl.lit(None, intervals.schema.get(id_col, pl.Int64)).alias(out_col))
     if points.height + intervals.height < SMALL_ROWS:
         small = _innermost_small(points, intervals, id_col, out_col, group, point_end)
-        if small is not None:
-            return small
+    else:
+        from traceanalyzer.links_native import innermost_native
+
+        small = innermost_native(points, intervals, id_col, out_col, group, point_end)
+    if small is not None:
+        return small
     # Among intervals starting at one instant the innermost (shortest; of equal ones, the
-    # deepest) comes last, so that the backward as-of join picks it. (The sort used to leave
-    # equal intervals in any order: a call inside an op and its child of the same range was
-    # given either.)
+    # deepest) comes last, so that the backward as-of join picks it.
     deep = ["depth"] if "depth" in intervals.columns else []
     key = _thread_key([points, intervals], group)
     by = [k.meta.output_name() for k in key]
@@ -375,9 +377,8 @@ def innermost_containing(
     del pts, iv
     point_ends = points[point_end]
     done = []
-    # A climb indexes Series by UInt32 positions and filters Series: no polars query but the
-    # search (`gather`, `clip`, `is_not_null` and a frame's `filter` are one each, ~25 µs; a
-    # small rank climbs ~30 times). A null compares to null: `x == x` is false there.
+    # A climb indexes and filters Series: no polars query but the search (`gather`, `clip`,
+    # `is_not_null`, a frame's `filter`: ~25 µs each). `x == x` is false at a null.
     row, cand = cand.get_column("_row"), cand.get_column("_cand")
     for _ in range(CLIMB_LEVELS):
         pos = ids.search_sorted(cand, side="left")

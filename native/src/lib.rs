@@ -22,6 +22,7 @@ mod buffer;
 mod calibrate;
 mod crossing;
 mod columns;
+mod contain;
 mod events;
 mod fold;
 mod layers;
@@ -140,6 +141,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(prepare::prepare_order, m)?)?;
     m.add_function(wrap_pyfunction!(crossing::crossing_events, m)?)?;
     m.add_function(wrap_pyfunction!(nest::nest, m)?)?;
+    m.add_function(wrap_pyfunction!(contain::innermost_containing, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
