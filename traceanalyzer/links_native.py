@@ -14,9 +14,12 @@ import polars as pl
 
 from traceanalyzer.links import CLIMB_LEVELS, clean_ints, with_nesting
 
-# From this many rows a table is nested natively even where numpy, which hands the columns
-# over, is not imported yet: its import (~0.12 s) against the polars version's transients.
-NATIVE_ROWS = 500_000
+# From this many rows (of both tables, for the innermost intervals; of the CPU tables of the
+# trace, for the loader, which imports numpy then) the native versions run even where numpy,
+# which hands them the columns, is not imported yet: its import costs ~0.12 s and ~13 MB of RSS
+# for the rest of the run (311 MB `gaps`: 221-223 -> 235-239 MB), more than the transients it
+# saves below that (~50 B a row, at the load's peak only).
+NATIVE_ROWS = 1_000_000
 
 
 def nest_native(df: pl.DataFrame, id_col: str, group: list[str]) -> pl.DataFrame | None:

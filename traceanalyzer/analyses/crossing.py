@@ -40,9 +40,10 @@ def _crossing_small(df: pl.DataFrame) -> int | None:
 
 
 # From this many rows a table's crossing events are counted natively even where numpy, which
-# hands the columns over, is not imported yet: its import (~0.12 s) against the per-thread
-# sorts' copies (1 GB: 84 MB and 0.21 s for the 1.3 M runtime calls, natively 10 MB and 0.11 s).
-NATIVE_ROWS = 500_000
+# hands the columns over, is not imported yet: its import (~0.12 s, ~13 MB of RSS kept:
+# `links_native.NATIVE_ROWS`) against the per-thread sorts' copies (1 GB: 84 MB and 0.21 s for
+# the 1.3 M runtime calls, natively 10 MB and 0.11 s).
+NATIVE_ROWS = 1_000_000
 
 
 def _crossing_native(df: pl.DataFrame) -> int | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer import chain
+from traceanalyzer import chain, links_native
 from traceanalyzer.links import GROUP, innermost_containing, nest
 from traceanalyzer.patterns import LIBRARY_FRAME as LIBRARY_FRAME_PATTERN
 from traceanalyzer.patterns import PROFILER_STEP as STEP_NAME
@@ -265,6 +265,8 @@ def build_trace(
     # freed once its replacement is built (a 1 GB trace's tables are hundreds of MB).
     """The Trace from the loader's raw tables: links, steps and metadata."""
     warnings = list(warnings)
+    if sum(tables[k].height for k in ("python", "op", "runtime")) >= links_native.NATIVE_ROWS:
+        import numpy  # noqa: F401 - what hands the columns to the native nesting (`links_native`): worth it this big
     python = _python_frames(tables.pop("python"), warnings)
     raw_ops = tables.pop("op")
     stack_arg = bool(raw_ops["call_stack"].is_not_null().any())
