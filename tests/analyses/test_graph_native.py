@@ -336,10 +336,12 @@ def test_native_fold_bands_by_hand():
 
 @native
 @pytest.mark.parametrize("name", SHARED[:4], ids=lambda p: Path(p).name[:30])
-def test_slice_kinds_native_and_numpy_agree(name: str, SHARED_TRACES):
+def test_slice_kinds_native_and_numpy_agree(name: str, SHARED_TRACES, monkeypatch):
     """Each slice's layer times, kind code, work and emptiness: folded natively (every layer in
     one pass) and in numpy (a layer at a time, into `LayerFold.add`)."""
     from traceanalyzer.analyses import slice_kinds as sk
+
+    monkeypatch.setenv(ln.ENV, "1")  # the native fold even where the suite runs with it off
     from traceanalyzer.analyses.graph_table import LayerFold
 
     _, act, clock, s = _slices(_shared(SHARED_TRACES, name))
