@@ -9,6 +9,7 @@ calls' innermost op +117 MB (the load's own peak 466 -> 434 MB, live)."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import polars as pl
 
@@ -22,17 +23,26 @@ from traceanalyzer.links import CLIMB_LEVELS, clean_ints, with_nesting
 NATIVE_ROWS = 1_000_000
 
 
+def native_loop(name: str, rows: int) -> Any:
+    """`_native.<name>` (`load.native.kernel`) for a table of `rows` rows, numpy imported for
+    it; None where the module is not built or is turned off (TRACEANALYZER_NATIVE=0), or numpy
+    is neither imported nor worth importing (`NATIVE_ROWS`)."""
+    from traceanalyzer.load import native
+
+    fn = native.kernel(name)
+    if fn is None or ("numpy" not in sys.modules and rows < NATIVE_ROWS):
+        return None
+    import numpy  # noqa: F401 - what hands the columns to the native loops
+
+    return fn
+
+
 def nest_native(df: pl.DataFrame, id_col: str, group: list[str]) -> pl.DataFrame | None:
     """`nest(df, id_col, group)` natively; None (another version) where the module is not built
     or turned off (TRACEANALYZER_NATIVE=0), the group is not two columns, numpy is neither
     imported nor worth importing (`NATIVE_ROWS`), a key or time is null or no integer, or two
     rows of a thread have the same start, end and id (their order is the polars version's)."""
-    from traceanalyzer.load import native
-
-    fn = native.kernel("nest")
-    if fn is None or len(group) != 2 or df.schema[id_col] == pl.UInt64:
-        return None
-    if "numpy" not in sys.modules and df.height < NATIVE_ROWS:
+    if len(group) != 2 or df.schema[id_col] == pl.UInt64 or (fn := native_loop("nest", df.height)) is None:
         return None
     import numpy as np
 
@@ -52,12 +62,10 @@ def innermost_native(
 ) -> pl.DataFrame | None:
     """`innermost_containing(points, intervals, ...)` natively (`_native.innermost_containing`);
     None (another version) where `nest_native` would decline, or ids repeat."""
-    from traceanalyzer.load import native
-
-    fn = native.kernel("innermost_containing")
-    if fn is None or len(group) != 2 or intervals.schema[id_col] == pl.UInt64:
+    rows = points.height + intervals.height
+    if len(group) != 2 or intervals.schema[id_col] == pl.UInt64:
         return None
-    if "numpy" not in sys.modules and points.height + intervals.height < NATIVE_ROWS:
+    if (fn := native_loop("innermost_containing", rows)) is None:
         return None
     import numpy as np
 

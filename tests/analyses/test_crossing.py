@@ -23,7 +23,7 @@ def _by_polars(df: pl.DataFrame, monkeypatch) -> int:
     """The count by polars sorts, one thread at a time (neither the small-table nor the native path)."""
     with monkeypatch.context() as m:
         m.setattr(crossing, "SMALL_TABLE_ROWS", -1)
-        m.setattr(crossing.native, "kernel", lambda name, force=False: None)
+        m.setattr(crossing, "native_loop", lambda name, rows: None)
         return crossing.crossing_events(df)
 
 

@@ -12,7 +12,7 @@ import polars as pl
 
 from traceanalyzer.analyses.intervals import reach, series_of
 from traceanalyzer.links import int64_arrays
-from traceanalyzer.load import native
+from traceanalyzer.links_native import native_loop
 
 # Up to this many rows a table's threads are swept in one query (windows over pid, tid): their
 # temporaries are small, and a small rank has several threads a table (~25 µs a query each).
@@ -39,22 +39,13 @@ def _crossing_small(df: pl.DataFrame) -> int | None:
     return int((crosses & ~first[1:]).sum())
 
 
-# From this many rows a table's crossing events are counted natively even where numpy, which
-# hands the columns over, is not imported yet: its import (~0.12 s, ~13 MB of RSS kept:
-# `links_native.NATIVE_ROWS`) against the per-thread sorts' copies (1 GB: 84 MB and 0.21 s for
-# the 1.3 M runtime calls, natively 10 MB and 0.11 s).
-NATIVE_ROWS = 1_000_000
-
-
 def _crossing_native(df: pl.DataFrame) -> int | None:
     """`crossing_events` natively (`_native.crossing_events`: a permutation of the rows sorted
-    per thread, 8 bytes a row); None where it is not built or turned off, numpy is neither
-    imported nor worth importing (`NATIVE_ROWS`), or a column holds a null or is no integer."""
-    fn = native.kernel("crossing_events")
-    if fn is None or ("numpy" not in sys.modules and df.height < NATIVE_ROWS):
+    per thread, 8 bytes a row; at 1 GB 10 MB and 0.11 s for the 1.3 M runtime calls, where the
+    per-thread sorts held 84 MB and took 0.21 s); None where `links_native.native_loop` gives no
+    loop, or a column holds a null or is no integer."""
+    if (fn := native_loop("crossing_events", df.height)) is None:
         return None
-    import numpy  # noqa: F401 - what hands the columns to the native loop (`int64_arrays`)
-
     cols = int64_arrays(series_of(df, ["pid", "tid", "ts_ns", "end_ns"]))
     return None if cols is None else int(fn(*cols))
 

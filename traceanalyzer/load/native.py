@@ -67,7 +67,7 @@ def replay_loop(force: bool = False) -> Any:
 
 def kernel(name: str, force: bool = False) -> Any:
     """`_native.<name>`, one of the module's loops besides the decoder (the what-if model's,
-    the health checks' crossing events), or None: not built (or built before it had that one),
+    the nesting's of `links_native`, the health check's crossing events), or None: not built (or built before it had that one),
     or turned off with the decoder by TRACEANALYZER_NATIVE=0 (`force`: regardless)."""
     if _native is None or not (force or enabled()):
         return None

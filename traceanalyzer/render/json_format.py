@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterator
@@ -101,13 +102,8 @@ def render(report: Report) -> str:
 def write(report: Report, path: str) -> list[str]:
     """The JSON written to `path` piece by piece (`_pieces`): the big tables a slice at a time,
     no whole text of the document."""
-    write_atomic(path, _pieces_and_newline(report))
+    write_atomic(path, itertools.chain(_pieces(report), (b"\n",)))
     return [path]
-
-
-def _pieces_and_newline(report: Report) -> Iterator[bytes]:
-    yield from _pieces(report)
-    yield b"\n"
 
 
 RENDERER = Format("json", ".json", False, "JSON, every field", render, write)
