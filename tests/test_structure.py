@@ -119,6 +119,7 @@ FLOORS = [
             "wording",
             "reprs",
             "chain",
+            "pool_thread",
             "keys",
             "load",
         ),

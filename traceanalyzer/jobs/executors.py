@@ -30,6 +30,7 @@ from traceanalyzer.jobs import plan, rank_io
 from traceanalyzer.jobs.cache import options_key
 from traceanalyzer.jobs.multirank import MultiRankResult, RankResult, SkippedFile, cross_rank, rank_from_name
 from traceanalyzer.options import Options
+from traceanalyzer.pool_thread import on_pool_thread
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 
@@ -79,8 +80,6 @@ def _inflated(data: bytes, name: str) -> tuple[bytes, bool]:
 def analyse_rank_file(path: str, options: Options | None = None, cache: str = "") -> RankResult | SkippedFile:
     """The per-file unit of work: load one rank's trace and reduce it to its RankResult (from
     the cache when it holds this file's result), or say why the file is not a trace."""
-    from traceanalyzer.load import load
-
     opts = Options.of(options)
     try:
         data = rank_io.read_bytes(path)
@@ -89,11 +88,30 @@ def analyse_rank_file(path: str, options: Options | None = None, cache: str = ""
     folder = os.path.join(cache, rank_io.cache_key(data, options_key(opts))) if cache else ""
     if folder and (hit := rank_io.load_cached(RankResult, folder, path)) is not None:
         return hit
+    # Inflated once: the loader reads the JSON (a damaged gzip stream it reads itself, and says
+    # what it lost), the collectives' metadata is read from it.
     try:
-        # Inflated once: the loader reads the JSON (a damaged gzip stream it reads itself, and
-        # says what it lost), the collectives' metadata is read from it.
         raw, whole = _inflated(data, path)
-        buf = io.BytesIO(raw if whole else data)
+    except (NotATraceError, TraceReadError) as exc:
+        return SkippedFile(path, exc.problem)
+
+    def analysed() -> RankResult | SkippedFile:
+        return _analysed(path, raw if whole else data, raw, opts)
+
+    # a small rank's hundreds of small queries run on polars' own thread (`pool_thread`); the
+    # cache's writers, which run queries on threads of their own, after it
+    result = on_pool_thread(analysed) if len(raw) < IN_MEMORY_ENGINE_BYTES else analysed()
+    if folder and not isinstance(result, SkippedFile):
+        rank_io.save(result, folder)
+    return result
+
+
+def _analysed(path: str, data: bytes, raw: bytes, opts: Options) -> RankResult | SkippedFile:
+    """One rank's RankResult from its bytes (`data`, the JSON `raw`): loaded, then reduced."""
+    from traceanalyzer.load import load
+
+    try:
+        buf = io.BytesIO(data)
         buf.name = path
         trace = load(buf)
         comm, note = rank_io.comm_args(raw)
@@ -105,8 +123,6 @@ def analyse_rank_file(path: str, options: Options | None = None, cache: str = ""
         result = rank_result(trace, opts, comm)
     if note and not result.warnings:  # a damaged file already says so; a clean one says what is missing
         result = _with_warning(result, note)
-    if folder:
-        rank_io.save(result, folder)
     return result
 
 
