@@ -34,7 +34,7 @@ def on_pool_thread(fn: Callable[[], T]) -> T:
 
     box: dict[str, Any] = {}
 
-    def call(s: pl.Series) -> pl.Series:
+    def call(s: pl.Series, **_: Any) -> pl.Series:  # (polars passes `return_dtype` where it is taken)
         if not box:  # (called once: the frame has one row)
             try:
                 box["value"] = fn()
