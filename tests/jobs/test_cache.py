@@ -85,6 +85,52 @@ def test_column_groups_hold_consecutive_columns_up_to_the_limit():
     assert trace_files.column_groups(big, 20_000) == [["a"], ["ab"], ["c"]]
 
 
+def test_the_trace_writer_lets_each_column_go_once_written(trace, as_files, tmp_path, monkeypatch):
+    """Handed the Trace's fields, `dump_trace` holds no column it has written: a command that
+    drops columns while the writer runs beside it has them freed then. The op table's columns
+    are numpy arrays lent to polars (read in place: the array lives while a frame holds its
+    column), watched by weak references; when a column group is written, no column of an earlier
+    group may still be alive. The Trace reads back whole."""
+    import gc
+    import weakref
+
+    import polars as pl
+
+    from traceanalyzer import load
+
+    loaded = load(trace)
+    fields = trace_files.trace_fields(loaded)
+    want = fields["ops"]
+    ints = [c for c, t in want.schema.items() if t == pl.Int64 and not want[c].null_count()]
+    refs = {}
+
+    def lent(c: str) -> pl.Series:
+        a = want[c].to_numpy().copy()  # the writer's copy: the Trace holds the original
+        refs[c] = weakref.ref(a)
+        return pl.Series(c, a)
+
+    fields["ops"] = want.select(ints).with_columns(lent(c) for c in ints)
+    del fields["runtime"], fields["gpu"]  # (the ops are enough, the rest small tables)
+    seen: list[list[str]] = []
+    alive: list[list[str]] = []
+    real = trace_files.write_frame
+
+    def watched(df, path):
+        gc.collect()
+        alive.append([c for group in seen for c in group if c in refs and refs[c]() is not None])
+        seen.append(df.columns)
+        real(df, path)
+
+    monkeypatch.setattr(trace_files, "write_frame", watched)
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    trace_files.dump_trace(fields, folder)
+    assert fields == {} and len(seen) >= 3 and len(ints) >= 5  # emptied; the ops in several groups
+    assert alive == [[]] * len(alive), alive  # no column written before is held while the next is
+    assert all(r() is None for r in refs.values())  # and none once done
+    assert trace_files.load_trace(folder).ops.equals(want.select(ints))
+
+
 def test_small_tables_and_frames_are_packed_in_the_pickle(cached, trace, monkeypatch):
     """A table or result frame under TABLE_ / FRAME_INLINE_BYTES is packed into its entry's pickle, not written
     as Arrow files of its own (a file costs ~0.5 ms), and reads back equal to the decoded one,

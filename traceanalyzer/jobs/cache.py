@@ -318,10 +318,14 @@ class TraceCache:
         """Cache the loaded Trace (once; never over an existing entry), by default on a thread while
         the analyses run: polars writes without the GIL, on two cores at next to no cost. `wait()` joins it."""
 
+        # its fields, not the Trace: the writer lets each column go once written (`dump_trace`)
+        fields = trace_files.trace_fields(trace)
+        del trace
+
         def write() -> None:
             with contextlib.suppress(Exception), atomic_folder(self.folder / "trace") as tmp:
                 if tmp is not None:
-                    dump_trace(trace, tmp)
+                    dump_trace(fields, tmp)
 
         self.wait()
         if not background:
